@@ -1,0 +1,3 @@
+"""Drop-in replacement for Dao-AILab's causal-conv1d Python API."""
+
+from mamba_kernels.version import __version__

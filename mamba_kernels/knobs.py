@@ -1,0 +1,50 @@
+"""Environment knobs (``MAMBA_KERNELS_*``) and how their values are parsed.
+
+Booleans accept 1/0, true/false, yes/no, on/off in any case; anything else is an
+error naming the variable, so a typo never silently turns a feature off.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping, Optional
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+BACKEND_VAR = "MAMBA_KERNELS_BACKEND"
+BACKENDS = ("auto", "cuda", "reference")
+
+
+def parse_bool(name: str, value: str) -> bool:
+    """Parse a boolean knob value; raise ValueError naming the knob for anything unknown."""
+    v = value.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise ValueError(
+        f"{name}={value!r} is not a boolean: use one of 1/0, true/false, yes/no, on/off"
+    )
+
+
+def env_bool(name: str, default: bool = False, environ: Optional[Mapping[str, str]] = None) -> bool:
+    """Read a boolean knob; unset or empty means ``default``."""
+    env = os.environ if environ is None else environ
+    raw = env.get(name, "")
+    if raw.strip() == "":
+        return default
+    return parse_bool(name, raw)
+
+
+def backend_mode(environ: Optional[Mapping[str, str]] = None) -> str:
+    """``MAMBA_KERNELS_BACKEND``: auto (default), cuda or reference."""
+    env = os.environ if environ is None else environ
+    raw = env.get(BACKEND_VAR, "").strip().lower()
+    if raw == "":
+        return "auto"
+    if raw not in BACKENDS:
+        raise ValueError(
+            f"{BACKEND_VAR}={env.get(BACKEND_VAR)!r} is not a backend: use one of {', '.join(BACKENDS)}"
+        )
+    return raw

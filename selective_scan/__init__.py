@@ -1,0 +1,3 @@
+"""Drop-in replacement for mamba_ssm's selective-scan Python API."""
+
+from mamba_kernels.version import __version__
