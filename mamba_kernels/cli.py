@@ -36,7 +36,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
         print("gpu           none visible")
     print(f"backend mode  {info['backend_mode']}")
     for kernel, b in info["backends"].items():
-        print(f"{kernel:<14}{b['backend']}: {b['reason']}")
+        print(f"{kernel:<15}{b['backend']}: {b['reason']}")
     return 0
 
 
