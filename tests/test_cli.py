@@ -1,0 +1,59 @@
+import json
+import os
+import subprocess
+import sys
+
+import mamba_kernels
+
+
+def _run(*args, env=None):
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "mamba_kernels", *args], capture_output=True, text=True, env=full_env
+    )
+
+
+def test_version():
+    r = _run("--version")
+    assert r.returncode == 0
+    assert r.stdout.strip() == f"mamba-kernels {mamba_kernels.__version__}"
+
+
+def test_info_json_reports_torch_and_backends():
+    import torch
+
+    r = _run("info", "--json")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["mamba_kernels"] == mamba_kernels.__version__
+    assert info["torch"]["version"] == torch.__version__
+    assert set(info["backends"]) == {"causal_conv1d", "selective_scan"}
+    for b in info["backends"].values():
+        assert b["backend"] in {"cuda", "reference", "error"} and b["reason"]
+
+
+def test_info_text_names_each_kernel():
+    r = _run("info", env={"MAMBA_KERNELS_BACKEND": "reference"})
+    assert r.returncode == 0, r.stderr
+    assert "backend mode  reference" in r.stdout
+    assert "causal_conv1d" in r.stdout and "selective_scan" in r.stdout
+
+
+def test_bad_knob_is_a_one_line_error():
+    r = _run("info", env={"MAMBA_KERNELS_BACKEND": "bogus"})
+    assert r.returncode == 2
+    assert "MAMBA_KERNELS_BACKEND='bogus' is not a backend" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_no_verb_prints_help_and_fails():
+    r = _run()
+    assert r.returncode == 2
+    assert "usage" in r.stderr.lower()
+
+
+def test_console_script_is_installed_and_points_at_main():
+    from importlib.metadata import entry_points
+
+    eps = [ep for ep in entry_points(group="console_scripts") if ep.name == "mamba-kernels"]
+    assert [ep.value for ep in eps] == ["mamba_kernels.cli:main"]

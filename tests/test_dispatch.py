@@ -1,0 +1,88 @@
+"""Dispatch decisions, exercised with real (tiny) extension modules written to a temp dir."""
+
+import sys
+import warnings
+
+import pytest
+
+from mamba_kernels import dispatch, knobs
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    """Isolated dispatch state, and a temp dir on sys.path for fake extension modules."""
+    monkeypatch.setattr(dispatch, "_status", {})
+    monkeypatch.setattr(dispatch, "_warned", set())
+    monkeypatch.setattr(dispatch, "EXTENSIONS", dict(dispatch.EXTENSIONS))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv(knobs.BACKEND_VAR, raising=False)
+    return tmp_path
+
+
+def _module(tmp_path, name, body):
+    (tmp_path / f"{name}.py").write_text(body)
+    sys.modules.pop(name, None)
+    return name
+
+
+def test_missing_extension_cpu_tensors_use_pytorch_silently(fresh):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert dispatch.use_cuda("causal_conv1d", "cpu") is False
+
+
+def test_missing_extension_cuda_tensors_warn_once_with_reason_and_fix(fresh):
+    with pytest.warns(RuntimeWarning) as record:
+        assert dispatch.use_cuda("causal_conv1d", "cuda") is False
+        assert dispatch.use_cuda("causal_conv1d", "cuda") is False
+    assert len(record) == 1
+    msg = str(record[0].message)
+    assert "causal_conv1d._cuda is not part of this install" in msg
+    assert "MAMBA_KERNELS_FORCE_BUILD=1" in msg  # the fix
+
+
+def test_cuda_mode_turns_missing_extension_into_error(fresh, monkeypatch):
+    monkeypatch.setenv(knobs.BACKEND_VAR, "cuda")
+    with pytest.raises(RuntimeError, match="MAMBA_KERNELS_BACKEND=cuda but the selective_scan CUDA"):
+        dispatch.use_cuda("selective_scan", "cuda")
+
+
+def test_reference_mode_never_imports_the_extension(fresh, monkeypatch):
+    name = _module(fresh, "mk_test_boom", "raise SystemExit('must not be imported')\n")
+    dispatch.EXTENSIONS["causal_conv1d"] = name
+    monkeypatch.setenv(knobs.BACKEND_VAR, "reference")
+    assert dispatch.use_cuda("causal_conv1d", "cuda") is False
+    assert dispatch.backends()["causal_conv1d"]["backend"] == "reference"
+
+
+def test_loaded_extension_is_used_for_cuda_tensors_only(fresh):
+    dispatch.EXTENSIONS["causal_conv1d"] = _module(fresh, "mk_test_ok", "BUILD_INFO = '{}'\n")
+    assert dispatch.use_cuda("causal_conv1d", "cuda") is True
+    assert dispatch.use_cuda("causal_conv1d", "cpu") is False
+    assert dispatch.backends()["causal_conv1d"]["backend"] == "cuda"
+
+
+def test_cuda_mode_with_cpu_tensors_is_an_error(fresh, monkeypatch):
+    dispatch.EXTENSIONS["causal_conv1d"] = _module(fresh, "mk_test_ok2", "BUILD_INFO = '{}'\n")
+    monkeypatch.setenv(knobs.BACKEND_VAR, "cuda")
+    with pytest.raises(RuntimeError, match="tensors are on 'cpu'"):
+        dispatch.use_cuda("causal_conv1d", "cpu")
+
+
+def test_broken_extension_reports_the_import_error(fresh):
+    name = _module(fresh, "mk_test_broken", "raise ImportError('undefined symbol: _ZN3c104cuda')\n")
+    dispatch.EXTENSIONS["selective_scan"] = name
+    report = dispatch.backends()["selective_scan"]
+    assert report["backend"] == "reference"
+    assert "failed to load" in report["reason"] and "undefined symbol" in report["reason"]
+
+
+def test_unknown_kernel_name():
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        dispatch.extension_status("flash_attn")
+
+
+def test_bad_backend_value_is_an_error(fresh, monkeypatch):
+    monkeypatch.setenv(knobs.BACKEND_VAR, "fast")
+    with pytest.raises(ValueError, match="MAMBA_KERNELS_BACKEND='fast'"):
+        dispatch.use_cuda("causal_conv1d", "cuda")

@@ -1,0 +1,33 @@
+import pytest
+
+from mamba_kernels import knobs
+
+
+@pytest.mark.parametrize("raw", ["1", "true", "TRUE", "Yes", "on", " ON "])
+def test_true_spellings(raw):
+    assert knobs.parse_bool("MAMBA_KERNELS_X", raw) is True
+
+
+@pytest.mark.parametrize("raw", ["0", "false", "False", "NO", "off"])
+def test_false_spellings(raw):
+    assert knobs.parse_bool("MAMBA_KERNELS_X", raw) is False
+
+
+@pytest.mark.parametrize("raw", ["2", "y", "enable", "truee"])
+def test_unknown_boolean_is_an_error_naming_the_knob(raw):
+    with pytest.raises(ValueError, match=rf"MAMBA_KERNELS_X='{raw}' is not a boolean"):
+        knobs.parse_bool("MAMBA_KERNELS_X", raw)
+
+
+def test_env_bool_default_when_unset_or_empty():
+    assert knobs.env_bool("K", default=True, environ={}) is True
+    assert knobs.env_bool("K", default=False, environ={"K": ""}) is False
+    assert knobs.env_bool("K", default=False, environ={"K": "yes"}) is True
+
+
+def test_backend_mode():
+    assert knobs.backend_mode({}) == "auto"
+    assert knobs.backend_mode({knobs.BACKEND_VAR: "Reference"}) == "reference"
+    assert knobs.backend_mode({knobs.BACKEND_VAR: "cuda"}) == "cuda"
+    with pytest.raises(ValueError, match="MAMBA_KERNELS_BACKEND='triton' is not a backend"):
+        knobs.backend_mode({knobs.BACKEND_VAR: "triton"})
