@@ -2,4 +2,6 @@
 
 from mamba_kernels.version import __version__
 
-__all__ = ["__version__"]
+from .causal_conv1d_interface import causal_conv1d_fn, causal_conv1d_update
+
+__all__ = ["__version__", "causal_conv1d_fn", "causal_conv1d_update"]
