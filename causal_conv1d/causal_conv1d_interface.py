@@ -38,7 +38,6 @@ class CausalConv1dFn(torch.autograd.Function):
         _checks.check_bool("causal_conv1d_fn", "return_final_states", return_final_states)
         if not return_final_states:
             final_states_out = None  # ignored unless requested, as in the original
-        given = final_states_out
         # validate before allocating anything from x's shape
         _checks.check_fwd(
             x, weight, bias, seq_idx, initial_states, final_states_out, silu, "causal_conv1d_fn"
@@ -53,11 +52,7 @@ class CausalConv1dFn(torch.autograd.Function):
         ctx.silu = silu
         ctx.return_final_states = return_final_states
         ctx.return_dinitial_states = initial_states is not None and ctx.needs_input_grad[4]
-        if not return_final_states:
-            return out
-        if given is not None:
-            ctx.mark_dirty(given)  # written in place: return the caller's own object
-        return out, final_states_out
+        return (out, final_states_out) if return_final_states else out
 
     @staticmethod
     def backward(ctx, dout: Tensor, *rest: Tensor):
@@ -96,9 +91,17 @@ def causal_conv1d_fn(
     or ``(out, final_states)`` when ``return_final_states`` (``final_states_out`` is
     written in place and returned as that same object).
     """
-    return CausalConv1dFn.apply(
-        x, weight, bias, seq_idx, initial_states, return_final_states, final_states_out, activation
-    )
+    if not (return_final_states and final_states_out is not None):
+        return CausalConv1dFn.apply(
+            x, weight, bias, seq_idx, initial_states, return_final_states, None, activation
+        )
+    # autograd cannot hand a caller's buffer (often a transposed view) back from a Function
+    # that has two outputs, so the Function returns its own and an ordinary, differentiable
+    # copy_ fills the caller's buffer: the same object comes back, with gradients.
+    _checks.check_fwd(x, weight, bias, seq_idx, initial_states, final_states_out, False, "causal_conv1d_fn")
+    out, final_states = CausalConv1dFn.apply(x, weight, bias, seq_idx, initial_states, True, None, activation)
+    final_states_out.copy_(final_states)
+    return out, final_states_out
 
 
 def causal_conv1d_update(

@@ -76,8 +76,10 @@ def causal_conv1d_bwd_function(
     (any strides) and returned as the same object; dweight/dbias are accumulated in fp32 and
     cast to weight/bias dtype; dbias is None without bias; dinitial_states is None unless
     ``return_dinitial_states``."""
-    args = (x, weight, bias, dout, seq_idx, initial_states, dfinal_states, dx, return_dinitial_states)
-    _checks.check_bwd(*args, silu_activation)
+    _checks.check_bwd(
+        x, weight, bias, dout, seq_idx, initial_states, dfinal_states, dx, return_dinitial_states,
+        silu_activation,
+    )
     x = _unit_stride(x)
     dout = _checks.as_layout_of(dout, x)
     bias, seq_idx = _contiguous(bias), _contiguous(seq_idx)
