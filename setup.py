@@ -1,11 +1,17 @@
-"""Thin setup: the version, and (later) the CUDA extensions. The logic lives in mamba_kernels/."""
+"""Thin setup: the version, the torch requirement and the CUDA extensions come from
+mamba_kernels/build.py (importable without torch), which explains every decision."""
 
 import os
 import sys
 
 from setuptools import setup
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mamba_kernels.version import __version__  # noqa: E402  (importable without torch)
+ROOT = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, ROOT)
+from mamba_kernels.build import BuildError, setup_kwargs  # noqa: E402
 
-setup(version=__version__)
+try:
+    kwargs = setup_kwargs(ROOT)
+except BuildError as e:  # one plain line, not a traceback
+    sys.exit(f"mamba-kernels: error: {e}")
+setup(**kwargs)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable, Dict, Optional
 
-from . import knobs
+from . import buildinfo, knobs
 
 # kernel family -> import name of its compiled extension
 EXTENSIONS: Dict[str, str] = {
@@ -40,10 +40,16 @@ class ExtensionStatus:
 
 # A hook the build-metadata guard registers: given the imported module, return None when
 # it matches the running torch, else a sentence saying what it was built for and what runs.
-_metadata_checks: list = []
+# buildinfo.check_module compares the compiled-in BUILD_INFO with the running torch.
+_metadata_checks: list = [buildinfo.check_module]
 _status: Dict[str, ExtensionStatus] = {}
 _warned: set = set()
 _lock = threading.Lock()
+
+
+def _with_fix(reason: str) -> str:
+    """The reason plus the generic fix, unless the reason already names a specific one."""
+    return reason if "Fix:" in reason else f"{reason}. Fix: {FIX_HINT}"
 
 
 def register_metadata_check(check: Callable[[ModuleType], Optional[str]]) -> None:
@@ -91,7 +97,7 @@ def use_cuda(kernel: str, device_type: str) -> bool:
         if status.module is None:
             raise RuntimeError(
                 f"{knobs.BACKEND_VAR}=cuda but the {kernel} CUDA kernel is unavailable: "
-                f"{status.reason}. Fix: {FIX_HINT}; or unset {knobs.BACKEND_VAR} to allow "
+                f"{_with_fix(status.reason)}; or unset {knobs.BACKEND_VAR} to allow "
                 "the PyTorch fallback."
             )
         if device_type != "cuda":
@@ -109,7 +115,7 @@ def use_cuda(kernel: str, device_type: str) -> bool:
         _warned.add(kernel)
         warnings.warn(
             f"mamba_kernels: running {kernel} on CUDA tensors with the slower PyTorch "
-            f"implementation because {status.reason}. Fix: {FIX_HINT}. "
+            f"implementation because {_with_fix(status.reason)}. "
             f"Set {knobs.BACKEND_VAR}=reference to silence this or =cuda to make it an error.",
             RuntimeWarning,
             stacklevel=3,

@@ -1,0 +1,529 @@
+"""The source build of the CUDA extensions: knobs, the decision to build, flags, build info.
+
+setup.py calls :func:`setup_kwargs`; everything else here is a pure function over plain
+facts so it can be tested without torch, nvcc or a GPU. Importing this module does not
+import torch; gathering the facts of the running environment does.
+
+Knobs (booleans as mamba_kernels.knobs parses them):
+  MAMBA_KERNELS_FORCE_BUILD      build or fail with a plain error (no silent pure-Python install)
+  MAMBA_KERNELS_SKIP_CUDA_BUILD  never build the extensions
+  MAMBA_KERNELS_FORCE_CXX11_ABI  compile with _GLIBCXX_USE_CXX11_ABI=1 whatever torch reports
+  MAMBA_KERNELS_RELEASE          a release wheel: version label + torch pin, the support table's
+                                 architectures, stripped binaries; implies FORCE_BUILD
+  TORCH_CUDA_ARCH_LIST           architectures, e.g. "8.0;9.0+PTX" (see build_archs)
+  MAX_JOBS, NVCC_THREADS         parallel compile jobs, nvcc threads per job
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from . import build_archs, build_toolchain, knobs, support, variant
+from .version import __version__
+
+FORCE_BUILD_VAR = "MAMBA_KERNELS_FORCE_BUILD"
+SKIP_BUILD_VAR = "MAMBA_KERNELS_SKIP_CUDA_BUILD"
+FORCE_CXX11_ABI_VAR = "MAMBA_KERNELS_FORCE_CXX11_ABI"
+RELEASE_VAR = "MAMBA_KERNELS_RELEASE"
+MAX_JOBS_VAR = "MAX_JOBS"
+NVCC_THREADS_VAR = "NVCC_THREADS"
+
+KERNELS: Tuple[str, ...] = ("causal_conv1d", "selective_scan")  # csrc/<kernel>/ -> <kernel>._cuda
+GENERATED_DIR = os.path.join("build", "mamba_kernels_generated")
+BUILD_INFO_HEADER = "mamba_kernels_build_info.h"
+REVISION_FILE = "SOURCE_REVISION"  # written into the sdist, read when there is no git
+MIN_TORCH = (2, 1)
+GIB = 1 << 30
+NVCC_MEMORY_PER_THREAD = 2 * GIB  # rough peak of one nvcc thread on these kernels, with margin
+
+
+class BuildError(RuntimeError):
+    """A source build was required (FORCE_BUILD or RELEASE) and cannot happen."""
+
+
+# ----------------------------------------------------------------------------- knobs
+
+
+@dataclass(frozen=True)
+class BuildKnobs:
+    force: bool = False
+    skip: bool = False
+    force_cxx11_abi: bool = False
+    release: bool = False
+    arch_list: Optional[str] = None
+    max_jobs: Optional[int] = None
+    nvcc_threads: Optional[int] = None
+
+    @property
+    def must_build(self) -> bool:
+        return self.force or self.release
+
+
+def _positive_int(environ: Mapping[str, str], name: str) -> Optional[int]:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{name}={environ[name]!r} must be a positive integer")
+    return int(raw)
+
+
+def read_knobs(environ: Mapping[str, str]) -> BuildKnobs:
+    """Parse the build knobs; contradictory or malformed values are a ValueError."""
+    k = BuildKnobs(
+        force=knobs.env_bool(FORCE_BUILD_VAR, environ=environ),
+        skip=knobs.env_bool(SKIP_BUILD_VAR, environ=environ),
+        force_cxx11_abi=knobs.env_bool(FORCE_CXX11_ABI_VAR, environ=environ),
+        release=knobs.env_bool(RELEASE_VAR, environ=environ),
+        arch_list=environ.get(build_archs.ARCH_LIST_VAR) or None,
+        max_jobs=_positive_int(environ, MAX_JOBS_VAR),
+        nvcc_threads=_positive_int(environ, NVCC_THREADS_VAR),
+    )
+    if k.skip and k.must_build:
+        other = RELEASE_VAR if k.release else FORCE_BUILD_VAR
+        raise ValueError(f"{SKIP_BUILD_VAR} and {other} are both on: set only one of them")
+    if k.arch_list is not None:
+        build_archs.parse_arch_list(k.arch_list)  # fail early on a typo
+    return k
+
+
+# ----------------------------------------------------------------------------- facts
+
+
+@dataclass(frozen=True)
+class TorchFacts:
+    version: str  # "2.14.1+cu130"
+    cuda: Optional[str]  # torch.version.cuda
+    cxx11_abi: bool
+    include_dir: str
+    gpu_capabilities: Tuple[Tuple[int, int], ...] = ()
+
+
+def gather_torch_facts() -> Tuple[Optional[TorchFacts], Optional[str]]:
+    """(facts, None) or (None, why torch cannot be used)."""
+    try:
+        # Not torch.utils.cpp_extension yet: it fixes CUDA_HOME on import (see setup_kwargs).
+        import torch
+    except ImportError as e:
+        return None, (
+            f"torch is not importable in the build environment ({e}); with pip, build with "
+            "--no-build-isolation against the torch you have installed"
+        )
+    caps: List[Tuple[int, int]] = []
+    try:
+        if torch.version.cuda and torch.cuda.is_available():
+            caps = [torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())]
+    except Exception:  # no driver, broken driver: build for the default list instead
+        caps = []
+    include = os.path.join(os.path.dirname(torch.__file__), "include")
+    facts = TorchFacts(
+        torch.__version__, torch.version.cuda, bool(torch._C._GLIBCXX_USE_CXX11_ABI), include, tuple(caps)
+    )
+    return facts, None
+
+
+def current_platform() -> str:
+    if sys.platform == "win32":
+        return "win_amd64"
+    import platform
+
+    return "linux_aarch64" if platform.machine().lower() in ("aarch64", "arm64") else "linux_x86_64"
+
+
+def required_cxx_std(torch_version: str) -> int:
+    """The C++ standard to compile against this torch with (support table; newer than the
+    table: 20, older: 17)."""
+    try:
+        return support.torch_release(torch_version).cxx_std
+    except ValueError:
+        newest = support.RELEASES[-1]
+        mm = tuple(int(x) for x in torch_version.split("+")[0].split(".")[:2])
+        return newest.cxx_std if mm > tuple(int(x) for x in newest.torch.split(".")) else 17
+
+
+def torch_problem(facts: TorchFacts) -> Optional[str]:
+    """Why this torch cannot get a CUDA build, or None."""
+    mm = tuple(int(x) for x in facts.version.split("+")[0].split(".")[:2])
+    if mm < MIN_TORCH:
+        return f"torch {facts.version} is older than {MIN_TORCH[0]}.{MIN_TORCH[1]}, the oldest supported"
+    if not facts.cuda:
+        return (
+            f"the installed torch {facts.version} is a CPU-only build (torch.version.cuda is None); "
+            "install a CUDA build of torch to build the CUDA extensions"
+        )
+    return None
+
+
+def cuda_major_problem(nvcc_version: str, torch_cuda: str, home: str) -> Optional[str]:
+    if nvcc_version.split(".")[0] != torch_cuda.split(".")[0]:
+        return (
+            f"nvcc in {home} is CUDA {nvcc_version} but torch was built with CUDA {torch_cuda}: "
+            f"the major versions must match. Point CUDA_HOME at a CUDA {torch_cuda.split('.')[0]}.x "
+            "toolkit, or install the torch build for your toolkit"
+        )
+    return None
+
+
+# ----------------------------------------------------------------------------- jobs and flags
+
+
+def available_memory() -> Optional[int]:
+    """MemAvailable in bytes (Linux), else None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def choose_parallelism(
+    cpus: int,
+    mem_available: Optional[int],
+    n_targets: int,
+    max_jobs: Optional[int],
+    nvcc_threads: Optional[int],
+) -> Tuple[int, int]:
+    """(compile jobs, nvcc threads per job). nvcc threads parallelise the architectures of one
+    file; jobs parallelise files. Memory, not cores, is what runs out: each nvcc thread is
+    budgeted NVCC_MEMORY_PER_THREAD."""
+    cpus = max(1, cpus)
+    threads = nvcc_threads or max(1, min(n_targets, 4, cpus))
+    if max_jobs:
+        return max_jobs, threads
+    jobs = max(1, cpus // threads)
+    if mem_available is not None:
+        jobs = max(1, min(jobs, mem_available // (NVCC_MEMORY_PER_THREAD * threads)))
+    return int(jobs), threads
+
+
+def compile_flags(
+    *,
+    platform: str,
+    cxx_std: int,
+    nvcc_version: str,
+    arch_plan: build_archs.ArchPlan,
+    nvcc_threads: int,
+    release: bool,
+    cxx11_abi: Optional[bool],
+) -> Dict[str, List[str]]:
+    """{'cxx': [...], 'nvcc': [...], 'link': [...]} for every extension."""
+    nvcc_v = tuple(int(x) for x in nvcc_version.split("."))
+    nvcc = ["-O3", f"--threads={nvcc_threads}"] + build_archs.gencode_flags(arch_plan)
+    if platform == "win_amd64":
+        # MSVC: standard-conforming mode and a truthful __cplusplus (torch checks it); CCCL in
+        # CUDA >= 13.2 needs the conforming preprocessor (compat.md 2.7).
+        msvc = ["/permissive-", "/Zc:__cplusplus"]
+        cxx = ["/O2", f"/std:c++{cxx_std}"] + msvc
+        host = msvc + (["/Zc:preprocessor"] if nvcc_v >= (13, 2) else [])
+        for flag in host:
+            nvcc += ["-Xcompiler", flag]
+        link: List[str] = []  # torch adds -std for nvcc on Windows itself
+    else:
+        # The ABI define explicitly: newer torch no longer adds it, older torch adds the same value.
+        abi = [f"-D_GLIBCXX_USE_CXX11_ABI={int(bool(cxx11_abi))}"]
+        cxx = ["-O3", f"-std=c++{cxx_std}"] + abi
+        nvcc[:0] = [f"-std=c++{cxx_std}"] + abi
+        link = []
+        if release:
+            cxx.append("-g0")  # Python's CFLAGS often carry -g
+            link.append("-s")
+    if release:
+        if nvcc_v >= (12, 8):
+            nvcc.append("--compress-mode=size")
+    else:
+        nvcc.append("-lineinfo")
+    return {"cxx": cxx, "nvcc": nvcc, "link": link}
+
+
+# ----------------------------------------------------------------------------- build info
+
+
+def source_revision(root: str) -> str:
+    """The git commit of ``root`` (+'-dirty' with uncommitted changes), else the revision
+    written into the sdist, else 'unknown'."""
+    try:
+        rev = subprocess.run(
+            ["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30
+        )
+        if rev.returncode == 0 and rev.stdout.strip():
+            dirty = subprocess.run(
+                ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True, text=True, timeout=30,
+            )
+            return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    path = os.path.join(root, REVISION_FILE)
+    if os.path.isfile(path):
+        with open(path) as f:
+            return f.read().strip() or "unknown"
+    return "unknown"
+
+
+def build_info(
+    *,
+    torch: TorchFacts,
+    nvcc_version: str,
+    cxx11_abi: bool,
+    host_compiler: str,
+    cxx_std: int,
+    arch_plan: build_archs.ArchPlan,
+    platform: str,
+    revision: str,
+    release: bool,
+    version: str = __version__,
+) -> Dict[str, Any]:
+    """The metadata compiled into each extension (read back by mamba_kernels.buildinfo)."""
+    return {
+        "format": 1,
+        "package_version": version,
+        "torch_version": torch.version,
+        "torch_cuda": torch.cuda,
+        "nvcc_version": nvcc_version,
+        "cxx11_abi": None if platform == "win_amd64" else cxx11_abi,
+        "host_compiler": host_compiler,
+        "cxx_standard": f"c++{cxx_std}",
+        "sass": arch_plan.sass_names,
+        "ptx": arch_plan.ptx_names,
+        "platform": platform,
+        "source_revision": revision,
+        "release": release,
+    }
+
+
+def build_info_header(info: Mapping[str, Any]) -> str:
+    """A C header defining MAMBA_KERNELS_BUILD_INFO as a string literal holding ``info`` as JSON."""
+    text = json.dumps(info, sort_keys=True, separators=(",", ":"))
+    literal = text.replace("\\", "\\\\").replace('"', '\\"')
+    return (
+        "// Generated by mamba_kernels/build.py at build time; do not edit or commit.\n"
+        "#pragma once\n"
+        f'#define MAMBA_KERNELS_BUILD_INFO "{literal}"\n'
+    )
+
+
+def write_if_changed(path: str, text: str) -> None:
+    """Write only on change, so ninja does not rebuild for an identical header."""
+    if os.path.isfile(path):
+        with open(path) as f:
+            if f.read() == text:
+                return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def kernel_sources(root: str) -> Dict[str, List[str]]:
+    """kernel -> its .cpp/.cu sources relative to ``root`` (kernels without sources omitted)."""
+    found: Dict[str, List[str]] = {}
+    for kernel in KERNELS:
+        files = []
+        for ext in ("*.cpp", "*.cu"):
+            files += glob.glob(os.path.join(root, "csrc", kernel, ext))
+        if files:
+            found[kernel] = sorted(os.path.relpath(f, root).replace(os.sep, "/") for f in files)
+    return found
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+@dataclass
+class Plan:
+    """What setup.py does: the version, the torch requirement, and the extensions (if any)."""
+
+    version: str
+    install_requires: List[str]
+    build: bool
+    notice: str = ""  # why nothing is built (pure-Python install)
+    progress: str = ""  # the one line describing the build
+    sources: Dict[str, List[str]] = field(default_factory=dict)
+    flags: Dict[str, List[str]] = field(default_factory=dict)
+    include_dirs: List[str] = field(default_factory=list)
+    env: Dict[str, str] = field(default_factory=dict)  # environment for torch's build_ext
+    force_cxx11_abi: bool = False
+    info: Dict[str, Any] = field(default_factory=dict)
+
+
+def _pure(k: BuildKnobs, why: str) -> Plan:
+    if k.must_build:
+        knob = RELEASE_VAR if k.release else FORCE_BUILD_VAR
+        raise BuildError(f"{knob} is on but the CUDA extensions cannot be built: {why}")
+    return Plan(
+        __version__,
+        [f"torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}", "packaging>=23"],
+        build=False,
+        notice=(
+            f"mamba-kernels: installing without the CUDA extensions (the PyTorch path runs): {why}. "
+            f"Set {FORCE_BUILD_VAR}=1 to make this an error."
+        ),
+    )
+
+
+def make_plan(root: str, environ: Mapping[str, str]) -> Plan:
+    """Decide whether and how to build; raises BuildError when a build is required and blocked."""
+    k = read_knobs(environ)
+    if k.skip:
+        return _pure(k, f"{SKIP_BUILD_VAR} is on")
+    sources = kernel_sources(root)
+    if not sources:
+        return _pure(k, f"no kernel sources in {os.path.join(root, 'csrc')}")
+    torch, why = gather_torch_facts()
+    if torch is None:
+        return _pure(k, why or "torch is not importable")
+    problem = torch_problem(torch)
+    if problem:
+        return _pure(k, problem)
+    assert torch.cuda is not None
+    platform = current_platform()
+    site = [p for p in sys.path if p.endswith("site-packages")]
+    home = build_toolchain.find_cuda_home(environ, search_paths=site)
+    if home is None:
+        return _pure(k, "no CUDA toolkit found (set CUDA_HOME, or put nvcc on PATH)")
+    problem = build_toolchain.toolkit_problem(home.path, platform)
+    if problem:
+        return _pure(k, f"the CUDA toolkit at {home.path} (from {home.how}) is unusable: {problem}")
+    nvcc_version, nvcc_archs = build_toolchain.nvcc_facts(home.path)
+    if nvcc_version is None:
+        return _pure(k, f"cannot read the version of {home.path}/bin/nvcc")
+    problem = cuda_major_problem(nvcc_version, torch.cuda, home.path)
+    if problem:
+        return _pure(k, problem)
+    cxx_std = required_cxx_std(torch.version)
+    problem = build_toolchain.probe_nvcc(home.path, cxx_std, environ, nvcc_version)
+    cxx, compiler = build_toolchain.host_compiler(environ)
+    problem = problem or build_toolchain.probe_torch_headers(cxx, cxx_std, torch.include_dir)
+    if problem:
+        return _pure(k, problem)
+    arch_plan = build_archs.choose_archs(
+        arch_list=k.arch_list,
+        release=k.release,
+        gpu_capabilities=torch.gpu_capabilities,
+        cuda=torch.cuda,
+        platform=platform,
+    )
+    problem = build_archs.unsupported(arch_plan, nvcc_archs, nvcc_version)
+    if problem:
+        return _pure(k, problem)
+
+    cxx11_abi = True if k.force_cxx11_abi else torch.cxx11_abi
+    n_targets = len(arch_plan.sass) + len(arch_plan.ptx)
+    jobs, threads = choose_parallelism(
+        os.cpu_count() or 1, available_memory(), n_targets, k.max_jobs, k.nvcc_threads
+    )
+    flags = compile_flags(
+        platform=platform, cxx_std=cxx_std, nvcc_version=nvcc_version, arch_plan=arch_plan,
+        nvcc_threads=threads, release=k.release, cxx11_abi=cxx11_abi,
+    )
+    compiler_text = " ".join(compiler) if compiler else cxx
+    version = __version__
+    requires = [f"torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}", "packaging>=23"]
+    if k.release:
+        version = variant.release_version(__version__, torch.version, torch.cuda, cxx11_abi)
+        requires = [variant.torch_requirement(torch.version), "packaging>=23"]
+    info = build_info(
+        torch=torch, nvcc_version=nvcc_version, cxx11_abi=cxx11_abi, host_compiler=compiler_text,
+        cxx_std=cxx_std, arch_plan=arch_plan, platform=platform, revision=source_revision(root),
+        release=k.release, version=version,
+    )
+    progress = (
+        f"mamba-kernels: building {', '.join(k_ + '._cuda' for k_ in sources)} for {arch_plan.describe()}; "
+        f"nvcc {nvcc_version} ({home.path}, {home.how}), {compiler_text}, c++{cxx_std}, "
+        f"torch {torch.version} ({variant.abi_name(cxx11_abi)} ABI); {jobs} jobs x {threads} nvcc threads; "
+        f"{'release' if k.release else 'development'} flags: nvcc {' '.join(flags['nvcc'])}; "
+        f"cxx {' '.join(flags['cxx'])}; link {' '.join(flags['link']) or '-'}"
+    )
+    env = {
+        "CUDA_HOME": home.path,  # before torch.utils.cpp_extension reads it (wrapper-script trap)
+        MAX_JOBS_VAR: str(jobs),
+        # Our -gencode flags make torch skip its own arch guessing; keep its knob consistent.
+        build_archs.ARCH_LIST_VAR: ";".join(str(a) for a in arch_plan.sass),
+    }
+    gen = os.path.join(root, GENERATED_DIR)
+    return Plan(
+        version, requires, build=True, progress=progress, sources=sources, flags=flags,
+        include_dirs=[os.path.join(root, "csrc", "common"), gen], env=env,
+        force_cxx11_abi=k.force_cxx11_abi, info=info,
+    )
+
+
+# ----------------------------------------------------------------------------- setup.py glue
+
+
+def _sdist_class() -> type:
+    from setuptools.command.sdist import sdist
+
+    class SdistWithRevision(sdist):
+        """Write the source revision into the sdist, for builds without git."""
+
+        def make_release_tree(self, base_dir: str, files: Sequence[str]) -> None:
+            super().make_release_tree(base_dir, files)
+            path = os.path.join(base_dir, REVISION_FILE)
+            if os.path.exists(path):
+                os.remove(path)  # a hard link to the source tree's copy: do not write through it
+            root = os.path.dirname(os.path.abspath(self.distribution.script_name))
+            with open(path, "w") as f:
+                f.write(source_revision(root) + "\n")
+
+    return SdistWithRevision
+
+
+def _build_ext_class(progress: str) -> type:
+    from torch.utils.cpp_extension import BuildExtension
+
+    class BuildWithProgress(BuildExtension):
+        def run(self) -> None:
+            print(progress, file=sys.stderr, flush=True)
+            start = time.monotonic()
+            super().run()
+            print(f"mamba-kernels: extensions compiled in {time.monotonic() - start:.0f} s", file=sys.stderr)
+
+    return BuildWithProgress
+
+
+def setup_kwargs(root: str, environ: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
+    """Keyword arguments for setuptools.setup(): version, install_requires, ext_modules, cmdclass."""
+    env = os.environ if environ is None else environ
+    try:
+        plan = make_plan(root, env)
+    except ValueError as e:  # a malformed knob
+        raise BuildError(str(e)) from None
+    cmdclass: Dict[str, type] = {"sdist": _sdist_class()}
+    kwargs: Dict[str, Any] = {"version": plan.version, "install_requires": plan.install_requires}
+    if not plan.build:
+        print(plan.notice, file=sys.stderr)
+        kwargs.update(ext_modules=[], cmdclass=cmdclass)
+        return kwargs
+    os.environ.update(plan.env)
+    write_if_changed(os.path.join(root, GENERATED_DIR, BUILD_INFO_HEADER), build_info_header(plan.info))
+    import torch
+    from torch.utils import cpp_extension
+
+    # cpp_extension reads CUDA_HOME once, at import; if something imported it before we set
+    # the environment it may hold a wrong guess (/usr/local for a wrapper nvcc).
+    cpp_extension.CUDA_HOME = plan.env["CUDA_HOME"]
+    if plan.force_cxx11_abi:
+        torch._C._GLIBCXX_USE_CXX11_ABI = True  # BuildExtension reads it for -D_GLIBCXX_USE_CXX11_ABI
+    ext_modules = [
+        cpp_extension.CUDAExtension(
+            name=f"{kernel}._cuda",
+            sources=files,
+            include_dirs=plan.include_dirs,
+            extra_compile_args={"cxx": plan.flags["cxx"], "nvcc": plan.flags["nvcc"]},
+            extra_link_args=plan.flags["link"],
+        )
+        for kernel, files in plan.sources.items()
+    ]
+    cmdclass["build_ext"] = _build_ext_class(plan.progress)
+    kwargs.update(ext_modules=ext_modules, cmdclass=cmdclass)
+    return kwargs
