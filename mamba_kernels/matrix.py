@@ -1,0 +1,253 @@
+"""The build matrix: every release wheel CI builds, and how each one is built.
+
+The facts (which torch / CUDA / Python / platform / ABI combinations exist, arch lists,
+labels, wheel names) come from :mod:`support` and :mod:`variant`; this module adds only the
+CI plumbing of a cell (runner, cibuildwheel identifier and image, torch index, where the
+CUDA toolkit comes from, time limit) and the ``matrix`` CLI verb.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from typing import Any, Dict, Iterable, List, Optional
+
+from . import support, variant
+from .version import __version__
+
+# GitHub Actions refuses a job matrix of more than 256 entries.
+GITHUB_MATRIX_LIMIT = 256
+
+RUNNERS = {"linux_x86_64": "ubuntu-24.04", "linux_aarch64": "ubuntu-24.04-arm", "win_amd64": "windows-2022"}
+_CIBW_PLATFORM = {"linux_x86_64": "linux", "linux_aarch64": "linux", "win_amd64": "windows"}
+_CIBW_ARCH = {"linux_x86_64": "x86_64", "linux_aarch64": "aarch64", "win_amd64": "AMD64"}
+# cibuildwheel's names for the manylinux images of each glibc baseline torch used.
+_CIBW_IMAGE = {"manylinux_2_17": "manylinux2014", "manylinux_2_28": "manylinux_2_28"}
+OS_NAMES = {"linux": ("linux_x86_64", "linux_aarch64"), "windows": ("win_amd64",)}
+ARCH_NAMES = {"x86_64": ("linux_x86_64", "win_amd64"), "aarch64": ("linux_aarch64",),
+              "amd64": ("win_amd64",)}
+ABI_NAMES = {"cxx11": True, "pre-cxx11": False}
+TORCH_INDEX = "https://download.pytorch.org/whl/{tag}"
+# Hosted runners stop a job at 6 h; the build step stops earlier so the compiler cache is saved
+# and a re-run resumes from it.
+JOB_TIMEOUT_MINUTES = 350
+BUILD_TIMEOUT_MINUTES = 320
+
+
+def cell_id(cell: support.Cell) -> str:
+    """A unique, file-name-safe name of a cell: ``cu130torch2.14-cp311-linux_x86_64``."""
+    lab = variant.label(cell.torch, cell.cuda, cell.cxx11_abi)
+    return f"{lab}-{variant.python_tag(cell.python)}-{cell.platform}"
+
+
+def cuda_tag(cuda: str) -> str:
+    """``13.0`` -> ``cu130``: PyTorch's index folder for a CUDA variant."""
+    return variant.label("0.0", cuda).split("torch")[0]
+
+
+def toolkit_source(cell: support.Cell) -> str:
+    """Where CI gets the cell's CUDA toolkit.
+
+    ``pypi``: CUDA 13.x on Linux (PyPI carries a complete 13.x compiler: nvcc, nvvm, crt, cccl,
+    runtime). ``nvidia-repo``: CUDA 11.8/12.x on Linux (PyPI's 11.8/12.x "nvcc" wheels hold only
+    ptxas and libnvvm), from NVIDIA's RPM repository inside the manylinux container.
+    ``nvidia-installer``: Windows, NVIDIA's network installer on the runner.
+    """
+    if cell.platform == "win_amd64":
+        return "nvidia-installer"
+    return "pypi" if int(cell.cuda.split(".")[0]) >= 13 else "nvidia-repo"
+
+
+def arch_list(cell: support.Cell) -> str:
+    """``TORCH_CUDA_ARCH_LIST`` for the cell: SASS for each default arch, PTX for the newest."""
+    archs = list(cell.archs)
+    return ";".join(archs[:-1] + [archs[-1] + "+PTX"])
+
+
+def cibuildwheel_identifier(cell: support.Cell) -> str:
+    py = variant.python_tag(cell.python)
+    if cell.platform == "win_amd64":
+        return f"{py}-win_amd64"
+    return f"{py}-manylinux_{_CIBW_ARCH[cell.platform]}"
+
+
+def ci_fields(cell: support.Cell, version: str = __version__) -> Dict[str, Any]:
+    """Everything the workflow and ci/build_cell.py need to know about one cell."""
+    return {
+        "id": cell_id(cell),
+        "torch": cell.torch,
+        "cuda": cell.cuda,
+        "python": cell.python,
+        "platform": cell.platform,
+        "cxx11_abi": cell.cxx11_abi,
+        "manylinux": cell.manylinux,
+        "cxx_std": cell.cxx_std,
+        "archs": list(cell.archs),
+        "arch_list": arch_list(cell),
+        "label": variant.label(cell.torch, cell.cuda, cell.cxx11_abi),
+        "wheel": variant.wheel_name(version, cell),
+        "platform_tag": variant.platform_tag(cell),
+        "torch_requirement": variant.torch_requirement(cell.torch),
+        "torch_index": TORCH_INDEX.format(tag=cuda_tag(cell.cuda)),
+        "toolkit": toolkit_source(cell),
+        "runner": RUNNERS[cell.platform],
+        "cibw_platform": _CIBW_PLATFORM[cell.platform],
+        "cibw_archs": _CIBW_ARCH[cell.platform],
+        "cibw_build": cibuildwheel_identifier(cell),
+        "cibw_image": _CIBW_IMAGE[cell.manylinux] if cell.manylinux else None,
+        "timeout_minutes": JOB_TIMEOUT_MINUTES,
+        "build_timeout_minutes": BUILD_TIMEOUT_MINUTES,
+    }
+
+
+def _choice(name: str, value: Optional[str], allowed: Iterable[str]) -> Optional[str]:
+    allowed = tuple(allowed)
+    if value is not None and value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
+def select(
+    torch: Optional[str] = None,
+    cuda: Optional[str] = None,
+    python: Optional[str] = None,
+    os: Optional[str] = None,
+    arch: Optional[str] = None,
+    platform: Optional[str] = None,
+    abi: Optional[str] = None,
+) -> List[support.Cell]:
+    """The cells matching every given filter (``None`` = any). Values are exact, as printed by
+    the ``matrix`` verb: torch ``2.14``, cuda ``13.0``, python ``3.11``, os ``linux``/``windows``,
+    arch ``x86_64``/``aarch64``/``amd64``, platform ``linux_x86_64``..., abi ``cxx11``/``pre-cxx11``."""
+    _choice("os", os, OS_NAMES)
+    _choice("arch", arch, ARCH_NAMES)
+    _choice("platform", platform, support.PLATFORMS)
+    _choice("abi", abi, ABI_NAMES)
+    if cuda is not None:
+        known = sorted({c for r in support.RELEASES for cs in r.cuda.values() for c in cs},
+                       key=lambda v: tuple(int(x) for x in v.split(".")))
+        _choice("cuda", cuda, known)
+    if python is not None:
+        known = sorted({p for r in support.RELEASES for p in r.pythons
+                        if tuple(int(x) for x in p.split(".")) >= support.MIN_PYTHON},
+                       key=lambda v: int(v.split(".")[1]))
+        _choice("python", python, known)
+    if torch is not None:
+        _choice("torch", torch, [r.torch for r in support.RELEASES])
+    out = []
+    for cell in support.cells(torch=torch, cuda=cuda, python=python, platform=platform,
+                              cxx11_abi=None if abi is None else ABI_NAMES[abi]):
+        if os is not None and cell.platform not in OS_NAMES[os]:
+            continue
+        if arch is not None and cell.platform not in ARCH_NAMES[arch]:
+            continue
+        out.append(cell)
+    return out
+
+
+def find_cell(cell_id_text: str) -> support.Cell:
+    """The cell with this :func:`cell_id`; a ValueError naming the id otherwise."""
+    for cell in support.cells():
+        if cell_id(cell) == cell_id_text:
+            return cell
+    raise ValueError(
+        f"cell must be a cell id such as 'cu130torch2.14-cp311-linux_x86_64' "
+        f"(see `python -m mamba_kernels matrix`), got {cell_id_text!r}"
+    )
+
+
+def github_matrix(cells: List[support.Cell], version: str = __version__) -> Dict[str, Any]:
+    """A GitHub Actions ``strategy.matrix`` value: ``{"include": [...]}``, one entry per cell."""
+    if len(cells) > GITHUB_MATRIX_LIMIT:
+        raise ValueError(
+            f"a GitHub job matrix holds at most {GITHUB_MATRIX_LIMIT} cells, got {len(cells)}: "
+            "split it with --platform (the release workflow runs one build job per platform)"
+        )
+    return {"include": [ci_fields(c, version) for c in cells]}
+
+
+def counts(cells: List[support.Cell]) -> Dict[str, int]:
+    """Number of cells (= wheels) per platform, in support.PLATFORMS order, plus ``total``."""
+    c = Counter(cell.platform for cell in cells)
+    out = {p: c.get(p, 0) for p in support.PLATFORMS}
+    out["total"] = len(cells)
+    return out
+
+
+def markdown_table(cells: List[support.Cell]) -> str:
+    """Wheels per torch release and platform, with the CUDA variants and Pythons: README's table."""
+    rows = ["| torch | platform | CUDA | Python | C++ ABI | wheels |", "| --- " * 6 + "|"]
+    groups: Dict[tuple, List[support.Cell]] = {}
+    for cell in cells:
+        groups.setdefault((cell.torch, cell.platform), []).append(cell)
+    for (torch, plat), group in groups.items():
+        cudas = ", ".join(dict.fromkeys(c.cuda for c in group))
+        pys = [c.python for c in group]
+        py_range = f"{pys[0]}–{max(pys, key=lambda v: int(v.split('.')[1]))}"
+        abis = ", ".join(dict.fromkeys(variant.abi_name(c.cxx11_abi) for c in group))
+        rows.append(f"| {torch} | {plat} | {cudas} | {py_range} | {abis} | {len(group)} |")
+    n = counts(cells)
+    rows.append("| **total** | " + ", ".join(f"{p} {n[p]}" for p in support.PLATFORMS)
+                + " | | | | **" + str(n["total"]) + "** |")
+    return "\n".join(rows)
+
+
+def _text_table(cells: List[support.Cell]) -> str:
+    lines = [f"{'torch':<6} {'cuda':<5} {'python':<7} {'platform':<14} {'abi':<10} archs"]
+    for c in cells:
+        lines.append(f"{c.torch:<6} {c.cuda:<5} {c.python:<7} {c.platform:<14} "
+                     f"{variant.abi_name(c.cxx11_abi):<10} {arch_list(c)}")
+    n = counts(cells)
+    lines.append(f"{n['total']} cells: " + ", ".join(f"{p} {n[p]}" for p in support.PLATFORMS))
+    return "\n".join(lines)
+
+
+def _cmd_matrix(args: argparse.Namespace) -> int:
+    cells = select(torch=args.torch, cuda=args.cuda, python=args.python, os=args.os, arch=args.arch,
+                   platform=args.platform, abi=args.abi)
+    version = args.package_version
+    if args.github:
+        print(json.dumps(github_matrix(cells, version), separators=(",", ":")))
+    elif args.json:
+        print(json.dumps({"version": version, "counts": counts(cells),
+                          "cells": [ci_fields(c, version) for c in cells]}, indent=2))
+    elif args.wheels:
+        for c in cells:
+            print(variant.wheel_name(version, c))
+    elif args.counts:
+        print(json.dumps(counts(cells)))
+    elif args.markdown:
+        print(markdown_table(cells))
+    else:
+        print(_text_table(cells))
+    if not cells:
+        print("mamba-kernels: no cell matches these filters", file=sys.stderr)
+        return 1
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``matrix`` verb to the CLI."""
+    p = subparsers.add_parser(
+        "matrix", help="list the release build matrix (cells, wheel names, GitHub Actions matrix)",
+        description="The release build matrix: one cell per wheel. Filters are exact values; "
+                    "exit 1 when no cell matches.",
+    )
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="every cell with its CI fields, as JSON")
+    out.add_argument("--github", action="store_true", help="a GitHub Actions matrix ({\"include\": [...]})")
+    out.add_argument("--wheels", action="store_true", help="the exact wheel file names, one per line")
+    out.add_argument("--counts", action="store_true", help="wheels per platform, as JSON")
+    out.add_argument("--markdown", action="store_true", help="a summary table per torch and platform")
+    p.add_argument("--torch", help="torch release, e.g. 2.4")
+    p.add_argument("--cuda", help="CUDA variant, e.g. 12.1")
+    p.add_argument("--python", help="CPython version, e.g. 3.11")
+    p.add_argument("--os", help="linux or windows")
+    p.add_argument("--arch", help="x86_64, aarch64 or amd64")
+    p.add_argument("--platform", help="linux_x86_64, linux_aarch64 or win_amd64")
+    p.add_argument("--abi", help="cxx11 or pre-cxx11 (Linux C++ ABI)")
+    p.add_argument("--package-version", default=__version__,
+                   help=f"public version for the wheel names (default {__version__})")
+    p.set_defaults(func=_cmd_matrix)

@@ -1,0 +1,177 @@
+"""The build-matrix generator and the ``matrix`` verb.
+
+Expected values are written out here from ../shared/reference/compat.md (sections named) and
+PyTorch's conventions, not computed with the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from mamba_kernels import cli, matrix, support, variant
+
+
+def run(capsys, *argv):
+    code = cli.main(["matrix", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_every_cell_has_a_unique_id_and_wheel_name():
+    cells = matrix.select()
+    ids = [matrix.cell_id(c) for c in cells]
+    wheels = [variant.wheel_name("0.1.0", c) for c in cells]
+    assert len(set(ids)) == len(ids) == len(cells)
+    assert len(set(wheels)) == len(wheels)
+    for i in ids:
+        assert re.fullmatch(r"cu\d{3}torch\d+\.\d+(cxx11|precxx11)?-cp3\d+-"
+                            r"(linux_x86_64|linux_aarch64|win_amd64)", i)
+
+
+def test_find_cell_round_trips_and_rejects_unknown_ids():
+    for c in matrix.select(torch="2.6"):
+        assert matrix.find_cell(matrix.cell_id(c)) == c
+    with pytest.raises(ValueError, match=r"cell must be a cell id.*'cu999torch9.9-cp311-linux_x86_64'"):
+        matrix.find_cell("cu999torch9.9-cp311-linux_x86_64")
+
+
+def test_wheel_names_parse_back_to_their_cell():
+    for c in matrix.select():
+        info = variant.parse_wheel_name(variant.wheel_name("0.1.0", c))
+        assert (info.variant.torch, info.variant.cuda, info.python, info.platform) == (
+            c.torch, c.cuda, c.python, c.platform)
+
+
+# (torch, platform) -> (CUDA variants, number of CPython versions >= 3.9): compat.md 2.1, with
+# Windows lacking 13.4 (CUDA_ARCHES_NO_WINDOWS) and aarch64 CUDA builds only from torch 2.7.
+PINNED = {
+    ("2.4", "linux_x86_64"): (("11.8", "12.1", "12.4"), 4),  # 3.9-3.12 (3.8 below our floor)
+    ("2.4", "linux_aarch64"): ((), 0),
+    ("2.6", "linux_x86_64"): (("11.8", "12.4", "12.6"), 5),
+    ("2.7", "linux_aarch64"): (("12.8",), 5),
+    ("2.8", "win_amd64"): (("12.6", "12.8", "12.9"), 5),
+    ("2.9", "linux_aarch64"): (("12.6", "12.8", "13.0"), 5),  # 3.10-3.14
+    ("2.12", "linux_x86_64"): (("12.6", "13.0", "13.2"), 5),
+    ("2.14", "linux_x86_64"): (("12.6", "13.0", "13.2", "13.4"), 5),
+    ("2.14", "win_amd64"): (("12.6", "13.0", "13.2"), 5),
+}
+
+
+@pytest.mark.parametrize("key", sorted(PINNED))
+def test_cells_per_torch_and_platform_match_reference(key):
+    torch, platform = key
+    cudas, n_py = PINNED[key]
+    cells = matrix.select(torch=torch, platform=platform)
+    assert tuple(dict.fromkeys(c.cuda for c in cells)) == cudas
+    assert len(cells) == len(cudas) * n_py
+    assert all(c.torch == torch and c.platform == platform for c in cells)
+
+
+def test_torch_2_6_linux_carries_both_abis_in_labels():
+    ids = {matrix.cell_id(c) for c in matrix.select(torch="2.6", python="3.11", os="linux")}
+    assert ids == {"cu118torch2.6precxx11-cp311-linux_x86_64", "cu124torch2.6precxx11-cp311-linux_x86_64",
+                   "cu126torch2.6cxx11-cp311-linux_x86_64"}
+    assert [c.cuda for c in matrix.select(torch="2.6", os="linux", abi="cxx11", python="3.9")] == ["12.6"]
+
+
+def test_filters_combine_and_validate():
+    cells = matrix.select(cuda="12.1")
+    assert cells and {c.torch for c in cells} == {"2.1", "2.2", "2.3", "2.4", "2.5"}
+    assert {c.platform for c in matrix.select(os="windows")} == {"win_amd64"}
+    assert {c.platform for c in matrix.select(arch="aarch64")} == {"linux_aarch64"}
+    assert not [c for c in matrix.select(os="windows") if c.cuda == "13.4"]  # compat.md 2.1
+    assert {c.python for c in matrix.select(torch="2.14")} == {"3.10", "3.11", "3.12", "3.13", "3.14"}
+    for kwargs, message in [
+        ({"os": "macos"}, r"os must be one of linux, windows, got 'macos'"),
+        ({"arch": "ppc64le"}, r"arch must be one of .*got 'ppc64le'"),
+        ({"cuda": "12.3"}, r"cuda must be one of .*got '12.3'"),
+        ({"python": "3.8"}, r"python must be one of .*got '3.8'"),
+        ({"torch": "1.13"}, r"torch must be one of .*got '1.13'"),
+        ({"abi": "cxx98"}, r"abi must be one of cxx11, pre-cxx11, got 'cxx98'"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            matrix.select(**kwargs)
+
+
+def test_ci_fields_of_one_linux_cell():
+    (cell,) = matrix.select(torch="2.14", cuda="13.0", python="3.11", platform="linux_x86_64")
+    f = matrix.ci_fields(cell, "0.1.0")
+    assert f["id"] == "cu130torch2.14-cp311-linux_x86_64"
+    assert f["wheel"] == "mamba_kernels-0.1.0+cu130torch2.14-cp311-cp311-manylinux_2_28_x86_64.whl"
+    assert f["label"] == "cu130torch2.14"
+    # PyTorch's cu130 list (compat.md 2.6), from sm_75, PTX for the newest.
+    assert f["arch_list"] == "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
+    assert f["torch_index"] == "https://download.pytorch.org/whl/cu130"
+    assert f["torch_requirement"] == "torch==2.14.*"
+    assert (f["runner"], f["cibw_build"], f["cibw_archs"], f["cibw_image"]) == (
+        "ubuntu-24.04", "cp311-manylinux_x86_64", "x86_64", "manylinux_2_28")
+    assert f["toolkit"] == "pypi"
+    assert f["build_timeout_minutes"] < f["timeout_minutes"] <= 360  # hosted runners stop at 6 h
+
+
+def test_ci_fields_of_old_linux_aarch64_and_windows_cells():
+    (old,) = matrix.select(torch="2.4", cuda="12.1", python="3.9", platform="linux_x86_64")
+    f = matrix.ci_fields(old, "0.1.0")
+    assert f["cibw_image"] == "manylinux2014"  # glibc 2.17 baseline for torch <= 2.5 (compat.md 2.3)
+    assert f["wheel"].endswith("-cp39-cp39-manylinux_2_17_x86_64.manylinux2014_x86_64.whl")
+    assert f["toolkit"] == "nvidia-repo" and f["torch_index"].endswith("/cu121")
+    (arm,) = matrix.select(torch="2.13", cuda="13.0", python="3.12", platform="linux_aarch64")
+    f = matrix.ci_fields(arm, "0.1.0")
+    assert (f["runner"], f["cibw_build"], f["arch_list"]) == (
+        "ubuntu-24.04-arm", "cp312-manylinux_aarch64", "8.0;9.0;10.0;11.0;12.0+PTX")
+    (win,) = matrix.select(torch="2.13", cuda="12.6", python="3.13", platform="win_amd64")
+    f = matrix.ci_fields(win, "0.1.0")
+    assert (f["runner"], f["cibw_build"], f["cibw_image"], f["toolkit"]) == (
+        "windows-2022", "cp313-win_amd64", None, "nvidia-installer")
+    assert f["wheel"] == "mamba_kernels-0.1.0+cu126torch2.13-cp313-cp313-win_amd64.whl"
+
+
+def test_github_matrix_fits_per_platform_and_refuses_oversize():
+    for platform in support.PLATFORMS:
+        cells = matrix.select(platform=platform)
+        m = matrix.github_matrix(cells)
+        assert len(m["include"]) == len(cells) <= matrix.GITHUB_MATRIX_LIMIT
+    everything = matrix.select()
+    assert len(everything) > matrix.GITHUB_MATRIX_LIMIT
+    with pytest.raises(ValueError, match="at most 256 cells"):
+        matrix.github_matrix(everything)
+
+
+def test_cli_wheels_with_filters(capsys):
+    code, out, _ = run(capsys, "--wheels", "--torch", "2.14", "--cuda", "13.0", "--python", "3.11",
+                       "--os", "linux", "--arch", "x86_64")
+    assert code == 0
+    assert out.splitlines() == ["mamba_kernels-0.1.0+cu130torch2.14-cp311-cp311-manylinux_2_28_x86_64.whl"]
+
+
+def test_cli_github_output_is_one_line_of_json(capsys):
+    code, out, _ = run(capsys, "--github", "--torch", "2.4", "--os", "windows")
+    assert code == 0 and out.count("\n") == 1
+    m = json.loads(out)
+    assert len(m["include"]) == 12 and {e["cibw_platform"] for e in m["include"]} == {"windows"}
+
+
+def test_cli_json_and_counts_agree(capsys):
+    code, out, _ = run(capsys, "--json", "--torch", "2.9")
+    data = json.loads(out)
+    assert code == 0 and data["counts"]["total"] == len(data["cells"]) == 45
+    code, out, _ = run(capsys, "--counts", "--torch", "2.9")
+    assert json.loads(out) == {"linux_x86_64": 15, "linux_aarch64": 15, "win_amd64": 15, "total": 45}
+
+
+def test_cli_table_and_markdown(capsys):
+    code, out, _ = run(capsys, "--torch", "2.14", "--os", "windows")
+    assert code == 0 and out.splitlines()[-1] == "15 cells: linux_x86_64 0, linux_aarch64 0, win_amd64 15"
+    code, out, _ = run(capsys, "--markdown", "--torch", "2.14")
+    assert "| 2.14 | win_amd64 | 12.6, 13.0, 13.2 | 3.10–3.14 | n/a | 15 |" in out
+    assert out.strip().splitlines()[-1].endswith("**55** |")
+
+
+def test_cli_errors(capsys):
+    code, _, err = run(capsys, "--os", "solaris")
+    assert code == 2 and "os must be one of linux, windows, got 'solaris'" in err
+    code, _, err = run(capsys, "--torch", "2.4", "--cuda", "13.0")
+    assert code == 1 and "no cell matches" in err
