@@ -339,8 +339,10 @@ def check_varlen(
         raise _err(ValueError, fn, "cu_seqlens", "must be (batch + 1,)", cu)
     if cu.dtype not in (torch.int32, torch.int64):
         raise _err(TypeError, fn, "cu_seqlens", "must be an int32 or int64 tensor", cu)
-    if isinstance(state_len, bool) or not isinstance(state_len, int) or state_len < 1:
-        raise _err(ValueError, fn, "state_len", "must be an int >= 1", state_len)
+    if isinstance(state_len, bool) or not isinstance(state_len, int):
+        raise _err(TypeError, fn, "state_len", "must be an int", state_len)
+    if state_len < 1:
+        raise _err(ValueError, fn, "state_len", "must be >= 1", state_len)
     if cu.device.type != "cuda":
         if int(cu[0]) != 0 or bool((cu[1:] < cu[:-1]).any()) or int(cu[-1]) > x.shape[0]:
             raise _err(
