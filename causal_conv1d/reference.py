@@ -37,13 +37,16 @@ def compute_dtype(*tensors: Optional[Tensor]) -> torch.dtype:
 
 
 def _padded(x: Tensor, initial_states: Optional[Tensor], width: int, dtype: torch.dtype) -> Tensor:
-    """``cat(initial_states or zeros, x)`` along time, in ``dtype``: (b, d, W - 1 + L)."""
-    b, d, _ = x.shape
+    """``cat(initial_states or zeros, x)`` along time, in ``dtype`` and x's layout family
+    (so every tap below is a view with x's memory order): (b, d, W - 1 + L)."""
+    b, d, length = x.shape
+    xp = empty_like_layout(x, shape=(b, d, width - 1 + length), dtype=dtype)
     if initial_states is None:
-        head = torch.zeros((b, d, width - 1), dtype=dtype, device=x.device)
+        xp[:, :, :width - 1] = 0
     else:
-        head = initial_states.to(dtype)
-    return torch.cat([head, x.to(dtype)], dim=2)
+        xp[:, :, :width - 1] = initial_states
+    xp[:, :, width - 1:] = x
+    return xp
 
 
 def _padded_tags(seq_idx: Tensor, width: int) -> Tensor:
@@ -70,15 +73,15 @@ def _preactivation(
     xp: Tensor, w: Tensor, b: Optional[Tensor], masks: Optional[List[Tensor]], length: int
 ) -> Tensor:
     width = w.shape[1]
-    acc: Optional[Tensor] = None
-    for k in range(width):
-        term = xp[:, :, k:k + length] * w[:, k:k + 1]
-        if masks is not None and k < width - 1:  # the last tap is the token itself
-            term = torch.where(masks[k], term, 0.0)
-        acc = term if acc is None else acc + term
-    assert acc is not None
+    acc = xp[:, :, width - 1:] * w[:, width - 1:]  # the token itself: never masked
+    for k in range(width - 1):
+        tap = xp[:, :, k:k + length]
+        if masks is None:
+            acc.addcmul_(tap, w[:, k:k + 1])
+        else:
+            acc.add_(torch.where(masks[k], tap * w[:, k:k + 1], 0.0))
     if b is not None:
-        acc = acc + b[:, None]
+        acc.add_(b[:, None])
     return acc
 
 
@@ -134,16 +137,15 @@ def bwd(
     g = dout.to(ct)
     if silu_activation:
         pre = _preactivation(xp, w, None if bias is None else bias.to(ct), masks, length)
-        s = torch.sigmoid(pre)
-        g = g * s * (1 + pre * (1 - s))
+        g = torch.ops.aten.silu_backward(g, pre)
     if seq_idx is not None:
         g = torch.where((seq_idx >= 0).unsqueeze(1), g, 0.0)
 
-    dxp = torch.zeros((b, d, width - 1 + length), dtype=ct, device=x.device)
+    dxp = empty_like_layout(x, shape=(b, d, width - 1 + length), dtype=ct).zero_()
     dweight = torch.empty((d, width), dtype=ct, device=x.device)
     for k in range(width):
         gk = g if masks is None or k == width - 1 else torch.where(masks[k], g, 0.0)
-        dxp[:, :, k:k + length] += gk * w[:, k:k + 1]
+        dxp[:, :, k:k + length].addcmul_(gk, w[:, k:k + 1])
         dweight[:, k] = (gk * xp[:, :, k:k + length]).sum(dim=(0, 2))
     if dfinal_states is not None:
         dfs = dfinal_states.to(ct)
