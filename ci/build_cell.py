@@ -122,6 +122,35 @@ def cell_from(arg: Optional[str]) -> support.Cell:
     return matrix.find_cell(text)
 
 
+def cell_of_wheel(path: Path) -> support.Cell:
+    """The cell a release wheel file name belongs to."""
+    info = variant.parse_wheel_name(path.name)
+    if info.variant is None or info.platform is None:
+        raise CellError(f"{path.name} is not a release wheel of a known platform")
+    label = variant.label(info.variant.torch, info.variant.cuda, info.variant.cxx11_abi)
+    return matrix.find_cell(f"{label}-{variant.python_tag(info.python)}-{info.platform}")
+
+
+def msvc_env() -> Dict[str, str]:
+    """The environment of the MSVC x64 developer prompt (vcvars64.bat), found with vswhere."""
+    vswhere = Path(os.environ.get("ProgramFiles(x86)", r"C:\Program Files (x86)")) / (
+        r"Microsoft Visual Studio\Installer\vswhere.exe"
+    )
+    if not vswhere.is_file():
+        raise CellError(f"{vswhere} not found: install Visual Studio 2022 Build Tools")
+    vs = subprocess.run(
+        [str(vswhere), "-latest", "-products", "*", "-property", "installationPath"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    bat = Path(vs) / "VC" / "Auxiliary" / "Build" / "vcvars64.bat"
+    out = subprocess.run(f'cmd /s /c ""{bat}" >nul && set"', capture_output=True, text=True, shell=True)
+    if out.returncode != 0:
+        raise CellError(f"{bat} failed: {out.stderr.strip()[:200]}")
+    return dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+
+
 def kernels_with_sources() -> List[str]:
     return sorted(build.kernel_sources(str(ROOT)))
 
@@ -600,6 +629,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     vp.add_argument("wheel")
     vp.add_argument("--cell")
     vp.add_argument("--cuda-home")
+    vp.add_argument("--no-cuobjdump", action="store_true", help="check archs with the fat-binary reader only")
     kp = sub.add_parser("check-installed")
     kp.add_argument("cell", nargs="?")
     args = p.parse_args(argv)
@@ -613,6 +643,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             cache = str(Path(args.sccache_dir or ROOT / ".sccache").resolve())
             Path(cache).mkdir(parents=True, exist_ok=True)
             env = dict(os.environ, **cibuildwheel_env(cell, cache))
+            if cell.platform == "win_amd64":
+                env.update(msvc_env())
             sh(
                 [
                     sys.executable,
@@ -647,13 +679,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                 return 1
             print(f"OK {wheel.name}")
         elif args.cmd == "verify":
-            cell = cell_from(args.cell)
-            problems = verify(cell, Path(args.wheel), cuda_home=args.cuda_home or toolkit_home(cell))
+            wheel = Path(args.wheel)
+            cell = cell_from(args.cell) if args.cell else cell_of_wheel(wheel)
+            home = args.cuda_home or os.environ.get("CUDA_HOME") or toolkit_home(cell)
+            problems = verify(cell, wheel, cuda_home=home, require_cuobjdump=not args.no_cuobjdump)
             for pr in problems:
                 print(f"FAIL {pr}")
             if problems:
                 return 1
-            print(f"OK {Path(args.wheel).name}")
+            print(f"OK {wheel.name}")
         elif args.cmd == "check-installed":
             problems = check_installed(cell_from(args.cell))
             for pr in problems:
