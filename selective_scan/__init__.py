@@ -1,5 +1,20 @@
-"""Drop-in replacement for mamba_ssm's selective-scan Python API."""
+"""Drop-in replacement for mamba_ssm's selective-scan Python API.
+
+``selective_scan.selective_scan_interface`` mirrors ``mamba_ssm.ops.selective_scan_interface``
+and ``selective_scan.selective_state_update`` mirrors
+``mamba_ssm.ops.triton.selective_state_update``.
+"""
 
 from mamba_kernels.version import __version__
 
-__all__ = ["__version__"]
+from .selective_scan_interface import mamba_inner_fn, mamba_inner_ref, selective_scan_fn, selective_scan_ref
+from .selective_state_update import selective_state_update
+
+__all__ = [
+    "__version__",
+    "selective_scan_fn",
+    "selective_scan_ref",
+    "mamba_inner_fn",
+    "mamba_inner_ref",
+    "selective_state_update",
+]

@@ -1,0 +1,237 @@
+"""``MambaInnerFn`` / ``mamba_inner_fn``: the fused training path of the Mamba block, and
+``mamba_inner_ref``, the same block composed from the public functions.
+
+Forward: split xz into x and z (channel views), causal conv1d + SiLU on x, project to
+(dt, B, C), ``delta = delta_proj_weight @ dt``, optional non-learnable RMS norms on B, C
+and delta, the selective scan gated by z, and the output projection.
+Backward allocates ``dxz = empty_like(xz)`` and writes dz (scan backward) and dx (conv
+backward) in place into its two channel views, as mamba_ssm does.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from causal_conv1d import causal_conv1d_fn
+from causal_conv1d.cpp_functions import causal_conv1d_bwd_function, causal_conv1d_fwd_function
+from mamba_kernels import dispatch
+
+from . import _amp, _checks, pytorch_scan
+from .rms_norm import rms_norm_backward, rms_norm_forward
+from .scan_fn import KERNEL, selective_scan_fn
+
+Tensor = torch.Tensor
+
+
+def _rows(t: Tensor) -> Tensor:
+    """(batch, d, L) -> (batch*L, d)."""
+    return t.transpose(1, 2).reshape(-1, t.shape[1])
+
+
+def _unrows(t: Tensor, batch: int) -> Tensor:
+    """(batch*L, d) -> (batch, d, L), a transposed view."""
+    return t.view(batch, -1, t.shape[-1]).transpose(1, 2)
+
+
+def _var_bc(rows: Tensor, batch: int, is_complex: bool) -> Tensor:
+    """(batch*L, d_state) slice of x_dbl -> (batch, 1, dstate, L) (``2L`` interleaved if complex)."""
+    if not is_complex:
+        return _unrows(rows, batch).unsqueeze(1).contiguous()
+    L = rows.shape[0] // batch
+    t = rows.reshape(batch, L, -1, 2).permute(0, 2, 1, 3)  # (b, n, L, 2)
+    return t.reshape(batch, 1, t.shape[1], 2 * L)
+
+
+def _var_bc_rows(grad: Tensor) -> Tensor:
+    """Inverse of ``_var_bc`` for the scan's dB/dC (batch, 1, n, L), real or complex."""
+    g = grad[:, 0]
+    if g.is_complex():
+        g = torch.view_as_real(g).permute(0, 2, 1, 3)  # (b, L, n, 2)
+        return g.reshape(-1, g.shape[2] * 2)
+    return g.transpose(1, 2).reshape(-1, g.shape[1])
+
+
+class _Projected:
+    """delta, B and C as the scan sees them, from x_dbl (and their pre-norm values)."""
+
+    def __init__(self, x_dbl, delta_proj_weight, A, B, C, B_proj_bias, C_proj_bias, b_rms_weight,
+                 c_rms_weight, dt_rms_weight, eps, batch):
+        dt_rank = delta_proj_weight.shape[1]
+        d_state = A.shape[1] * (2 if A.is_complex() else 1)
+        self.delta_pre = x_dbl[:, :dt_rank] @ delta_proj_weight.t()  # (b*L, d_inner)
+        rows = self.delta_pre
+        if dt_rms_weight is not None:
+            rows = rms_norm_forward(rows, dt_rms_weight, None, eps)
+        self.delta = _unrows(rows, batch)
+        self.B_pre = self.C_pre = None
+        self.B, self.C = B, C
+        if B is None:
+            self.B_pre = x_dbl[:, dt_rank : dt_rank + d_state]
+            if B_proj_bias is not None:
+                self.B_pre = self.B_pre + B_proj_bias.to(self.B_pre.dtype)
+            rows = self.B_pre if b_rms_weight is None else rms_norm_forward(self.B_pre, b_rms_weight, None, eps)
+            self.B = _var_bc(rows, batch, A.is_complex())
+        if C is None:
+            self.C_pre = x_dbl[:, -d_state:]
+            if C_proj_bias is not None:
+                self.C_pre = self.C_pre + C_proj_bias.to(self.C_pre.dtype)
+            rows = self.C_pre if c_rms_weight is None else rms_norm_forward(self.C_pre, c_rms_weight, None, eps)
+            self.C = _var_bc(rows, batch, A.is_complex())
+
+
+def _through_norm(pre: Tensor, weight: Optional[Tensor], eps: float, grad_rows: Tensor) -> Tensor:
+    return grad_rows.to(pre.dtype) if weight is None else rms_norm_backward(pre, weight, eps, grad_rows)
+
+
+class MambaInnerFn(torch.autograd.Function):
+    @staticmethod
+    @_amp.custom_fwd
+    def forward(ctx, xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight,
+                out_proj_weight, out_proj_bias, A, B=None, C=None, D=None, delta_bias=None,
+                B_proj_bias=None, C_proj_bias=None, delta_softplus=True, checkpoint_lvl=1,
+                b_rms_weight=None, c_rms_weight=None, dt_rms_weight=None, b_c_dt_rms_eps=1e-6):
+        rms = {"b_rms_weight": b_rms_weight, "c_rms_weight": c_rms_weight, "dt_rms_weight": dt_rms_weight}
+        _checks.check_mamba_inner(xz, conv1d_weight, x_proj_weight, delta_proj_weight, out_proj_weight,
+                                  A, B, C, checkpoint_lvl, rms)
+        dispatch.use_cuda(KERNEL, xz.device.type)
+        cast = _amp.autocast_dtype()
+        if cast is not None:
+            x_proj_weight = x_proj_weight.to(cast)
+            delta_proj_weight = delta_proj_weight.to(cast)
+            out_proj_weight = out_proj_weight.to(cast)
+            out_proj_bias = out_proj_bias.to(cast) if out_proj_bias is not None else None
+        if xz.stride(-1) != 1:
+            xz = xz.contiguous()
+        batch = xz.shape[0]
+        weight = conv1d_weight[:, 0]
+        x, z = xz.chunk(2, dim=1)
+        conv1d_out = causal_conv1d_fwd_function(x, weight, conv1d_bias, None, None, None, True)
+        x_dbl = F.linear(_rows(conv1d_out), x_proj_weight)  # (b*L, dt_rank + n_var*d_state)
+        proj = _Projected(x_dbl, delta_proj_weight, A, B, C, B_proj_bias, C_proj_bias, b_rms_weight,
+                          c_rms_weight, dt_rms_weight, b_c_dt_rms_eps, batch)
+        groups = _checks.check_selective_scan(conv1d_out, proj.delta, A, proj.B, proj.C, D, z, delta_bias)
+        p = pytorch_scan.make_problem(conv1d_out, proj.delta, A, proj.B, proj.C, D, z, delta_bias,
+                                      delta_softplus, groups)
+        _, out_z, _ = pytorch_scan.forward(p, False)
+        ctx.delta_softplus = bool(delta_softplus)
+        ctx.checkpoint_lvl = checkpoint_lvl
+        ctx.eps = b_c_dt_rms_eps
+        ctx.has_out_proj_bias = out_proj_bias is not None
+        ctx.proj_bias_dtypes = tuple(None if t is None else t.dtype for t in (B_proj_bias, C_proj_bias))
+        keep = (conv1d_out, proj.delta) if checkpoint_lvl == 0 else (None, None)
+        ctx.save_for_backward(xz, conv1d_weight, conv1d_bias, x_dbl, x_proj_weight, delta_proj_weight,
+                              out_proj_weight, A, B, C, D, delta_bias, B_proj_bias, C_proj_bias,
+                              b_rms_weight, c_rms_weight, dt_rms_weight, *keep)
+        return F.linear(out_z.transpose(1, 2), out_proj_weight, out_proj_bias)
+
+    @staticmethod
+    @_amp.custom_bwd
+    def backward(ctx, dout):
+        (xz, conv1d_weight, conv1d_bias, x_dbl, x_proj_weight, delta_proj_weight, out_proj_weight, A, B, C,
+         D, delta_bias, B_proj_bias, C_proj_bias, b_rms_weight, c_rms_weight, dt_rms_weight, conv1d_out,
+         delta) = ctx.saved_tensors
+        eps = ctx.eps
+        batch = xz.shape[0]
+        dt_rank = delta_proj_weight.shape[1]
+        d_state = A.shape[1] * (2 if A.is_complex() else 1)
+        weight = conv1d_weight[:, 0]
+        x, z = xz.chunk(2, dim=1)
+        if ctx.checkpoint_lvl == 1:
+            conv1d_out = causal_conv1d_fwd_function(x, weight, conv1d_bias, None, None, None, True)
+        proj = _Projected(x_dbl, delta_proj_weight, A, B, C, B_proj_bias, C_proj_bias, b_rms_weight,
+                          c_rms_weight, dt_rms_weight, eps, batch)
+        if delta is None:
+            delta = proj.delta
+        dxz = torch.empty_like(xz)
+        dx, dz = dxz.chunk(2, dim=1)
+        dout_rows = dout.reshape(-1, dout.shape[-1])  # (b*L, d_model)
+        dout_y = _unrows(dout_rows @ out_proj_weight.to(dout_rows.dtype), batch)
+        p = pytorch_scan.make_problem(conv1d_out, delta, A, proj.B, proj.C, D, z, delta_bias,
+                                      ctx.delta_softplus, 1)
+        # dz is written in place into its view of dxz
+        dconv1d_out, ddelta, dA, dB, dC, dD, ddelta_bias, _, out_z = pytorch_scan.backward(
+            p, dout_y, dz=dz, recompute_out_z=True
+        )
+        dout_proj_weight = dout_rows.t() @ _rows(out_z).to(dout_rows.dtype)
+        dout_proj_bias = dout_rows.sum(0) if ctx.has_out_proj_bias else None
+        dx_dbl = torch.zeros_like(x_dbl)
+        dB_proj_bias = dC_proj_bias = None
+        if B is None:
+            dpre = _through_norm(proj.B_pre, b_rms_weight, eps, _var_bc_rows(dB))
+            dx_dbl[:, dt_rank : dt_rank + d_state] += dpre
+            dB_proj_bias = dpre.sum(0).to(ctx.proj_bias_dtypes[0]) if B_proj_bias is not None else None
+            dB = None
+        else:
+            dB = dB.to(B.dtype)
+        if C is None:
+            dpre = _through_norm(proj.C_pre, c_rms_weight, eps, _var_bc_rows(dC))
+            dx_dbl[:, x_dbl.shape[1] - d_state :] += dpre
+            dC_proj_bias = dpre.sum(0).to(ctx.proj_bias_dtypes[1]) if C_proj_bias is not None else None
+            dC = None
+        else:
+            dC = dC.to(C.dtype)
+        ddelta_pre = _through_norm(proj.delta_pre, dt_rms_weight, eps, _rows(ddelta))  # (b*L, d_inner)
+        ddelta_proj_weight = ddelta_pre.t() @ x_dbl[:, :dt_rank]
+        dx_dbl[:, :dt_rank] += ddelta_pre @ delta_proj_weight
+        conv_rows = _rows(conv1d_out)
+        dx_proj_weight = dx_dbl.t() @ conv_rows.to(dx_dbl.dtype)
+        dconv1d_out = dconv1d_out + _unrows(dx_dbl @ x_proj_weight, batch).to(dconv1d_out.dtype)
+        # dx is written in place into its view of dxz
+        _, dweight, dconv1d_bias, _ = causal_conv1d_bwd_function(
+            x, weight, conv1d_bias, dconv1d_out, None, None, None, dx, False, True
+        )
+        return (dxz, dweight.unsqueeze(1), dconv1d_bias, dx_proj_weight, ddelta_proj_weight,
+                dout_proj_weight, dout_proj_bias, dA.to(A.dtype), dB, dC,
+                dD.to(D.dtype) if D is not None else None,
+                ddelta_bias.to(delta_bias.dtype) if delta_bias is not None else None,
+                dB_proj_bias, dC_proj_bias, None, None, None, None, None, None)
+
+
+def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
+                   out_proj_bias, A, B=None, C=None, D=None, delta_bias=None, B_proj_bias=None,
+                   C_proj_bias=None, delta_softplus=True, checkpoint_lvl=1, b_rms_weight=None,
+                   c_rms_weight=None, dt_rms_weight=None, b_c_dt_rms_eps=1e-6):
+    """The Mamba block's inner computation, xz (batch, 2*d_inner, L) -> (batch, L, d_model).
+
+    B/C None means input-dependent (taken from x_proj). checkpoint_lvl 1 recomputes the
+    conv output and delta in the backward instead of keeping them. The RMS weights are
+    non-learnable (no gradient); the gradient does flow through the norms to x_proj.
+    """
+    return MambaInnerFn.apply(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight,
+                              out_proj_weight, out_proj_bias, A, B, C, D, delta_bias, B_proj_bias,
+                              C_proj_bias, delta_softplus, checkpoint_lvl, b_rms_weight, c_rms_weight,
+                              dt_rms_weight, b_c_dt_rms_eps)
+
+
+def mamba_inner_ref(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
+                    out_proj_bias, A, B=None, C=None, D=None, delta_bias=None, B_proj_bias=None,
+                    C_proj_bias=None, delta_softplus=True):
+    """mamba_inner_fn from the public functions (no RMS norms, no checkpointing).
+
+    Like mamba_ssm's, it always applies the softplus: ``delta_softplus`` is accepted and ignored.
+    """
+    batch = xz.shape[0]
+    dt_rank = delta_proj_weight.shape[1]
+    d_state = A.shape[-1] * (2 if A.is_complex() else 1)
+    x, z = xz.chunk(2, dim=1)
+    x = causal_conv1d_fn(x, conv1d_weight[:, 0], conv1d_bias, activation="silu")
+    x_dbl = F.linear(_rows(x), x_proj_weight)
+    delta = _unrows(x_dbl[:, :dt_rank] @ delta_proj_weight.t(), batch)
+
+    def variable(rows: Tensor, bias: Optional[Tensor]) -> Tensor:
+        if bias is not None:
+            rows = rows + bias.to(rows.dtype)
+        return _var_bc(rows, batch, A.is_complex())[:, 0]
+
+    if B is None:
+        B = variable(x_dbl[:, dt_rank : dt_rank + d_state], B_proj_bias)
+    if C is None:
+        C = variable(x_dbl[:, -d_state:], C_proj_bias)
+    y = selective_scan_fn(x, delta, A, B, C, D, z=z, delta_bias=delta_bias, delta_softplus=True)
+    return F.linear(y.transpose(1, 2), out_proj_weight, out_proj_bias)
+
+
+__all__ = ["MambaInnerFn", "mamba_inner_fn", "mamba_inner_ref"]

@@ -1,0 +1,117 @@
+"""``SelectiveScanFn``, ``selective_scan_fn`` and the per-step ``selective_scan_ref``."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from mamba_kernels import dispatch
+
+from . import _checks, pytorch_scan
+
+Tensor = torch.Tensor
+KERNEL = "selective_scan"
+
+
+def _grad_bc(grad: Tensor, original: Tensor) -> Tensor:
+    """Bring dB/dC from the scan's form back to the argument's shape and dtype."""
+    if original.dim() == 2:
+        return grad.to(original.dtype)
+    if grad.is_complex():
+        grad = torch.view_as_real(grad).flatten(-2)
+    if original.dim() == 3:
+        grad = grad.squeeze(1)
+    return grad.to(original.dtype)
+
+
+def _opt_to(t: Optional[Tensor], like: Optional[Tensor]) -> Optional[Tensor]:
+    return None if t is None or like is None else t.to(like.dtype)
+
+
+class SelectiveScanFn(torch.autograd.Function):
+    """``out = selective_scan(u, delta, A, B, C, D, z, delta_bias)``; last state is not differentiated."""
+
+    @staticmethod
+    def forward(ctx, u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                return_last_state=False):
+        groups = _checks.check_selective_scan(u, delta, A, B, C, D, z, delta_bias)
+        dispatch.use_cuda(KERNEL, u.device.type)  # no compiled scan yet: strict mode errors, auto warns
+        p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, groups)
+        out, out_z, last_state = pytorch_scan.forward(p, bool(return_last_state))
+        ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias)
+        ctx.delta_softplus = bool(delta_softplus)
+        ctx.groups = groups
+        result = out_z if z is not None else out
+        if not return_last_state:
+            return result
+        ctx.mark_non_differentiable(last_state)
+        return result, last_state
+
+    @staticmethod
+    def backward(ctx, dout, *unused):
+        u, delta, A, B, C, D, z, delta_bias = ctx.saved_tensors
+        p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, ctx.groups)
+        du, ddelta, dA, dB, dC, dD, ddelta_bias, dz, _ = pytorch_scan.backward(p, dout)
+        return (du, ddelta, dA.to(A.dtype), _grad_bc(dB, B), _grad_bc(dC, C), _opt_to(dD, D), dz,
+                _opt_to(ddelta_bias, delta_bias), None, None)
+
+
+def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                      return_last_state=False):
+    """Selective scan with autograd (chunked PyTorch implementation, no loop over time).
+
+    u, delta, z: (batch, dim, L); A: (dim, dstate) float32 or complex64; B, C: fixed
+    (dim, dstate) in A's dtype or variable (batch, [ngroups,] dstate, L) in u's dtype (last
+    dim 2L, interleaved real/imag, for complex A); D, delta_bias: (dim,) float32.
+    Returns out (u's dtype, delta's memory layout; gated by silu(z) when z is given), and
+    with ``return_last_state`` also the state after the last step, (batch, dim, dstate) in
+    float32/complex64 (float64/complex128 for float64 u). The last state is the true h for
+    fixed B too (mamba_ssm's kernel returns h/B there) and gets no gradient.
+    """
+    return SelectiveScanFn.apply(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
+
+
+def selective_scan_ref(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                       return_last_state=False):
+    """Per-step reference of the same maths (loops over time; differentiable by autograd).
+
+    Runs in float32 (float64 when u or A is double precision) and returns u's dtype.
+    """
+    groups = _checks.check_selective_scan(u, delta, A, B, C, D, z, delta_bias, reference=True)
+    wide = u.dtype == torch.float64 or A.dtype in (torch.float64, torch.complex128)
+    real = torch.float64 if wide else torch.float32
+    cplx = (torch.complex128 if wide else torch.complex64) if A.is_complex() else real
+    batch, dim, L = u.shape
+    uf = u.to(real)
+    dt = delta.to(real)
+    if delta_bias is not None:
+        dt = dt + delta_bias.to(real)[:, None]
+    if delta_softplus:
+        dt = F.softplus(dt)
+    Ac = A.to(cplx)
+
+    def per_channel(t: Tensor) -> Tensor:  # -> (dim, n) fixed, or (batch, dim, n, L)
+        if t.dim() == 2:
+            return t.to(cplx)
+        t = pytorch_scan._as_variable(t.to(real), A.is_complex()).to(cplx)
+        return t.repeat_interleave(dim // groups, dim=1)
+
+    Bc, Cc = per_channel(B), per_channel(C)
+    decay = torch.exp(dt.unsqueeze(-1) * Ac.unsqueeze(-2))  # (batch, dim, L, n)
+    h = u.new_zeros((batch, dim, A.shape[1]), dtype=cplx)
+    ys = []
+    for t in range(L):
+        Bt = Bc if B.dim() == 2 else Bc[..., t]
+        Ct = Cc if C.dim() == 2 else Cc[..., t]
+        h = decay[:, :, t] * h + (dt[:, :, t] * uf[:, :, t]).unsqueeze(-1) * Bt
+        yt = (h * Ct).sum(-1)
+        ys.append(2 * yt.real if A.is_complex() else yt)
+    y = torch.stack(ys, dim=-1)
+    if D is not None:
+        y = y + uf * D.to(real)[:, None]
+    if z is not None:
+        y = y * F.silu(z.to(real))
+    out = y.to(u.dtype)
+    return (out, h) if return_last_state else out
