@@ -133,7 +133,7 @@ def parse_compiler_version(text: str) -> Optional[Tuple[str, str]]:
     m = re.search(r"clang version (\d+(?:\.\d+)*)", text)
     if m:
         return ("clang", m.group(1))
-    if re.search(r"\b(g\+\+|gcc|c\+\+|cc)\b", first) or "GCC" in first or "Free Software Foundation" in text:
+    if re.match(r"\S*(g\+\+|gcc|c\+\+|cc)(-\d+)?\s", first) or "Free Software Foundation" in text:
         m = re.search(r"(\d+\.\d+(?:\.\d+)?)\s*$", first) or re.search(r"\) (\d+\.\d+(?:\.\d+)?)", first)
         if m:
             return ("gcc", m.group(1))

@@ -1,0 +1,154 @@
+"""Build metadata: the generated header, the source revision, and the runtime guard that
+compares an extension's BUILD_INFO with the running torch."""
+
+import json
+import shutil
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+
+from mamba_kernels import build, build_archs, buildinfo, dispatch, knobs
+
+
+def sample_info(**over):
+    plan = build_archs.ArchPlan(*build_archs.parse_arch_list("8.0;9.0+PTX"), "x")
+    facts = build.TorchFacts("2.14.1+cu130", "13.0", True, "/nowhere")
+    info = build.build_info(
+        torch=facts, nvcc_version="13.0", cxx11_abi=True, host_compiler='gcc 12.2.0 "quoted" \\ path',
+        cxx_std=20, arch_plan=plan, platform="linux_x86_64", revision="abc123", release=True,
+        version="0.1.0+cu130torch2.14",
+    )
+    info.update(over)
+    return info
+
+
+def test_build_info_fields():
+    info = sample_info()
+    assert info["torch_version"] == "2.14.1+cu130" and info["torch_cuda"] == "13.0"
+    assert info["nvcc_version"] == "13.0" and info["cxx11_abi"] is True
+    assert info["cxx_standard"] == "c++20" and info["source_revision"] == "abc123"
+    assert info["sass"] == ["sm_80", "sm_90"] and info["ptx"] == ["compute_90"]
+    assert info["package_version"] == "0.1.0+cu130torch2.14"
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
+def test_header_is_a_c_string_holding_the_json(tmp_path):
+    info = sample_info()
+    (tmp_path / build.BUILD_INFO_HEADER).write_text(build.build_info_header(info))
+    (tmp_path / "main.cpp").write_text(
+        '#include <cstdio>\n#include "mamba_kernels_build_info.h"\n'
+        "int main() { std::fputs(MAMBA_KERNELS_BUILD_INFO, stdout); return 0; }\n"
+    )
+    exe = tmp_path / "main"
+    subprocess.run(["c++", "-I", str(tmp_path), str(tmp_path / "main.cpp"), "-o", str(exe)], check=True)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == info
+
+
+def test_write_if_changed_keeps_mtime(tmp_path):
+    path = tmp_path / "gen" / "h.h"
+    build.write_if_changed(str(path), "a")
+    before = path.stat().st_mtime_ns
+    build.write_if_changed(str(path), "a")
+    assert path.stat().st_mtime_ns == before
+    build.write_if_changed(str(path), "b")
+    assert path.read_text() == "b"
+
+
+def test_source_revision_git_sdist_unknown(tmp_path):
+    assert build.source_revision(str(tmp_path)) == "unknown"
+    (tmp_path / build.REVISION_FILE).write_text("deadbeef\n")
+    assert build.source_revision(str(tmp_path)) == "deadbeef"
+    if shutil.which("git"):
+        repo = tmp_path / "repo"
+        repo.mkdir()
+        git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+        subprocess.run(git + ["init", "-q"], check=True)
+        (repo / "f").write_text("1")
+        subprocess.run(git + ["add", "f"], check=True)
+        subprocess.run(git + ["commit", "-qm", "x"], check=True)
+        head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+        assert build.source_revision(str(repo)) == head
+        (repo / "f").write_text("2")
+        assert build.source_revision(str(repo)) == head + "-dirty"
+
+
+# ----------------------------------------------------------------------------- the guard
+
+
+def test_matching_info_passes():
+    text = json.dumps(sample_info())
+    assert buildinfo.check_text("causal_conv1d._cuda", text, "2.14.1+cu130", "13.0", True) is None
+    assert buildinfo.check_text("causal_conv1d._cuda", text, "2.14.0+cu132", "13.2", True) is None
+
+
+def test_torch_mismatch_names_built_running_and_fix():
+    msg = buildinfo.check_text("causal_conv1d._cuda", json.dumps(sample_info()), "2.13.0+cu130", "13.0", True)
+    assert "causal_conv1d._cuda was built for torch 2.14.1+cu130, CUDA 13.0 (nvcc 13.0), cxx11 ABI" in msg
+    assert "running environment has torch 2.13.0+cu130, CUDA 13.0, cxx11 ABI" in msg
+    assert "torch 2.14 != running torch 2.13" in msg
+    assert "pip install --no-deps --force-reinstall 'mamba-kernels==0.1.0+cu130torch2.13'" in msg
+    assert "MAMBA_KERNELS_FORCE_BUILD=1 pip install --no-build-isolation" in msg
+
+
+def test_cuda_and_abi_mismatches():
+    text = json.dumps(sample_info())
+    msg = buildinfo.check_text("m", text, "2.14.1+cu126", "12.6", True)
+    assert "another major version" in msg and "another CUDA major than torch's 12.6" in msg
+    assert "'mamba-kernels==0.1.0+cu126torch2.14'" in msg
+    msg = buildinfo.check_text("m", json.dumps(sample_info(torch_cuda="13.2")), "2.14.1", "13.0", True)
+    assert "CUDA 13.2 is newer than torch's CUDA 13.0" in msg
+    msg = buildinfo.check_text("m", text, "2.14.1", "13.0", False)
+    assert "C++ ABI cxx11 != running torch's pre-cxx11" in msg
+    msg = buildinfo.check_text("m", text, "2.14.1+cpu", None, True)
+    assert "no CUDA" in msg and "install a CUDA build of torch" in msg
+
+
+def test_missing_or_broken_metadata_is_a_mismatch():
+    assert "carries no build metadata" in buildinfo.check_text("m", None, "2.14.1", "13.0", True)
+    assert "not JSON" in buildinfo.check_text("m", "{not json", "2.14.1", "13.0", True)
+    msg = buildinfo.check_text("m", "{}", "2.14.1", "13.0", True)
+    assert "lacks torch_version, torch_cuda, nvcc_version, cxx11_abi" in msg
+    with pytest.raises(ValueError, match="cxx11_abi must be true, false or null"):
+        buildinfo.parse(json.dumps(sample_info(cxx11_abi="yes")))
+    with pytest.raises(ValueError, match="must be a JSON object"):
+        buildinfo.parse("[1]")
+
+
+def test_check_module_against_the_running_torch():
+    good = types.ModuleType("fake_good")
+    good.BUILD_INFO = buildinfo.matching_build_info()
+    assert buildinfo.check_module(good) is None
+    bad = types.ModuleType("fake_bad")
+    old = sample_info(torch_version="2.1.2+cu118", torch_cuda="11.8", nvcc_version="11.8")
+    bad.BUILD_INFO = json.dumps(old)
+    msg = buildinfo.check_module(bad)
+    assert msg.startswith("fake_bad was built for torch 2.1.2+cu118")
+    assert f"running environment has torch {torch.__version__}" in msg
+    assert buildinfo.check_module(types.ModuleType("fake_none")).startswith("fake_none carries no build")
+
+
+def test_dispatch_treats_a_mismatched_extension_as_unavailable(monkeypatch, tmp_path):
+    monkeypatch.setattr(dispatch, "_status", {})
+    monkeypatch.setattr(dispatch, "_warned", set())
+    monkeypatch.setattr(dispatch, "EXTENSIONS", dict(dispatch.EXTENSIONS))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv(knobs.BACKEND_VAR, raising=False)
+    stale = json.dumps(sample_info(torch_version="2.1.2+cu118", torch_cuda="11.8", nvcc_version="11.8"))
+    (tmp_path / "mk_stale_ext.py").write_text(f"BUILD_INFO = {stale!r}\n")
+    (tmp_path / "mk_fresh_ext.py").write_text(f"BUILD_INFO = {buildinfo.matching_build_info()!r}\n")
+    sys.modules.pop("mk_stale_ext", None)
+    sys.modules.pop("mk_fresh_ext", None)
+    dispatch.EXTENSIONS["causal_conv1d"] = "mk_stale_ext"
+    dispatch.EXTENSIONS["selective_scan"] = "mk_fresh_ext"
+    report = dispatch.backends()
+    assert report["causal_conv1d"]["backend"] == "reference"
+    assert "mk_stale_ext was built for torch 2.1.2+cu118" in report["causal_conv1d"]["reason"]
+    assert report["selective_scan"]["backend"] == "cuda"
+    with pytest.warns(RuntimeWarning) as record:
+        assert dispatch.use_cuda("causal_conv1d", "cuda") is False
+    text = str(record[0].message)
+    assert text.count("Fix:") == 1 and "mamba-kernels==0.1.0+" in text

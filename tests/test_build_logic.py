@@ -1,0 +1,279 @@
+"""Build logic as pure functions: knobs, architectures, gencode flags, parallelism, flags,
+early errors, toolchain detection. No nvcc, torch build or GPU is needed."""
+
+import os
+
+import pytest
+
+from mamba_kernels import build, build_archs, build_toolchain
+
+# ----------------------------------------------------------------------------- knobs
+
+
+def test_knobs_defaults_and_booleans():
+    assert build.read_knobs({}) == build.BuildKnobs()
+    k = build.read_knobs(
+        {
+            "MAMBA_KERNELS_FORCE_BUILD": "Yes",
+            "MAMBA_KERNELS_FORCE_CXX11_ABI": "on",
+            "MAX_JOBS": "3",
+            "NVCC_THREADS": "2",
+            "TORCH_CUDA_ARCH_LIST": "9.0",
+        }
+    )
+    assert (k.force, k.force_cxx11_abi, k.max_jobs, k.nvcc_threads, k.arch_list) == (True, True, 3, 2, "9.0")
+    assert build.read_knobs({"MAMBA_KERNELS_RELEASE": "TRUE"}).must_build
+    assert not build.read_knobs({"MAMBA_KERNELS_SKIP_CUDA_BUILD": "0"}).skip
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"MAMBA_KERNELS_FORCE_BUILD": "maybe"}, "MAMBA_KERNELS_FORCE_BUILD='maybe' is not a boolean"),
+        ({"MAMBA_KERNELS_RELEASE": "2"}, "MAMBA_KERNELS_RELEASE='2' is not a boolean"),
+        ({"MAX_JOBS": "0"}, "MAX_JOBS='0' must be a positive integer"),
+        ({"NVCC_THREADS": "two"}, "NVCC_THREADS='two' must be a positive integer"),
+        (
+            {"MAMBA_KERNELS_SKIP_CUDA_BUILD": "1", "MAMBA_KERNELS_FORCE_BUILD": "1"},
+            "MAMBA_KERNELS_SKIP_CUDA_BUILD and MAMBA_KERNELS_FORCE_BUILD are both on",
+        ),
+        ({"TORCH_CUDA_ARCH_LIST": "sm_90"}, "entry 'sm_90' is not an architecture"),
+    ],
+)
+def test_bad_knobs_are_errors(env, message):
+    with pytest.raises(ValueError, match=message):
+        build.read_knobs(env)
+
+
+# ----------------------------------------------------------------------------- architectures
+
+
+def names(plan):
+    return plan.sass_names, plan.ptx_names
+
+
+def test_parse_arch_list_forms():
+    sass, ptx = build_archs.parse_arch_list("9.0a 8.0;8.6+PTX,12.0f")
+    assert [str(a) for a in sass] == ["8.0", "8.6", "9.0a", "12.0f"]
+    assert [str(a) for a in ptx] == ["8.6"]
+    sass, ptx = build_archs.parse_arch_list("Ampere;9.0;9.0")  # named arches, duplicates dropped
+    assert [str(a) for a in sass] == ["8.0", "8.6", "9.0"] and [str(a) for a in ptx] == ["8.6"]
+    with pytest.raises(ValueError, match="is set but empty"):
+        build_archs.parse_arch_list(" ; ")
+    with pytest.raises(ValueError, match="entry '9' is not an architecture"):
+        build_archs.parse_arch_list("8.0;9")
+
+
+def test_gencode_flags():
+    plan = build_archs.ArchPlan(*build_archs.parse_arch_list("8.0;9.0a;12.0+PTX"), "test")
+    assert build_archs.gencode_flags(plan) == [
+        "-gencode=arch=compute_80,code=sm_80",
+        "-gencode=arch=compute_90a,code=sm_90a",
+        "-gencode=arch=compute_120,code=sm_120",
+        "-gencode=arch=compute_120,code=compute_120",
+    ]
+    # torch skips its own arch guessing when any nvcc flag mentions 'arch'.
+    assert all("arch" in f for f in build_archs.gencode_flags(plan))
+
+
+def test_arch_choice_order():
+    common = dict(cuda="13.0", platform="linux_x86_64")
+    # The explicit knob wins over GPUs and release defaults.
+    plan = build_archs.choose_archs(arch_list="8.9", release=True, gpu_capabilities=[(9, 0)], **common)
+    assert names(plan) == (["sm_89"], []) and plan.source == "TORCH_CUDA_ARCH_LIST"
+    # Visible GPUs (deduplicated), PTX for the newest.
+    gpus = [(9, 0), (8, 6), (9, 0)]
+    plan = build_archs.choose_archs(arch_list=None, release=False, gpu_capabilities=gpus, **common)
+    assert names(plan) == (["sm_86", "sm_90"], ["compute_90"])
+    # Release builds ignore the build machine's GPUs.
+    plan = build_archs.choose_archs(arch_list="", release=True, gpu_capabilities=[(9, 0)], **common)
+    assert names(plan) == (
+        ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"],
+        ["compute_120"],
+    )
+    assert "release build" in plan.source
+    plan = build_archs.choose_archs(arch_list=None, release=False, gpu_capabilities=[], cuda="12.6",
+                                    platform="linux_aarch64")
+    assert names(plan) == (["sm_80", "sm_90"], ["compute_90"]) and "no GPU visible" in plan.source
+
+
+def test_unsupported_archs_are_named():
+    nvcc13 = "compute_75 compute_80 compute_86 compute_87 compute_89 compute_90 compute_100".split()
+    ok = build_archs.ArchPlan(*build_archs.parse_arch_list("9.0a;10.0+PTX"), "x")
+    assert build_archs.unsupported(ok, nvcc13, "13.0") is None
+    bad = build_archs.ArchPlan(*build_archs.parse_arch_list("6.1;9.0"), "TORCH_CUDA_ARCH_LIST")
+    msg = build_archs.unsupported(bad, nvcc13, "13.0")
+    assert "nvcc 13.0 cannot compile for 6.1 (asked for by TORCH_CUDA_ARCH_LIST)" in msg
+    assert "7.5, 8.0" in msg
+    assert build_archs.unsupported(bad, [], "13.0") is None  # nvcc gave no list: nvcc itself will say
+
+
+# ----------------------------------------------------------------------------- jobs and flags
+
+
+def test_parallelism():
+    gib = 1 << 30
+    assert build.choose_parallelism(2, 18 * gib, 1, None, None) == (2, 1)
+    assert build.choose_parallelism(16, 128 * gib, 7, None, None) == (4, 4)
+    assert build.choose_parallelism(16, 9 * gib, 1, None, None) == (4, 1)  # memory bound: 9 GiB / 2 GiB
+    assert build.choose_parallelism(64, 1 * gib, 6, None, None) == (1, 4)  # never below one job
+    assert build.choose_parallelism(8, None, 2, None, 1) == (8, 1)
+    assert build.choose_parallelism(8, 1 * gib, 2, 5, 3) == (5, 3)  # knobs win
+
+
+def plan90():
+    return build_archs.ArchPlan(*build_archs.parse_arch_list("9.0"), "x")
+
+
+def test_linux_development_flags():
+    f = build.compile_flags(platform="linux_x86_64", cxx_std=20, nvcc_version="13.0", arch_plan=plan90(),
+                            nvcc_threads=1, release=False, cxx11_abi=True)
+    assert f["nvcc"][:2] == ["-std=c++20", "-D_GLIBCXX_USE_CXX11_ABI=1"]
+    assert "-lineinfo" in f["nvcc"] and "-gencode=arch=compute_90,code=sm_90" in f["nvcc"]
+    assert f["cxx"] == ["-O3", "-std=c++20", "-D_GLIBCXX_USE_CXX11_ABI=1"] and f["link"] == []
+
+
+def test_linux_release_flags_strip_debug_info():
+    f = build.compile_flags(platform="linux_aarch64", cxx_std=17, nvcc_version="12.8", arch_plan=plan90(),
+                            nvcc_threads=2, release=True, cxx11_abi=False)
+    assert "-lineinfo" not in f["nvcc"] and not any(x == "-g" for x in f["nvcc"] + f["cxx"])
+    assert "-g0" in f["cxx"] and f["link"] == ["-s"]
+    assert "--compress-mode=size" in f["nvcc"] and "-D_GLIBCXX_USE_CXX11_ABI=0" in f["cxx"]
+    old = build.compile_flags(platform="linux_x86_64", cxx_std=17, nvcc_version="11.8", arch_plan=plan90(),
+                              nvcc_threads=2, release=True, cxx11_abi=False)
+    assert not any("compress-mode" in x for x in old["nvcc"])  # nvcc < 12.8 has no such option
+
+
+def test_msvc_flags():
+    f = build.compile_flags(platform="win_amd64", cxx_std=20, nvcc_version="13.2", arch_plan=plan90(),
+                            nvcc_threads=1, release=True, cxx11_abi=None)
+    assert f["cxx"] == ["/O2", "/std:c++20", "/permissive-", "/Zc:__cplusplus"]
+    host = [f["nvcc"][i + 1] for i, x in enumerate(f["nvcc"]) if x == "-Xcompiler"]
+    assert host == ["/permissive-", "/Zc:__cplusplus", "/Zc:preprocessor"]  # CCCL in CUDA >= 13.2
+    assert not any(x.startswith(("-std", "-D_GLIBCXX")) for x in f["nvcc"]) and f["link"] == []
+    f = build.compile_flags(platform="win_amd64", cxx_std=17, nvcc_version="13.0", arch_plan=plan90(),
+                            nvcc_threads=1, release=False, cxx11_abi=None)
+    assert "/std:c++17" in f["cxx"] and "/Zc:preprocessor" not in f["nvcc"]
+
+
+# ----------------------------------------------------------------------------- early errors
+
+
+def facts(version="2.14.1+cu130", cuda="13.0"):
+    return build.TorchFacts(version, cuda, True, "/nowhere")
+
+
+def test_torch_problems():
+    assert build.torch_problem(facts()) is None
+    assert "CPU-only build" in build.torch_problem(facts("2.14.1+cpu", None))
+    assert "older than 2.1" in build.torch_problem(facts("2.0.1", "11.8"))
+
+
+def test_cuda_major_mismatch_is_named():
+    assert build.cuda_major_problem("13.0", "13.2", "/usr/local/cuda") is None
+    msg = build.cuda_major_problem("12.8", "13.0", "/opt/cuda-12.8")
+    assert "nvcc in /opt/cuda-12.8 is CUDA 12.8 but torch was built with CUDA 13.0" in msg
+    assert "CUDA 13.x toolkit" in msg
+
+
+def test_required_cxx_std():
+    assert build.required_cxx_std("2.14.1+cu130") == 20
+    assert build.required_cxx_std("2.12.0") == 17
+    assert build.required_cxx_std("2.16.0") == 20  # newer than the table
+    assert build.required_cxx_std("2.0.0") == 17
+
+
+def test_nvcc_probe_messages():
+    assert build_toolchain.nvcc_probe_problem(0, "", 20, "13.0") is None
+    gcc = "#error -- unsupported GNU version! gcc versions later than 15 are not supported!"
+    msg = build_toolchain.nvcc_probe_problem(1, gcc, 20, "13.0")
+    assert msg.startswith("nvcc 13.0 refuses the host compiler") and "CC/CXX" in msg
+    std = "nvcc fatal   : Value 'c++20' is not defined for option 'std'"
+    msg = build_toolchain.nvcc_probe_problem(1, std, 20, "11.8")
+    assert "cannot compile C++20, which this torch requires" in msg
+    assert "probe compile failed" in build_toolchain.nvcc_probe_problem(1, "segfault", 17, "12.1")
+
+
+def test_pure_python_notice_or_error():
+    plan = build._pure(build.BuildKnobs(), "no CUDA toolkit found")
+    assert not plan.build and plan.version == "0.1.0" and plan.install_requires[0] == "torch>=2.1"
+    assert "installing without the CUDA extensions" in plan.notice and "no CUDA toolkit found" in plan.notice
+    with pytest.raises(build.BuildError, match="MAMBA_KERNELS_FORCE_BUILD is on but .*: no CUDA toolkit"):
+        build._pure(build.BuildKnobs(force=True), "no CUDA toolkit found")
+    with pytest.raises(build.BuildError, match="MAMBA_KERNELS_RELEASE is on"):
+        build._pure(build.BuildKnobs(release=True), "x")
+
+
+def test_make_plan_skip_and_missing_sources(tmp_path):
+    plan = build.make_plan(str(tmp_path), {"MAMBA_KERNELS_SKIP_CUDA_BUILD": "1"})
+    assert not plan.build and "MAMBA_KERNELS_SKIP_CUDA_BUILD is on" in plan.notice
+    plan = build.make_plan(str(tmp_path), {})
+    assert not plan.build and "no kernel sources" in plan.notice
+    with pytest.raises(build.BuildError, match="no kernel sources"):
+        build.make_plan(str(tmp_path), {"MAMBA_KERNELS_FORCE_BUILD": "1"})
+
+
+def test_kernel_sources_glob(tmp_path):
+    (tmp_path / "csrc" / "causal_conv1d").mkdir(parents=True)
+    (tmp_path / "csrc" / "selective_scan").mkdir(parents=True)
+    for name in ("b.cu", "a.cpp", "x.h", "c.cuh"):
+        (tmp_path / "csrc" / "causal_conv1d" / name).write_text("")
+    assert build.kernel_sources(str(tmp_path)) == {
+        "causal_conv1d": ["csrc/causal_conv1d/a.cpp", "csrc/causal_conv1d/b.cu"]
+    }
+
+
+# ----------------------------------------------------------------------------- toolchain detection
+
+
+def test_wrapper_script_is_followed(tmp_path):
+    real = tmp_path / "cuda-13.0" / "bin"
+    real.mkdir(parents=True)
+    (real / "nvcc").write_text("\x7fELF")
+    (tmp_path / "cuda-13.0" / "include").mkdir()
+    (tmp_path / "cuda-13.0" / "include" / "cuda_runtime.h").write_text("")
+    wrapper = tmp_path / "bin" / "nvcc"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nexec {real / "nvcc"} "$@"\n')
+    home = build_toolchain.find_cuda_home({}, which=lambda _: str(wrapper))
+    assert home.path == os.path.realpath(tmp_path / "cuda-13.0")  # not tmp_path (torch's guess)
+    assert "->" in home.how
+
+
+def test_cuda_home_env_wins_and_pip_toolkits(tmp_path):
+    assert build_toolchain.find_cuda_home({"CUDA_HOME": "/x"}).path == "/x"
+    assert build_toolchain.find_cuda_home({"CUDA_PATH": "/y"}).how == "CUDA_PATH"
+    site = tmp_path / "site-packages"
+    (site / "nvidia" / "cu13" / "bin").mkdir(parents=True)
+    (site / "nvidia" / "cu13" / "bin" / "nvcc").write_text("")
+    found = build_toolchain.pip_toolkit_roots([str(site)])
+    assert found == [str(site / "nvidia" / "cu13")]
+
+
+def test_toolkit_problems(tmp_path):
+    assert "does not exist" in build_toolchain.toolkit_problem(str(tmp_path), "linux_x86_64")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvcc").write_text("")
+    assert "no cuda_runtime.h" in build_toolchain.toolkit_problem(str(tmp_path), "linux_x86_64")
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "cuda_runtime.h").write_text("")
+    # A pip-assembled toolkit has lib/, not lib64/libcudart.so, which torch links against.
+    assert "has no libcudart.so" in build_toolchain.toolkit_problem(str(tmp_path), "linux_x86_64")
+    (tmp_path / "lib64").mkdir()
+    (tmp_path / "lib64" / "libcudart.so").write_text("")
+    assert build_toolchain.toolkit_problem(str(tmp_path), "linux_x86_64") is None
+
+
+def test_version_parsers():
+    out = "Cuda compilation tools, release 13.0, V13.0.88\nBuild cuda_13.0.r13.0/compiler.36424714_0"
+    assert build_toolchain.parse_nvcc_version(out) == "13.0"
+    assert build_toolchain.parse_nvcc_version("garbage") is None
+    assert build_toolchain.parse_compiler_version("g++ (Debian 12.2.0-14+deb12u1) 12.2.0\nCopyright") == (
+        "gcc", "12.2.0")
+    assert build_toolchain.parse_compiler_version("Ubuntu clang version 17.0.6 (++2)\nTarget: x") == (
+        "clang", "17.0.6")
+    assert build_toolchain.parse_compiler_version("c++ (GCC) 11.4.1 20231218 (Red Hat 11.4.1-3)")[0] == "gcc"
+    assert build_toolchain.parse_compiler_version("") is None
+    wrapper = '#!/bin/sh\nexec "/opt/cuda/bin/nvcc" "$@"\n'
+    assert build_toolchain.script_target(wrapper) == "/opt/cuda/bin/nvcc"
+    assert build_toolchain.script_target("#!/bin/sh\necho hi\n") is None

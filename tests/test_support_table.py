@@ -1,0 +1,188 @@
+"""The support table, pinned fact by fact against ../shared/reference/compat.md (sections
+cited) and, for what compat.md lacks (2.1-2.3, 2.15, exact Python ranges), the torch files
+on PyPI as read on 2026-11-29."""
+
+import pytest
+
+from mamba_kernels import support
+
+# compat.md 2.1: CUDA variants published per torch release (Linux x86_64), 2.4 to 2.14;
+# 2.1-2.3 from PyTorch's index (cu118, cu121; PyPI's Linux wheel is the 12.1 build);
+# 2.15: only the PyPI build (13.2) is confirmed.
+CUDA_X86 = {
+    "2.1": ("11.8", "12.1"),
+    "2.2": ("11.8", "12.1"),
+    "2.3": ("11.8", "12.1"),
+    "2.4": ("11.8", "12.1", "12.4"),
+    "2.5": ("11.8", "12.1", "12.4"),
+    "2.6": ("11.8", "12.4", "12.6"),
+    "2.7": ("11.8", "12.6", "12.8"),
+    "2.8": ("12.6", "12.8", "12.9"),
+    "2.9": ("12.6", "12.8", "13.0"),
+    "2.10": ("12.6", "12.8", "13.0"),
+    "2.11": ("12.6", "12.8", "13.0"),
+    "2.12": ("12.6", "13.0", "13.2"),
+    "2.13": ("12.6", "13.0", "13.2"),
+    "2.14": ("12.6", "13.0", "13.2", "13.4"),
+    "2.15": ("13.2",),
+}
+# compat.md 2.1 "aarch64 CUDA" column: none before 2.7.
+CUDA_AARCH64 = {
+    "2.7": ("12.8",),
+    "2.8": ("12.9",),
+    "2.9": ("12.6", "12.8", "13.0"),
+    "2.10": ("12.6", "12.8", "13.0"),
+    "2.11": ("12.6", "12.8", "13.0"),
+    "2.12": ("12.6", "13.0", "13.2"),
+    "2.13": ("12.6", "13.0", "13.2"),
+    "2.14": ("12.6", "13.0", "13.2", "13.4"),
+    "2.15": ("13.2",),
+}
+# Python (CPython, not free-threaded): PyPI file lists (cp tags of each release).
+PYTHONS = {
+    "2.1": ("3.8", "3.11"),
+    "2.2": ("3.8", "3.12"),
+    "2.3": ("3.8", "3.12"),
+    "2.4": ("3.8", "3.12"),
+    "2.5": ("3.9", "3.13"),
+    "2.6": ("3.9", "3.13"),
+    "2.7": ("3.9", "3.13"),
+    "2.8": ("3.9", "3.13"),
+    "2.9": ("3.10", "3.14"),
+    "2.10": ("3.10", "3.14"),
+    "2.11": ("3.10", "3.14"),
+    "2.12": ("3.10", "3.14"),
+    "2.13": ("3.10", "3.14"),
+    "2.14": ("3.10", "3.14"),
+    "2.15": ("3.11", "3.15"),
+}
+# compat.md 2.1 STABLE_CUDA_VERSIONS column, PyPI metadata for the rest.
+PYPI_CUDA = {
+    "2.1": "12.1", "2.2": "12.1", "2.3": "12.1", "2.4": "12.1", "2.5": "12.4", "2.6": "12.4",
+    "2.7": "12.6", "2.8": "12.8", "2.9": "12.8", "2.10": "12.8", "2.11": "13.0", "2.12": "13.0",
+    "2.13": "13.0", "2.14": "13.0", "2.15": "13.2",
+}
+
+
+def test_releases_cover_2_1_to_2_15_in_order():
+    assert [r.torch for r in support.RELEASES] == list(CUDA_X86)
+
+
+@pytest.mark.parametrize("torch", list(CUDA_X86))
+def test_cuda_variants_per_platform(torch):
+    rel = support.torch_release(torch)
+    assert rel.cuda["linux_x86_64"] == CUDA_X86[torch]
+    assert rel.cuda["linux_aarch64"] == CUDA_AARCH64.get(torch, ())
+    # compat.md 2.1: CUDA_ARCHES_NO_WINDOWS = ["13.4"]; 2.15's Windows CUDA builds are unconfirmed.
+    expected_win = () if torch == "2.15" else tuple(c for c in CUDA_X86[torch] if c != "13.4")
+    assert rel.cuda["win_amd64"] == expected_win
+
+
+@pytest.mark.parametrize("torch", list(PYTHONS))
+def test_python_range_and_pypi_cuda(torch):
+    rel = support.torch_release(torch)
+    lo, hi = PYTHONS[torch]
+    assert rel.pythons[0] == lo and rel.pythons[-1] == hi
+    assert len(rel.pythons) == int(hi.split(".")[1]) - int(lo.split(".")[1]) + 1
+    assert rel.pypi_cuda == PYPI_CUDA[torch]
+    assert rel.pypi_cuda in rel.cuda["linux_x86_64"]
+
+
+def test_cxx11_abi_per_torch_cuda_platform():
+    # compat.md 2.2: <= 2.5 pre-cxx11; 2.6 mixed (cu126 cxx11, cu118/cu124 pre); >= 2.7 cxx11.
+    for torch in ("2.1", "2.4", "2.5"):
+        rel = support.torch_release(torch)
+        assert all(rel.cxx11_abi(c, "linux_x86_64") is False for c in rel.cuda["linux_x86_64"])
+    rel = support.torch_release("2.6")
+    assert rel.cxx11_abi("11.8", "linux_x86_64") is False
+    assert rel.cxx11_abi("12.4", "linux_x86_64") is False
+    assert rel.cxx11_abi("12.6", "linux_x86_64") is True
+    assert rel.has_two_abis
+    for rel in support.RELEASES:
+        if rel.torch != "2.6":
+            assert not rel.has_two_abis
+        assert rel.cxx11_abi(rel.cuda["linux_x86_64"][0], "win_amd64") is None  # no ABI flag on MSVC
+    for torch in ("2.7", "2.10", "2.14"):
+        rel = support.torch_release(torch)
+        assert all(rel.cxx11_abi(c, "linux_x86_64") is True for c in rel.cuda["linux_x86_64"])
+        assert all(rel.cxx11_abi(c, "linux_aarch64") is True for c in rel.cuda["linux_aarch64"])
+
+
+def test_manylinux_baseline_and_cxx_standard():
+    # compat.md 2.3: torch <= 2.5 manylinux_2_17, >= 2.6 manylinux_2_28.
+    # compat.md 2.4 + torch 2.14's ATen.h "#error C++20 or later": C++20 from 2.13.
+    for rel in support.RELEASES:
+        minor = int(rel.torch.split(".")[1])
+        assert rel.manylinux == ("manylinux_2_17" if minor <= 5 else "manylinux_2_28")
+        assert rel.cxx_std == (20 if minor >= 13 else 17)
+
+
+def test_default_archs_per_cuda_and_platform():
+    # compat.md 2.6 (PyTorch's lists) from sm_75 up; aarch64 filter drops 7.5 and 8.6, adds 11.0 on CUDA 13.
+    assert support.default_archs("11.8", "linux_x86_64") == ("7.5", "8.0", "8.6", "9.0")
+    assert support.default_archs("12.6", "win_amd64") == ("7.5", "8.0", "8.6", "9.0")
+    assert support.default_archs("12.8", "linux_x86_64")[-2:] == ("10.0", "12.0")
+    assert support.default_archs("13.0", "linux_x86_64") == ("7.5", "8.0", "8.6", "9.0", "10.0", "12.0")
+    assert support.default_archs("13.0", "linux_aarch64") == ("8.0", "9.0", "10.0", "11.0", "12.0")
+    assert support.default_archs("12.6", "linux_aarch64") == ("8.0", "9.0")
+    # Newer minor of a known major: the newest list of that major.
+    assert support.default_archs("13.6", "linux_x86_64") == support.default_archs("13.4", "linux_x86_64")
+
+
+def test_cuda_13_has_nothing_below_sm75_anywhere():
+    # compat.md 2.7: nvcc 13 no longer targets sm < 75.
+    for cuda in ("13.0", "13.2", "13.4"):
+        for plat in support.PLATFORMS:
+            assert min(float(a) for a in support.default_archs(cuda, plat)) >= 7.5
+
+
+def test_every_cell_has_an_arch_list():
+    for cell in support.cells():
+        assert cell.archs, cell
+
+
+def test_default_archs_bad_input():
+    with pytest.raises(ValueError, match="platform must be one of"):
+        support.default_archs("13.0", "macosx_arm64")
+    with pytest.raises(ValueError, match="no default architecture list for CUDA 10.2"):
+        support.default_archs("10.2", "linux_x86_64")
+    with pytest.raises(ValueError, match="cuda must look like"):
+        support.default_archs("thirteen", "linux_x86_64")
+
+
+def test_cells_enumerate_exactly_what_torch_shipped():
+    cells = support.cells()
+    assert len(cells) == len(set(cells))
+    # Independent count: per release, per platform, CUDA variants x Pythons >= 3.9.
+    expected = 0
+    for torch, xs in CUDA_X86.items():
+        lo, hi = (int(v.split(".")[1]) for v in PYTHONS[torch])
+        pys = len([m for m in range(lo, hi + 1) if m >= 9])
+        win = () if torch == "2.15" else tuple(c for c in xs if c != "13.4")
+        expected += pys * (len(xs) + len(CUDA_AARCH64.get(torch, ())) + len(win))
+    assert len(cells) == expected
+    assert all(c.python != "3.8" for c in cells)  # this package needs Python >= 3.9
+
+
+def test_cell_filters():
+    cells = support.cells(torch="2.14", cuda="13.0", python="3.11", platform="linux_x86_64")
+    assert cells == [
+        support.Cell("2.14", "13.0", "3.11", "linux_x86_64", True, "manylinux_2_28", 20)
+    ]
+    assert {c.cuda for c in support.cells(torch="2.6", cxx11_abi=False)} == {"11.8", "12.4"}
+    assert {c.platform for c in support.cells(cuda="13.4")} == {"linux_x86_64", "linux_aarch64"}
+    assert support.cells(torch="2.1", platform="linux_aarch64") == []
+    win = support.cells(platform="win_amd64")
+    assert win and all(c.cxx11_abi is None and c.manylinux is None for c in win)
+
+
+def test_cell_filter_bad_values():
+    with pytest.raises(ValueError, match="torch must be one of the supported releases"):
+        support.cells(torch="1.13")
+    with pytest.raises(ValueError, match="platform must be one of"):
+        support.cells(platform="linux")
+
+
+def test_torch_release_accepts_full_versions():
+    assert support.torch_release("2.14.1+cu130").torch == "2.14"
+    assert support.torch_release("2.6.0").torch == "2.6"
