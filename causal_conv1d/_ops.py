@@ -1,0 +1,107 @@
+"""The compiled causal_conv1d kernels as torch.library custom ops.
+
+Importing this module loads ``causal_conv1d._cuda``, whose C++ side registers
+``torch.ops.mamba_kernels.causal_conv1d_{fwd,bwd,update}`` (CUDA implementations, mutated
+arguments annotated in the schemas). Here we add their fake (meta) implementations, so
+``torch.compile(fullgraph=True)`` traces them without graph breaks, and the three thin
+functions ``cpp_functions`` calls after validating its arguments.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Tuple
+
+import torch
+
+from . import _cuda  # noqa: F401  (loading it registers the ops)
+from ._checks import empty_like_layout
+
+Tensor = torch.Tensor
+_ops = torch.ops.mamba_kernels
+
+
+def _register_fake(name: str) -> Callable[[Callable], Callable]:
+    qualname = f"mamba_kernels::{name}"
+    if hasattr(torch.library, "register_fake"):  # torch >= 2.4
+        return torch.library.register_fake(qualname)
+    return torch.library.impl_abstract(qualname)
+
+
+# Fake implementations: outputs with exactly the shapes, dtypes and strides the CUDA ops give.
+@_register_fake("causal_conv1d_fwd")
+def _fwd_fake(x, weight, bias, seq_idx, initial_states, final_states_out, silu_activation):
+    return empty_like_layout(x)
+
+
+@_register_fake("causal_conv1d_bwd")
+def _bwd_fake(x, weight, bias, dout, seq_idx, initial_states, dfinal_states, dx, return_dinitial_states,
+              silu_activation):
+    dweight = weight.new_empty(weight.shape)
+    dbias = bias.new_empty(bias.shape) if bias is not None else weight.new_empty((0,))
+    if return_dinitial_states:
+        dinit = empty_like_layout(x, shape=(x.shape[0], x.shape[1], weight.shape[1] - 1))
+    else:
+        dinit = x.new_empty((0,))
+    return dweight, dbias, dinit
+
+
+@_register_fake("causal_conv1d_update")
+def _update_fake(x, conv_state, weight, bias, silu_activation, cache_seqlens, conv_state_indices):
+    return torch.empty_like(x)
+
+
+def fwd(
+    x: Tensor,
+    weight: Tensor,
+    bias: Optional[Tensor],
+    seq_idx: Optional[Tensor],
+    initial_states: Optional[Tensor],
+    final_states_out: Optional[Tensor],
+    silu_activation: bool,
+) -> Tensor:
+    """out in x's layout; final_states_out, when given, is written in place."""
+    return _ops.causal_conv1d_fwd(x, weight, bias, seq_idx, initial_states, final_states_out, silu_activation)
+
+
+def bwd(
+    x: Tensor,
+    weight: Tensor,
+    bias: Optional[Tensor],
+    dout: Tensor,
+    seq_idx: Optional[Tensor],
+    initial_states: Optional[Tensor],
+    dfinal_states: Optional[Tensor],
+    dx: Optional[Tensor],
+    return_dinitial_states: bool,
+    silu_activation: bool,
+) -> Tuple[Tensor, Tensor, Optional[Tensor], Optional[Tensor]]:
+    """(dx, dweight, dbias, dinitial_states); a given dx (any strides) is written in place and
+    returned; dbias is None without bias, dinitial_states None unless requested. dweight and
+    dbias are summed in fp32 and come back in weight's / bias's dtype."""
+    if dx is None:
+        dx = empty_like_layout(x)
+    dweight, dbias, dinit = _ops.causal_conv1d_bwd(
+        x, weight, bias, dout, seq_idx, initial_states, dfinal_states, dx, return_dinitial_states,
+        silu_activation,
+    )
+    return (
+        dx,
+        dweight,
+        dbias if bias is not None else None,
+        dinit if return_dinitial_states else None,
+    )
+
+
+def update(
+    x: Tensor,
+    conv_state: Tensor,
+    weight: Tensor,
+    bias: Optional[Tensor],
+    silu_activation: bool,
+    cache_seqlens: Optional[Tensor],
+    conv_state_indices: Optional[Tensor],
+) -> Tensor:
+    """Decode step(s) for a 3-D x; conv_state is updated in place; returns a new out."""
+    return _ops.causal_conv1d_update(
+        x, conv_state, weight, bias, silu_activation, cache_seqlens, conv_state_indices
+    )

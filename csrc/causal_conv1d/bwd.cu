@@ -1,0 +1,512 @@
+// Backward of the forward in fwd.cu. With pre[s] = bias + sum_k w[k] x[s-(W-1)+k] (taps masked
+// to the token's seq_idx segment) and dpre[s] = dout[s] * act'(pre[s]) (0 on padding tokens):
+//   dx[t]      = sum_k w[k] dpre[t + (W-1) - k]  (+ dfinal_states for the last W-1 positions)
+//   dweight[k] = sum_s dpre[s] x[s-(W-1)+k],  dbias = sum_s dpre[s]
+//   dinitial_states: the same sum as dx, for the W-1 positions before 0.
+// dweight/dbias are summed in fp32: atomics, or per-partial rows reduced in a fixed order.
+#include <algorithm>
+#include <climits>
+
+#include "conv_common.cuh"
+
+namespace mamba_kernels {
+namespace causal_conv1d {
+namespace {
+
+// dpre at one position, from memory (used for the W-1 positions right of a segment).
+template <typename T, int W>
+__device__ float dpre_at(const ConvParams& p, const T* xr, const T* gr, int64_t b, int64_t c,
+                         const float (&w)[W], float bias, int64_t pos) {
+  if (pos >= p.seqlen) return 0.0f;
+  int s = 0;
+  if (p.seq_idx != nullptr) {
+    s = seq_at(p, b, pos);
+    if (s < 0) return 0.0f;
+  }
+  const float g = to_float(gr[pos * p.dout_s.l]);
+  if (!p.silu) return g;
+  float acc = bias;
+#pragma unroll
+  for (int k = 0; k < W; ++k) {
+    const int64_t q = pos - (W - 1) + k;
+    const bool same = p.seq_idx == nullptr || seq_at(p, b, q) == s;
+    acc += same ? w[k] * x_ext(p, xr, b, c, q) : 0.0f;
+  }
+  return g * silu_grad(acc);
+}
+
+template <typename T, int W>
+__global__ void __launch_bounds__(kThreads) bwd_channel_first(const ConvParams p) {
+  constexpr int kN = kVec16<T>;
+  constexpr int kTile = 32 * kN;
+  constexpr int kSeg = kTilesCF * kTile;
+  static_assert(kN >= W - 1, "a lane's vector must cover its neighbour's halo");
+  const int lane = threadIdx.x & 31;
+  const int64_t nseg = (p.seqlen + kSeg - 1) / kSeg;
+  const int64_t items = p.batch * p.dim * nseg;
+  const bool has_seq = p.seq_idx != nullptr;
+  for (int64_t item = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); item < items;
+       item += int64_t(gridDim.x) * kWarps) {
+    const int64_t seg = item % nseg;
+    const int64_t row = item / nseg;
+    const int64_t c = row % p.dim;
+    const int64_t b = row / p.dim;
+    const int64_t t0 = seg * kSeg;
+    const T* xr = static_cast<const T*>(p.x) + b * p.x_s.b + c * p.x_s.c;
+    const T* gr = static_cast<const T*>(p.dout) + b * p.dout_s.b + c * p.dout_s.c;
+    T* dxr = static_cast<T*>(p.dx) + b * p.dx_s.b + c * p.dx_s.c;
+
+    Pack<T, kN> xv[kTilesCF], gv[kTilesCF];
+#pragma unroll
+    for (int j = 0; j < kTilesCF; ++j) {
+      const int64_t t = t0 + j * kTile + lane * kN;
+      if (p.vec_in && t + kN <= p.seqlen) {
+        load_pack(xv[j], xr + t);
+        load_pack(gv[j], gr + t);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+          const bool in = t + i < p.seqlen;
+          xv[j].e[i] = in ? xr[(t + i) * p.x_s.l] : from_float<T>(0.0f);
+          gv[j].e[i] = in ? gr[(t + i) * p.dout_s.l] : from_float<T>(0.0f);
+        }
+      }
+    }
+    float w[W];
+#pragma unroll
+    for (int k = 0; k < W; ++k) w[k] = p.weight[c * W + k];
+    const float bias = p.bias != nullptr ? p.bias[c] : 0.0f;
+    float halo[W - 1];
+#pragma unroll
+    for (int i = 0; i < W - 1; ++i) halo[i] = x_ext(p, xr, b, c, t0 - (W - 1) + i);
+
+    // Pass 1: dpre at the warp's own positions, and the dweight / dbias partial sums.
+    float dp[kTilesCF][kN];
+    float dw[W], db = 0.0f;
+#pragma unroll
+    for (int k = 0; k < W; ++k) dw[k] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kTilesCF; ++j) {
+      const int64_t t = t0 + j * kTile + lane * kN;
+      float xe[W - 1 + kN];
+#pragma unroll
+      for (int i = 0; i < kN; ++i) xe[W - 1 + i] = to_float(xv[j].e[i]);
+#pragma unroll
+      for (int i = 0; i < W - 1; ++i) {
+        const float up = __shfl_up_sync(kFullMask, xe[kN + i], 1);
+        const float left =
+            j == 0 ? halo[i]
+                   : __shfl_sync(kFullMask, to_float(xv[j > 0 ? j - 1 : 0].e[kN - (W - 1) + i]), 31);
+        xe[i] = lane == 0 ? left : up;
+      }
+      int se[W - 1 + kN];
+#pragma unroll
+      for (int q = 0; q < W - 1 + kN; ++q) {
+        const int64_t pos = t - (W - 1) + q;
+        se[q] = has_seq && pos < p.seqlen ? seq_at(p, b, pos) : 0;
+      }
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        const int s = se[W - 1 + i];
+        float xm[W];
+#pragma unroll
+        for (int k = 0; k < W; ++k) xm[k] = se[i + k] == s ? xe[i + k] : 0.0f;
+        float d = 0.0f;
+        if (t + i < p.seqlen && s >= 0) {
+          d = to_float(gv[j].e[i]);
+          if (p.silu) {
+            float acc = bias;
+#pragma unroll
+            for (int k = 0; k < W; ++k) acc += w[k] * xm[k];
+            d *= silu_grad(acc);
+          }
+        }
+        dp[j][i] = d;
+#pragma unroll
+        for (int k = 0; k < W; ++k) dw[k] += d * xm[k];
+        db += d;
+      }
+    }
+    // dpre right of the segment: lane i < W-1 computes position t0 + kSeg + i.
+    const float ahead = lane < W - 1 ? dpre_at<T, W>(p, xr, gr, b, c, w, bias, t0 + kSeg + lane) : 0.0f;
+
+    // Pass 2: dx.
+#pragma unroll
+    for (int j = 0; j < kTilesCF; ++j) {
+      const int64_t t = t0 + j * kTile + lane * kN;
+      float de[kN + W - 1];  // dpre at t .. t + kN + W - 2
+#pragma unroll
+      for (int i = 0; i < kN; ++i) de[i] = dp[j][i];
+#pragma unroll
+      for (int i = 0; i < W - 1; ++i) {
+        const float down = __shfl_down_sync(kFullMask, dp[j][i], 1);
+        const float right = j == kTilesCF - 1
+                                ? __shfl_sync(kFullMask, ahead, i)
+                                : __shfl_sync(kFullMask, dp[j + 1 < kTilesCF ? j + 1 : j][i], 0);
+        de[kN + i] = lane == 31 ? right : down;
+      }
+      int se[kN + W - 1];  // seq_idx at t .. t + kN + W - 2
+#pragma unroll
+      for (int q = 0; q < kN + W - 1; ++q) {
+        const int64_t pos = t + q;
+        se[q] = has_seq && pos < p.seqlen ? seq_at(p, b, pos) : 0;
+      }
+      float o[kN];
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < W; ++k) acc += se[i + W - 1 - k] == se[i] ? w[k] * de[i + W - 1 - k] : 0.0f;
+        if (p.dfinal_states != nullptr) {
+          const int64_t q = t + i - (p.seqlen - (W - 1));
+          if (q >= 0 && t + i < p.seqlen) {
+            acc += to_float(static_cast<const T*>(p.dfinal_states)[b * p.dfinal_s.b + c * p.dfinal_s.c +
+                                                                 q * p.dfinal_s.l]);
+          }
+        }
+        o[i] = acc;
+      }
+      if (p.vec_out && t + kN <= p.seqlen) {
+        store_pack<T, kN>(dxr + t, o);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+          if (t + i < p.seqlen) dxr[(t + i) * p.dx_s.l] = from_float<T>(o[i]);
+        }
+      }
+    }
+
+    // dinitial_states: the W-1 positions before 0 only feed dpre[0 .. W-2], all held by lane 0.
+    if (p.dinitial_states != nullptr && seg == 0 && lane == 0) {
+      const int tag = has_seq ? seq_at(p, b, 0) : 0;
+#pragma unroll
+      for (int jj = 0; jj < W - 1; ++jj) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < W; ++k) {
+          const int s = jj - k;  // position fed by initial-state column jj through tap k
+          if (s >= 0 && s < p.seqlen && (!has_seq || seq_at(p, b, s) == tag)) acc += w[k] * dp[0][s >= 0 ? s : 0];
+        }
+        if (p.dfinal_states != nullptr && jj >= p.seqlen) {
+          acc += to_float(static_cast<const T*>(p.dfinal_states)[b * p.dfinal_s.b + c * p.dfinal_s.c +
+                                                               (jj - p.seqlen) * p.dfinal_s.l]);
+        }
+        static_cast<T*>(p.dinitial_states)[b * p.dinit_s.b + c * p.dinit_s.c + jj * p.dinit_s.l] =
+            from_float<T>(acc);
+      }
+    }
+
+    // dweight / dbias: butterfly sum over the warp (a fixed order), then one write per warp.
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+#pragma unroll
+      for (int k = 0; k < W; ++k) dw[k] += __shfl_xor_sync(kFullMask, dw[k], off);
+      db += __shfl_xor_sync(kFullMask, db, off);
+    }
+    if (lane == 0) {
+      if (p.deterministic) {
+        float* ws = p.workspace + ((b * nseg + seg) * p.dim + c) * (W + 1);
+#pragma unroll
+        for (int k = 0; k < W; ++k) ws[k] = dw[k];
+        ws[W] = db;
+      } else {
+#pragma unroll
+        for (int k = 0; k < W; ++k) atomicAdd(p.dweight + c * W + k, dw[k]);
+        if (p.dbias != nullptr) atomicAdd(p.dbias + c, db);
+      }
+    }
+  }
+}
+
+// Channel-last: a lane owns kVecClBwd channels and walks its segment with sliding windows of
+// the last W inputs, seq ids and dpre values, running W-1 steps past the segment end so that
+// every dx of the segment sees all of its dpre terms. The block's 4 warps (4 consecutive
+// segments of the same channels) sum their dweight partials through shared memory.
+template <typename T, int W>
+__global__ void __launch_bounds__(kThreads) bwd_channel_last(const ConvParams p, const int64_t seg_len) {
+  constexpr int kN = kVecClBwd;
+  constexpr int kU = 4;
+  __shared__ float red[kWarps][W + 1][32 * kN];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const bool has_seq = p.seq_idx != nullptr;
+  const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
+  const int64_t nseg = (p.seqlen + seg_len - 1) / seg_len;
+  const int64_t ntb = (nseg + kWarps - 1) / kWarps;
+  const int64_t nblocks = p.batch * ntb * ncg;
+  for (int64_t blk = blockIdx.x; blk < nblocks; blk += gridDim.x) {
+    const int64_t cg = blk % ncg;
+    const int64_t tb = (blk / ncg) % ntb;
+    const int64_t b = blk / ncg / ntb;
+    const int64_t seg = tb * kWarps + warp;
+    const int64_t c0 = cg * 32 * kN + int64_t(lane) * kN;
+    float dw[W][kN], db[kN];
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      db[i] = 0.0f;
+#pragma unroll
+      for (int k = 0; k < W; ++k) dw[k][i] = 0.0f;
+    }
+    if (seg < nseg && c0 < p.dim) {
+      const int64_t t0 = seg * seg_len;
+      const int64_t t1 = t0 + seg_len < p.seqlen ? t0 + seg_len : p.seqlen;
+      const int nc = p.dim - c0 < kN ? int(p.dim - c0) : kN;
+      const bool vin = p.vec_in && nc == kN;
+      const bool vout = p.vec_out && nc == kN;
+      const T* xb = static_cast<const T*>(p.x) + b * p.x_s.b + c0 * p.x_s.c;
+      const T* gb = static_cast<const T*>(p.dout) + b * p.dout_s.b + c0 * p.dout_s.c;
+      T* dxb = static_cast<T*>(p.dx) + b * p.dx_s.b + c0 * p.dx_s.c;
+      float w[W][kN], bias[kN], xw[W][kN], dpw[W][kN];
+      int sw[W];
+      sw[0] = 0;
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        const bool ok = i < nc;
+#pragma unroll
+        for (int k = 0; k < W; ++k) {
+          w[k][i] = ok ? p.weight[(c0 + i) * W + k] : 0.0f;
+          dpw[k][i] = 0.0f;
+        }
+        bias[i] = ok && p.bias != nullptr ? p.bias[c0 + i] : 0.0f;
+        xw[0][i] = 0.0f;
+#pragma unroll
+        for (int q = 0; q < W - 1; ++q) {
+          xw[q + 1][i] = ok ? x_ext(p, xb + i * p.x_s.c, b, c0 + i, t0 - (W - 1) + q) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < W - 1; ++q) sw[q + 1] = has_seq ? seq_at(p, b, t0 - (W - 1) + q) : 0;
+      const int tag = has_seq ? seq_at(p, b, 0) : 0;
+
+      const int64_t s_end = t1 + W - 1;  // dpre is needed up to t1 + W - 2
+      for (int64_t sb = t0; sb < s_end; sb += kU) {
+        Pack<T, kN> xv[kU], gv[kU];
+        int sv[kU];
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          const int64_t s = sb + u;
+          sv[u] = -1;
+          if (s < p.seqlen && s < s_end) {
+            if (vin) {
+              load_pack(xv[u], xb + s * p.x_s.l);
+              load_pack(gv[u], gb + s * p.dout_s.l);
+            } else {
+#pragma unroll
+              for (int i = 0; i < kN; ++i) {
+                xv[u].e[i] = i < nc ? xb[s * p.x_s.l + i * p.x_s.c] : from_float<T>(0.0f);
+                gv[u].e[i] = i < nc ? gb[s * p.dout_s.l + i * p.dout_s.c] : from_float<T>(0.0f);
+              }
+            }
+            sv[u] = has_seq ? seq_at(p, b, s) : 0;
+          } else {
+#pragma unroll
+            for (int i = 0; i < kN; ++i) {
+              xv[u].e[i] = from_float<T>(0.0f);
+              gv[u].e[i] = from_float<T>(0.0f);
+            }
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          const int64_t s = sb + u;
+          if (s >= s_end) break;
+#pragma unroll
+          for (int k = 0; k < W - 1; ++k) {
+            sw[k] = sw[k + 1];
+#pragma unroll
+            for (int i = 0; i < kN; ++i) {
+              xw[k][i] = xw[k + 1][i];
+              dpw[k][i] = dpw[k + 1][i];
+            }
+          }
+          sw[W - 1] = sv[u];
+          const bool live = sv[u] >= 0;  // in range and not padding
+          const bool own = s < t1;        // counted in this segment's dweight
+#pragma unroll
+          for (int i = 0; i < kN; ++i) {
+            xw[W - 1][i] = to_float(xv[u].e[i]);
+            float xm[W];
+#pragma unroll
+            for (int k = 0; k < W; ++k) xm[k] = sw[k] == sw[W - 1] ? xw[k][i] : 0.0f;
+            float d = 0.0f;
+            if (live) {
+              d = to_float(gv[u].e[i]);
+              if (p.silu) {
+                float acc = bias[i];
+#pragma unroll
+                for (int k = 0; k < W; ++k) acc += w[k][i] * xm[k];
+                d *= silu_grad(acc);
+              }
+            }
+            dpw[W - 1][i] = d;
+            if (own) {
+#pragma unroll
+              for (int k = 0; k < W; ++k) dw[k][i] += d * xm[k];
+              db[i] += d;
+            }
+          }
+          const int64_t t = s - (W - 1);
+          if (t >= t0) {
+            float o[kN];
+            const int64_t q = t - (p.seqlen - (W - 1));  // dfinal_states column of position t
+#pragma unroll
+            for (int i = 0; i < kN; ++i) {
+              float acc = 0.0f;
+#pragma unroll
+              for (int k = 0; k < W; ++k) acc += sw[W - 1 - k] == sw[0] ? w[k][i] * dpw[W - 1 - k][i] : 0.0f;
+              if (p.dfinal_states != nullptr && q >= 0 && i < nc) {
+                acc += to_float(static_cast<const T*>(p.dfinal_states)[b * p.dfinal_s.b + (c0 + i) * p.dfinal_s.c +
+                                                                     q * p.dfinal_s.l]);
+              }
+              o[i] = acc;
+            }
+            T* dp_out = dxb + t * p.dx_s.l;
+            if (vout) {
+              store_pack<T, kN>(dp_out, o);
+            } else {
+#pragma unroll
+              for (int i = 0; i < kN; ++i) {
+                if (i < nc) dp_out[i * p.dx_s.c] = from_float<T>(o[i]);
+              }
+            }
+          }
+          if (p.dinitial_states != nullptr && t0 == 0 && s == W - 2) {
+            // dpw[1 + m] now holds dpre[m] for m = 0 .. W-2.
+#pragma unroll
+            for (int jj = 0; jj < W - 1; ++jj) {
+#pragma unroll
+              for (int i = 0; i < kN; ++i) {
+                if (i >= nc) continue;
+                float acc = 0.0f;
+#pragma unroll
+                for (int k = 0; k < W; ++k) {
+                  const int m = jj - k;
+                  if (m >= 0 && sw[1 + (m >= 0 ? m : 0)] == tag) acc += w[k][i] * dpw[1 + (m >= 0 ? m : 0)][i];
+                }
+                if (p.dfinal_states != nullptr && jj >= p.seqlen) {
+                  acc += to_float(static_cast<const T*>(p.dfinal_states)[b * p.dfinal_s.b + (c0 + i) * p.dfinal_s.c +
+                                                                       (jj - p.seqlen) * p.dfinal_s.l]);
+                }
+                static_cast<T*>(p.dinitial_states)[b * p.dinit_s.b + (c0 + i) * p.dinit_s.c + jj * p.dinit_s.l] =
+                    from_float<T>(acc);
+              }
+            }
+          }
+        }
+      }
+    }
+    // Block sum of the 4 warps' partials in a fixed order.
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+#pragma unroll
+      for (int k = 0; k < W; ++k) red[warp][k][lane * kN + i] = dw[k][i];
+      red[warp][W][lane * kN + i] = db[i];
+    }
+    __syncthreads();
+    const int64_t cbase = cg * 32 * kN;
+    for (int e = threadIdx.x; e < (W + 1) * 32 * kN; e += kThreads) {
+      const int k = e / (32 * kN);
+      const int ci = e % (32 * kN);
+      const int64_t c = cbase + ci;
+      if (c < p.dim) {
+        float v = red[0][k][ci];
+#pragma unroll
+        for (int r = 1; r < kWarps; ++r) v += red[r][k][ci];
+        if (p.deterministic) {
+          p.workspace[((b * ntb + tb) * p.dim + c) * (W + 1) + k] = v;
+        } else if (k < W) {
+          atomicAdd(p.dweight + c * W + k, v);
+        } else if (p.dbias != nullptr) {
+          atomicAdd(p.dbias + c, v);
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// Deterministic mode: dweight / dbias = the sum of the partial rows, always in row order.
+__global__ void reduce_partials(const float* ws, int64_t n_partials, int64_t dim, int width,
+                                float* dweight, float* dbias) {
+  const int64_t n = dim * (width + 1);
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    float acc = 0.0f;
+    int64_t r = 0;
+    for (; r + 8 <= n_partials; r += 8) {  // 8 independent loads in flight, summed in order
+      float v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) v[u] = ws[(r + u) * n + e];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) acc += v[u];
+    }
+    for (; r < n_partials; ++r) acc += ws[r * n + e];
+    const int64_t c = e / (width + 1);
+    const int k = int(e % (width + 1));
+    if (k < width) {
+      dweight[c * width + k] = acc;
+    } else if (dbias != nullptr) {
+      dbias[c] = acc;
+    }
+  }
+}
+
+unsigned grid_size(int64_t blocks) {
+  return unsigned(std::min<int64_t>(std::max<int64_t>(blocks, 1), INT_MAX));
+}
+
+int64_t cf_segments(const ConvParams& p) {
+  const int64_t seg = int64_t(kTilesCF) * 32 * (16 / dtype_size(p.dtype));
+  return (p.seqlen + seg - 1) / seg;
+}
+
+template <typename T, int W>
+cudaError_t bwd_launch(const ConvParams& p, cudaStream_t stream) {
+  if (p.channel_last) {
+    constexpr int kN = kVecClBwd;
+    const int64_t seg_len = cl_seg_len(p, kN);
+    const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
+    const int64_t nseg = (p.seqlen + seg_len - 1) / seg_len;
+    const int64_t blocks = p.batch * ((nseg + kWarps - 1) / kWarps) * ncg;
+    bwd_channel_last<T, W><<<grid_size(blocks), kThreads, 0, stream>>>(p, seg_len);
+  } else {
+    const int64_t items = p.batch * p.dim * cf_segments(p);
+    bwd_channel_first<T, W><<<grid_size((items + kWarps - 1) / kWarps), kThreads, 0, stream>>>(p);
+  }
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess || !p.deterministic) return err;
+  const int64_t n = p.dim * (W + 1);
+  reduce_partials<<<grid_size((n + 255) / 256), 256, 0, stream>>>(p.workspace, bwd_num_partials(p), p.dim, W,
+                                                                  p.dweight, p.dbias);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t bwd_typed(const ConvParams& p, cudaStream_t stream) {
+  switch (p.width) {
+    case 2: return bwd_launch<T, 2>(p, stream);
+    case 3: return bwd_launch<T, 3>(p, stream);
+    case 4: return bwd_launch<T, 4>(p, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+int64_t bwd_num_partials(const ConvParams& p) {
+  if (!p.channel_last) return p.batch * cf_segments(p);
+  const int64_t nseg = (p.seqlen + cl_seg_len(p, kVecClBwd) - 1) / cl_seg_len(p, kVecClBwd);
+  return p.batch * ((nseg + kWarps - 1) / kWarps);
+}
+
+cudaError_t launch_bwd(const ConvParams& p, cudaStream_t stream) {
+  if (p.batch == 0 || p.dim == 0 || p.seqlen == 0) return cudaSuccess;
+  switch (p.dtype) {
+    case DType::kFloat32: return bwd_typed<float>(p, stream);
+    case DType::kFloat16: return bwd_typed<__half>(p, stream);
+    case DType::kBFloat16: return bwd_typed<__nv_bfloat16>(p, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace causal_conv1d
+}  // namespace mamba_kernels

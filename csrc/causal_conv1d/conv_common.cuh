@@ -1,0 +1,47 @@
+// Device-side pieces shared by the forward and backward kernels.
+#pragma once
+
+#include "causal_conv1d.h"
+#include "device_utils.cuh"
+
+namespace mamba_kernels {
+namespace causal_conv1d {
+
+constexpr int kThreads = 128;  // 4 independent warps per block
+constexpr int kWarps = kThreads / 32;
+
+// Elements per vector access: 16 bytes, except the channel-last backward, which keeps
+// 4 channels per lane to bound its register use (it holds 3 sliding windows per channel).
+template <typename T>
+constexpr int kVec16 = 16 / int(sizeof(T));
+constexpr int kVecClBwd = 4;
+
+// Channel-first kernels: a warp owns kTilesCF consecutive tiles of 32 lanes x kN positions.
+constexpr int kTilesCF = 4;
+
+// x at position pos (pos < seqlen) of row (b, c): positions before 0 come from the initial
+// states when given, else they are zero.
+template <typename T>
+__device__ __forceinline__ float x_ext(const ConvParams& p, const T* xrow, int64_t b, int64_t c,
+                                       int64_t pos) {
+  if (pos >= 0) return to_float(xrow[pos * p.x_s.l]);
+  if (p.initial_states == nullptr) return 0.0f;
+  const int64_t k = p.width - 1 + pos;  // 0 .. width-2
+  return to_float(static_cast<const T*>(p.initial_states)[b * p.init_s.b + c * p.init_s.c +
+                                                          k * p.init_s.l]);
+}
+
+// seq_idx of position pos; positions before 0 belong to the initial states, which are tagged
+// with the row's first segment (causal-conv1d 1.7.0 semantics).
+__device__ __forceinline__ int seq_at(const ConvParams& p, int64_t b, int64_t pos) {
+  const int32_t* row = p.seq_idx + b * p.seq_s_b;
+  return pos >= 0 ? row[pos * p.seq_s_l] : row[0];
+}
+
+// Channel-last segment length (time steps per warp): the largest power of two from 256 down
+// to 16 that still yields enough warps to fill the GPU a few times over.
+int64_t cl_seg_len(const ConvParams& p, int vec);
+int num_sms_current_device();
+
+}  // namespace causal_conv1d
+}  // namespace mamba_kernels

@@ -1,0 +1,291 @@
+// Forward: out = act(bias + sum_k weight[:, k] * x[..., t - (W-1) + k]), both layouts.
+#include <algorithm>
+#include <climits>
+
+#include "conv_common.cuh"
+
+namespace mamba_kernels {
+namespace causal_conv1d {
+namespace {
+
+// Channel-first (stride(2) == 1). A warp owns kTilesCF tiles of 32 lanes x kN positions of one
+// (batch, channel) row; all its loads are issued before any use. The W-1 positions left of a
+// lane's vector come from its left neighbour by shuffle; lane 0 takes them from the previous
+// tile, or at the segment start from memory (or the initial states).
+template <typename T, int W>
+__global__ void __launch_bounds__(kThreads) fwd_channel_first(const ConvParams p) {
+  constexpr int kN = kVec16<T>;
+  constexpr int kTile = 32 * kN;
+  constexpr int kSeg = kTilesCF * kTile;
+  static_assert(kN >= W - 1, "a lane's vector must cover its neighbour's halo");
+  const int lane = threadIdx.x & 31;
+  const int64_t nseg = (p.seqlen + kSeg - 1) / kSeg;
+  const int64_t items = p.batch * p.dim * nseg;
+  for (int64_t item = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); item < items;
+       item += int64_t(gridDim.x) * kWarps) {
+    const int64_t seg = item % nseg;
+    const int64_t row = item / nseg;
+    const int64_t c = row % p.dim;
+    const int64_t b = row / p.dim;
+    const int64_t t0 = seg * kSeg;
+    const T* xr = static_cast<const T*>(p.x) + b * p.x_s.b + c * p.x_s.c;
+    T* outr = static_cast<T*>(p.out) + b * p.out_s.b + c * p.out_s.c;
+
+    Pack<T, kN> xv[kTilesCF];
+#pragma unroll
+    for (int j = 0; j < kTilesCF; ++j) {
+      const int64_t t = t0 + j * kTile + lane * kN;
+      if (p.vec_in && t + kN <= p.seqlen) {
+        load_pack(xv[j], xr + t);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+          xv[j].e[i] = t + i < p.seqlen ? xr[(t + i) * p.x_s.l] : from_float<T>(0.0f);
+        }
+      }
+    }
+    float w[W];
+#pragma unroll
+    for (int k = 0; k < W; ++k) w[k] = p.weight[c * W + k];
+    const float bias = p.bias != nullptr ? p.bias[c] : 0.0f;
+    float halo[W - 1];
+#pragma unroll
+    for (int i = 0; i < W - 1; ++i) halo[i] = x_ext(p, xr, b, c, t0 - (W - 1) + i);
+
+#pragma unroll
+    for (int j = 0; j < kTilesCF; ++j) {
+      const int64_t t = t0 + j * kTile + lane * kN;
+      float xe[W - 1 + kN];  // positions t - (W-1) .. t + kN - 1
+#pragma unroll
+      for (int i = 0; i < kN; ++i) xe[W - 1 + i] = to_float(xv[j].e[i]);
+#pragma unroll
+      for (int i = 0; i < W - 1; ++i) {
+        const float up = __shfl_up_sync(kFullMask, xe[kN + i], 1);
+        const float left =
+            j == 0 ? halo[i]
+                   : __shfl_sync(kFullMask, to_float(xv[j > 0 ? j - 1 : 0].e[kN - (W - 1) + i]), 31);
+        xe[i] = lane == 0 ? left : up;
+      }
+      float o[kN];
+      if (p.seq_idx == nullptr) {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+          float acc = bias;
+#pragma unroll
+          for (int k = 0; k < W; ++k) acc += w[k] * xe[i + k];
+          o[i] = p.silu ? silu(acc) : acc;
+        }
+      } else {
+        int se[W - 1 + kN];
+#pragma unroll
+        for (int q = 0; q < W - 1 + kN; ++q) {
+          const int64_t pos = t - (W - 1) + q;
+          se[q] = pos < p.seqlen ? seq_at(p, b, pos) : -1;
+        }
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+          const int s = se[W - 1 + i];
+          float acc = bias;
+#pragma unroll
+          for (int k = 0; k < W; ++k) acc += se[i + k] == s ? w[k] * xe[i + k] : 0.0f;
+          o[i] = s < 0 ? 0.0f : (p.silu ? silu(acc) : acc);  // padding token: exactly 0
+        }
+      }
+      if (p.vec_out && t + kN <= p.seqlen) {
+        store_pack<T, kN>(outr + t, o);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+          if (t + i < p.seqlen) outr[(t + i) * p.out_s.l] = from_float<T>(o[i]);
+        }
+      }
+    }
+    if (p.final_states != nullptr && seg == nseg - 1 && lane < W - 1) {
+      T* f = static_cast<T*>(p.final_states) + b * p.final_s.b + c * p.final_s.c + lane * p.final_s.l;
+      *f = from_float<T>(x_ext(p, xr, b, c, p.seqlen - (W - 1) + lane));
+    }
+  }
+}
+
+// Channel-last (stride(1) == 1). A lane owns kN adjacent channels and walks a segment of time
+// steps with the last W-1 inputs in registers; a warp's lanes cover 32 * kN channels, so every
+// row access is coalesced. The 4 warps of a block take 4 consecutive segments.
+template <typename T, int W>
+__global__ void __launch_bounds__(kThreads) fwd_channel_last(const ConvParams p, const int64_t seg_len) {
+  constexpr int kN = kVec16<T>;
+  constexpr int kU = 8;  // time steps loaded before use
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
+  const int64_t nseg = (p.seqlen + seg_len - 1) / seg_len;
+  const int64_t ntb = (nseg + kWarps - 1) / kWarps;
+  const int64_t nblocks = p.batch * ntb * ncg;
+  for (int64_t blk = blockIdx.x; blk < nblocks; blk += gridDim.x) {
+    const int64_t cg = blk % ncg;
+    const int64_t tb = (blk / ncg) % ntb;
+    const int64_t b = blk / ncg / ntb;
+    const int64_t seg = tb * kWarps + warp;
+    const int64_t c0 = cg * 32 * kN + int64_t(lane) * kN;
+    if (seg >= nseg || c0 >= p.dim) continue;  // lanes are independent here: no shuffles
+    const int64_t t0 = seg * seg_len;
+    const int64_t t1 = t0 + seg_len < p.seqlen ? t0 + seg_len : p.seqlen;
+    const int nc = p.dim - c0 < kN ? int(p.dim - c0) : kN;
+    const bool vin = p.vec_in && nc == kN;
+    const bool vout = p.vec_out && nc == kN;
+    const T* xb = static_cast<const T*>(p.x) + b * p.x_s.b + c0 * p.x_s.c;
+    T* ob = static_cast<T*>(p.out) + b * p.out_s.b + c0 * p.out_s.c;
+
+    float w[W][kN], bias[kN], h[W - 1][kN];
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      const bool ok = i < nc;
+#pragma unroll
+      for (int k = 0; k < W; ++k) w[k][i] = ok ? p.weight[(c0 + i) * W + k] : 0.0f;
+      bias[i] = ok && p.bias != nullptr ? p.bias[c0 + i] : 0.0f;
+#pragma unroll
+      for (int q = 0; q < W - 1; ++q) {
+        h[q][i] = ok ? x_ext(p, xb + i * p.x_s.c, b, c0 + i, t0 - (W - 1) + q) : 0.0f;
+      }
+    }
+    int hs[W - 1];
+#pragma unroll
+    for (int q = 0; q < W - 1; ++q) hs[q] = p.seq_idx != nullptr ? seq_at(p, b, t0 - (W - 1) + q) : 0;
+
+    for (int64_t t = t0; t < t1; t += kU) {
+      Pack<T, kN> xv[kU];
+      int sv[kU];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int64_t tt = t + u;
+        sv[u] = 0;
+        if (tt < t1) {
+          if (vin) {
+            load_pack(xv[u], xb + tt * p.x_s.l);
+          } else {
+#pragma unroll
+            for (int i = 0; i < kN; ++i) {
+              xv[u].e[i] = i < nc ? xb[tt * p.x_s.l + i * p.x_s.c] : from_float<T>(0.0f);
+            }
+          }
+          if (p.seq_idx != nullptr) sv[u] = seq_at(p, b, tt);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int64_t tt = t + u;
+        if (tt >= t1) break;
+        float xc[kN], o[kN];
+#pragma unroll
+        for (int i = 0; i < kN; ++i) xc[i] = to_float(xv[u].e[i]);
+        const int s = sv[u];
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+          float acc = bias[i];
+#pragma unroll
+          for (int k = 0; k < W - 1; ++k) acc += hs[k] == s ? w[k][i] * h[k][i] : 0.0f;
+          acc += w[W - 1][i] * xc[i];
+          o[i] = s < 0 ? 0.0f : (p.silu ? silu(acc) : acc);
+        }
+        T* op = ob + tt * p.out_s.l;
+        if (vout) {
+          store_pack<T, kN>(op, o);
+        } else {
+#pragma unroll
+          for (int i = 0; i < kN; ++i) {
+            if (i < nc) op[i * p.out_s.c] = from_float<T>(o[i]);
+          }
+        }
+#pragma unroll
+        for (int q = 0; q < W - 2; ++q) {
+          hs[q] = hs[q + 1];
+#pragma unroll
+          for (int i = 0; i < kN; ++i) h[q][i] = h[q + 1][i];
+        }
+        hs[W - 2] = s;
+#pragma unroll
+        for (int i = 0; i < kN; ++i) h[W - 2][i] = xc[i];
+      }
+    }
+    if (p.final_states != nullptr && t1 == p.seqlen) {
+#pragma unroll
+      for (int q = 0; q < W - 1; ++q) {
+        for (int i = 0; i < nc; ++i) {
+          T* f = static_cast<T*>(p.final_states) + b * p.final_s.b + (c0 + i) * p.final_s.c + q * p.final_s.l;
+          *f = from_float<T>(x_ext(p, xb + i * p.x_s.c, b, c0 + i, p.seqlen - (W - 1) + q));
+        }
+      }
+    }
+  }
+}
+
+unsigned grid_size(int64_t blocks) {
+  return unsigned(std::min<int64_t>(std::max<int64_t>(blocks, 1), INT_MAX));
+}
+
+template <typename T, int W>
+cudaError_t fwd_launch(const ConvParams& p, cudaStream_t stream) {
+  if (p.channel_last) {
+    constexpr int kN = kVec16<T>;
+    const int64_t seg_len = cl_seg_len(p, kN);
+    const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
+    const int64_t nseg = (p.seqlen + seg_len - 1) / seg_len;
+    const int64_t blocks = p.batch * ((nseg + kWarps - 1) / kWarps) * ncg;
+    fwd_channel_last<T, W><<<grid_size(blocks), kThreads, 0, stream>>>(p, seg_len);
+  } else {
+    constexpr int64_t kSeg = int64_t(kTilesCF) * 32 * kVec16<T>;
+    const int64_t items = p.batch * p.dim * ((p.seqlen + kSeg - 1) / kSeg);
+    fwd_channel_first<T, W><<<grid_size((items + kWarps - 1) / kWarps), kThreads, 0, stream>>>(p);
+  }
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t fwd_typed(const ConvParams& p, cudaStream_t stream) {
+  switch (p.width) {
+    case 2: return fwd_launch<T, 2>(p, stream);
+    case 3: return fwd_launch<T, 3>(p, stream);
+    case 4: return fwd_launch<T, 4>(p, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_fwd(const ConvParams& p, cudaStream_t stream) {
+  if (p.batch == 0 || p.dim == 0 || p.seqlen == 0) return cudaSuccess;
+  switch (p.dtype) {
+    case DType::kFloat32: return fwd_typed<float>(p, stream);
+    case DType::kFloat16: return fwd_typed<__half>(p, stream);
+    case DType::kBFloat16: return fwd_typed<__nv_bfloat16>(p, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+int num_sms_current_device() {
+  static int cache[64] = {0};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 132;
+  if (dev < 0 || dev >= 64) dev = 0;
+  if (cache[dev] == 0) {
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) n = 132;
+    cache[dev] = n;
+  }
+  return cache[dev];
+}
+
+int64_t cl_seg_len(const ConvParams& p, int vec) {
+  const int64_t ncg = (p.dim + 32 * int64_t(vec) - 1) / (32 * int64_t(vec));
+  const int64_t target_warps = int64_t(num_sms_current_device()) * 64 * 2;
+  int64_t seg = 256;
+  while (seg > 16 && p.batch * ((p.seqlen + seg - 1) / seg) * ncg < target_warps) seg /= 2;
+  return seg;
+}
+
+int vec_elems(DType dtype, bool channel_last, bool backward) {
+  if (channel_last && backward) return kVecClBwd;
+  return 16 / dtype_size(dtype);
+}
+
+}  // namespace causal_conv1d
+}  // namespace mamba_kernels

@@ -1,0 +1,103 @@
+// Decode update: convolve seqlen new tokens against the cached history and update the cache.
+// Shift-register mode: the state becomes the last state_len columns of cat(state, x).
+// Circular mode (cache_seqlens): token i goes to column (cache_seqlens[b] + i) mod state_len and
+// the history is the W-1 columns before cache_seqlens[b] mod state_len, circularly.
+// conv_state_indices[b] < 0 marks a padded request: output 0, no state touched.
+#include <algorithm>
+#include <climits>
+
+#include "causal_conv1d.h"
+#include "device_utils.cuh"
+
+namespace mamba_kernels {
+namespace causal_conv1d {
+namespace {
+
+constexpr int kUpdThreads = 128;
+
+// One thread per (batch, channel): state rows are short (state_len >= W-1, typically W-1).
+template <typename T, int W>
+__global__ void __launch_bounds__(kUpdThreads) update_kernel(const UpdateParams p) {
+  const int64_t n = p.batch * p.dim;
+  for (int64_t e = int64_t(blockIdx.x) * kUpdThreads + threadIdx.x; e < n;
+       e += int64_t(gridDim.x) * kUpdThreads) {
+    const int64_t b = e / p.dim;
+    const int64_t c = e % p.dim;
+    const T* xr = static_cast<const T*>(p.x) + b * p.x_s.b + c * p.x_s.c;
+    T* outr = static_cast<T*>(p.out) + b * p.out_s.b + c * p.out_s.c;
+    const int64_t entry = p.state_indices != nullptr ? p.state_indices[b * p.state_indices_s] : b;
+    if (entry < 0 || entry >= p.num_entries) {
+      // Padding gives exact zeros; an index past the cache gives NaN rather than a stray access.
+      const float fill = entry < 0 ? 0.0f : __int_as_float(0x7fc00000);
+      for (int64_t i = 0; i < p.seqlen; ++i) outr[i * p.out_s.l] = from_float<T>(fill);
+      continue;
+    }
+    T* st = static_cast<T*>(p.conv_state) + entry * p.state_s.b + c * p.state_s.c;
+    const int64_t L = p.state_len;
+    const bool circular = p.cache_seqlens != nullptr;
+    const int64_t head = circular ? floor_mod(p.cache_seqlens[b * p.cache_seqlens_s], L) : 0;
+
+    float w[W];
+#pragma unroll
+    for (int k = 0; k < W; ++k) w[k] = p.weight[c * W + k];
+    const float bias = p.bias != nullptr ? p.bias[c] : 0.0f;
+    float h[W - 1];  // the W-1 inputs before the current token, oldest first
+#pragma unroll
+    for (int q = 0; q < W - 1; ++q) {
+      const int64_t col = circular ? floor_mod(head - (W - 1) + q, L) : L - (W - 1) + q;
+      h[q] = to_float(st[col * p.state_s.l]);
+    }
+    for (int64_t i = 0; i < p.seqlen; ++i) {
+      const float xi = to_float(xr[i * p.x_s.l]);
+      float acc = bias;
+#pragma unroll
+      for (int k = 0; k < W - 1; ++k) acc += w[k] * h[k];
+      acc += w[W - 1] * xi;
+      outr[i * p.out_s.l] = from_float<T>(p.silu ? silu(acc) : acc);
+#pragma unroll
+      for (int k = 0; k < W - 2; ++k) h[k] = h[k + 1];
+      h[W - 2] = xi;
+    }
+    if (circular) {
+      for (int64_t i = 0; i < p.seqlen; ++i) st[floor_mod(head + i, L) * p.state_s.l] = xr[i * p.x_s.l];
+    } else {
+      // new[j] = cat(state, x)[seqlen + j]; ascending j only reads columns not yet written.
+      for (int64_t j = 0; j < L; ++j) {
+        const int64_t src = p.seqlen + j;
+        st[j * p.state_s.l] = src < L ? st[src * p.state_s.l] : xr[(src - L) * p.x_s.l];
+      }
+    }
+  }
+}
+
+template <typename T, int W>
+cudaError_t update_launch(const UpdateParams& p, cudaStream_t stream) {
+  const int64_t blocks = (p.batch * p.dim + kUpdThreads - 1) / kUpdThreads;
+  update_kernel<T, W><<<unsigned(std::min<int64_t>(blocks, INT_MAX)), kUpdThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t update_typed(const UpdateParams& p, cudaStream_t stream) {
+  switch (p.width) {
+    case 2: return update_launch<T, 2>(p, stream);
+    case 3: return update_launch<T, 3>(p, stream);
+    case 4: return update_launch<T, 4>(p, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_update(const UpdateParams& p, cudaStream_t stream) {
+  if (p.batch == 0 || p.dim == 0) return cudaSuccess;
+  switch (p.dtype) {
+    case DType::kFloat32: return update_typed<float>(p, stream);
+    case DType::kFloat16: return update_typed<__half>(p, stream);
+    case DType::kBFloat16: return update_typed<__nv_bfloat16>(p, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace causal_conv1d
+}  // namespace mamba_kernels
