@@ -5,7 +5,7 @@ import warnings
 
 import pytest
 
-from mamba_kernels import dispatch, knobs
+from mamba_kernels import buildinfo, dispatch, knobs
 
 
 @pytest.fixture
@@ -17,6 +17,11 @@ def fresh(monkeypatch, tmp_path):
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv(knobs.BACKEND_VAR, raising=False)
     return tmp_path
+
+
+def _good_extension(tmp_path, name):
+    """A module whose BUILD_INFO matches the running torch, as a fresh local build's does."""
+    return _module(tmp_path, name, f"BUILD_INFO = {buildinfo.matching_build_info()!r}\n")
 
 
 def _module(tmp_path, name, body):
@@ -56,17 +61,31 @@ def test_reference_mode_never_imports_the_extension(fresh, monkeypatch):
 
 
 def test_loaded_extension_is_used_for_cuda_tensors_only(fresh):
-    dispatch.EXTENSIONS["causal_conv1d"] = _module(fresh, "mk_test_ok", "BUILD_INFO = '{}'\n")
+    dispatch.EXTENSIONS["causal_conv1d"] = _good_extension(fresh, "mk_test_ok")
     assert dispatch.use_cuda("causal_conv1d", "cuda") is True
     assert dispatch.use_cuda("causal_conv1d", "cpu") is False
     assert dispatch.backends()["causal_conv1d"]["backend"] == "cuda"
 
 
 def test_cuda_mode_with_cpu_tensors_is_an_error(fresh, monkeypatch):
-    dispatch.EXTENSIONS["causal_conv1d"] = _module(fresh, "mk_test_ok2", "BUILD_INFO = '{}'\n")
+    dispatch.EXTENSIONS["causal_conv1d"] = _good_extension(fresh, "mk_test_ok2")
     monkeypatch.setenv(knobs.BACKEND_VAR, "cuda")
     with pytest.raises(RuntimeError, match="tensors are on 'cpu'"):
         dispatch.use_cuda("causal_conv1d", "cpu")
+
+
+def test_extension_built_for_another_torch_is_not_used(fresh, monkeypatch):
+    import json
+
+    info = json.loads(buildinfo.matching_build_info())
+    info["torch_version"] = "2.1.2"
+    body = f"BUILD_INFO = {json.dumps(info)!r}\n"
+    dispatch.EXTENSIONS["causal_conv1d"] = _module(fresh, "mk_test_old", body)
+    with pytest.warns(RuntimeWarning, match="was built for torch 2.1.2"):
+        assert dispatch.use_cuda("causal_conv1d", "cuda") is False
+    monkeypatch.setenv(knobs.BACKEND_VAR, "cuda")
+    with pytest.raises(RuntimeError, match="was built for torch 2.1.2.*Fix:"):
+        dispatch.use_cuda("causal_conv1d", "cuda")
 
 
 def test_broken_extension_reports_the_import_error(fresh):
