@@ -521,8 +521,8 @@ def local(cell: support.Cell, args: argparse.Namespace) -> Path:
     wheelhouse = Path(args.wheelhouse).resolve()
     work.mkdir(parents=True, exist_ok=True)
     py = args.python or shutil.which(f"python{cell.python}")
-    if not py:
-        raise CellError(f"no python{cell.python} on PATH; pass --python")
+    if not py or not shutil.which(py):
+        raise CellError(f"no python{cell.python} interpreter ({py or 'not on PATH'}); pass --python")
     venv = work / "build-venv"
     if not (venv / "bin" / "python").exists():
         sh([py, "-m", "venv", str(venv)])
