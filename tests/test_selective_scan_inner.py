@@ -1,0 +1,203 @@
+"""mamba_inner_fn / mamba_inner_ref against a float64 autograd reference built here from
+F.conv1d, matmuls, explicit RMS norms and the per-step loop scan."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from test_selective_scan_loops import loop_scan, silu
+
+from selective_scan import mamba_inner_fn, mamba_inner_ref
+
+F64 = torch.float64
+ARG_NAMES = ("xz", "conv1d_weight", "conv1d_bias", "x_proj_weight", "delta_proj_weight", "out_proj_weight",
+             "out_proj_bias", "A", "B", "C", "D", "delta_bias", "B_proj_bias", "C_proj_bias")
+
+
+def rms(x, w, eps):
+    return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps) * w
+
+
+def reference(xz, conv_w, conv_b, x_proj_w, delta_proj_w, out_proj_w, out_proj_b, A, B, C, D, delta_bias,
+              B_proj_bias, C_proj_bias, softplus=True, b_rms=None, c_rms=None, dt_rms=None, eps=1e-6):
+    args = [t.to(F64) if t is not None and not t.is_complex() else t for t in
+            (xz, conv_w, conv_b, x_proj_w, delta_proj_w, out_proj_w, out_proj_b)]
+    xz, conv_w, conv_b, x_proj_w, delta_proj_w, out_proj_w, out_proj_b = args
+    batch, _, L = xz.shape
+    d = xz.shape[1] // 2
+    x, z = xz[:, :d], xz[:, d:]
+    width = conv_w.shape[-1]
+    xc = silu(F.conv1d(F.pad(x, (width - 1, 0)), conv_w, conv_b, groups=d))
+    x_dbl = xc.transpose(1, 2) @ x_proj_w.t()  # (b, L, rows)
+    rank = delta_proj_w.shape[1]
+    ds = A.shape[1] * (2 if A.is_complex() else 1)
+    delta = x_dbl[..., :rank] @ delta_proj_w.t()
+    if dt_rms is not None:
+        delta = rms(delta, dt_rms.to(F64), eps)
+    delta = delta.transpose(1, 2)
+
+    def variable(cols, bias, w):
+        if bias is not None:
+            cols = cols + bias.to(F64)
+        if w is not None:
+            cols = rms(cols, w.to(F64), eps)
+        if A.is_complex():  # (b, L, n, 2) -> (b, n, 2L) interleaved
+            return cols.reshape(batch, L, -1, 2).permute(0, 2, 1, 3).reshape(batch, -1, 2 * L)
+        return cols.transpose(1, 2)
+
+    if B is None:
+        B = variable(x_dbl[..., rank : rank + ds], B_proj_bias, b_rms)
+    if C is None:
+        C = variable(x_dbl[..., -ds:], C_proj_bias, c_rms)
+    y, _ = loop_scan(xc, delta, A, B, C, D, z, delta_bias, softplus)
+    return y.transpose(1, 2) @ out_proj_w.t() + (out_proj_b if out_proj_b is not None else 0)
+
+
+def make(dtype=F64, complex_a=False, fixed_b=False, batch=2, d=6, L=13, n=3, rank=2, width=4, d_model=5,
+         biases=True, seed=0):
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=g, dtype=F64) * scale).to(dtype)
+
+    ds = n * (2 if complex_a else 1)
+    rows = rank + ds * (1 if fixed_b else 2)
+    wtype = (torch.complex128 if dtype == F64 else torch.complex64) if complex_a else (
+        F64 if dtype == F64 else torch.float32)
+    ptype = F64 if dtype == F64 else torch.float32
+    A = -0.5 * torch.rand(d, n, generator=g, dtype=F64) - 0.1
+    if complex_a:
+        A = torch.complex(A, torch.randn(d, n, generator=g, dtype=F64))
+    B = torch.randn(d, n, generator=g, dtype=torch.complex128 if complex_a else F64).to(wtype) if fixed_b else None
+    return [
+        rnd(batch, 2 * d, L), rnd(d, 1, width, scale=0.5), rnd(d, scale=0.5) if biases else None,
+        rnd(rows, d, scale=0.4), rnd(d, rank, scale=0.5), rnd(d_model, d, scale=0.3),
+        rnd(d_model) if biases else None, A.to(wtype), B, None,
+        torch.randn(d, generator=g, dtype=F64).to(ptype), (0.3 * torch.rand(d, generator=g, dtype=F64)).to(ptype),
+        rnd(ds, scale=0.1) if biases and not fixed_b else None, rnd(ds, scale=0.1) if biases else None,
+    ]
+
+
+def run(fn, inputs, seed=1, **kw):
+    leaves = [t.detach().clone().requires_grad_() if t is not None else None for t in inputs]
+    out = fn(*leaves, **kw)
+    w = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=F64)
+    (out.to(F64) * w).sum().backward()
+    return out.detach(), [t.grad if t is not None else None for t in leaves]
+
+
+def compare(inputs, rtol, ref_kw=None, **kw):
+    ref_kw = dict(kw) if ref_kw is None else ref_kw
+    ref_kw.pop("checkpoint_lvl", None)
+    out, grads = run(mamba_inner_fn, inputs, **kw)
+    want, ref_grads = run(reference, inputs, **ref_kw)
+    scale = want.abs().max().item()
+    assert out.dtype == inputs[0].dtype
+    assert (out.to(F64) - want).abs().max().item() <= rtol * scale, "out"
+    for name, t, got, exp in zip(ARG_NAMES, inputs, grads, ref_grads):
+        if t is None:
+            continue
+        assert got is not None, name
+        assert torch.isfinite(got).all(), name
+        s = exp.abs().max().item() + 1e-12
+        err = (got.to(exp.dtype) - exp).abs().max().item()
+        assert err <= 5 * rtol * s, f"d{name}: {err:.3g} > {5 * rtol} * {s:.3g}"
+    return grads
+
+
+@pytest.mark.parametrize("checkpoint_lvl", [0, 1])
+@pytest.mark.parametrize("complex_a", [False, True])
+@pytest.mark.parametrize("with_rms", [False, True])
+def test_float64_matches_reference(checkpoint_lvl, complex_a, with_rms):
+    inputs = make(complex_a=complex_a)
+    d = inputs[0].shape[1] // 2
+    ds = inputs[7].shape[1] * (2 if complex_a else 1)
+    g = torch.Generator().manual_seed(5)
+    kw = dict(checkpoint_lvl=checkpoint_lvl)
+    if with_rms:  # non-learnable weights: they get no gradient, the inputs do go through the norm
+        kw.update(b_rms_weight=1 + torch.rand(ds, generator=g, dtype=F64),
+                  c_rms_weight=1 + torch.rand(ds, generator=g, dtype=F64),
+                  dt_rms_weight=1 + torch.rand(d, generator=g, dtype=F64), b_c_dt_rms_eps=1e-5)
+    ref_kw = {}
+    if with_rms:
+        ref_kw = dict(b_rms=kw["b_rms_weight"], c_rms=kw["c_rms_weight"], dt_rms=kw["dt_rms_weight"], eps=1e-5)
+    compare(inputs, 1e-9, ref_kw=ref_kw, **kw)
+
+
+@pytest.mark.parametrize("complex_a", [False, True])
+def test_fixed_b_and_no_biases(complex_a):
+    compare(make(complex_a=complex_a, fixed_b=True, biases=False, seed=3), 1e-9)
+
+
+def test_float32_matches_reference():
+    compare(make(dtype=torch.float32, d=8, L=40, n=4, seed=2), 2e-4)
+
+
+def test_softplus_off():
+    compare(make(seed=4), 1e-9, delta_softplus=False, ref_kw={"softplus": False})
+
+
+def test_dxz_is_fully_written(monkeypatch):
+    # poison every empty_like during the backward: any unwritten element of dxz shows up as NaN
+    inputs = make(seed=6)
+    leaves = [t.detach().clone().requires_grad_() if t is not None else None for t in inputs]
+    out = mamba_inner_fn(*leaves)
+    real_empty_like = torch.empty_like
+
+    def poisoned(*args, **kwargs):
+        t = real_empty_like(*args, **kwargs)
+        return t.fill_(float("nan")) if t.is_floating_point() or t.is_complex() else t
+
+    monkeypatch.setattr(torch, "empty_like", poisoned)
+    out.sum().backward()
+    monkeypatch.undo()
+    assert torch.isfinite(leaves[0].grad).all()
+    ref_leaves = [t.detach().clone().requires_grad_() if t is not None else None for t in inputs]
+    reference(*ref_leaves).sum().backward()
+    torch.testing.assert_close(leaves[0].grad, ref_leaves[0].grad)
+
+
+def test_xz_with_strided_time_axis():
+    inputs = make(seed=7)
+    xz = inputs[0]
+    wide = torch.zeros(xz.shape[0], xz.shape[1], 2 * xz.shape[2], dtype=xz.dtype)
+    wide[..., ::2] = xz
+    strided = wide[..., ::2]
+    assert strided.stride(-1) != 1
+    out = mamba_inner_fn(strided, *inputs[1:])
+    torch.testing.assert_close(out, reference(*inputs))
+
+
+@pytest.mark.parametrize("complex_a", [False, True])
+def test_mamba_inner_ref(complex_a):
+    inputs = make(dtype=torch.float32, complex_a=complex_a, seed=8)
+    # the softplus is always applied, whatever delta_softplus says (like mamba_ssm)
+    out, grads = run(mamba_inner_ref, inputs, delta_softplus=False)
+    want, ref_grads = run(reference, inputs, softplus=True)
+    assert (out.to(F64) - want).abs().max() <= 2e-4 * want.abs().max()
+    for name, got, exp in zip(ARG_NAMES, grads, ref_grads):
+        if exp is not None:
+            assert (got.to(exp.dtype) - exp).abs().max() <= 1e-3 * (exp.abs().max() + 1e-12), name
+
+
+def test_rms_weights_get_no_gradient():
+    inputs = make(seed=9)
+    ds, d = inputs[7].shape[1], inputs[0].shape[1] // 2
+    w = [torch.ones(ds, dtype=F64, requires_grad=True), torch.ones(ds, dtype=F64, requires_grad=True),
+         torch.ones(d, dtype=F64, requires_grad=True)]
+    out = mamba_inner_fn(*inputs, b_rms_weight=w[0], c_rms_weight=w[1], dt_rms_weight=w[2])
+    out.sum().backward()
+    assert all(t.grad is None for t in w)
+
+
+def test_invalid_arguments():
+    inputs = make(seed=10)
+    with pytest.raises(ValueError, match="checkpoint_lvl"):
+        mamba_inner_fn(*inputs, checkpoint_lvl=2)
+    with pytest.raises(ValueError, match="x_proj_weight"):
+        mamba_inner_fn(*inputs[:3], inputs[3][:-1], *inputs[4:])
+    with pytest.raises(ValueError, match="xz"):
+        mamba_inner_fn(inputs[0][:, :-1], *inputs[1:])
+    with pytest.raises(ValueError, match="dt_rms_weight"):
+        mamba_inner_fn(*inputs, dt_rms_weight=torch.ones(3, dtype=F64))
