@@ -37,7 +37,8 @@ def require_same_device(named: dict) -> None:
     for k, v in present.items():
         if v.device != first.device:
             raise ValueError(
-                f"all tensors must be on one device: {first_name} is on {first.device} but {k} is on {v.device}"
+                f"all tensors must be on one device: {first_name} is on {first.device} "
+                f"but {k} is on {v.device}"
             )
 
 
@@ -69,7 +70,9 @@ def _bc_groups(name: str, t: Tensor, batch: int, dstate: int, seqlen: int, is_co
     groups = 1 if t.dim() == 3 else t.shape[1]
     want_len = 2 * seqlen if is_complex else seqlen
     expect = (batch, dstate, want_len) if t.dim() == 3 else (batch, groups, dstate, want_len)
-    rule = "last dim 2L, real/imag interleaved, for complex A" if is_complex else "(batch, [ngroups,] dstate, L)"
+    rule = (
+        "last dim 2L, real/imag interleaved, for complex A" if is_complex else "(batch, [ngroups,] dstate, L)"
+    )
     require_shape(name, t, expect, rule)
     if groups < 1:
         raise ValueError(f"{name} must have at least one group, got ngroups={groups}")
@@ -91,8 +94,9 @@ def check_selective_scan(
     for name, t in (("u", u), ("delta", delta), ("A", A), ("B", B), ("C", C)):
         require_tensor(name, t)
     require_tensor("z", z, optional=True)
-    require_same_device({"u": u, "delta": delta, "A": A, "B": B, "C": C, "D": D, "z": z,
-                         "delta_bias": delta_bias})
+    require_same_device(
+        {"u": u, "delta": delta, "A": A, "B": B, "C": C, "D": D, "z": z, "delta_bias": delta_bias}
+    )
     if u.dim() != 3:
         raise ValueError(f"u must be 3-D (batch, dim, L), got {u.dim()}-D {tuple(u.shape)}")
     batch, dim, seqlen = u.shape
@@ -155,12 +159,19 @@ def check_mamba_inner(
     rms_weights: dict,
 ) -> None:
     """Validate mamba_inner_fn's own arguments (the conv and the scan check the rest)."""
-    for name, t in (("xz", xz), ("conv1d_weight", conv1d_weight), ("x_proj_weight", x_proj_weight),
-                    ("delta_proj_weight", delta_proj_weight), ("out_proj_weight", out_proj_weight),
-                    ("A", A)):
+    for name, t in (
+        ("xz", xz),
+        ("conv1d_weight", conv1d_weight),
+        ("x_proj_weight", x_proj_weight),
+        ("delta_proj_weight", delta_proj_weight),
+        ("out_proj_weight", out_proj_weight),
+        ("A", A),
+    ):
         require_tensor(name, t)
     if xz.dim() != 3 or xz.shape[1] % 2 != 0:
-        raise ValueError(f"xz must be 3-D (batch, 2*d_inner, L) with an even channel count, got {tuple(xz.shape)}")
+        raise ValueError(
+            f"xz must be 3-D (batch, 2*d_inner, L) with an even channel count, got {tuple(xz.shape)}"
+        )
     d_inner = xz.shape[1] // 2
     if conv1d_weight.dim() != 3 or conv1d_weight.shape[:2] != (d_inner, 1):
         raise ValueError(
@@ -198,4 +209,6 @@ def check_mamba_inner(
             require_shape(name, t, (sizes[name],), "one weight per normalised feature")
     for name, t, var in (("B", B, "b_rms_weight"), ("C", C, "c_rms_weight")):
         if t is not None and rms_weights.get(var) is not None:
-            raise ValueError(f"{var} normalises an input-dependent {name}; it cannot be used with a given {name}")
+            raise ValueError(
+                f"{var} normalises an input-dependent {name}; it cannot be used with a given {name}"
+            )

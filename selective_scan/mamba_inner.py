@@ -57,8 +57,21 @@ def _var_bc_rows(grad: Tensor) -> Tensor:
 class _Projected:
     """delta, B and C as the scan sees them, from x_dbl (and their pre-norm values)."""
 
-    def __init__(self, x_dbl, delta_proj_weight, A, B, C, B_proj_bias, C_proj_bias, b_rms_weight,
-                 c_rms_weight, dt_rms_weight, eps, batch):
+    def __init__(
+        self,
+        x_dbl,
+        delta_proj_weight,
+        A,
+        B,
+        C,
+        B_proj_bias,
+        C_proj_bias,
+        b_rms_weight,
+        c_rms_weight,
+        dt_rms_weight,
+        eps,
+        batch,
+    ):
         dt_rank = delta_proj_weight.shape[1]
         d_state = A.shape[1] * (2 if A.is_complex() else 1)
         self.delta_pre = x_dbl[:, :dt_rank] @ delta_proj_weight.t()  # (b*L, d_inner)
@@ -72,13 +85,17 @@ class _Projected:
             self.B_pre = x_dbl[:, dt_rank : dt_rank + d_state]
             if B_proj_bias is not None:
                 self.B_pre = self.B_pre + B_proj_bias.to(self.B_pre.dtype)
-            rows = self.B_pre if b_rms_weight is None else rms_norm_forward(self.B_pre, b_rms_weight, None, eps)
+            rows = (
+                self.B_pre if b_rms_weight is None else rms_norm_forward(self.B_pre, b_rms_weight, None, eps)
+            )
             self.B = _var_bc(rows, batch, A.is_complex())
         if C is None:
             self.C_pre = x_dbl[:, -d_state:]
             if C_proj_bias is not None:
                 self.C_pre = self.C_pre + C_proj_bias.to(self.C_pre.dtype)
-            rows = self.C_pre if c_rms_weight is None else rms_norm_forward(self.C_pre, c_rms_weight, None, eps)
+            rows = (
+                self.C_pre if c_rms_weight is None else rms_norm_forward(self.C_pre, c_rms_weight, None, eps)
+            )
             self.C = _var_bc(rows, batch, A.is_complex())
 
 
@@ -89,13 +106,33 @@ def _through_norm(pre: Tensor, weight: Optional[Tensor], eps: float, grad_rows: 
 class MambaInnerFn(torch.autograd.Function):
     @staticmethod
     @_amp.custom_fwd
-    def forward(ctx, xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight,
-                out_proj_weight, out_proj_bias, A, B=None, C=None, D=None, delta_bias=None,
-                B_proj_bias=None, C_proj_bias=None, delta_softplus=True, checkpoint_lvl=1,
-                b_rms_weight=None, c_rms_weight=None, dt_rms_weight=None, b_c_dt_rms_eps=1e-6):
+    def forward(
+        ctx,
+        xz,
+        conv1d_weight,
+        conv1d_bias,
+        x_proj_weight,
+        delta_proj_weight,
+        out_proj_weight,
+        out_proj_bias,
+        A,
+        B=None,
+        C=None,
+        D=None,
+        delta_bias=None,
+        B_proj_bias=None,
+        C_proj_bias=None,
+        delta_softplus=True,
+        checkpoint_lvl=1,
+        b_rms_weight=None,
+        c_rms_weight=None,
+        dt_rms_weight=None,
+        b_c_dt_rms_eps=1e-6,
+    ):
         rms = {"b_rms_weight": b_rms_weight, "c_rms_weight": c_rms_weight, "dt_rms_weight": dt_rms_weight}
-        _checks.check_mamba_inner(xz, conv1d_weight, x_proj_weight, delta_proj_weight, out_proj_weight,
-                                  A, B, C, checkpoint_lvl, rms)
+        _checks.check_mamba_inner(
+            xz, conv1d_weight, x_proj_weight, delta_proj_weight, out_proj_weight, A, B, C, checkpoint_lvl, rms
+        )
         dispatch.use_cuda(KERNEL, xz.device.type)
         cast = _amp.autocast_dtype()
         if cast is not None:
@@ -110,11 +147,24 @@ class MambaInnerFn(torch.autograd.Function):
         x, z = xz.chunk(2, dim=1)
         conv1d_out = causal_conv1d_fwd_function(x, weight, conv1d_bias, None, None, None, True)
         x_dbl = F.linear(_rows(conv1d_out), x_proj_weight)  # (b*L, dt_rank + n_var*d_state)
-        proj = _Projected(x_dbl, delta_proj_weight, A, B, C, B_proj_bias, C_proj_bias, b_rms_weight,
-                          c_rms_weight, dt_rms_weight, b_c_dt_rms_eps, batch)
+        proj = _Projected(
+            x_dbl,
+            delta_proj_weight,
+            A,
+            B,
+            C,
+            B_proj_bias,
+            C_proj_bias,
+            b_rms_weight,
+            c_rms_weight,
+            dt_rms_weight,
+            b_c_dt_rms_eps,
+            batch,
+        )
         groups = _checks.check_selective_scan(conv1d_out, proj.delta, A, proj.B, proj.C, D, z, delta_bias)
-        p = pytorch_scan.make_problem(conv1d_out, proj.delta, A, proj.B, proj.C, D, z, delta_bias,
-                                      delta_softplus, groups)
+        p = pytorch_scan.make_problem(
+            conv1d_out, proj.delta, A, proj.B, proj.C, D, z, delta_bias, delta_softplus, groups
+        )
         _, out_z, _ = pytorch_scan.forward(p, False)
         ctx.delta_softplus = bool(delta_softplus)
         ctx.checkpoint_lvl = checkpoint_lvl
@@ -122,17 +172,52 @@ class MambaInnerFn(torch.autograd.Function):
         ctx.has_out_proj_bias = out_proj_bias is not None
         ctx.proj_bias_dtypes = tuple(None if t is None else t.dtype for t in (B_proj_bias, C_proj_bias))
         keep = (conv1d_out, proj.delta) if checkpoint_lvl == 0 else (None, None)
-        ctx.save_for_backward(xz, conv1d_weight, conv1d_bias, x_dbl, x_proj_weight, delta_proj_weight,
-                              out_proj_weight, A, B, C, D, delta_bias, B_proj_bias, C_proj_bias,
-                              b_rms_weight, c_rms_weight, dt_rms_weight, *keep)
+        ctx.save_for_backward(
+            xz,
+            conv1d_weight,
+            conv1d_bias,
+            x_dbl,
+            x_proj_weight,
+            delta_proj_weight,
+            out_proj_weight,
+            A,
+            B,
+            C,
+            D,
+            delta_bias,
+            B_proj_bias,
+            C_proj_bias,
+            b_rms_weight,
+            c_rms_weight,
+            dt_rms_weight,
+            *keep,
+        )
         return F.linear(out_z.transpose(1, 2), out_proj_weight, out_proj_bias)
 
     @staticmethod
     @_amp.custom_bwd
     def backward(ctx, dout):
-        (xz, conv1d_weight, conv1d_bias, x_dbl, x_proj_weight, delta_proj_weight, out_proj_weight, A, B, C,
-         D, delta_bias, B_proj_bias, C_proj_bias, b_rms_weight, c_rms_weight, dt_rms_weight, conv1d_out,
-         delta) = ctx.saved_tensors
+        (
+            xz,
+            conv1d_weight,
+            conv1d_bias,
+            x_dbl,
+            x_proj_weight,
+            delta_proj_weight,
+            out_proj_weight,
+            A,
+            B,
+            C,
+            D,
+            delta_bias,
+            B_proj_bias,
+            C_proj_bias,
+            b_rms_weight,
+            c_rms_weight,
+            dt_rms_weight,
+            conv1d_out,
+            delta,
+        ) = ctx.saved_tensors
         eps = ctx.eps
         batch = xz.shape[0]
         dt_rank = delta_proj_weight.shape[1]
@@ -141,16 +226,29 @@ class MambaInnerFn(torch.autograd.Function):
         x, z = xz.chunk(2, dim=1)
         if ctx.checkpoint_lvl == 1:
             conv1d_out = causal_conv1d_fwd_function(x, weight, conv1d_bias, None, None, None, True)
-        proj = _Projected(x_dbl, delta_proj_weight, A, B, C, B_proj_bias, C_proj_bias, b_rms_weight,
-                          c_rms_weight, dt_rms_weight, eps, batch)
+        proj = _Projected(
+            x_dbl,
+            delta_proj_weight,
+            A,
+            B,
+            C,
+            B_proj_bias,
+            C_proj_bias,
+            b_rms_weight,
+            c_rms_weight,
+            dt_rms_weight,
+            eps,
+            batch,
+        )
         if delta is None:
             delta = proj.delta
         dxz = torch.empty_like(xz)
         dx, dz = dxz.chunk(2, dim=1)
         dout_rows = dout.reshape(-1, dout.shape[-1])  # (b*L, d_model)
         dout_y = _unrows(dout_rows @ out_proj_weight.to(dout_rows.dtype), batch)
-        p = pytorch_scan.make_problem(conv1d_out, delta, A, proj.B, proj.C, D, z, delta_bias,
-                                      ctx.delta_softplus, 1)
+        p = pytorch_scan.make_problem(
+            conv1d_out, delta, A, proj.B, proj.C, D, z, delta_bias, ctx.delta_softplus, 1
+        )
         # dz is written in place into its view of dxz
         dconv1d_out, ddelta, dA, dB, dC, dD, ddelta_bias, _, out_z = pytorch_scan.backward(
             p, dout_y, dz=dz, recompute_out_z=True
@@ -183,32 +281,99 @@ class MambaInnerFn(torch.autograd.Function):
         _, dweight, dconv1d_bias, _ = causal_conv1d_bwd_function(
             x, weight, conv1d_bias, dconv1d_out, None, None, None, dx, False, True
         )
-        return (dxz, dweight.unsqueeze(1), dconv1d_bias, dx_proj_weight, ddelta_proj_weight,
-                dout_proj_weight, dout_proj_bias, dA.to(A.dtype), dB, dC,
-                dD.to(D.dtype) if D is not None else None,
-                ddelta_bias.to(delta_bias.dtype) if delta_bias is not None else None,
-                dB_proj_bias, dC_proj_bias, None, None, None, None, None, None)
+        return (
+            dxz,
+            dweight.unsqueeze(1),
+            dconv1d_bias,
+            dx_proj_weight,
+            ddelta_proj_weight,
+            dout_proj_weight,
+            dout_proj_bias,
+            dA.to(A.dtype),
+            dB,
+            dC,
+            dD.to(D.dtype) if D is not None else None,
+            ddelta_bias.to(delta_bias.dtype) if delta_bias is not None else None,
+            dB_proj_bias,
+            dC_proj_bias,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
 
 
-def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
-                   out_proj_bias, A, B=None, C=None, D=None, delta_bias=None, B_proj_bias=None,
-                   C_proj_bias=None, delta_softplus=True, checkpoint_lvl=1, b_rms_weight=None,
-                   c_rms_weight=None, dt_rms_weight=None, b_c_dt_rms_eps=1e-6):
+def mamba_inner_fn(
+    xz,
+    conv1d_weight,
+    conv1d_bias,
+    x_proj_weight,
+    delta_proj_weight,
+    out_proj_weight,
+    out_proj_bias,
+    A,
+    B=None,
+    C=None,
+    D=None,
+    delta_bias=None,
+    B_proj_bias=None,
+    C_proj_bias=None,
+    delta_softplus=True,
+    checkpoint_lvl=1,
+    b_rms_weight=None,
+    c_rms_weight=None,
+    dt_rms_weight=None,
+    b_c_dt_rms_eps=1e-6,
+):
     """The Mamba block's inner computation, xz (batch, 2*d_inner, L) -> (batch, L, d_model).
 
     B/C None means input-dependent (taken from x_proj). checkpoint_lvl 1 recomputes the
     conv output and delta in the backward instead of keeping them. The RMS weights are
     non-learnable (no gradient); the gradient does flow through the norms to x_proj.
     """
-    return MambaInnerFn.apply(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight,
-                              out_proj_weight, out_proj_bias, A, B, C, D, delta_bias, B_proj_bias,
-                              C_proj_bias, delta_softplus, checkpoint_lvl, b_rms_weight, c_rms_weight,
-                              dt_rms_weight, b_c_dt_rms_eps)
+    return MambaInnerFn.apply(
+        xz,
+        conv1d_weight,
+        conv1d_bias,
+        x_proj_weight,
+        delta_proj_weight,
+        out_proj_weight,
+        out_proj_bias,
+        A,
+        B,
+        C,
+        D,
+        delta_bias,
+        B_proj_bias,
+        C_proj_bias,
+        delta_softplus,
+        checkpoint_lvl,
+        b_rms_weight,
+        c_rms_weight,
+        dt_rms_weight,
+        b_c_dt_rms_eps,
+    )
 
 
-def mamba_inner_ref(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
-                    out_proj_bias, A, B=None, C=None, D=None, delta_bias=None, B_proj_bias=None,
-                    C_proj_bias=None, delta_softplus=True):
+def mamba_inner_ref(
+    xz,
+    conv1d_weight,
+    conv1d_bias,
+    x_proj_weight,
+    delta_proj_weight,
+    out_proj_weight,
+    out_proj_bias,
+    A,
+    B=None,
+    C=None,
+    D=None,
+    delta_bias=None,
+    B_proj_bias=None,
+    C_proj_bias=None,
+    delta_softplus=True,
+):
     """mamba_inner_fn from the public functions (no RMS norms, no checkpointing).
 
     Like mamba_ssm's, it always applies the softplus: ``delta_softplus`` is accepted and ignored.

@@ -203,7 +203,9 @@ def backward(
         else:
             dB[bs, g] += dBt.sum(1)
         Bg = (blk.Bv.conj() * gr).sum(-2) if p.is_complex else (blk.Bv * gr).sum(-2)
-        Ada = (blk.A.conj().unsqueeze(-1) * da).sum(-2) if p.is_complex else (blk.A.unsqueeze(-1) * da).sum(-2)
+        Ada = (
+            (blk.A.conj().unsqueeze(-1) * da).sum(-2) if p.is_complex else (blk.A.unsqueeze(-1) * da).sum(-2)
+        )
         if p.is_complex:
             Bg, Ada = Bg.real, Ada.real
         du_b = blk.dt * Bg

@@ -13,9 +13,10 @@ def _wide(x: Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
-def rms_norm_forward(x: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float = 1e-6,
-                     is_rms_norm: bool = True) -> Tensor:
-    """RMS (or layer) norm over the last dim, computed in float32 (float64 for float64 x), returned in x's dtype."""
+def rms_norm_forward(
+    x: Tensor, weight: Tensor, bias: Optional[Tensor], eps: float = 1e-6, is_rms_norm: bool = True
+) -> Tensor:
+    """RMS (or layer) norm over the last dim in float32 (float64 for float64 x); returns x's dtype."""
     xf = x.to(_wide(x))
     if not is_rms_norm:
         xf = xf - xf.mean(-1, keepdim=True)

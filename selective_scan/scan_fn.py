@@ -34,8 +34,9 @@ class SelectiveScanFn(torch.autograd.Function):
     """``out = selective_scan(u, delta, A, B, C, D, z, delta_bias)``; last state is not differentiated."""
 
     @staticmethod
-    def forward(ctx, u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
-                return_last_state=False):
+    def forward(
+        ctx, u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
+    ):
         groups = _checks.check_selective_scan(u, delta, A, B, C, D, z, delta_bias)
         dispatch.use_cuda(KERNEL, u.device.type)  # no compiled scan yet: strict mode errors, auto warns
         p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, groups)
@@ -54,12 +55,23 @@ class SelectiveScanFn(torch.autograd.Function):
         u, delta, A, B, C, D, z, delta_bias = ctx.saved_tensors
         p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, ctx.groups)
         du, ddelta, dA, dB, dC, dD, ddelta_bias, dz, _ = pytorch_scan.backward(p, dout)
-        return (du, ddelta, dA.to(A.dtype), _grad_bc(dB, B), _grad_bc(dC, C), _opt_to(dD, D), dz,
-                _opt_to(ddelta_bias, delta_bias), None, None)
+        return (
+            du,
+            ddelta,
+            dA.to(A.dtype),
+            _grad_bc(dB, B),
+            _grad_bc(dC, C),
+            _opt_to(dD, D),
+            dz,
+            _opt_to(ddelta_bias, delta_bias),
+            None,
+            None,
+        )
 
 
-def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
-                      return_last_state=False):
+def selective_scan_fn(
+    u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
+):
     """Selective scan with autograd (chunked PyTorch implementation, no loop over time).
 
     u, delta, z: (batch, dim, L); A: (dim, dstate) float32 or complex64; B, C: fixed
@@ -73,8 +85,9 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     return SelectiveScanFn.apply(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
 
 
-def selective_scan_ref(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
-                       return_last_state=False):
+def selective_scan_ref(
+    u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
+):
     """Per-step reference of the same maths (loops over time; differentiable by autograd).
 
     Runs in float32 (float64 when u or A is double precision) and returns u's dtype.

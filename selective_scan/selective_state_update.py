@@ -38,8 +38,20 @@ def _check(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices) -> None:
         _checks.require_tensor(name, t)
     for name, t in (("D", D), ("z", z), ("dt_bias", dt_bias), ("state_batch_indices", state_batch_indices)):
         _checks.require_tensor(name, t, optional=True)
-    _checks.require_same_device({"state": state, "x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "z": z,
-                                 "dt_bias": dt_bias, "state_batch_indices": state_batch_indices})
+    _checks.require_same_device(
+        {
+            "state": state,
+            "x": x,
+            "dt": dt,
+            "A": A,
+            "B": B,
+            "C": C,
+            "D": D,
+            "z": z,
+            "dt_bias": dt_bias,
+            "state_batch_indices": state_batch_indices,
+        }
+    )
     if state.dim() not in (3, 4):
         raise ValueError(
             f"state must be (batch, dim, dstate) or (batch, nheads, dim, dstate), got {tuple(state.shape)}"
@@ -59,8 +71,9 @@ def _check(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices) -> None:
             f"B must be {'(batch, ngroups, dstate)' if heads else '(batch, dstate)'}, got {tuple(B.shape)}"
         )
     ngroups = B.shape[1] if heads else 1
-    _checks.require_shape("B", B, (batch, ngroups, dstate) if heads else (batch, dstate),
-                          "(batch, [ngroups,] dstate)")
+    _checks.require_shape(
+        "B", B, (batch, ngroups, dstate) if heads else (batch, dstate), "(batch, [ngroups,] dstate)"
+    )
     _checks.require_shape("C", C, tuple(B.shape), "same as B")
     if ngroups < 1 or nheads % ngroups != 0:
         raise ValueError(f"nheads must be divisible by ngroups: nheads={nheads}, ngroups={ngroups}")
@@ -68,17 +81,31 @@ def _check(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices) -> None:
         if t is not None:
             _checks.require_shape(name, t, (nheads, dim) if heads else (dim,), "one value per channel")
     floats = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
-    for name, t in (("state", state), ("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z),
-                    ("dt_bias", dt_bias)):
+    for name, t in (
+        ("state", state),
+        ("x", x),
+        ("dt", dt),
+        ("A", A),
+        ("B", B),
+        ("C", C),
+        ("D", D),
+        ("z", z),
+        ("dt_bias", dt_bias),
+    ):
         if t is not None and t.dtype not in floats:
-            raise TypeError(f"{name} must be a real floating dtype (float32/16, bfloat16, float64), got {t.dtype}")
+            raise TypeError(
+                f"{name} must be a real floating dtype (float32/16, bfloat16, float64), got {t.dtype}"
+            )
     if state_batch_indices is None:
         if state.shape[0] != batch:
             raise ValueError(
-                f"without state_batch_indices, state.shape[0] must equal the batch {batch}, got {state.shape[0]}"
+                f"without state_batch_indices, state.shape[0] must equal the batch {batch}, "
+                f"got {state.shape[0]}"
             )
         return
-    if state_batch_indices.dtype not in (torch.int32, torch.int64) or tuple(state_batch_indices.shape) != (batch,):
+    if state_batch_indices.dtype not in (torch.int32, torch.int64) or tuple(state_batch_indices.shape) != (
+        batch,
+    ):
         raise ValueError(
             f"state_batch_indices must be an int32/int64 tensor of shape ({batch},), got "
             f"{state_batch_indices.dtype} {tuple(state_batch_indices.shape)}"
@@ -93,10 +120,19 @@ def _check(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices) -> None:
         raise ValueError(f"state_batch_indices must not repeat a state slot, got {idx}")
 
 
-def selective_state_update(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
-                           D: Optional[Tensor] = None, z: Optional[Tensor] = None,
-                           dt_bias: Optional[Tensor] = None, dt_softplus: bool = False,
-                           state_batch_indices: Optional[Tensor] = None) -> Tensor:
+def selective_state_update(
+    state: Tensor,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Optional[Tensor] = None,
+    z: Optional[Tensor] = None,
+    dt_bias: Optional[Tensor] = None,
+    dt_softplus: bool = False,
+    state_batch_indices: Optional[Tensor] = None,
+) -> Tensor:
     """One decode step; updates ``state`` in place and returns out (x's shape and dtype)."""
     _check(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices)
     heads = state.dim() == 4

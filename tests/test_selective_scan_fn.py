@@ -12,8 +12,22 @@ from selective_scan import selective_scan_fn, selective_scan_ref
 F64 = torch.float64
 
 
-def make_inputs(batch=2, dim=4, dstate=8, L=37, itype=torch.float32, complex_a=False, var_b=True, var_c=True,
-                groups=1, B4d=None, has_d=True, has_z=True, has_bias=True, seed=0):
+def make_inputs(
+    batch=2,
+    dim=4,
+    dstate=8,
+    L=37,
+    itype=torch.float32,
+    complex_a=False,
+    var_b=True,
+    var_c=True,
+    groups=1,
+    B4d=None,
+    has_d=True,
+    has_z=True,
+    has_bias=True,
+    seed=0,
+):
     g = torch.Generator().manual_seed(seed)
 
     def rnd(*shape, dtype=F64, scale=1.0):
@@ -25,8 +39,10 @@ def make_inputs(batch=2, dim=4, dstate=8, L=37, itype=torch.float32, complex_a=F
     u = rnd(batch, dim, L, dtype=itype)
     delta = (0.5 * torch.rand(batch, dim, L, generator=g, dtype=F64)).to(itype)
     if complex_a:
-        A = torch.complex(-0.5 * torch.rand(dim, dstate, generator=g, dtype=F64),
-                          torch.randn(dim, dstate, generator=g, dtype=F64)).to(wtype)
+        A = torch.complex(
+            -0.5 * torch.rand(dim, dstate, generator=g, dtype=F64),
+            torch.randn(dim, dstate, generator=g, dtype=F64),
+        ).to(wtype)
     else:
         A = (-0.5 * torch.rand(dim, dstate, generator=g, dtype=F64)).to(wtype)
     four_d = groups > 1 if B4d is None else B4d
@@ -100,17 +116,37 @@ CONFIGS = [
 @pytest.mark.parametrize("L", [1, 5, 37, 130])
 def test_fp32_forward_and_grads_match_loop(cfg, L):
     complex_a, var_b, var_c, groups, has_d, has_z, has_bias, softplus = cfg
-    inputs = make_inputs(L=L, complex_a=complex_a, var_b=var_b, var_c=var_c, groups=groups, has_d=has_d,
-                         has_z=has_z, has_bias=has_bias, seed=L)
+    inputs = make_inputs(
+        L=L,
+        complex_a=complex_a,
+        var_b=var_b,
+        var_c=var_c,
+        groups=groups,
+        has_d=has_d,
+        has_z=has_z,
+        has_bias=has_bias,
+        seed=L,
+    )
     check_against_loop(inputs, softplus)
 
 
 @pytest.mark.parametrize("complex_a", [False, True])
-@pytest.mark.parametrize("var_b,var_c,groups", [(True, True, 1), (False, False, 1), (True, True, 2),
-                                                (False, True, 1)])
+@pytest.mark.parametrize(
+    "var_b,var_c,groups", [(True, True, 1), (False, False, 1), (True, True, 2), (False, True, 1)]
+)
 def test_gradcheck_float64(complex_a, var_b, var_c, groups):
-    inputs = make_inputs(batch=2, dim=2 * groups, dstate=3, L=11, itype=F64, complex_a=complex_a, var_b=var_b,
-                         var_c=var_c, groups=groups, B4d=True if groups > 1 else None)
+    inputs = make_inputs(
+        batch=2,
+        dim=2 * groups,
+        dstate=3,
+        L=11,
+        itype=F64,
+        complex_a=complex_a,
+        var_b=var_b,
+        var_c=var_c,
+        groups=groups,
+        B4d=True if groups > 1 else None,
+    )
     leaves = [t.requires_grad_() for t in inputs]
     fn = lambda *a: selective_scan_fn(*a, delta_softplus=True)  # noqa: E731
     assert torch.autograd.gradcheck(fn, leaves, fast_mode=True)

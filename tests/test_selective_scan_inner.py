@@ -11,18 +11,53 @@ from test_selective_scan_loops import loop_scan, silu
 from selective_scan import mamba_inner_fn, mamba_inner_ref
 
 F64 = torch.float64
-ARG_NAMES = ("xz", "conv1d_weight", "conv1d_bias", "x_proj_weight", "delta_proj_weight", "out_proj_weight",
-             "out_proj_bias", "A", "B", "C", "D", "delta_bias", "B_proj_bias", "C_proj_bias")
+ARG_NAMES = (
+    "xz",
+    "conv1d_weight",
+    "conv1d_bias",
+    "x_proj_weight",
+    "delta_proj_weight",
+    "out_proj_weight",
+    "out_proj_bias",
+    "A",
+    "B",
+    "C",
+    "D",
+    "delta_bias",
+    "B_proj_bias",
+    "C_proj_bias",
+)
 
 
 def rms(x, w, eps):
     return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps) * w
 
 
-def reference(xz, conv_w, conv_b, x_proj_w, delta_proj_w, out_proj_w, out_proj_b, A, B, C, D, delta_bias,
-              B_proj_bias, C_proj_bias, softplus=True, b_rms=None, c_rms=None, dt_rms=None, eps=1e-6):
-    args = [t.to(F64) if t is not None and not t.is_complex() else t for t in
-            (xz, conv_w, conv_b, x_proj_w, delta_proj_w, out_proj_w, out_proj_b)]
+def reference(
+    xz,
+    conv_w,
+    conv_b,
+    x_proj_w,
+    delta_proj_w,
+    out_proj_w,
+    out_proj_b,
+    A,
+    B,
+    C,
+    D,
+    delta_bias,
+    B_proj_bias,
+    C_proj_bias,
+    softplus=True,
+    b_rms=None,
+    c_rms=None,
+    dt_rms=None,
+    eps=1e-6,
+):
+    args = [
+        t.to(F64) if t is not None and not t.is_complex() else t
+        for t in (xz, conv_w, conv_b, x_proj_w, delta_proj_w, out_proj_w, out_proj_b)
+    ]
     xz, conv_w, conv_b, x_proj_w, delta_proj_w, out_proj_w, out_proj_b = args
     batch, _, L = xz.shape
     d = xz.shape[1] // 2
@@ -54,8 +89,20 @@ def reference(xz, conv_w, conv_b, x_proj_w, delta_proj_w, out_proj_w, out_proj_b
     return y.transpose(1, 2) @ out_proj_w.t() + (out_proj_b if out_proj_b is not None else 0)
 
 
-def make(dtype=F64, complex_a=False, fixed_b=False, batch=2, d=6, L=13, n=3, rank=2, width=4, d_model=5,
-         biases=True, seed=0):
+def make(
+    dtype=F64,
+    complex_a=False,
+    fixed_b=False,
+    batch=2,
+    d=6,
+    L=13,
+    n=3,
+    rank=2,
+    width=4,
+    d_model=5,
+    biases=True,
+    seed=0,
+):
     g = torch.Generator().manual_seed(seed)
 
     def rnd(*shape, scale=1.0):
@@ -63,19 +110,35 @@ def make(dtype=F64, complex_a=False, fixed_b=False, batch=2, d=6, L=13, n=3, ran
 
     ds = n * (2 if complex_a else 1)
     rows = rank + ds * (1 if fixed_b else 2)
-    wtype = (torch.complex128 if dtype == F64 else torch.complex64) if complex_a else (
-        F64 if dtype == F64 else torch.float32)
+    wtype = (
+        (torch.complex128 if dtype == F64 else torch.complex64)
+        if complex_a
+        else (F64 if dtype == F64 else torch.float32)
+    )
     ptype = F64 if dtype == F64 else torch.float32
     A = -0.5 * torch.rand(d, n, generator=g, dtype=F64) - 0.1
     if complex_a:
         A = torch.complex(A, torch.randn(d, n, generator=g, dtype=F64))
-    B = torch.randn(d, n, generator=g, dtype=torch.complex128 if complex_a else F64).to(wtype) if fixed_b else None
+    B = (
+        torch.randn(d, n, generator=g, dtype=torch.complex128 if complex_a else F64).to(wtype)
+        if fixed_b
+        else None
+    )
     return [
-        rnd(batch, 2 * d, L), rnd(d, 1, width, scale=0.5), rnd(d, scale=0.5) if biases else None,
-        rnd(rows, d, scale=0.4), rnd(d, rank, scale=0.5), rnd(d_model, d, scale=0.3),
-        rnd(d_model) if biases else None, A.to(wtype), B, None,
-        torch.randn(d, generator=g, dtype=F64).to(ptype), (0.3 * torch.rand(d, generator=g, dtype=F64)).to(ptype),
-        rnd(ds, scale=0.1) if biases and not fixed_b else None, rnd(ds, scale=0.1) if biases else None,
+        rnd(batch, 2 * d, L),
+        rnd(d, 1, width, scale=0.5),
+        rnd(d, scale=0.5) if biases else None,
+        rnd(rows, d, scale=0.4),
+        rnd(d, rank, scale=0.5),
+        rnd(d_model, d, scale=0.3),
+        rnd(d_model) if biases else None,
+        A.to(wtype),
+        B,
+        None,
+        torch.randn(d, generator=g, dtype=F64).to(ptype),
+        (0.3 * torch.rand(d, generator=g, dtype=F64)).to(ptype),
+        rnd(ds, scale=0.1) if biases and not fixed_b else None,
+        rnd(ds, scale=0.1) if biases else None,
     ]
 
 
@@ -116,12 +179,17 @@ def test_float64_matches_reference(checkpoint_lvl, complex_a, with_rms):
     g = torch.Generator().manual_seed(5)
     kw = dict(checkpoint_lvl=checkpoint_lvl)
     if with_rms:  # non-learnable weights: they get no gradient, the inputs do go through the norm
-        kw.update(b_rms_weight=1 + torch.rand(ds, generator=g, dtype=F64),
-                  c_rms_weight=1 + torch.rand(ds, generator=g, dtype=F64),
-                  dt_rms_weight=1 + torch.rand(d, generator=g, dtype=F64), b_c_dt_rms_eps=1e-5)
+        kw.update(
+            b_rms_weight=1 + torch.rand(ds, generator=g, dtype=F64),
+            c_rms_weight=1 + torch.rand(ds, generator=g, dtype=F64),
+            dt_rms_weight=1 + torch.rand(d, generator=g, dtype=F64),
+            b_c_dt_rms_eps=1e-5,
+        )
     ref_kw = {}
     if with_rms:
-        ref_kw = dict(b_rms=kw["b_rms_weight"], c_rms=kw["c_rms_weight"], dt_rms=kw["dt_rms_weight"], eps=1e-5)
+        ref_kw = dict(
+            b_rms=kw["b_rms_weight"], c_rms=kw["c_rms_weight"], dt_rms=kw["dt_rms_weight"], eps=1e-5
+        )
     compare(inputs, 1e-9, ref_kw=ref_kw, **kw)
 
 
@@ -184,8 +252,11 @@ def test_mamba_inner_ref(complex_a):
 def test_rms_weights_get_no_gradient():
     inputs = make(seed=9)
     ds, d = inputs[7].shape[1], inputs[0].shape[1] // 2
-    w = [torch.ones(ds, dtype=F64, requires_grad=True), torch.ones(ds, dtype=F64, requires_grad=True),
-         torch.ones(d, dtype=F64, requires_grad=True)]
+    w = [
+        torch.ones(ds, dtype=F64, requires_grad=True),
+        torch.ones(ds, dtype=F64, requires_grad=True),
+        torch.ones(d, dtype=F64, requires_grad=True),
+    ]
     out = mamba_inner_fn(*inputs, b_rms_weight=w[0], c_rms_weight=w[1], dt_rms_weight=w[2])
     out.sum().backward()
     assert all(t.grad is None for t in w)

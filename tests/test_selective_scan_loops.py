@@ -88,8 +88,13 @@ def test_loop_constant_decay_closed_form():
     L, dt, a, b, c, u0 = 50, 0.3, -0.7, 1.5, 0.4, 2.0
     u = torch.full((1, 1, L), u0, dtype=F64)
     delta = torch.full((1, 1, L), dt, dtype=F64)
-    out, last = loop_scan(u, delta, torch.tensor([[a]], dtype=F64), torch.tensor([[b]], dtype=F64),
-                          torch.tensor([[c]], dtype=F64))
+    out, last = loop_scan(
+        u,
+        delta,
+        torch.tensor([[a]], dtype=F64),
+        torch.tensor([[b]], dtype=F64),
+        torch.tensor([[c]], dtype=F64),
+    )
     r = math.exp(dt * a)
     want = [c * dt * b * u0 * (1 - r ** (t + 1)) / (1 - r) for t in range(L)]
     torch.testing.assert_close(out[0, 0], torch.tensor(want, dtype=F64))
@@ -109,8 +114,17 @@ def test_loop_complex_rotation_closed_form():
 
 def test_softplus20_threshold():
     x = torch.tensor([-3.0, 0.0, 19.99, 20.0, 20.01, 80.0], dtype=F64)
-    want = torch.tensor([math.log1p(math.exp(-3.0)), math.log(2.0), math.log1p(math.exp(19.99)),
-                         math.log1p(math.exp(20.0)), 20.01, 80.0], dtype=F64)
+    want = torch.tensor(
+        [
+            math.log1p(math.exp(-3.0)),
+            math.log(2.0),
+            math.log1p(math.exp(19.99)),
+            math.log1p(math.exp(20.0)),
+            20.01,
+            80.0,
+        ],
+        dtype=F64,
+    )
     x.requires_grad_()
     y = softplus20(x)
     torch.testing.assert_close(y, want)
