@@ -8,7 +8,7 @@
 #   3. tests/test_causal_conv1d_cuda.py;
 #   4. the original's own tests/test_causal_conv1d.py, unmodified, against our package;
 #   5. bench/bench_causal_conv1d.py, ours vs the original vs torch.
-# Usage: bash bench/gpu_run.sh [build] [test] [origtest] [bench]   (default: all)
+# Usage: bash bench/gpu_run.sh [build] [diag] [test] [origtest] [bench]   (default: all but diag)
 # Each phase has a time limit so the whole run ends inside one 10-minute call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -68,6 +68,38 @@ if has build; then
   else
     tail -40 /tmp/ours_build.log | tee -a "$OUT/run.log"
   fi
+fi
+
+# 2b. diagnostics: native backtrace of an op raising its TORCH_CHECK error; hardware counters
+if has diag; then
+  cat >/tmp/raise.py <<'EOF'
+import torch
+from causal_conv1d import _ops
+x = torch.randn(2, 8, 16, device="cuda")
+try:
+    _ops.fwd(x, torch.randn(8, 5, device="cuda"), None, None, None, None, False)
+except RuntimeError as e:
+    print("raised:", str(e).splitlines()[0])
+EOF
+  timeout 60 python3 /tmp/raise.py >"$OUT/diag.txt" 2>&1
+  echo "raise.py rc=$?" >>"$OUT/diag.txt"
+  timeout 90 cuda-gdb -q -batch -ex run -ex bt --args python3 /tmp/raise.py 2>&1 | grep -v "^\[New Thread\|^\[Thread" | tail -40 >>"$OUT/diag.txt"
+  cat >/tmp/prof.py <<'EOF'
+import torch
+from causal_conv1d import _ops
+w = torch.randn(5120, 4, device="cuda"); b = torch.randn(5120, device="cuda")
+for cl in (False, True):
+    x = torch.randn(8, 2048, 5120, device="cuda", dtype=torch.bfloat16).transpose(1, 2) if cl else \
+        torch.randn(8, 5120, 2048, device="cuda", dtype=torch.bfloat16)
+    g = torch.randn_like(x)
+    _ops.fwd(x, w, b, None, None, None, True)
+    _ops.bwd(x, w, b, g, None, None, None, None, False, True)
+torch.cuda.synchronize()
+EOF
+  timeout 120 ncu --clock-control none -k regex:channel_ --section SpeedOfLight --section Occupancy \
+    --section LaunchStats --section WarpStateStats python3 /tmp/prof.py >"$OUT/ncu.txt" 2>&1
+  log "diag: ncu rc=$?"
+  grep -E "raised|rc=|#[0-9]" "$OUT/diag.txt" | head -24 | tee -a "$OUT/run.log"
 fi
 
 # 3. our GPU tests

@@ -474,6 +474,31 @@ def test_torch_compile_fullgraph(ops):
     assert torch.equal(s_comp, s_eager), "the compiled graph must mutate conv_state like eager"
 
 
+def test_torch_compile_ops_fullgraph(ops):
+    """The ops and their fake implementations alone (no dispatch layer) under fullgraph."""
+
+    def step(x, w, b, dout, state, xt):
+        y = ops.fwd(x, w, b, None, None, None, True)
+        dx, dw, db, _ = ops.bwd(x, w, b, dout, None, None, None, None, False, True)
+        z = ops.update(xt, state, w, b, True, None, None)
+        return y, dx, dw, db, z
+
+    compiled = torch.compile(step, fullgraph=True)
+    dtype = torch.bfloat16
+    x = make_x(2, 64, 300, dtype, channel_last=True)
+    w, b = torch.randn(64, 4, device="cuda") / 4, torch.randn(64, device="cuda")
+    dout = torch.randn_like(x)
+    state = torch.randn(2, 64, 3, device="cuda", dtype=dtype)
+    xt = torch.randn(2, 64, 1, device="cuda", dtype=dtype)
+    s_eager, s_comp = state.clone(), state.clone()
+    eager = step(x, w, b, dout, s_eager, xt)
+    comp = compiled(x, w, b, dout, s_comp, xt)
+    for a, e in zip(comp, eager):
+        assert a.stride() == e.stride()
+        torch.testing.assert_close(a, e, rtol=0, atol=0)
+    assert torch.equal(s_comp, s_eager)
+
+
 def test_direct_op_rejects_bad_input(ops):
     x = torch.randn(2, 8, 16, device="cuda")
     w4 = torch.randn(8, 4, device="cuda")

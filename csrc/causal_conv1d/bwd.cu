@@ -13,33 +13,11 @@ namespace mamba_kernels {
 namespace causal_conv1d {
 namespace {
 
-// dpre at one position, from memory (used for the W-1 positions right of a segment).
 template <typename T, int W>
-__device__ float dpre_at(const ConvParams& p, const T* xr, const T* gr, int64_t b, int64_t c,
-                         const float (&w)[W], float bias, int64_t pos) {
-  if (pos >= p.seqlen) return 0.0f;
-  int s = 0;
-  if (p.seq_idx != nullptr) {
-    s = seq_at(p, b, pos);
-    if (s < 0) return 0.0f;
-  }
-  const float g = to_float(gr[pos * p.dout_s.l]);
-  if (!p.silu) return g;
-  float acc = bias;
-#pragma unroll
-  for (int k = 0; k < W; ++k) {
-    const int64_t q = pos - (W - 1) + k;
-    const bool same = p.seq_idx == nullptr || seq_at(p, b, q) == s;
-    acc += same ? w[k] * x_ext(p, xr, b, c, q) : 0.0f;
-  }
-  return g * silu_grad(acc);
-}
-
-template <typename T, int W>
-__global__ void __launch_bounds__(kThreads) bwd_channel_first(const ConvParams p) {
+__global__ void __launch_bounds__(kThreads, 4) bwd_channel_first(const ConvParams p) {
   constexpr int kN = kVec16<T>;
   constexpr int kTile = 32 * kN;
-  constexpr int kSeg = kTilesCF * kTile;
+  constexpr int kSeg = kTilesBwdCF * kTile;
   static_assert(kN >= W - 1, "a lane's vector must cover its neighbour's halo");
   const int lane = threadIdx.x & 31;
   const int64_t nseg = (p.seqlen + kSeg - 1) / kSeg;
@@ -47,18 +25,16 @@ __global__ void __launch_bounds__(kThreads) bwd_channel_first(const ConvParams p
   const bool has_seq = p.seq_idx != nullptr;
   for (int64_t item = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); item < items;
        item += int64_t(gridDim.x) * kWarps) {
-    const int64_t seg = item % nseg;
-    const int64_t row = item / nseg;
-    const int64_t c = row % p.dim;
-    const int64_t b = row / p.dim;
+    int64_t seg, c, b;
+    split_item(item, nseg, p.dim, items, seg, c, b);
     const int64_t t0 = seg * kSeg;
     const T* xr = static_cast<const T*>(p.x) + b * p.x_s.b + c * p.x_s.c;
     const T* gr = static_cast<const T*>(p.dout) + b * p.dout_s.b + c * p.dout_s.c;
     T* dxr = static_cast<T*>(p.dx) + b * p.dx_s.b + c * p.dx_s.c;
 
-    Pack<T, kN> xv[kTilesCF], gv[kTilesCF];
+    Pack<T, kN> xv[kTilesBwdCF], gv[kTilesBwdCF];
 #pragma unroll
-    for (int j = 0; j < kTilesCF; ++j) {
+    for (int j = 0; j < kTilesBwdCF; ++j) {
       const int64_t t = t0 + j * kTile + lane * kN;
       if (p.vec_in && t + kN <= p.seqlen) {
         load_pack(xv[j], xr + t);
@@ -79,14 +55,26 @@ __global__ void __launch_bounds__(kThreads) bwd_channel_first(const ConvParams p
     float halo[W - 1];
 #pragma unroll
     for (int i = 0; i < W - 1; ++i) halo[i] = x_ext(p, xr, b, c, t0 - (W - 1) + i);
+    // Inputs of dpre at the W-1 positions right of the segment (lane i < W-1 takes position
+    // t0 + kSeg + i), loaded now so their latency overlaps the tiles' loads.
+    const int64_t apos = t0 + kSeg + lane;
+    const bool ahead_live = lane < W - 1 && apos < p.seqlen;
+    float ax[W], ag = 0.0f;
+    int as[W];
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      ax[k] = ahead_live ? to_float(xr[(apos - (W - 1) + k) * p.x_s.l]) : 0.0f;  // apos - (W-1) >= 0
+      as[k] = ahead_live && has_seq ? seq_at(p, b, apos - (W - 1) + k) : 0;
+    }
+    if (ahead_live) ag = to_float(gr[apos * p.dout_s.l]);
 
     // Pass 1: dpre at the warp's own positions, and the dweight / dbias partial sums.
-    float dp[kTilesCF][kN];
+    float dp[kTilesBwdCF][kN];
     float dw[W], db = 0.0f;
 #pragma unroll
     for (int k = 0; k < W; ++k) dw[k] = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kTilesCF; ++j) {
+    for (int j = 0; j < kTilesBwdCF; ++j) {
       const int64_t t = t0 + j * kTile + lane * kN;
       float xe[W - 1 + kN];
 #pragma unroll
@@ -127,12 +115,20 @@ __global__ void __launch_bounds__(kThreads) bwd_channel_first(const ConvParams p
         db += d;
       }
     }
-    // dpre right of the segment: lane i < W-1 computes position t0 + kSeg + i.
-    const float ahead = lane < W - 1 ? dpre_at<T, W>(p, xr, gr, b, c, w, bias, t0 + kSeg + lane) : 0.0f;
+    float ahead = 0.0f;  // dpre right of the segment, from the inputs loaded above
+    if (ahead_live && as[W - 1] >= 0) {
+      ahead = ag;
+      if (p.silu) {
+        float acc = bias;
+#pragma unroll
+        for (int k = 0; k < W; ++k) acc += as[k] == as[W - 1] ? w[k] * ax[k] : 0.0f;
+        ahead *= silu_grad(acc);
+      }
+    }
 
     // Pass 2: dx.
 #pragma unroll
-    for (int j = 0; j < kTilesCF; ++j) {
+    for (int j = 0; j < kTilesBwdCF; ++j) {
       const int64_t t = t0 + j * kTile + lane * kN;
       float de[kN + W - 1];  // dpre at t .. t + kN + W - 2
 #pragma unroll
@@ -140,9 +136,9 @@ __global__ void __launch_bounds__(kThreads) bwd_channel_first(const ConvParams p
 #pragma unroll
       for (int i = 0; i < W - 1; ++i) {
         const float down = __shfl_down_sync(kFullMask, dp[j][i], 1);
-        const float right = j == kTilesCF - 1
+        const float right = j == kTilesBwdCF - 1
                                 ? __shfl_sync(kFullMask, ahead, i)
-                                : __shfl_sync(kFullMask, dp[j + 1 < kTilesCF ? j + 1 : j][i], 0);
+                                : __shfl_sync(kFullMask, dp[j + 1 < kTilesBwdCF ? j + 1 : j][i], 0);
         de[kN + i] = lane == 31 ? right : down;
       }
       int se[kN + W - 1];  // seq_idx at t .. t + kN + W - 2
@@ -223,7 +219,7 @@ __global__ void __launch_bounds__(kThreads) bwd_channel_first(const ConvParams p
 // every dx of the segment sees all of its dpre terms. The block's 4 warps (4 consecutive
 // segments of the same channels) sum their dweight partials through shared memory.
 template <typename T, int W>
-__global__ void __launch_bounds__(kThreads) bwd_channel_last(const ConvParams p, const int64_t seg_len) {
+__global__ void __launch_bounds__(kThreads, 2) bwd_channel_last(const ConvParams p, const int64_t seg_len) {
   constexpr int kN = kVecClBwd;
   constexpr int kU = 4;
   __shared__ float red[kWarps][W + 1][32 * kN];
@@ -269,9 +265,18 @@ __global__ void __launch_bounds__(kThreads) bwd_channel_last(const ConvParams p,
         }
         bias[i] = ok && p.bias != nullptr ? p.bias[c0 + i] : 0.0f;
         xw[0][i] = 0.0f;
+      }
 #pragma unroll
-        for (int q = 0; q < W - 1; ++q) {
-          xw[q + 1][i] = ok ? x_ext(p, xb + i * p.x_s.c, b, c0 + i, t0 - (W - 1) + q) : 0.0f;
+      for (int q = 0; q < W - 1; ++q) {
+        const int64_t pos = t0 - (W - 1) + q;
+        if (vin && pos >= 0) {
+          Pack<T, kN> hv;
+          load_pack(hv, xb + pos * p.x_s.l);
+#pragma unroll
+          for (int i = 0; i < kN; ++i) xw[q + 1][i] = to_float(hv.e[i]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < kN; ++i) xw[q + 1][i] = i < nc ? x_ext(p, xb + i * p.x_s.c, b, c0 + i, pos) : 0.0f;
         }
       }
 #pragma unroll
@@ -455,7 +460,7 @@ unsigned grid_size(int64_t blocks) {
 }
 
 int64_t cf_segments(const ConvParams& p) {
-  const int64_t seg = int64_t(kTilesCF) * 32 * (16 / dtype_size(p.dtype));
+  const int64_t seg = int64_t(kTilesBwdCF) * 32 * (16 / dtype_size(p.dtype));
   return (p.seqlen + seg - 1) / seg;
 }
 

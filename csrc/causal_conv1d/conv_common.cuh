@@ -18,6 +18,25 @@ constexpr int kVecClBwd = 4;
 
 // Channel-first kernels: a warp owns kTilesCF consecutive tiles of 32 lanes x kN positions.
 constexpr int kTilesCF = 4;
+constexpr int kTilesBwdCF = 2;  // the backward holds x, dout and dpre: fewer tiles, more warps
+
+// item -> (segment, channel, batch) of a channel-first warp; 32-bit division when it fits
+// (64-bit division is a long instruction sequence on the GPU).
+__device__ __forceinline__ void split_item(int64_t item, int64_t nseg, int64_t dim, int64_t items, int64_t& seg,
+                                           int64_t& c, int64_t& b) {
+  if (items <= 0xffffffffLL) {
+    const uint32_t it = uint32_t(item), ns = uint32_t(nseg), d = uint32_t(dim);
+    const uint32_t row = it / ns;
+    seg = it - row * ns;
+    b = row / d;
+    c = row - uint32_t(b) * d;
+  } else {
+    const int64_t row = item / nseg;
+    seg = item - row * nseg;
+    b = row / dim;
+    c = row - b * dim;
+  }
+}
 
 // x at position pos (pos < seqlen) of row (b, c): positions before 0 come from the initial
 // states when given, else they are zero.

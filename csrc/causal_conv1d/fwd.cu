@@ -13,7 +13,7 @@ namespace {
 // lane's vector come from its left neighbour by shuffle; lane 0 takes them from the previous
 // tile, or at the segment start from memory (or the initial states).
 template <typename T, int W>
-__global__ void __launch_bounds__(kThreads) fwd_channel_first(const ConvParams p) {
+__global__ void __launch_bounds__(kThreads, 6) fwd_channel_first(const ConvParams p) {
   constexpr int kN = kVec16<T>;
   constexpr int kTile = 32 * kN;
   constexpr int kSeg = kTilesCF * kTile;
@@ -23,10 +23,8 @@ __global__ void __launch_bounds__(kThreads) fwd_channel_first(const ConvParams p
   const int64_t items = p.batch * p.dim * nseg;
   for (int64_t item = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); item < items;
        item += int64_t(gridDim.x) * kWarps) {
-    const int64_t seg = item % nseg;
-    const int64_t row = item / nseg;
-    const int64_t c = row % p.dim;
-    const int64_t b = row / p.dim;
+    int64_t seg, c, b;
+    split_item(item, nseg, p.dim, items, seg, c, b);
     const int64_t t0 = seg * kSeg;
     const T* xr = static_cast<const T*>(p.x) + b * p.x_s.b + c * p.x_s.c;
     T* outr = static_cast<T*>(p.out) + b * p.out_s.b + c * p.out_s.c;
@@ -111,9 +109,9 @@ __global__ void __launch_bounds__(kThreads) fwd_channel_first(const ConvParams p
 // steps with the last W-1 inputs in registers; a warp's lanes cover 32 * kN channels, so every
 // row access is coalesced. The 4 warps of a block take 4 consecutive segments.
 template <typename T, int W>
-__global__ void __launch_bounds__(kThreads) fwd_channel_last(const ConvParams p, const int64_t seg_len) {
+__global__ void __launch_bounds__(kThreads, 3) fwd_channel_last(const ConvParams p, const int64_t seg_len) {
   constexpr int kN = kVec16<T>;
-  constexpr int kU = 8;  // time steps loaded before use
+  constexpr int kU = sizeof(T) == 4 ? 8 : 4;  // time steps loaded before use (16-32 KB per warp)
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
@@ -137,15 +135,24 @@ __global__ void __launch_bounds__(kThreads) fwd_channel_last(const ConvParams p,
 
     float w[W][kN], bias[kN], h[W - 1][kN];
 #pragma unroll
+    for (int q = 0; q < W - 1; ++q) {
+      const int64_t pos = t0 - (W - 1) + q;
+      if (vin && pos >= 0) {
+        Pack<T, kN> hv;
+        load_pack(hv, xb + pos * p.x_s.l);
+#pragma unroll
+        for (int i = 0; i < kN; ++i) h[q][i] = to_float(hv.e[i]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) h[q][i] = i < nc ? x_ext(p, xb + i * p.x_s.c, b, c0 + i, pos) : 0.0f;
+      }
+    }
+#pragma unroll
     for (int i = 0; i < kN; ++i) {
       const bool ok = i < nc;
 #pragma unroll
       for (int k = 0; k < W; ++k) w[k][i] = ok ? p.weight[(c0 + i) * W + k] : 0.0f;
       bias[i] = ok && p.bias != nullptr ? p.bias[c0 + i] : 0.0f;
-#pragma unroll
-      for (int q = 0; q < W - 1; ++q) {
-        h[q][i] = ok ? x_ext(p, xb + i * p.x_s.c, b, c0 + i, t0 - (W - 1) + q) : 0.0f;
-      }
     }
     int hs[W - 1];
 #pragma unroll
@@ -276,9 +283,11 @@ int num_sms_current_device() {
 
 int64_t cl_seg_len(const ConvParams& p, int vec) {
   const int64_t ncg = (p.dim + 32 * int64_t(vec) - 1) / (32 * int64_t(vec));
-  const int64_t target_warps = int64_t(num_sms_current_device()) * 64 * 2;
+  // About two waves of 16 resident warps per SM: longer segments amortise the per-warp setup
+  // and the W-1 halo reloads; shorter ones would only add waves of tiny work.
+  const int64_t target_warps = int64_t(num_sms_current_device()) * 32;
   int64_t seg = 256;
-  while (seg > 16 && p.batch * ((p.seqlen + seg - 1) / seg) * ncg < target_warps) seg /= 2;
+  while (seg > 32 && p.batch * ((p.seqlen + seg - 1) / seg) * ncg < target_warps) seg /= 2;
   return seg;
 }
 

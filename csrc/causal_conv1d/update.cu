@@ -14,15 +14,22 @@ namespace causal_conv1d {
 namespace {
 
 constexpr int kUpdThreads = 128;
+constexpr int kMaxRegState = 8;  // state rows up to this long are read once into registers
 
-// One thread per (batch, channel): state rows are short (state_len >= W-1, typically W-1).
+// One thread per (batch, channel); blockIdx.y walks the batch, so no index division.
+// Every state value a thread needs is loaded before its first store, so the loads overlap
+// (a store to the row may alias a later load as far as the compiler knows).
 template <typename T, int W>
 __global__ void __launch_bounds__(kUpdThreads) update_kernel(const UpdateParams p) {
-  const int64_t n = p.batch * p.dim;
-  for (int64_t e = int64_t(blockIdx.x) * kUpdThreads + threadIdx.x; e < n;
-       e += int64_t(gridDim.x) * kUpdThreads) {
-    const int64_t b = e / p.dim;
-    const int64_t c = e % p.dim;
+  const int64_t c = int64_t(blockIdx.x) * kUpdThreads + threadIdx.x;
+  if (c >= p.dim) return;
+  float w[W];
+#pragma unroll
+  for (int k = 0; k < W; ++k) w[k] = p.weight[c * W + k];
+  const float bias = p.bias != nullptr ? p.bias[c] : 0.0f;
+  const int64_t L = p.state_len;
+  const bool circular = p.cache_seqlens != nullptr;
+  for (int64_t b = blockIdx.y; b < p.batch; b += gridDim.y) {
     const T* xr = static_cast<const T*>(p.x) + b * p.x_s.b + c * p.x_s.c;
     T* outr = static_cast<T*>(p.out) + b * p.out_s.b + c * p.out_s.c;
     const int64_t entry = p.state_indices != nullptr ? p.state_indices[b * p.state_indices_s] : b;
@@ -33,19 +40,27 @@ __global__ void __launch_bounds__(kUpdThreads) update_kernel(const UpdateParams 
       continue;
     }
     T* st = static_cast<T*>(p.conv_state) + entry * p.state_s.b + c * p.state_s.c;
-    const int64_t L = p.state_len;
-    const bool circular = p.cache_seqlens != nullptr;
     const int64_t head = circular ? floor_mod(p.cache_seqlens[b * p.cache_seqlens_s], L) : 0;
-
-    float w[W];
-#pragma unroll
-    for (int k = 0; k < W; ++k) w[k] = p.weight[c * W + k];
-    const float bias = p.bias != nullptr ? p.bias[c] : 0.0f;
+    const bool in_regs = !circular && L <= kMaxRegState;
+    T old[kMaxRegState];
     float h[W - 1];  // the W-1 inputs before the current token, oldest first
+    if (in_regs) {
 #pragma unroll
-    for (int q = 0; q < W - 1; ++q) {
-      const int64_t col = circular ? floor_mod(head - (W - 1) + q, L) : L - (W - 1) + q;
-      h[q] = to_float(st[col * p.state_s.l]);
+      for (int j = 0; j < kMaxRegState; ++j) old[j] = j < L ? st[j * p.state_s.l] : from_float<T>(0.0f);
+#pragma unroll
+      for (int q = 0; q < W - 1; ++q) {
+        const int64_t col = L - (W - 1) + q;
+        float v = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kMaxRegState; ++j) v = j == col ? to_float(old[j]) : v;
+        h[q] = v;
+      }
+    } else {
+#pragma unroll
+      for (int q = 0; q < W - 1; ++q) {
+        const int64_t col = circular ? floor_mod(head - (W - 1) + q, L) : L - (W - 1) + q;
+        h[q] = to_float(st[col * p.state_s.l]);
+      }
     }
     for (int64_t i = 0; i < p.seqlen; ++i) {
       const float xi = to_float(xr[i * p.x_s.l]);
@@ -60,6 +75,17 @@ __global__ void __launch_bounds__(kUpdThreads) update_kernel(const UpdateParams 
     }
     if (circular) {
       for (int64_t i = 0; i < p.seqlen; ++i) st[floor_mod(head + i, L) * p.state_s.l] = xr[i * p.x_s.l];
+    } else if (in_regs) {
+      // new[j] = cat(state, x)[seqlen + j], the old values taken from registers
+#pragma unroll
+      for (int j = 0; j < kMaxRegState; ++j) {
+        if (j >= L) break;
+        const int64_t src = p.seqlen + j;
+        T v = from_float<T>(0.0f);
+#pragma unroll
+        for (int m = 0; m < kMaxRegState; ++m) v = m == src ? old[m] : v;
+        st[j * p.state_s.l] = src < L ? v : xr[(src - L) * p.x_s.l];
+      }
     } else {
       // new[j] = cat(state, x)[seqlen + j]; ascending j only reads columns not yet written.
       for (int64_t j = 0; j < L; ++j) {
@@ -72,8 +98,8 @@ __global__ void __launch_bounds__(kUpdThreads) update_kernel(const UpdateParams 
 
 template <typename T, int W>
 cudaError_t update_launch(const UpdateParams& p, cudaStream_t stream) {
-  const int64_t blocks = (p.batch * p.dim + kUpdThreads - 1) / kUpdThreads;
-  update_kernel<T, W><<<unsigned(std::min<int64_t>(blocks, INT_MAX)), kUpdThreads, 0, stream>>>(p);
+  const dim3 grid(unsigned((p.dim + kUpdThreads - 1) / kUpdThreads), unsigned(std::min<int64_t>(p.batch, 65535)));
+  update_kernel<T, W><<<grid, kUpdThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
