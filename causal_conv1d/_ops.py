@@ -1,7 +1,7 @@
 """The compiled causal_conv1d kernels as torch.library custom ops.
 
 Importing this module loads ``causal_conv1d._cuda``, whose C++ side registers
-``torch.ops.mamba_kernels.causal_conv1d_{fwd,bwd,update}`` (CUDA implementations, mutated
+``torch.ops.mamba_kernels.causal_conv1d_{fwd,fwd_final_states,bwd,update}`` (CUDA implementations, mutated
 arguments annotated in the schemas). Here we add their fake (meta) implementations, so
 ``torch.compile(fullgraph=True)`` traces them without graph breaks, and the three thin
 functions ``cpp_functions`` calls after validating its arguments.
@@ -29,7 +29,12 @@ def _register_fake(name: str) -> Callable[[Callable], Callable]:
 
 # Fake implementations: outputs with exactly the shapes, dtypes and strides the CUDA ops give.
 @_register_fake("causal_conv1d_fwd")
-def _fwd_fake(x, weight, bias, seq_idx, initial_states, final_states_out, silu_activation):
+def _fwd_fake(x, weight, bias, seq_idx, initial_states, silu_activation):
+    return empty_like_layout(x)
+
+
+@_register_fake("causal_conv1d_fwd_final_states")
+def _fwd_final_states_fake(x, weight, bias, seq_idx, initial_states, final_states_out, silu_activation):
     return empty_like_layout(x)
 
 
@@ -60,7 +65,11 @@ def fwd(
     silu_activation: bool,
 ) -> Tensor:
     """out in x's layout; final_states_out, when given, is written in place."""
-    return _ops.causal_conv1d_fwd(x, weight, bias, seq_idx, initial_states, final_states_out, silu_activation)
+    if final_states_out is None:  # two ops: inductor cannot lower an Optional mutated argument
+        return _ops.causal_conv1d_fwd(x, weight, bias, seq_idx, initial_states, silu_activation)
+    return _ops.causal_conv1d_fwd_final_states(
+        x, weight, bias, seq_idx, initial_states, final_states_out, silu_activation
+    )
 
 
 def bwd(

@@ -24,26 +24,49 @@ namespace {
 using at::Tensor;
 using OptTensor = std::optional<Tensor>;
 
+// Error messages are built with std::string and std::to_string only: TORCH_CHECK's own
+// formatting of numbers goes through iostreams inlined from the compile-time libstdc++, which
+// crashed (SIGSEGV in num_put) on the GPU image whose runtime libstdc++ differs.
+inline std::string part(const char* s) { return s; }
+inline std::string part(const std::string& s) { return s; }
+inline std::string part(int64_t v) { return std::to_string(v); }
+inline std::string part(int v) { return std::to_string(v); }
+inline std::string part(at::IntArrayRef a) {
+  std::string r = "[";
+  for (size_t i = 0; i < a.size(); ++i) r += (i ? ", " : "") + std::to_string(a[i]);
+  return r + "]";
+}
+inline std::string part(c10::ScalarType t) { return c10::toString(t); }
+inline std::string part(const c10::Device& d) { return d.str(); }
+template <typename... A>
+std::string msg(const A&... a) {
+  std::string r;
+  ((r += part(a)), ...);
+  return r;
+}
+#define MK_CHECK(cond, ...) TORCH_CHECK(cond, msg(__VA_ARGS__))
+#define MK_CHECK_TYPE(cond, ...) TORCH_CHECK_TYPE(cond, msg(__VA_ARGS__))
+
 DType to_dtype(const Tensor& t, const char* name) {
   switch (t.scalar_type()) {
     case at::kFloat: return DType::kFloat32;
     case at::kHalf: return DType::kFloat16;
     case at::kBFloat16: return DType::kBFloat16;
     default:
-      TORCH_CHECK_TYPE(false, "causal_conv1d: ", name, " must be float32, float16 or bfloat16, got ",
+      MK_CHECK_TYPE(false, "causal_conv1d: ", name, " must be float32, float16 or bfloat16, got ",
                        t.scalar_type());
   }
   return DType::kFloat32;
 }
 
 void check_cuda(const Tensor& t, const Tensor& x, const char* name) {
-  TORCH_CHECK(t.is_cuda(), "causal_conv1d: ", name, " must be a CUDA tensor, got device ", t.device());
-  TORCH_CHECK(t.device() == x.device(), "causal_conv1d: ", name, " must be on x's device ", x.device(),
+  MK_CHECK(t.is_cuda(), "causal_conv1d: ", name, " must be a CUDA tensor, got device ", t.device());
+  MK_CHECK(t.device() == x.device(), "causal_conv1d: ", name, " must be on x's device ", x.device(),
               ", got ", t.device());
 }
 
 void check_shape(const Tensor& t, at::IntArrayRef want, const char* name) {
-  TORCH_CHECK(t.sizes() == want, "causal_conv1d: ", name, " must have shape ", want, ", got ", t.sizes());
+  MK_CHECK(t.sizes() == want, "causal_conv1d: ", name, " must have shape ", want, ", got ", t.sizes());
 }
 
 Strides3 strides3(const Tensor& t) {
@@ -68,10 +91,10 @@ bool vec_ok(const Tensor& t, bool channel_last, int vec) {
 Tensor weight_f32(const Tensor& x, const Tensor& weight, int64_t dim) {
   check_cuda(weight, x, "weight");
   to_dtype(weight, "weight");
-  TORCH_CHECK(weight.dim() == 2 && weight.size(0) == dim, "causal_conv1d: weight must have shape (dim=", dim,
+  MK_CHECK(weight.dim() == 2 && weight.size(0) == dim, "causal_conv1d: weight must have shape (dim=", dim,
               ", width), got ", weight.sizes());
   const int64_t width = weight.size(1);
-  TORCH_CHECK(width >= 2 && width <= 4, "causal_conv1d: width (weight.shape[1]) must be between 2 and 4, got ",
+  MK_CHECK(width >= 2 && width <= 4, "causal_conv1d: width (weight.shape[1]) must be between 2 and 4, got ",
               width);
   return weight.to(at::kFloat).contiguous();
 }
@@ -94,7 +117,7 @@ Tensor alloc_like_layout(const Tensor& x, int64_t d1, int64_t d2) {
 }
 
 void check_launch(cudaError_t err, const char* what) {
-  TORCH_CHECK(err == cudaSuccess, "causal_conv1d: ", what, " kernel launch failed: ", cudaGetErrorString(err));
+  MK_CHECK(err == cudaSuccess, "causal_conv1d: ", what, " kernel launch failed: ", cudaGetErrorString(err));
 }
 
 // Shared by fwd and bwd: x, weight, bias, seq_idx and initial_states into params.
@@ -106,8 +129,8 @@ struct Common {
 
 Common prepare(const Tensor& x, const Tensor& weight, const OptTensor& bias, const OptTensor& seq_idx,
                const OptTensor& initial_states, bool silu) {
-  TORCH_CHECK(x.is_cuda(), "causal_conv1d: x must be a CUDA tensor, got device ", x.device());
-  TORCH_CHECK(x.dim() == 3, "causal_conv1d: x must be 3-D (batch, dim, seqlen), got shape ", x.sizes());
+  MK_CHECK(x.is_cuda(), "causal_conv1d: x must be a CUDA tensor, got device ", x.device());
+  MK_CHECK(x.dim() == 3, "causal_conv1d: x must be 3-D (batch, dim, seqlen), got shape ", x.sizes());
   Common r;
   ConvParams& p = r.p;
   p.dtype = to_dtype(x, "x");
@@ -125,7 +148,7 @@ Common prepare(const Tensor& x, const Tensor& weight, const OptTensor& bias, con
   p.bias = r.b32.has_value() ? r.b32->data_ptr<float>() : nullptr;
   if (seq_idx.has_value()) {
     check_cuda(*seq_idx, x, "seq_idx");
-    TORCH_CHECK_TYPE(seq_idx->scalar_type() == at::kInt, "causal_conv1d: seq_idx must be int32, got ",
+    MK_CHECK_TYPE(seq_idx->scalar_type() == at::kInt, "causal_conv1d: seq_idx must be int32, got ",
                      seq_idx->scalar_type());
     check_shape(*seq_idx, {p.batch, p.seqlen}, "seq_idx");
     p.seq_idx = seq_idx->data_ptr<int32_t>();
@@ -134,7 +157,7 @@ Common prepare(const Tensor& x, const Tensor& weight, const OptTensor& bias, con
   }
   if (initial_states.has_value()) {
     check_cuda(*initial_states, x, "initial_states");
-    TORCH_CHECK_TYPE(initial_states->scalar_type() == x.scalar_type(),
+    MK_CHECK_TYPE(initial_states->scalar_type() == x.scalar_type(),
                      "causal_conv1d: initial_states must have x's dtype ", x.scalar_type(), ", got ",
                      initial_states->scalar_type());
     check_shape(*initial_states, {p.batch, p.dim, p.width - 1}, "initial_states");
@@ -146,12 +169,12 @@ Common prepare(const Tensor& x, const Tensor& weight, const OptTensor& bias, con
 
 void check_state_like(const Tensor& t, const Tensor& x, const ConvParams& p, const char* name) {
   check_cuda(t, x, name);
-  TORCH_CHECK_TYPE(t.scalar_type() == x.scalar_type(), "causal_conv1d: ", name, " must have x's dtype ",
+  MK_CHECK_TYPE(t.scalar_type() == x.scalar_type(), "causal_conv1d: ", name, " must have x's dtype ",
                    x.scalar_type(), ", got ", t.scalar_type());
   check_shape(t, {p.batch, p.dim, p.width - 1}, name);
 }
 
-Tensor conv_fwd(const Tensor& x, const Tensor& weight, const OptTensor& bias, const OptTensor& seq_idx,
+Tensor fwd_impl(const Tensor& x, const Tensor& weight, const OptTensor& bias, const OptTensor& seq_idx,
                 const OptTensor& initial_states, const OptTensor& final_states_out, bool silu_activation) {
   const c10::cuda::CUDAGuard guard(x.device());
   Common r = prepare(x, weight, bias, seq_idx, initial_states, silu_activation);
@@ -178,6 +201,18 @@ Tensor conv_fwd(const Tensor& x, const Tensor& weight, const OptTensor& bias, co
   return out;
 }
 
+// Two ops, with and without final states: an Optional mutated argument passed None breaks
+// inductor's lowering of the functionalized op (torch 2.11 and 2.14).
+Tensor conv_fwd(const Tensor& x, const Tensor& weight, const OptTensor& bias, const OptTensor& seq_idx,
+                const OptTensor& initial_states, bool silu_activation) {
+  return fwd_impl(x, weight, bias, seq_idx, initial_states, std::nullopt, silu_activation);
+}
+
+Tensor conv_fwd_final_states(const Tensor& x, const Tensor& weight, const OptTensor& bias, const OptTensor& seq_idx,
+                             const OptTensor& initial_states, const Tensor& final_states_out, bool silu_activation) {
+  return fwd_impl(x, weight, bias, seq_idx, initial_states, final_states_out, silu_activation);
+}
+
 std::tuple<Tensor, Tensor, Tensor> conv_bwd(const Tensor& x, const Tensor& weight, const OptTensor& bias,
                                             const Tensor& dout_in, const OptTensor& seq_idx,
                                             const OptTensor& initial_states, const OptTensor& dfinal_states,
@@ -186,11 +221,11 @@ std::tuple<Tensor, Tensor, Tensor> conv_bwd(const Tensor& x, const Tensor& weigh
   Common r = prepare(x, weight, bias, seq_idx, initial_states, silu_activation);
   ConvParams& p = r.p;
   check_cuda(dout_in, x, "dout");
-  TORCH_CHECK_TYPE(dout_in.scalar_type() == x.scalar_type(), "causal_conv1d: dout must have x's dtype ",
+  MK_CHECK_TYPE(dout_in.scalar_type() == x.scalar_type(), "causal_conv1d: dout must have x's dtype ",
                    x.scalar_type(), ", got ", dout_in.scalar_type());
   check_shape(dout_in, x.sizes(), "dout");
   check_cuda(dx, x, "dx");
-  TORCH_CHECK_TYPE(dx.scalar_type() == x.scalar_type(), "causal_conv1d: dx must have x's dtype ",
+  MK_CHECK_TYPE(dx.scalar_type() == x.scalar_type(), "causal_conv1d: dx must have x's dtype ",
                    x.scalar_type(), ", got ", dx.scalar_type());
   check_shape(dx, x.sizes(), "dx");
   // dout in another layout (or broadcast with a zero stride along the vector axis) is re-laid
@@ -251,8 +286,8 @@ std::tuple<Tensor, Tensor, Tensor> conv_bwd(const Tensor& x, const Tensor& weigh
 
 Tensor conv_update(const Tensor& x, const Tensor& conv_state, const Tensor& weight, const OptTensor& bias,
                    bool silu_activation, const OptTensor& cache_seqlens, const OptTensor& conv_state_indices) {
-  TORCH_CHECK(x.is_cuda(), "causal_conv1d_update: x must be a CUDA tensor, got device ", x.device());
-  TORCH_CHECK(x.dim() == 3, "causal_conv1d_update: x must be 3-D (batch, dim, seqlen), got shape ", x.sizes());
+  MK_CHECK(x.is_cuda(), "causal_conv1d_update: x must be a CUDA tensor, got device ", x.device());
+  MK_CHECK(x.dim() == 3, "causal_conv1d_update: x must be 3-D (batch, dim, seqlen), got shape ", x.sizes());
   const c10::cuda::CUDAGuard guard(x.device());
   UpdateParams p;
   p.dtype = to_dtype(x, "x");
@@ -264,32 +299,32 @@ Tensor conv_update(const Tensor& x, const Tensor& conv_state, const Tensor& weig
   p.width = int(w32.size(1));
   p.silu = silu_activation;
   check_cuda(conv_state, x, "conv_state");
-  TORCH_CHECK_TYPE(conv_state.scalar_type() == x.scalar_type(),
+  MK_CHECK_TYPE(conv_state.scalar_type() == x.scalar_type(),
                    "causal_conv1d_update: conv_state must have x's dtype ", x.scalar_type(), ", got ",
                    conv_state.scalar_type());
-  TORCH_CHECK(conv_state.dim() == 3 && conv_state.size(1) == p.dim,
+  MK_CHECK(conv_state.dim() == 3 && conv_state.size(1) == p.dim,
               "causal_conv1d_update: conv_state must have shape (entries, dim=", p.dim, ", state_len), got ",
               conv_state.sizes());
   p.num_entries = conv_state.size(0);
   p.state_len = conv_state.size(2);
-  TORCH_CHECK(p.state_len >= p.width - 1, "causal_conv1d_update: conv_state.shape[2] (state_len) must be >= width - 1 = ",
+  MK_CHECK(p.state_len >= p.width - 1, "causal_conv1d_update: conv_state.shape[2] (state_len) must be >= width - 1 = ",
               p.width - 1, ", got ", p.state_len);
   if (conv_state_indices.has_value()) {
     const Tensor& ix = *conv_state_indices;
     check_cuda(ix, x, "conv_state_indices");
-    TORCH_CHECK_TYPE(ix.scalar_type() == at::kInt, "causal_conv1d_update: conv_state_indices must be int32, got ",
+    MK_CHECK_TYPE(ix.scalar_type() == at::kInt, "causal_conv1d_update: conv_state_indices must be int32, got ",
                      ix.scalar_type());
     check_shape(ix, {p.batch}, "conv_state_indices");
     p.state_indices = ix.data_ptr<int32_t>();
     p.state_indices_s = ix.stride(0);
   } else {
-    TORCH_CHECK(p.num_entries == p.batch, "causal_conv1d_update: conv_state.shape[0] must equal batch=", p.batch,
+    MK_CHECK(p.num_entries == p.batch, "causal_conv1d_update: conv_state.shape[0] must equal batch=", p.batch,
                 " without conv_state_indices, got ", p.num_entries);
   }
   if (cache_seqlens.has_value()) {
     const Tensor& cs = *cache_seqlens;
     check_cuda(cs, x, "cache_seqlens");
-    TORCH_CHECK_TYPE(cs.scalar_type() == at::kInt, "causal_conv1d_update: cache_seqlens must be int32, got ",
+    MK_CHECK_TYPE(cs.scalar_type() == at::kInt, "causal_conv1d_update: cache_seqlens must be int32, got ",
                      cs.scalar_type());
     check_shape(cs, {p.batch}, "cache_seqlens");
     p.cache_seqlens = cs.data_ptr<int32_t>();
@@ -313,7 +348,10 @@ Tensor conv_update(const Tensor& x, const Tensor& conv_state, const Tensor& weig
 TORCH_LIBRARY_FRAGMENT(mamba_kernels, m) {
   m.def(
       "causal_conv1d_fwd(Tensor x, Tensor weight, Tensor? bias, Tensor? seq_idx, Tensor? initial_states, "
-      "Tensor(a!)? final_states_out, bool silu_activation) -> Tensor");
+      "bool silu_activation) -> Tensor");
+  m.def(
+      "causal_conv1d_fwd_final_states(Tensor x, Tensor weight, Tensor? bias, Tensor? seq_idx, "
+      "Tensor? initial_states, Tensor(a!) final_states_out, bool silu_activation) -> Tensor");
   m.def(
       "causal_conv1d_bwd(Tensor x, Tensor weight, Tensor? bias, Tensor dout, Tensor? seq_idx, "
       "Tensor? initial_states, Tensor? dfinal_states, Tensor(a!) dx, bool return_dinitial_states, "
@@ -325,6 +363,7 @@ TORCH_LIBRARY_FRAGMENT(mamba_kernels, m) {
 
 TORCH_LIBRARY_IMPL(mamba_kernels, CUDA, m) {
   m.impl("causal_conv1d_fwd", &conv_fwd);
+  m.impl("causal_conv1d_fwd_final_states", &conv_fwd_final_states);
   m.impl("causal_conv1d_bwd", &conv_bwd);
   m.impl("causal_conv1d_update", &conv_update);
 }

@@ -13,7 +13,7 @@ namespace mamba_kernels {
 namespace causal_conv1d {
 namespace {
 
-template <typename T, int W>
+template <typename T, int W, bool kSeq>
 __global__ void __launch_bounds__(kThreads, 4) bwd_channel_first(const ConvParams p) {
   constexpr int kN = kVec16<T>;
   constexpr int kTile = 32 * kN;
@@ -22,7 +22,7 @@ __global__ void __launch_bounds__(kThreads, 4) bwd_channel_first(const ConvParam
   const int lane = threadIdx.x & 31;
   const int64_t nseg = (p.seqlen + kSeg - 1) / kSeg;
   const int64_t items = p.batch * p.dim * nseg;
-  const bool has_seq = p.seq_idx != nullptr;
+  constexpr bool has_seq = kSeq;
   for (int64_t item = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); item < items;
        item += int64_t(gridDim.x) * kWarps) {
     int64_t seg, c, b;
@@ -98,9 +98,9 @@ __global__ void __launch_bounds__(kThreads, 4) bwd_channel_first(const ConvParam
         const int s = se[W - 1 + i];
         float xm[W];
 #pragma unroll
-        for (int k = 0; k < W; ++k) xm[k] = se[i + k] == s ? xe[i + k] : 0.0f;
+        for (int k = 0; k < W; ++k) xm[k] = !kSeq || se[i + k] == s ? xe[i + k] : 0.0f;
         float d = 0.0f;
-        if (t + i < p.seqlen && s >= 0) {
+        if (t + i < p.seqlen && (!kSeq || s >= 0)) {
           d = to_float(gv[j].e[i]);
           if (p.silu) {
             float acc = bias;
@@ -116,12 +116,12 @@ __global__ void __launch_bounds__(kThreads, 4) bwd_channel_first(const ConvParam
       }
     }
     float ahead = 0.0f;  // dpre right of the segment, from the inputs loaded above
-    if (ahead_live && as[W - 1] >= 0) {
+    if (ahead_live && (!kSeq || as[W - 1] >= 0)) {
       ahead = ag;
       if (p.silu) {
         float acc = bias;
 #pragma unroll
-        for (int k = 0; k < W; ++k) acc += as[k] == as[W - 1] ? w[k] * ax[k] : 0.0f;
+        for (int k = 0; k < W; ++k) acc += !kSeq || as[k] == as[W - 1] ? w[k] * ax[k] : 0.0f;
         ahead *= silu_grad(acc);
       }
     }
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(kThreads, 4) bwd_channel_first(const ConvParam
       for (int i = 0; i < kN; ++i) {
         float acc = 0.0f;
 #pragma unroll
-        for (int k = 0; k < W; ++k) acc += se[i + W - 1 - k] == se[i] ? w[k] * de[i + W - 1 - k] : 0.0f;
+        for (int k = 0; k < W; ++k) acc += !kSeq || se[i + W - 1 - k] == se[i] ? w[k] * de[i + W - 1 - k] : 0.0f;
         if (p.dfinal_states != nullptr) {
           const int64_t q = t + i - (p.seqlen - (W - 1));
           if (q >= 0 && t + i < p.seqlen) {
@@ -218,14 +218,14 @@ __global__ void __launch_bounds__(kThreads, 4) bwd_channel_first(const ConvParam
 // the last W inputs, seq ids and dpre values, running W-1 steps past the segment end so that
 // every dx of the segment sees all of its dpre terms. The block's 4 warps (4 consecutive
 // segments of the same channels) sum their dweight partials through shared memory.
-template <typename T, int W>
+template <typename T, int W, bool kSeq>
 __global__ void __launch_bounds__(kThreads, 2) bwd_channel_last(const ConvParams p, const int64_t seg_len) {
   constexpr int kN = kVecClBwd;
   constexpr int kU = 4;
   __shared__ float red[kWarps][W + 1][32 * kN];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const bool has_seq = p.seq_idx != nullptr;
+  constexpr bool has_seq = kSeq;
   const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
   const int64_t nseg = (p.seqlen + seg_len - 1) / seg_len;
   const int64_t ntb = (nseg + kWarps - 1) / kWarps;
@@ -332,7 +332,7 @@ __global__ void __launch_bounds__(kThreads, 2) bwd_channel_last(const ConvParams
             xw[W - 1][i] = to_float(xv[u].e[i]);
             float xm[W];
 #pragma unroll
-            for (int k = 0; k < W; ++k) xm[k] = sw[k] == sw[W - 1] ? xw[k][i] : 0.0f;
+            for (int k = 0; k < W; ++k) xm[k] = !kSeq || sw[k] == sw[W - 1] ? xw[k][i] : 0.0f;
             float d = 0.0f;
             if (live) {
               d = to_float(gv[u].e[i]);
@@ -358,7 +358,7 @@ __global__ void __launch_bounds__(kThreads, 2) bwd_channel_last(const ConvParams
             for (int i = 0; i < kN; ++i) {
               float acc = 0.0f;
 #pragma unroll
-              for (int k = 0; k < W; ++k) acc += sw[W - 1 - k] == sw[0] ? w[k][i] * dpw[W - 1 - k][i] : 0.0f;
+              for (int k = 0; k < W; ++k) acc += !kSeq || sw[W - 1 - k] == sw[0] ? w[k][i] * dpw[W - 1 - k][i] : 0.0f;
               if (p.dfinal_states != nullptr && q >= 0 && i < nc) {
                 acc += to_float(static_cast<const T*>(p.dfinal_states)[b * p.dfinal_s.b + (c0 + i) * p.dfinal_s.c +
                                                                      q * p.dfinal_s.l]);
@@ -386,7 +386,7 @@ __global__ void __launch_bounds__(kThreads, 2) bwd_channel_last(const ConvParams
 #pragma unroll
                 for (int k = 0; k < W; ++k) {
                   const int m = jj - k;
-                  if (m >= 0 && sw[1 + (m >= 0 ? m : 0)] == tag) acc += w[k][i] * dpw[1 + (m >= 0 ? m : 0)][i];
+                  if (m >= 0 && (!kSeq || sw[1 + (m >= 0 ? m : 0)] == tag)) acc += w[k][i] * dpw[1 + (m >= 0 ? m : 0)][i];
                 }
                 if (p.dfinal_states != nullptr && jj >= p.seqlen) {
                   acc += to_float(static_cast<const T*>(p.dfinal_states)[b * p.dfinal_s.b + (c0 + i) * p.dfinal_s.c +
@@ -472,10 +472,19 @@ cudaError_t bwd_launch(const ConvParams& p, cudaStream_t stream) {
     const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
     const int64_t nseg = (p.seqlen + seg_len - 1) / seg_len;
     const int64_t blocks = p.batch * ((nseg + kWarps - 1) / kWarps) * ncg;
-    bwd_channel_last<T, W><<<grid_size(blocks), kThreads, 0, stream>>>(p, seg_len);
+    if (p.seq_idx != nullptr) {
+      bwd_channel_last<T, W, true><<<grid_size(blocks), kThreads, 0, stream>>>(p, seg_len);
+    } else {
+      bwd_channel_last<T, W, false><<<grid_size(blocks), kThreads, 0, stream>>>(p, seg_len);
+    }
   } else {
     const int64_t items = p.batch * p.dim * cf_segments(p);
-    bwd_channel_first<T, W><<<grid_size((items + kWarps - 1) / kWarps), kThreads, 0, stream>>>(p);
+    const unsigned grid = grid_size((items + kWarps - 1) / kWarps);
+    if (p.seq_idx != nullptr) {
+      bwd_channel_first<T, W, true><<<grid, kThreads, 0, stream>>>(p);
+    } else {
+      bwd_channel_first<T, W, false><<<grid, kThreads, 0, stream>>>(p);
+    }
   }
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || !p.deterministic) return err;

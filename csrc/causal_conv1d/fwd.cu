@@ -12,7 +12,7 @@ namespace {
 // (batch, channel) row; all its loads are issued before any use. The W-1 positions left of a
 // lane's vector come from its left neighbour by shuffle; lane 0 takes them from the previous
 // tile, or at the segment start from memory (or the initial states).
-template <typename T, int W>
+template <typename T, int W, bool kSeq>
 __global__ void __launch_bounds__(kThreads, 6) fwd_channel_first(const ConvParams p) {
   constexpr int kN = kVec16<T>;
   constexpr int kTile = 32 * kN;
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kThreads, 6) fwd_channel_first(const ConvParam
         xe[i] = lane == 0 ? left : up;
       }
       float o[kN];
-      if (p.seq_idx == nullptr) {
+      if (!kSeq) {
 #pragma unroll
         for (int i = 0; i < kN; ++i) {
           float acc = bias;
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kThreads, 6) fwd_channel_first(const ConvParam
 // Channel-last (stride(1) == 1). A lane owns kN adjacent channels and walks a segment of time
 // steps with the last W-1 inputs in registers; a warp's lanes cover 32 * kN channels, so every
 // row access is coalesced. The 4 warps of a block take 4 consecutive segments.
-template <typename T, int W>
+template <typename T, int W, bool kSeq>
 __global__ void __launch_bounds__(kThreads, 3) fwd_channel_last(const ConvParams p, const int64_t seg_len) {
   constexpr int kN = kVec16<T>;
   constexpr int kU = sizeof(T) == 4 ? 8 : 4;  // time steps loaded before use (16-32 KB per warp)
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kThreads, 3) fwd_channel_last(const ConvParams
     }
     int hs[W - 1];
 #pragma unroll
-    for (int q = 0; q < W - 1; ++q) hs[q] = p.seq_idx != nullptr ? seq_at(p, b, t0 - (W - 1) + q) : 0;
+    for (int q = 0; q < W - 1; ++q) hs[q] = kSeq ? seq_at(p, b, t0 - (W - 1) + q) : 0;
 
     for (int64_t t = t0; t < t1; t += kU) {
       Pack<T, kN> xv[kU];
@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(kThreads, 3) fwd_channel_last(const ConvParams
               xv[u].e[i] = i < nc ? xb[tt * p.x_s.l + i * p.x_s.c] : from_float<T>(0.0f);
             }
           }
-          if (p.seq_idx != nullptr) sv[u] = seq_at(p, b, tt);
+          if (kSeq) sv[u] = seq_at(p, b, tt);
         }
       }
 #pragma unroll
@@ -189,9 +189,9 @@ __global__ void __launch_bounds__(kThreads, 3) fwd_channel_last(const ConvParams
         for (int i = 0; i < kN; ++i) {
           float acc = bias[i];
 #pragma unroll
-          for (int k = 0; k < W - 1; ++k) acc += hs[k] == s ? w[k][i] * h[k][i] : 0.0f;
+          for (int k = 0; k < W - 1; ++k) acc += !kSeq || hs[k] == s ? w[k][i] * h[k][i] : 0.0f;
           acc += w[W - 1][i] * xc[i];
-          o[i] = s < 0 ? 0.0f : (p.silu ? silu(acc) : acc);
+          o[i] = kSeq && s < 0 ? 0.0f : (p.silu ? silu(acc) : acc);
         }
         T* op = ob + tt * p.out_s.l;
         if (vout) {
@@ -237,11 +237,20 @@ cudaError_t fwd_launch(const ConvParams& p, cudaStream_t stream) {
     const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
     const int64_t nseg = (p.seqlen + seg_len - 1) / seg_len;
     const int64_t blocks = p.batch * ((nseg + kWarps - 1) / kWarps) * ncg;
-    fwd_channel_last<T, W><<<grid_size(blocks), kThreads, 0, stream>>>(p, seg_len);
+    if (p.seq_idx != nullptr) {
+      fwd_channel_last<T, W, true><<<grid_size(blocks), kThreads, 0, stream>>>(p, seg_len);
+    } else {
+      fwd_channel_last<T, W, false><<<grid_size(blocks), kThreads, 0, stream>>>(p, seg_len);
+    }
   } else {
     constexpr int64_t kSeg = int64_t(kTilesCF) * 32 * kVec16<T>;
     const int64_t items = p.batch * p.dim * ((p.seqlen + kSeg - 1) / kSeg);
-    fwd_channel_first<T, W><<<grid_size((items + kWarps - 1) / kWarps), kThreads, 0, stream>>>(p);
+    const unsigned grid = grid_size((items + kWarps - 1) / kWarps);
+    if (p.seq_idx != nullptr) {
+      fwd_channel_first<T, W, true><<<grid, kThreads, 0, stream>>>(p);
+    } else {
+      fwd_channel_first<T, W, false><<<grid, kThreads, 0, stream>>>(p);
+    }
   }
   return cudaGetLastError();
 }
