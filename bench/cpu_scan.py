@@ -66,11 +66,14 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     print(
         f"date {date.today()}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
-        f"{platform.processor() or platform.machine()}, cpu capability {torch.backends.cpu.get_cpu_capability()}"
+        f"{platform.processor() or platform.machine()}, "
+        f"cpu capability {torch.backends.cpu.get_cpu_capability()}"
     )
     print()
-    print("| batch x dim x L x dstate | chunked fwd | chunked fwd+bwd | per-step loop fwd "
-          "| per-step loop fwd+bwd | speed-up fwd+bwd |")
+    print(
+        "| batch x dim x L x dstate | chunked fwd | chunked fwd+bwd | per-step loop fwd "
+        "| per-step loop fwd+bwd | speed-up fwd+bwd |"
+    )
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for spec in args.shapes.split(","):
         batch, dim, L, dstate = (int(v) for v in spec.split("x"))
@@ -78,8 +81,8 @@ def main() -> None:
         c_fwd, c_tot = time_fn(selective_scan_fn, inputs, args.repeat)
         l_fwd, l_tot = time_fn(selective_scan_ref, inputs, args.loop_repeat)
         print(
-            f"| {batch} x {dim} x {L} x {dstate} | {c_fwd:.2f} s | {c_tot:.2f} s | {l_fwd:.2f} s | {l_tot:.2f} s "
-            f"| {l_tot / c_tot:.1f}x |",
+            f"| {batch} x {dim} x {L} x {dstate} | {c_fwd:.2f} s | {c_tot:.2f} s | {l_fwd:.2f} s "
+            f"| {l_tot:.2f} s | {l_tot / c_tot:.1f}x |",
             flush=True,
         )
 
