@@ -18,5 +18,5 @@ if [ -z "${MAMBA_KERNELS_SKIP_CUDA_BUILD:-}${MAMBA_KERNELS_FORCE_BUILD:-}" ] &&
     echo "setup: no GPU visible: installing without compiling the CUDA extensions"
     export MAMBA_KERNELS_SKIP_CUDA_BUILD=1
 fi
-.venv/bin/python -m pip install -q --no-build-isolation -e ".[test]" ruff
+.venv/bin/python -m pip install -q --no-build-isolation -e ".[test]"
 .venv/bin/python -m mamba_kernels info
