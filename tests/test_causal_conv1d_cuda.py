@@ -493,9 +493,11 @@ def test_torch_compile_ops_fullgraph(ops):
     s_eager, s_comp = state.clone(), state.clone()
     eager = step(x, w, b, dout, s_eager, xt)
     comp = compiled(x, w, b, dout, s_comp, xt)
-    for a, e in zip(comp, eager):
+    for i, (a, e) in enumerate(zip(comp, eager)):
         assert a.stride() == e.stride()
-        torch.testing.assert_close(a, e, rtol=0, atol=0)
+        # dweight / dbias (2, 3) come from atomics in the default mode: summation order varies
+        tol = 1e-5 if i in (2, 3) else 0.0
+        torch.testing.assert_close(a, e, rtol=tol, atol=tol)
     assert torch.equal(s_comp, s_eager)
 
 

@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -112,7 +113,9 @@ OptTensor bias_f32(const Tensor& x, const OptTensor& bias, int64_t dim) {
 // same shape keeps x's exact strides, anything else is dense channel-last or channel-first.
 Tensor alloc_like_layout(const Tensor& x, int64_t d1, int64_t d2) {
   if (d1 == x.size(1) && d2 == x.size(2) && x.is_non_overlapping_and_dense()) return at::empty_like(x);
-  if (is_channel_last(x)) return at::empty({x.size(0), d2, d1}, x.options()).transpose(1, 2);
+  // empty_strided, not a transposed tensor: an output that is a view may not be modified in
+  // place once returned from an autograd.Function with several outputs.
+  if (is_channel_last(x)) return at::empty_strided({x.size(0), d1, d2}, {d1 * d2, 1, d1}, x.options());
   return at::empty({x.size(0), d1, d2}, x.options());
 }
 
