@@ -114,8 +114,8 @@ fi
 if has origtest; then
   mkdir -p /tmp/origtests && cp "$SRC/tests/test_causal_conv1d.py" /tmp/origtests/
   log "original's tests against ours"
-  (cd /tmp/origtests && timeout $(($(left) < 170 ? $(left) : 170)) python3 -m pytest test_causal_conv1d.py -q -rfE \
-    -n 8 -p no:cacheprovider >"$OUT/orig_tests.log" 2>&1)
+  (cd /tmp/origtests && timeout $(($(left) < 170 ? $(left) : 170)) python3 -m pytest ${ORIG_TEST_SEL:-test_causal_conv1d.py} -q -rfE \
+    -n ${ORIG_TEST_N:-8} -p no:cacheprovider >"$OUT/orig_tests.log" 2>&1)
   log "original's tests rc=$?: $(tail -1 "$OUT/orig_tests.log")"
 fi
 
