@@ -72,7 +72,9 @@ def empty_like_layout(
     if shape is None and _dense(x):
         return torch.empty_like(x, dtype=dtype)
     if layout(x) == "channel_last":
-        return torch.empty((b, l, d), dtype=dtype, device=x.device).transpose(1, 2)
+        # empty_strided, not a transposed view: a view output of an autograd.Function cannot
+        # be modified in place by the caller, which the original's own tests do.
+        return torch.empty_strided((b, d, l), (l * d, 1, d), dtype=dtype, device=x.device)
     return torch.empty((b, d, l), dtype=dtype, device=x.device)
 
 

@@ -489,3 +489,15 @@ def test_causal_conv1d_ref_against_loop(case):
     assert_close(w.grad, grads["weight"], torch.float32, "dweight")
     single = causal_conv1d_ref(x, w, b, init, activation=None, seq_idx=seq)
     assert isinstance(single, torch.Tensor)
+
+
+def test_channel_last_output_is_a_base_tensor_the_caller_may_modify_in_place():
+    """The original's tests modify outputs in place; a view output of the autograd
+    Function would refuse that."""
+    wide = torch.randn(2, 16, 128).transpose(1, 2).requires_grad_()
+    x = wide[:, 32:96]  # a channel-last channel slice: not dense, so not empty_like's case
+    w = torch.randn(64, 4, requires_grad=True)
+    out = causal_conv1d_fn(x, w, activation="silu")
+    assert out.stride() == (16 * 64, 1, 64) and out._base is None
+    out.mul_(2).sum().backward()
+    assert torch.isfinite(wide.grad).all()
