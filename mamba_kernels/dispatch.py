@@ -84,7 +84,7 @@ def extension_status(kernel: str) -> ExtensionStatus:
         return _status[kernel]
 
 
-def use_cuda(kernel: str, device_type: str) -> bool:
+def _decide(kernel: str, device_type: str) -> bool:
     """Whether to run ``kernel`` compiled for tensors on ``device_type``.
 
     Raises RuntimeError in ``cuda`` mode when the compiled path cannot run.
@@ -121,6 +121,19 @@ def use_cuda(kernel: str, device_type: str) -> bool:
             stacklevel=3,
         )
     return False
+
+
+def _opaque_to_torch_compile(fn: Callable[[str, str], bool]) -> Callable[[str, str], bool]:
+    """torch.compile must not trace the decision (a lock, an import, a warning would each
+    break the graph): it runs eagerly at trace time and enters the graph as a constant."""
+    try:
+        from torch._dynamo import assume_constant_result
+    except ImportError:  # no torch, or a torch without dynamo: nothing traces us
+        return fn
+    return assume_constant_result(fn)
+
+
+use_cuda = _opaque_to_torch_compile(_decide)
 
 
 def backends() -> Dict[str, Dict[str, str]]:

@@ -105,3 +105,16 @@ def test_bad_backend_value_is_an_error(fresh, monkeypatch):
     monkeypatch.setenv(knobs.BACKEND_VAR, "fast")
     with pytest.raises(ValueError, match="MAMBA_KERNELS_BACKEND='fast'"):
         dispatch.use_cuda("causal_conv1d", "cuda")
+
+
+def test_decision_does_not_break_a_torch_compile_graph(fresh):
+    import torch
+
+    def f(x):
+        if dispatch.use_cuda("causal_conv1d", x.device.type):
+            return x + 1
+        return x - 1
+
+    compiled = torch.compile(f, fullgraph=True, backend="eager")
+    x = torch.zeros(3)
+    assert torch.equal(compiled(x), x - 1)
