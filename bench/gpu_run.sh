@@ -56,7 +56,7 @@ fi
 if has build; then
   rm -rf build causal_conv1d/_cuda*.so
   s=$(date +%s)
-  MAMBA_KERNELS_FORCE_BUILD=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=$NPROC \
+  MAMBA_KERNELS_FORCE_BUILD=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=$NPROC MAMBA_KERNELS_RELEASE=${MAMBA_KERNELS_RELEASE:-0} \
     python3 -m pip install --no-build-isolation --no-deps --no-index -e . >/tmp/ours_build.log 2>&1
   rc=$?
   log "ours: pip install -e . rc=$rc in $(($(date +%s) - s)) s (concurrent original build: ${ORIG_PID:-none})"
