@@ -214,6 +214,155 @@ __global__ void __launch_bounds__(kThreads, 4) bwd_channel_first(const ConvParam
   }
 }
 
+// Lean channel-first backward for the common case (the launcher checks cf_lean_ok): no
+// seq_idx, no initial / final states, vector loads and stores only, seqlen a multiple of kN
+// (so a lane's vector lies wholly inside or wholly past the sequence) and small enough for
+// 32-bit positions; 64-bit offsets only for the row bases. Lanes past the end load zeros, so
+// their dpre is 0 without per-element bounds checks. The same warp / segment split and the
+// same fp32 operation order as bwd_channel_first, so the deterministic workspace rows agree.
+template <typename T, int W, bool kSilu>
+__global__ void __launch_bounds__(kThreads, 8) bwd_channel_first_lean(const ConvParams p) {
+  constexpr int kN = kVec16<T>;
+  constexpr int kTile = 32 * kN;
+  constexpr int kSeg = kTilesBwdCF * kTile;
+  static_assert(kN >= W - 1, "a lane's vector must cover its neighbour's halo");
+  const int lane = threadIdx.x & 31;
+  const int L = int(p.seqlen);
+  const int nseg = (L + kSeg - 1) / kSeg;
+  const int64_t items = p.batch * p.dim * nseg;
+  for (int64_t item = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); item < items;
+       item += int64_t(gridDim.x) * kWarps) {
+    int64_t seg64, c, b;
+    split_item(item, nseg, p.dim, items, seg64, c, b);
+    const int seg = int(seg64);
+    const int t0 = seg * kSeg;
+    const T* xr = static_cast<const T*>(p.x) + (b * p.x_s.b + c * p.x_s.c);
+    const T* gr = static_cast<const T*>(p.dout) + (b * p.dout_s.b + c * p.dout_s.c);
+    T* dxr = static_cast<T*>(p.dx) + (b * p.dx_s.b + c * p.dx_s.c);
+
+    Pack<T, kN> xv[kTilesBwdCF], gv[kTilesBwdCF];
+#pragma unroll
+    for (int j = 0; j < kTilesBwdCF; ++j) {
+      const int t = t0 + j * kTile + lane * kN;
+      if (t < L) {
+        load_pack(xv[j], xr + t);
+        load_pack(gv[j], gr + t);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+          xv[j].e[i] = from_float<T>(0.0f);
+          gv[j].e[i] = from_float<T>(0.0f);
+        }
+      }
+    }
+    // Inputs of dpre at the W-1 positions right of the segment (lane i < W-1 takes position
+    // t0 + kSeg + i; apos - (W-1) >= 0 since kSeg >= W-1), loaded before any compute.
+    const int apos = t0 + kSeg + lane;
+    const bool ahead_live = lane < W - 1 && apos < L;
+    float ax[W], ag = 0.0f;
+#pragma unroll
+    for (int k = 0; k < W; ++k) ax[k] = ahead_live ? to_float(xr[apos - (W - 1) + k]) : 0.0f;
+    if (ahead_live) ag = to_float(gr[apos]);
+    float halo[W - 1];  // x left of the segment (zero before position 0); used by lane 0
+#pragma unroll
+    for (int i = 0; i < W - 1; ++i) halo[i] = t0 > 0 ? to_float(xr[t0 - (W - 1) + i]) : 0.0f;
+    float w[W];
+#pragma unroll
+    for (int k = 0; k < W; ++k) w[k] = p.weight[c * W + k];
+    const float bias = p.bias != nullptr ? p.bias[c] : 0.0f;
+
+    // Pass 1: dpre at the warp's own positions, and the dweight / dbias partial sums.
+    float dp[kTilesBwdCF][kN];
+    float dw[W], db = 0.0f;
+#pragma unroll
+    for (int k = 0; k < W; ++k) dw[k] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kTilesBwdCF; ++j) {
+      float xe[W - 1 + kN];  // x at t - (W-1) .. t + kN - 1
+#pragma unroll
+      for (int i = 0; i < kN; ++i) xe[W - 1 + i] = to_float(xv[j].e[i]);
+#pragma unroll
+      for (int i = 0; i < W - 1; ++i) {
+        const float up = __shfl_up_sync(kFullMask, xe[kN + i], 1);
+        const float left =
+            j == 0 ? halo[i]
+                   : __shfl_sync(kFullMask, to_float(xv[j > 0 ? j - 1 : 0].e[kN - (W - 1) + i]), 31);
+        xe[i] = lane == 0 ? left : up;
+      }
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        float d = to_float(gv[j].e[i]);  // 0 past the end (zero-filled vector)
+        if (kSilu) {
+          float acc = bias;
+#pragma unroll
+          for (int k = 0; k < W; ++k) acc += w[k] * xe[i + k];
+          d *= silu_grad(acc);
+        }
+        dp[j][i] = d;
+#pragma unroll
+        for (int k = 0; k < W; ++k) dw[k] += xe[i + k] * d;
+        db += d;
+      }
+    }
+    float ahead = 0.0f;  // dpre right of the segment (0 past the end)
+    if (ahead_live) {
+      ahead = ag;
+      if (kSilu) {
+        float acc = bias;
+#pragma unroll
+        for (int k = 0; k < W; ++k) acc += w[k] * ax[k];
+        ahead *= silu_grad(acc);
+      }
+    }
+
+    // Pass 2: dx.
+#pragma unroll
+    for (int j = 0; j < kTilesBwdCF; ++j) {
+      const int t = t0 + j * kTile + lane * kN;
+      float de[kN + W - 1];  // dpre at t .. t + kN + W - 2
+#pragma unroll
+      for (int i = 0; i < kN; ++i) de[i] = dp[j][i];
+#pragma unroll
+      for (int i = 0; i < W - 1; ++i) {
+        const float down = __shfl_down_sync(kFullMask, dp[j][i], 1);
+        const float right = j == kTilesBwdCF - 1
+                                ? __shfl_sync(kFullMask, ahead, i)
+                                : __shfl_sync(kFullMask, dp[j + 1 < kTilesBwdCF ? j + 1 : j][i], 0);
+        de[kN + i] = lane == 31 ? right : down;
+      }
+      float o[kN];
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < W; ++k) acc += w[k] * de[i + W - 1 - k];
+        o[i] = acc;
+      }
+      if (t < L) store_pack<T, kN>(dxr + t, o);
+    }
+
+    // dweight / dbias: butterfly sum over the warp (a fixed order), then one write per warp.
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+#pragma unroll
+      for (int k = 0; k < W; ++k) dw[k] += __shfl_xor_sync(kFullMask, dw[k], off);
+      db += __shfl_xor_sync(kFullMask, db, off);
+    }
+    if (lane == 0) {
+      if (p.deterministic) {
+        float* ws = p.workspace + ((b * nseg + seg) * p.dim + c) * (W + 1);
+#pragma unroll
+        for (int k = 0; k < W; ++k) ws[k] = dw[k];
+        ws[W] = db;
+      } else {
+#pragma unroll
+        for (int k = 0; k < W; ++k) atomicAdd(p.dweight + c * W + k, dw[k]);
+        if (p.dbias != nullptr) atomicAdd(p.dbias + c, db);
+      }
+    }
+  }
+}
+
 // Channel-last: a lane owns kVecClBwd channels and walks its segment with sliding windows of
 // the last W inputs, seq ids and dpre values, running W-1 steps past the segment end so that
 // every dx of the segment sees all of its dpre terms. The block's 4 warps (4 consecutive
@@ -464,9 +613,23 @@ int64_t cf_segments(const ConvParams& p) {
   return (p.seqlen + seg - 1) / seg;
 }
 
+// The lean channel-first kernel's preconditions (see bwd_channel_first_lean).
+bool cf_lean_ok(const ConvParams& p, int vec) {
+  return !p.channel_last && p.seq_idx == nullptr && p.initial_states == nullptr && p.dfinal_states == nullptr &&
+         p.dinitial_states == nullptr && p.vec_in && p.vec_out && p.seqlen % vec == 0 && p.seqlen <= INT_MAX / 2;
+}
+
 template <typename T, int W>
 cudaError_t bwd_launch(const ConvParams& p, cudaStream_t stream) {
-  if (p.channel_last) {
+  if (cf_lean_ok(p, kVec16<T>)) {
+    const int64_t items = p.batch * p.dim * cf_segments(p);
+    const unsigned grid = grid_size((items + kWarps - 1) / kWarps);
+    if (p.silu) {
+      bwd_channel_first_lean<T, W, true><<<grid, kThreads, 0, stream>>>(p);
+    } else {
+      bwd_channel_first_lean<T, W, false><<<grid, kThreads, 0, stream>>>(p);
+    }
+  } else if (p.channel_last) {
     constexpr int kN = kVecClBwd;
     const int64_t seg_len = cl_seg_len(p, kN);
     const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
