@@ -225,14 +225,194 @@ __global__ void __launch_bounds__(kThreads, 3) fwd_channel_last(const ConvParams
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Lean kernels for the common case (no seq_idx, no initial / final states, vector-aligned x and
+// out): no per-element masks, no state branches, no grid-stride loops, few registers. The
+// general kernels above handle everything else; fwd_launch picks (see lean_* below).
+
+// Channel-first lean path: the warp scheme of fwd_channel_first, one item per warp (the grid
+// covers every item), whole vectors only (seqlen % kN == 0, so a vector is either entirely in
+// the row or entirely past its end), 32-bit item split (items < 2^32).
+template <typename T, int W>
+__global__ void __launch_bounds__(kThreads, 8) fwd_channel_first_lean(const ConvParams p) {
+  constexpr int kN = kVec16<T>;
+  constexpr int kTile = 32 * kN;
+  constexpr int kSeg = kTilesCF * kTile;
+  static_assert(kN >= W - 1, "a lane's vector must cover its neighbour's halo");
+  const int lane = threadIdx.x & 31;
+  const uint32_t item = blockIdx.x * uint32_t(kWarps) + (threadIdx.x >> 5);
+  const uint32_t nseg = uint32_t((p.seqlen + kSeg - 1) / kSeg);
+  const uint32_t row = item / nseg;
+  if (row >= uint32_t(p.batch * p.dim)) return;  // whole warp: the last block's spare warps
+  const uint32_t seg = item - row * nseg;
+  const uint32_t b = row / uint32_t(p.dim);
+  const uint32_t c = row - b * uint32_t(p.dim);
+  const int64_t t0 = int64_t(seg) * kSeg;
+  const T* xr = static_cast<const T*>(p.x) + b * p.x_s.b + c * p.x_s.c + t0;
+  T* outr = static_cast<T*>(p.out) + b * p.out_s.b + c * p.out_s.c + t0;
+  const int64_t rem = p.seqlen - t0;  // positions left in the row from t0 (> 0)
+
+  Pack<T, kN> xv[kTilesCF];
+#pragma unroll
+  for (int j = 0; j < kTilesCF; ++j) {
+    const int o = j * kTile + lane * kN;
+    if (o < rem) {
+      load_pack(xv[j], xr + o);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kN; ++i) xv[j].e[i] = from_float<T>(0.0f);
+    }
+  }
+  float w[W];
+#pragma unroll
+  for (int k = 0; k < W; ++k) w[k] = p.weight[int64_t(c) * W + k];
+  const float bias = p.bias != nullptr ? p.bias[c] : 0.0f;
+  float halo[W - 1];  // positions t0 - (W-1) .. t0 - 1: zeros at the row start
+#pragma unroll
+  for (int i = 0; i < W - 1; ++i) halo[i] = t0 > 0 ? to_float(xr[i - (W - 1)]) : 0.0f;
+
+#pragma unroll
+  for (int j = 0; j < kTilesCF; ++j) {
+    const int o = j * kTile + lane * kN;
+    float xe[W - 1 + kN];  // positions o - (W-1) .. o + kN - 1
+#pragma unroll
+    for (int i = 0; i < kN; ++i) xe[W - 1 + i] = to_float(xv[j].e[i]);
+#pragma unroll
+    for (int i = 0; i < W - 1; ++i) {
+      const float up = __shfl_up_sync(kFullMask, xe[kN + i], 1);
+      const float left =
+          j == 0 ? halo[i] : __shfl_sync(kFullMask, to_float(xv[j > 0 ? j - 1 : 0].e[kN - (W - 1) + i]), 31);
+      xe[i] = lane == 0 ? left : up;
+    }
+    float out[kN];
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      float acc = bias;
+#pragma unroll
+      for (int k = 0; k < W; ++k) acc += w[k] * xe[i + k];
+      out[i] = p.silu ? silu(acc) : acc;
+    }
+    if (o < rem) store_pack<T, kN>(outr + o, out);
+  }
+}
+
+// Channel-last lean path: 2-D tiles of kClTileL time steps x kClTileC channels through shared
+// memory. Loads and stores are 16-byte vectors along the channels (each tile row is 128 or
+// 256 contiguous bytes), all issued before any use; the convolution runs along time inside
+// shared memory, one channel per thread (kClTileL / 2 steps each), so registers stay few and
+// every load of a block is in flight at once.
+constexpr int kClTileL = 64, kClTileC = 64;
+
+template <typename T, int W>
+__global__ void __launch_bounds__(kThreads) fwd_channel_last_tile(const ConvParams p) {
+  constexpr int kN = kVec16<T>;
+  constexpr int kV = kClTileC / kN;     // vectors per tile row
+  constexpr int kRows = kClTileL + W - 1;  // W-1 halo rows, then the tile's time steps
+  constexpr int kInVecs = kRows * kV;
+  constexpr int kInPer = (kInVecs + kThreads - 1) / kThreads;
+  constexpr int kOutPer = kClTileL * kV / kThreads;
+  constexpr int kSplit = kThreads / kClTileC;  // threads per channel
+  constexpr int kSteps = kClTileL / kSplit;    // time steps per thread
+  static_assert(kClTileL * kV % kThreads == 0 && kThreads % kClTileC == 0 && kClTileL % kSplit == 0,
+                "tile shape");
+  using Raw = typename RawWord<16>::type;
+  __shared__ __align__(16) T sx[kRows][kClTileC];  // row r: time t0 - (W-1) + r
+  __shared__ __align__(16) T so[kClTileL][kClTileC];
+
+  const int64_t c0 = int64_t(blockIdx.x) * kClTileC;
+  const int64_t t0 = int64_t(blockIdx.y) * kClTileL;
+  const int64_t b = blockIdx.z;
+  const T* xb = static_cast<const T*>(p.x) + b * p.x_s.b + c0;  // x_s.c == 1
+  T* ob = static_cast<T*>(p.out) + b * p.out_s.b + c0;           // out_s.c == 1
+  const int nc = p.dim - c0 < kClTileC ? int(p.dim - c0) : kClTileC;  // a multiple of kN
+
+  Pack<T, kN> in[kInPer];
+#pragma unroll
+  for (int k = 0; k < kInPer; ++k) {
+    const int idx = int(threadIdx.x) + k * kThreads;
+    const int r = idx / kV, v = idx % kV;
+    const int64_t t = t0 - (W - 1) + r;
+    if (idx < kInVecs && v * kN < nc && t >= 0 && t < p.seqlen) {
+      load_pack(in[k], xb + t * p.x_s.l + v * kN);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kN; ++i) in[k].e[i] = from_float<T>(0.0f);  // before the row start: 0
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kInPer; ++k) {
+    const int idx = int(threadIdx.x) + k * kThreads;
+    if (idx < kInVecs) *reinterpret_cast<Raw*>(&sx[idx / kV][(idx % kV) * kN]) = in[k].raw;
+  }
+  __syncthreads();
+
+  const int cc = int(threadIdx.x) % kClTileC;
+  const int j0 = int(threadIdx.x) / kClTileC * kSteps;
+  if (cc < nc) {
+    float w[W];
+#pragma unroll
+    for (int k = 0; k < W; ++k) w[k] = p.weight[(c0 + cc) * W + k];
+    const float bias = p.bias != nullptr ? p.bias[c0 + cc] : 0.0f;
+    float h[W - 1];  // the W-1 inputs before step j, oldest first
+#pragma unroll
+    for (int q = 0; q < W - 1; ++q) h[q] = to_float(sx[j0 + q][cc]);
+#pragma unroll 8
+    for (int j = j0; j < j0 + kSteps; ++j) {
+      const float xc = to_float(sx[j + W - 1][cc]);
+      float acc = bias;
+#pragma unroll
+      for (int k = 0; k < W - 1; ++k) acc += w[k] * h[k];
+      acc += w[W - 1] * xc;
+      so[j][cc] = from_float<T>(p.silu ? silu(acc) : acc);
+#pragma unroll
+      for (int q = 0; q < W - 2; ++q) h[q] = h[q + 1];
+      h[W - 2] = xc;
+    }
+  }
+  __syncthreads();
+
+#pragma unroll
+  for (int k = 0; k < kOutPer; ++k) {
+    const int idx = int(threadIdx.x) + k * kThreads;
+    const int r = idx / kV, v = idx % kV;
+    const int64_t t = t0 + r;
+    if (v * kN < nc && t < p.seqlen) {
+      *reinterpret_cast<Raw*>(ob + t * p.out_s.l + v * kN) = *reinterpret_cast<const Raw*>(&so[r][v * kN]);
+    }
+  }
+}
+
+// The common case both lean kernels need: no seq_idx, no states, vector-aligned x and out.
+bool lean_common(const ConvParams& p) {
+  return p.seq_idx == nullptr && p.initial_states == nullptr && p.final_states == nullptr && p.vec_in &&
+         p.vec_out;
+}
+
+bool lean_channel_first(const ConvParams& p, int vec, int64_t seg) {
+  const int64_t items = p.batch * p.dim * ((p.seqlen + seg - 1) / seg);
+  // < 2^31 items: item = blockIdx.x * kWarps + warp cannot wrap in 32 bits.
+  return !p.channel_last && lean_common(p) && p.seqlen % vec == 0 && items < (int64_t(1) << 31);
+}
+
+bool lean_channel_last(const ConvParams& p, int vec) {
+  return p.channel_last && lean_common(p) && p.dim % vec == 0 &&
+         (p.seqlen + kClTileL - 1) / kClTileL <= 65535 && p.batch <= 65535 &&
+         (p.dim + kClTileC - 1) / kClTileC <= INT_MAX;
+}
+
 unsigned grid_size(int64_t blocks) {
   return unsigned(std::min<int64_t>(std::max<int64_t>(blocks, 1), INT_MAX));
 }
 
 template <typename T, int W>
 cudaError_t fwd_launch(const ConvParams& p, cudaStream_t stream) {
-  if (p.channel_last) {
-    constexpr int kN = kVec16<T>;
+  constexpr int kN = kVec16<T>;
+  constexpr int64_t kSegCF = int64_t(kTilesCF) * 32 * kN;
+  if (lean_channel_last(p, kN)) {
+    const dim3 grid(unsigned((p.dim + kClTileC - 1) / kClTileC), unsigned((p.seqlen + kClTileL - 1) / kClTileL),
+                    unsigned(p.batch));
+    fwd_channel_last_tile<T, W><<<grid, kThreads, 0, stream>>>(p);
+  } else if (p.channel_last) {
     const int64_t seg_len = cl_seg_len(p, kN);
     const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
     const int64_t nseg = (p.seqlen + seg_len - 1) / seg_len;
@@ -243,10 +423,11 @@ cudaError_t fwd_launch(const ConvParams& p, cudaStream_t stream) {
       fwd_channel_last<T, W, false><<<grid_size(blocks), kThreads, 0, stream>>>(p, seg_len);
     }
   } else {
-    constexpr int64_t kSeg = int64_t(kTilesCF) * 32 * kVec16<T>;
-    const int64_t items = p.batch * p.dim * ((p.seqlen + kSeg - 1) / kSeg);
+    const int64_t items = p.batch * p.dim * ((p.seqlen + kSegCF - 1) / kSegCF);
     const unsigned grid = grid_size((items + kWarps - 1) / kWarps);
-    if (p.seq_idx != nullptr) {
+    if (lean_channel_first(p, kN, kSegCF)) {
+      fwd_channel_first_lean<T, W><<<grid, kThreads, 0, stream>>>(p);  // grid covers every item
+    } else if (p.seq_idx != nullptr) {
       fwd_channel_first<T, W, true><<<grid, kThreads, 0, stream>>>(p);
     } else {
       fwd_channel_first<T, W, false><<<grid, kThreads, 0, stream>>>(p);
