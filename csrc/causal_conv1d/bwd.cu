@@ -214,131 +214,153 @@ __global__ void __launch_bounds__(kThreads, 4) bwd_channel_first(const ConvParam
   }
 }
 
+// silu'(z), the formula of silu_grad (device_utils.cuh) on the flush-to-zero approximate
+// ex2 / rcp instructions, without __expf's denormal fix-ups: exp(-z) below 2^-126 only ever
+// meets 1 + exp(-z), which rounds to 1 either way.
+__device__ __forceinline__ float silu_grad_ftz(float z) {
+  float e, s;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(z * -1.4426950408889634f));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(s) : "f"(1.0f + e));
+  return s * (1.0f + z * (1.0f - s));
+}
+
+// dx of one tile of the lean channel-first kernel from the tile's dpre (dpv, kN positions per
+// lane) and the W-1 dpre values right of the tile (right[i]: the value lane 31 takes; the
+// other lanes take their right neighbour's first W-1).
+template <typename T, int W, int kN>
+__device__ __forceinline__ void lean_cf_dx(T* dxr, int t, bool store, int lane, const float (&w)[W],
+                                           const float (&dpv)[kN], const float (&right)[W - 1]) {
+  float de[kN + W - 1];  // dpre at t .. t + kN + W - 2
+#pragma unroll
+  for (int i = 0; i < kN; ++i) de[i] = dpv[i];
+#pragma unroll
+  for (int i = 0; i < W - 1; ++i) {
+    const float down = __shfl_down_sync(kFullMask, dpv[i], 1);
+    de[kN + i] = lane == 31 ? right[i] : down;
+  }
+  float o[kN];
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < W; ++k) acc += w[k] * de[i + W - 1 - k];
+    o[i] = acc;
+  }
+  if (store) store_pack<T, kN>(dxr + t, o);
+}
+
 // Lean channel-first backward for the common case (the launcher checks cf_lean_ok): no
 // seq_idx, no initial / final states, vector loads and stores only, seqlen a multiple of kN
 // (so a lane's vector lies wholly inside or wholly past the sequence) and small enough for
-// 32-bit positions; 64-bit offsets only for the row bases. Lanes past the end load zeros, so
-// their dpre is 0 without per-element bounds checks. The same warp / segment split and the
-// same fp32 operation order as bwd_channel_first, so the deterministic workspace rows agree.
+// 32-bit positions; 64-bit offsets only for the row bases. A warp streams a chunk of up to
+// chunk_tiles tiles (32 lanes x kN positions) of one row, tile by tile: dpre of tile j, then
+// dx of tile j-1 (which needs dpre of tile j's first W-1 positions); the row setup, the warp
+// reduction and the atomics are paid once per chunk. Lanes past the end load zeros, so their
+// dpre is 0 without per-element bounds checks. Deterministic mode runs chunks of kTilesBwdCF
+// tiles: one workspace row per bwd_channel_first segment, in the same layout.
 template <typename T, int W, bool kSilu>
-__global__ void __launch_bounds__(kThreads, 8) bwd_channel_first_lean(const ConvParams p) {
+__global__ void __launch_bounds__(kThreads, 6) bwd_channel_first_lean(const ConvParams p, const int chunk_tiles) {
   constexpr int kN = kVec16<T>;
   constexpr int kTile = 32 * kN;
-  constexpr int kSeg = kTilesBwdCF * kTile;
   static_assert(kN >= W - 1, "a lane's vector must cover its neighbour's halo");
   const int lane = threadIdx.x & 31;
   const int L = int(p.seqlen);
-  const int nseg = (L + kSeg - 1) / kSeg;
-  const int64_t items = p.batch * p.dim * nseg;
+  const int chunk = chunk_tiles * kTile;
+  const int nchunk = (L + chunk - 1) / chunk;
+  const int64_t items = p.batch * p.dim * nchunk;
   for (int64_t item = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); item < items;
        item += int64_t(gridDim.x) * kWarps) {
-    int64_t seg64, c, b;
-    split_item(item, nseg, p.dim, items, seg64, c, b);
-    const int seg = int(seg64);
-    const int t0 = seg * kSeg;
+    int64_t ch64, c, b;
+    split_item(item, nchunk, p.dim, items, ch64, c, b);
+    const int ch = int(ch64);
+    const int t0 = ch * chunk;
+    const int ntiles = min(chunk_tiles, (L - t0 + kTile - 1) / kTile);  // >= 1: t0 < L
+    const int tend = t0 + ntiles * kTile;
     const T* xr = static_cast<const T*>(p.x) + (b * p.x_s.b + c * p.x_s.c);
     const T* gr = static_cast<const T*>(p.dout) + (b * p.dout_s.b + c * p.dout_s.c);
     T* dxr = static_cast<T*>(p.dx) + (b * p.dx_s.b + c * p.dx_s.c);
 
-    Pack<T, kN> xv[kTilesBwdCF], gv[kTilesBwdCF];
+    float carry[W - 1];  // x at the W-1 positions left of the current tile (zero before 0)
 #pragma unroll
-    for (int j = 0; j < kTilesBwdCF; ++j) {
-      const int t = t0 + j * kTile + lane * kN;
-      if (t < L) {
-        load_pack(xv[j], xr + t);
-        load_pack(gv[j], gr + t);
-      } else {
-#pragma unroll
-        for (int i = 0; i < kN; ++i) {
-          xv[j].e[i] = from_float<T>(0.0f);
-          gv[j].e[i] = from_float<T>(0.0f);
-        }
-      }
-    }
-    // Inputs of dpre at the W-1 positions right of the segment (lane i < W-1 takes position
-    // t0 + kSeg + i; apos - (W-1) >= 0 since kSeg >= W-1), loaded before any compute.
-    const int apos = t0 + kSeg + lane;
-    const bool ahead_live = lane < W - 1 && apos < L;
-    float ax[W], ag = 0.0f;
-#pragma unroll
-    for (int k = 0; k < W; ++k) ax[k] = ahead_live ? to_float(xr[apos - (W - 1) + k]) : 0.0f;
-    if (ahead_live) ag = to_float(gr[apos]);
-    float halo[W - 1];  // x left of the segment (zero before position 0); used by lane 0
-#pragma unroll
-    for (int i = 0; i < W - 1; ++i) halo[i] = t0 > 0 ? to_float(xr[t0 - (W - 1) + i]) : 0.0f;
+    for (int i = 0; i < W - 1; ++i) carry[i] = t0 > 0 ? to_float(xr[t0 - (W - 1) + i]) : 0.0f;
     float w[W];
 #pragma unroll
     for (int k = 0; k < W; ++k) w[k] = p.weight[c * W + k];
     const float bias = p.bias != nullptr ? p.bias[c] : 0.0f;
 
-    // Pass 1: dpre at the warp's own positions, and the dweight / dbias partial sums.
-    float dp[kTilesBwdCF][kN];
-    float dw[W], db = 0.0f;
+    float dw[W], db = 0.0f, dprev[kN];
 #pragma unroll
     for (int k = 0; k < W; ++k) dw[k] = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kTilesBwdCF; ++j) {
+    for (int i = 0; i < kN; ++i) dprev[i] = 0.0f;
+#pragma unroll 1
+    for (int j = 0; j < ntiles; ++j) {
+      const int t = t0 + j * kTile + lane * kN;
+      Pack<T, kN> xv, gv;  // zero past the end
+      if (t < L) {
+        load_pack(xv, xr + t);
+        load_pack(gv, gr + t);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+          xv.e[i] = from_float<T>(0.0f);
+          gv.e[i] = from_float<T>(0.0f);
+        }
+      }
       float xe[W - 1 + kN];  // x at t - (W-1) .. t + kN - 1
 #pragma unroll
-      for (int i = 0; i < kN; ++i) xe[W - 1 + i] = to_float(xv[j].e[i]);
+      for (int i = 0; i < kN; ++i) xe[W - 1 + i] = to_float(xv.e[i]);
 #pragma unroll
       for (int i = 0; i < W - 1; ++i) {
         const float up = __shfl_up_sync(kFullMask, xe[kN + i], 1);
-        const float left =
-            j == 0 ? halo[i]
-                   : __shfl_sync(kFullMask, to_float(xv[j > 0 ? j - 1 : 0].e[kN - (W - 1) + i]), 31);
-        xe[i] = lane == 0 ? left : up;
+        const float last = __shfl_sync(kFullMask, xe[kN + i], 31);
+        xe[i] = lane == 0 ? carry[i] : up;
+        carry[i] = last;
       }
+      float dcur[kN];
 #pragma unroll
       for (int i = 0; i < kN; ++i) {
-        float d = to_float(gv[j].e[i]);  // 0 past the end (zero-filled vector)
+        float d = to_float(gv.e[i]);  // 0 past the end (zero-filled vector)
         if (kSilu) {
           float acc = bias;
 #pragma unroll
           for (int k = 0; k < W; ++k) acc += w[k] * xe[i + k];
-          d *= silu_grad(acc);
+          d *= silu_grad_ftz(acc);
         }
-        dp[j][i] = d;
+        dcur[i] = d;
 #pragma unroll
         for (int k = 0; k < W; ++k) dw[k] += xe[i + k] * d;
         db += d;
+        if (i == W - 2) {
+          // dx of tile j-1 as soon as this tile's first W-1 dpre exist, so that dprev is
+          // dead before the rest of dcur is live. Tile j-1 lies in range; for j == 0 it is
+          // the previous chunk's (not ours to write; dprev is zero then).
+          float right[W - 1];
+#pragma unroll
+          for (int q = 0; q < W - 1; ++q) right[q] = __shfl_sync(kFullMask, dcur[q], 0);
+          lean_cf_dx<T, W, kN>(dxr, t - kTile, j > 0, lane, w, dprev, right);
+        }
       }
+#pragma unroll
+      for (int i = 0; i < kN; ++i) dprev[i] = dcur[i];
     }
-    float ahead = 0.0f;  // dpre right of the segment (0 past the end)
-    if (ahead_live) {
-      ahead = ag;
-      if (kSilu) {
-        float acc = bias;
+    // dpre at the W-1 positions right of the chunk (0 past the end): lane i < W-1 takes
+    // position tend + i, whose inputs start at tend + i - (W-1) >= 0 (kTile >= W-1).
+    const int apos = tend + lane;
+    float ahead = 0.0f;
+    if (lane < W - 1 && apos < L) {
+      float acc = bias;
 #pragma unroll
-        for (int k = 0; k < W; ++k) acc += w[k] * ax[k];
-        ahead *= silu_grad(acc);
-      }
+      for (int k = 0; k < W; ++k) acc += w[k] * to_float(xr[apos - (W - 1) + k]);
+      ahead = to_float(gr[apos]);
+      if (kSilu) ahead *= silu_grad_ftz(acc);
     }
-
-    // Pass 2: dx.
+    {
+      float right[W - 1];
 #pragma unroll
-    for (int j = 0; j < kTilesBwdCF; ++j) {
-      const int t = t0 + j * kTile + lane * kN;
-      float de[kN + W - 1];  // dpre at t .. t + kN + W - 2
-#pragma unroll
-      for (int i = 0; i < kN; ++i) de[i] = dp[j][i];
-#pragma unroll
-      for (int i = 0; i < W - 1; ++i) {
-        const float down = __shfl_down_sync(kFullMask, dp[j][i], 1);
-        const float right = j == kTilesBwdCF - 1
-                                ? __shfl_sync(kFullMask, ahead, i)
-                                : __shfl_sync(kFullMask, dp[j + 1 < kTilesBwdCF ? j + 1 : j][i], 0);
-        de[kN + i] = lane == 31 ? right : down;
-      }
-      float o[kN];
-#pragma unroll
-      for (int i = 0; i < kN; ++i) {
-        float acc = 0.0f;
-#pragma unroll
-        for (int k = 0; k < W; ++k) acc += w[k] * de[i + W - 1 - k];
-        o[i] = acc;
-      }
-      if (t < L) store_pack<T, kN>(dxr + t, o);
+      for (int i = 0; i < W - 1; ++i) right[i] = __shfl_sync(kFullMask, ahead, i);
+      const int t = tend - kTile + lane * kN;
+      lean_cf_dx<T, W, kN>(dxr, t, t < L, lane, w, dprev, right);
     }
 
     // dweight / dbias: butterfly sum over the warp (a fixed order), then one write per warp.
@@ -349,8 +371,8 @@ __global__ void __launch_bounds__(kThreads, 8) bwd_channel_first_lean(const Conv
       db += __shfl_xor_sync(kFullMask, db, off);
     }
     if (lane == 0) {
-      if (p.deterministic) {
-        float* ws = p.workspace + ((b * nseg + seg) * p.dim + c) * (W + 1);
+      if (p.deterministic) {  // chunk_tiles == kTilesBwdCF: chunk ch is segment ch
+        float* ws = p.workspace + ((b * nchunk + ch) * p.dim + c) * (W + 1);
 #pragma unroll
         for (int k = 0; k < W; ++k) ws[k] = dw[k];
         ws[W] = db;
@@ -619,15 +641,30 @@ bool cf_lean_ok(const ConvParams& p, int vec) {
          p.dinitial_states == nullptr && p.vec_in && p.vec_out && p.seqlen % vec == 0 && p.seqlen <= INT_MAX / 2;
 }
 
+// Tiles per warp of the lean channel-first kernel: kTilesBwdCF in deterministic mode (its
+// chunks are then the workspace's segments), else up to 16 (fewer per-warp overheads: halo,
+// weights, warp reduction, atomics) while that still leaves about four waves of warps.
+int cf_lean_chunk_tiles(const ConvParams& p, int tile) {
+  if (p.deterministic) return kTilesBwdCF;
+  const int64_t row_tiles = (p.seqlen + tile - 1) / tile;
+  const int64_t target_warps = int64_t(num_sms_current_device()) * 32 * 4;
+  int tiles = 16;
+  while (tiles > kTilesBwdCF && p.batch * p.dim * ((row_tiles + tiles - 1) / tiles) < target_warps) tiles /= 2;
+  return tiles;
+}
+
 template <typename T, int W>
 cudaError_t bwd_launch(const ConvParams& p, cudaStream_t stream) {
   if (cf_lean_ok(p, kVec16<T>)) {
-    const int64_t items = p.batch * p.dim * cf_segments(p);
+    constexpr int kTile = 32 * kVec16<T>;
+    const int tiles = cf_lean_chunk_tiles(p, kTile);
+    const int64_t chunk = int64_t(tiles) * kTile;
+    const int64_t items = p.batch * p.dim * ((p.seqlen + chunk - 1) / chunk);
     const unsigned grid = grid_size((items + kWarps - 1) / kWarps);
     if (p.silu) {
-      bwd_channel_first_lean<T, W, true><<<grid, kThreads, 0, stream>>>(p);
+      bwd_channel_first_lean<T, W, true><<<grid, kThreads, 0, stream>>>(p, tiles);
     } else {
-      bwd_channel_first_lean<T, W, false><<<grid, kThreads, 0, stream>>>(p);
+      bwd_channel_first_lean<T, W, false><<<grid, kThreads, 0, stream>>>(p, tiles);
     }
   } else if (p.channel_last) {
     constexpr int kN = kVecClBwd;
