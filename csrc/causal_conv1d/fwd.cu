@@ -230,9 +230,30 @@ __global__ void __launch_bounds__(kThreads, 3) fwd_channel_last(const ConvParams
 // out): no per-element masks, no state branches, no grid-stride loops, few registers. The
 // general kernels above handle everything else; fwd_launch picks (see lean_* below).
 
+// 16-bit storage bits of a float (round to nearest even), and a 16-byte store of kN floats
+// built with integer ops: NVVM splits a union-punned vector store into 16-bit pieces.
+__device__ __forceinline__ uint32_t bits_of(float v, float) { return __float_as_uint(v); }
+__device__ __forceinline__ uint32_t bits_of(float v, __half) { return __half_as_ushort(__float2half_rn(v)); }
+__device__ __forceinline__ uint32_t bits_of(float v, __nv_bfloat16) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+template <typename T, int kN>
+__device__ __forceinline__ void store16(T* ptr, const float (&v)[kN]) {
+  static_assert(kN * sizeof(T) == 16, "16-byte vectors");
+  constexpr int kPer = 4 / int(sizeof(T));  // elements per 32-bit word
+  uint32_t u[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    u[q] = bits_of(v[q * kPer], T());
+    if (kPer == 2) u[q] |= bits_of(v[q * kPer + kPer - 1], T()) << 16;
+  }
+  __stwb(reinterpret_cast<uint4*>(ptr), make_uint4(u[0], u[1], u[2], u[3]));  // one 16-byte store
+}
+
 // Channel-first lean path: the warp scheme of fwd_channel_first, one item per warp (the grid
 // covers every item), whole vectors only (seqlen % kN == 0, so a vector is either entirely in
-// the row or entirely past its end), 32-bit item split (items < 2^32).
+// the row or entirely past its end), 32-bit item split (items < 2^31).
 template <typename T, int W>
 __global__ void __launch_bounds__(kThreads, 8) fwd_channel_first_lean(const ConvParams p) {
   constexpr int kN = kVec16<T>;
@@ -290,9 +311,13 @@ __global__ void __launch_bounds__(kThreads, 8) fwd_channel_first_lean(const Conv
       float acc = bias;
 #pragma unroll
       for (int k = 0; k < W; ++k) acc += w[k] * xe[i + k];
-      out[i] = p.silu ? silu(acc) : acc;
+      out[i] = acc;
     }
-    if (o < rem) store_pack<T, kN>(outr + o, out);
+    if (p.silu) {  // one uniform branch per vector, not per element
+#pragma unroll
+      for (int i = 0; i < kN; ++i) out[i] = silu(out[i]);
+    }
+    if (o < rem) store16<T, kN>(outr + o, out);
   }
 }
 
@@ -302,6 +327,28 @@ __global__ void __launch_bounds__(kThreads, 8) fwd_channel_first_lean(const Conv
 // shared memory, one channel per thread (kClTileL / 2 steps each), so registers stay few and
 // every load of a block is in flight at once.
 constexpr int kClTileL = 64, kClTileC = 64;
+
+// One channel of a channel-last tile: kSteps outputs from kSteps + W - 1 inputs. x points at
+// the first input (W-1 steps before the first output), y at the first output; both are
+// columns of shared-memory tiles with rows `ld` elements apart.
+template <typename T, int W, int kSteps, bool kSilu>
+__device__ __forceinline__ void cl_tile_column(const float (&w)[W], float bias, const T* x, T* y, int ld) {
+  float h[W - 1];  // the W-1 inputs before step j, oldest first
+#pragma unroll
+  for (int q = 0; q < W - 1; ++q) h[q] = to_float(x[q * ld]);
+#pragma unroll 8
+  for (int j = 0; j < kSteps; ++j) {
+    const float xc = to_float(x[(j + W - 1) * ld]);
+    float acc = bias;
+#pragma unroll
+    for (int k = 0; k < W - 1; ++k) acc += w[k] * h[k];
+    acc += w[W - 1] * xc;
+    y[j * ld] = from_float<T>(kSilu ? silu(acc) : acc);
+#pragma unroll
+    for (int q = 0; q < W - 2; ++q) h[q] = h[q + 1];
+    h[W - 2] = xc;
+  }
+}
 
 template <typename T, int W>
 __global__ void __launch_bounds__(kThreads) fwd_channel_last_tile(const ConvParams p) {
@@ -313,60 +360,60 @@ __global__ void __launch_bounds__(kThreads) fwd_channel_last_tile(const ConvPara
   constexpr int kOutPer = kClTileL * kV / kThreads;
   constexpr int kSplit = kThreads / kClTileC;  // threads per channel
   constexpr int kSteps = kClTileL / kSplit;    // time steps per thread
-  static_assert(kClTileL * kV % kThreads == 0 && kThreads % kClTileC == 0 && kClTileL % kSplit == 0,
+  static_assert(kClTileL * kV % kThreads == 0 && kThreads % kClTileC == 0 && kClTileL % kSplit == 0 &&
+                    kThreads % kV == 0,
                 "tile shape");
   using Raw = typename RawWord<16>::type;
-  __shared__ __align__(16) T sx[kRows][kClTileC];  // row r: time t0 - (W-1) + r
+  // Row r: time t0 - (W-1) + r. Rows past kRows only pad the array to whole load rounds, so
+  // no load or store below is conditional (a conditional one gets sunk into its branch, which
+  // serialises the loads).
+  __shared__ __align__(16) T sx[kInPer * kThreads / kV][kClTileC];
   __shared__ __align__(16) T so[kClTileL][kClTileC];
 
   const int64_t c0 = int64_t(blockIdx.x) * kClTileC;
   const int64_t t0 = int64_t(blockIdx.y) * kClTileL;
   const int64_t b = blockIdx.z;
-  const T* xb = static_cast<const T*>(p.x) + b * p.x_s.b + c0;  // x_s.c == 1
-  T* ob = static_cast<T*>(p.out) + b * p.out_s.b + c0;           // out_s.c == 1
+  // Tile bases in 64 bits; offsets inside the tile in 32 (x_s.l, out_s.l <= INT_MAX / 128).
+  const T* xt = static_cast<const T*>(p.x) + b * p.x_s.b + c0 + t0 * p.x_s.l;  // x_s.c == 1
+  T* ot = static_cast<T*>(p.out) + b * p.out_s.b + c0 + t0 * p.out_s.l;       // out_s.c == 1
+  const int xl = int(p.x_s.l), ol = int(p.out_s.l);
   const int nc = p.dim - c0 < kClTileC ? int(p.dim - c0) : kClTileC;  // a multiple of kN
+  const int nt = p.seqlen - t0 < kClTileL ? int(p.seqlen - t0) : kClTileL;  // steps in the tile
+  const int rmin = t0 >= W - 1 ? 0 : int(W - 1 - t0);  // input rows before the row start are 0
 
-  Pack<T, kN> in[kInPer];
+  // This thread's channel: its weights, loaded along with the tile.
+  const int cc = int(threadIdx.x) % kClTileC;
+  const int j0 = int(threadIdx.x) / kClTileC * kSteps;
+  const bool has_c = cc < nc;
+  float w[W], bias = 0.0f;
+#pragma unroll
+  for (int k = 0; k < W; ++k) w[k] = has_c ? p.weight[(c0 + cc) * W + k] : 0.0f;
+  if (has_c && p.bias != nullptr) bias = p.bias[c0 + cc];
+
+  // Every load is issued unconditionally (a vector outside x reads the tile's first vector,
+  // which always exists, and is then replaced by zeros), so all of them are in flight before
+  // the first shared-memory store waits on one.
+  Raw in[kInPer];
+  bool ok[kInPer];
 #pragma unroll
   for (int k = 0; k < kInPer; ++k) {
     const int idx = int(threadIdx.x) + k * kThreads;
     const int r = idx / kV, v = idx % kV;
-    const int64_t t = t0 - (W - 1) + r;
-    if (idx < kInVecs && v * kN < nc && t >= 0 && t < p.seqlen) {
-      load_pack(in[k], xb + t * p.x_s.l + v * kN);
-    } else {
-#pragma unroll
-      for (int i = 0; i < kN; ++i) in[k].e[i] = from_float<T>(0.0f);  // before the row start: 0
-    }
+    ok[k] = r >= rmin && r < nt + W - 1 && v * kN < nc;  // r < nt + W - 1 also bounds r < kRows
+    in[k] = *reinterpret_cast<const Raw*>(xt + (ok[k] ? (r - (W - 1)) * xl + v * kN : 0));
   }
 #pragma unroll
   for (int k = 0; k < kInPer; ++k) {
     const int idx = int(threadIdx.x) + k * kThreads;
-    if (idx < kInVecs) *reinterpret_cast<Raw*>(&sx[idx / kV][(idx % kV) * kN]) = in[k].raw;
+    *reinterpret_cast<Raw*>(&sx[idx / kV][(idx % kV) * kN]) = ok[k] ? in[k] : make_uint4(0, 0, 0, 0);
   }
   __syncthreads();
 
-  const int cc = int(threadIdx.x) % kClTileC;
-  const int j0 = int(threadIdx.x) / kClTileC * kSteps;
-  if (cc < nc) {
-    float w[W];
-#pragma unroll
-    for (int k = 0; k < W; ++k) w[k] = p.weight[(c0 + cc) * W + k];
-    const float bias = p.bias != nullptr ? p.bias[c0 + cc] : 0.0f;
-    float h[W - 1];  // the W-1 inputs before step j, oldest first
-#pragma unroll
-    for (int q = 0; q < W - 1; ++q) h[q] = to_float(sx[j0 + q][cc]);
-#pragma unroll 8
-    for (int j = j0; j < j0 + kSteps; ++j) {
-      const float xc = to_float(sx[j + W - 1][cc]);
-      float acc = bias;
-#pragma unroll
-      for (int k = 0; k < W - 1; ++k) acc += w[k] * h[k];
-      acc += w[W - 1] * xc;
-      so[j][cc] = from_float<T>(p.silu ? silu(acc) : acc);
-#pragma unroll
-      for (int q = 0; q < W - 2; ++q) h[q] = h[q + 1];
-      h[W - 2] = xc;
+  if (has_c) {
+    if (p.silu) {  // uniform: the activation is chosen once, not per element
+      cl_tile_column<T, W, kSteps, true>(w, bias, &sx[j0][cc], &so[j0][cc], kClTileC);
+    } else {
+      cl_tile_column<T, W, kSteps, false>(w, bias, &sx[j0][cc], &so[j0][cc], kClTileC);
     }
   }
   __syncthreads();
@@ -375,9 +422,8 @@ __global__ void __launch_bounds__(kThreads) fwd_channel_last_tile(const ConvPara
   for (int k = 0; k < kOutPer; ++k) {
     const int idx = int(threadIdx.x) + k * kThreads;
     const int r = idx / kV, v = idx % kV;
-    const int64_t t = t0 + r;
-    if (v * kN < nc && t < p.seqlen) {
-      *reinterpret_cast<Raw*>(ob + t * p.out_s.l + v * kN) = *reinterpret_cast<const Raw*>(&so[r][v * kN]);
+    if (r < nt && v * kN < nc) {
+      *reinterpret_cast<Raw*>(ot + r * ol + v * kN) = *reinterpret_cast<const Raw*>(&so[r][v * kN]);
     }
   }
 }
@@ -395,7 +441,8 @@ bool lean_channel_first(const ConvParams& p, int vec, int64_t seg) {
 }
 
 bool lean_channel_last(const ConvParams& p, int vec) {
-  return p.channel_last && lean_common(p) && p.dim % vec == 0 &&
+  return p.channel_last && lean_common(p) && p.dim % vec == 0 && p.x_s.l <= INT_MAX / 128 &&
+         p.out_s.l <= INT_MAX / 128 &&
          (p.seqlen + kClTileL - 1) / kClTileL <= 65535 && p.batch <= 65535 &&
          (p.dim + kClTileC - 1) / kClTileC <= INT_MAX;
 }
