@@ -97,59 +97,89 @@ __global__ void __launch_bounds__(kUpdThreads) update_kernel(const UpdateParams 
 }
 
 // Lean decode kernel: shift-register mode with state_len == kL, kL in {W-1, W} (vLLM-style and
-// mamba_ssm-style caches), batch <= 65535. The kernel is latency-bound, so what counts is how
-// many threads an SM holds: few registers (<= 32, so 16 blocks of 128 fit an SM), no loop over
-// the batch, no selects. The thread keeps its whole state row in registers as a window over
-// cat(state, x); once the tokens are consumed the window IS the new state row, so the row is
-// read once and written once. Values stay in T so the cache is moved bit-exactly.
+// mamba_ssm-style caches). The kernel is latency-bound: what counts is how many loads are in
+// flight and how few rounds of threads the GPU needs. A thread takes one channel of
+// kUpdRows batch rows (the weights are loaded once for them); every load of the first token
+// (state rows and x) is issued before any store, so a thread waits for memory about once.
+// Few registers, no loop over the batch, no selects. The thread keeps each state row in
+// registers as a window over cat(state, x); once the tokens are consumed the window IS the new
+// state row, so the row is read once and written once. Values stay in T: the cache moves
+// bit-exactly.
+constexpr int kUpdRows = 2;
+
 template <typename T, int W, int kL>
-__global__ void __launch_bounds__(kUpdThreads, 16) update_shift_kernel(const UpdateParams p) {
+__global__ void __launch_bounds__(kUpdThreads, 12) update_shift_kernel(const UpdateParams p) {
   static_assert(kL == W - 1 || kL == W, "lean path: state_len is W-1 or W");
   const int c = int(blockIdx.x) * kUpdThreads + int(threadIdx.x);  // dim <= INT_MAX - kUpdThreads
   if (c >= p.dim) return;
-  const int b = int(blockIdx.y);
+  const int n = int(p.seqlen);  // <= INT_MAX (launcher)
   float w[W];
 #pragma unroll
   for (int k = 0; k < W; ++k) w[k] = p.weight[int64_t(c) * W + k];
   const float bias = p.bias != nullptr ? p.bias[c] : 0.0f;
-  const T* xr = static_cast<const T*>(p.x) + b * p.x_s.b + c * p.x_s.c;
-  T* outr = static_cast<T*>(p.out) + b * p.out_s.b + c * p.out_s.c;
-  const int n = int(p.seqlen);  // <= INT_MAX (launcher)
-  const int64_t entry = p.state_indices != nullptr ? int64_t(p.state_indices[b * p.state_indices_s]) : b;
-  if (entry < 0 || entry >= p.num_entries) {
-    // Padding gives exact zeros; an index past the cache gives NaN rather than a stray access.
-    const T fill = from_float<T>(entry < 0 ? 0.0f : __int_as_float(0x7fc00000));
-    for (int i = 0; i < n; ++i) outr[i * p.out_s.l] = fill;
-    return;
+
+  // Phase 1, loads only: each row's cache entry, state row and first token.
+  int64_t entry[kUpdRows];
+  T win[kUpdRows][kL];  // the last kL values of cat(state, x) consumed so far, oldest first
+  T x0[kUpdRows];
+#pragma unroll
+  for (int r = 0; r < kUpdRows; ++r) {
+    const int b = int(blockIdx.y) * kUpdRows + r;
+    entry[r] = -1;
+    x0[r] = from_float<T>(0.0f);
+#pragma unroll
+    for (int j = 0; j < kL; ++j) win[r][j] = from_float<T>(0.0f);
+    if (b >= p.batch) continue;
+    entry[r] = p.state_indices != nullptr ? int64_t(p.state_indices[b * p.state_indices_s]) : b;
+    if (entry[r] < 0 || entry[r] >= p.num_entries) continue;
+    const T* st = static_cast<const T*>(p.conv_state) + entry[r] * p.state_s.b + c * p.state_s.c;
+#pragma unroll
+    for (int j = 0; j < kL; ++j) win[r][j] = st[j * p.state_s.l];
+    if (n > 0) x0[r] = static_cast<const T*>(p.x)[b * p.x_s.b + c * p.x_s.c];
   }
-  T* st = static_cast<T*>(p.conv_state) + entry * p.state_s.b + c * p.state_s.c;
-  T win[kL];  // the last kL values of cat(state, x) consumed so far, oldest first
+
+  // Phase 2: outputs, then the new state rows.
 #pragma unroll
-  for (int j = 0; j < kL; ++j) win[j] = st[j * p.state_s.l];
-  for (int i = 0; i < n; ++i) {
-    const T xi = xr[i * p.x_s.l];
-    float acc = bias;
+  for (int r = 0; r < kUpdRows; ++r) {
+    const int b = int(blockIdx.y) * kUpdRows + r;
+    if (b >= p.batch) continue;
+    const T* xr = static_cast<const T*>(p.x) + b * p.x_s.b + c * p.x_s.c;
+    T* outr = static_cast<T*>(p.out) + b * p.out_s.b + c * p.out_s.c;
+    if (entry[r] < 0 || entry[r] >= p.num_entries) {
+      // Padding gives exact zeros; an index past the cache gives NaN rather than a stray access.
+      const T fill = from_float<T>(entry[r] < 0 ? 0.0f : __int_as_float(0x7fc00000));
+      for (int i = 0; i < n; ++i) outr[i * p.out_s.l] = fill;
+      continue;
+    }
+    for (int i = 0; i < n; ++i) {
+      const T xi = i == 0 ? x0[r] : xr[i * p.x_s.l];
+      float acc = bias;
 #pragma unroll
-    for (int k = 0; k < W - 1; ++k) acc += w[k] * to_float(win[kL - (W - 1) + k]);
-    acc += w[W - 1] * to_float(xi);
-    outr[i * p.out_s.l] = from_float<T>(p.silu ? silu(acc) : acc);
+      for (int k = 0; k < W - 1; ++k) acc += w[k] * to_float(win[r][kL - (W - 1) + k]);
+      acc += w[W - 1] * to_float(xi);
+      outr[i * p.out_s.l] = from_float<T>(p.silu ? silu(acc) : acc);
 #pragma unroll
-    for (int j = 0; j < kL - 1; ++j) win[j] = win[j + 1];
-    win[kL - 1] = xi;
+      for (int j = 0; j < kL - 1; ++j) win[r][j] = win[r][j + 1];
+      win[r][kL - 1] = xi;
+    }
+    T* st = static_cast<T*>(p.conv_state) + entry[r] * p.state_s.b + c * p.state_s.c;
+#pragma unroll
+    for (int j = 0; j < kL; ++j) st[j * p.state_s.l] = win[r][j];
   }
-#pragma unroll
-  for (int j = 0; j < kL; ++j) st[j * p.state_s.l] = win[j];
 }
 
 template <typename T, int W>
 cudaError_t update_launch(const UpdateParams& p, cudaStream_t stream) {
-  const dim3 grid(unsigned((p.dim + kUpdThreads - 1) / kUpdThreads), unsigned(std::min<int64_t>(p.batch, 65535)));
-  const bool lean = p.cache_seqlens == nullptr && p.batch <= 65535 && p.dim <= INT_MAX - kUpdThreads &&
+  const unsigned cblocks = unsigned((p.dim + kUpdThreads - 1) / kUpdThreads);
+  const dim3 grid(cblocks, unsigned(std::min<int64_t>(p.batch, 65535)));
+  const int64_t lean_rows = (p.batch + kUpdRows - 1) / kUpdRows;
+  const bool lean = p.cache_seqlens == nullptr && lean_rows <= 65535 && p.dim <= INT_MAX - kUpdThreads &&
                     p.seqlen <= INT_MAX && (p.state_len == W - 1 || p.state_len == W);
+  const dim3 lean_grid(cblocks, unsigned(lean_rows));
   if (lean && p.state_len == W - 1) {
-    update_shift_kernel<T, W, W - 1><<<grid, kUpdThreads, 0, stream>>>(p);
+    update_shift_kernel<T, W, W - 1><<<lean_grid, kUpdThreads, 0, stream>>>(p);
   } else if (lean) {
-    update_shift_kernel<T, W, W><<<grid, kUpdThreads, 0, stream>>>(p);
+    update_shift_kernel<T, W, W><<<lean_grid, kUpdThreads, 0, stream>>>(p);
   } else {
     update_kernel<T, W><<<grid, kUpdThreads, 0, stream>>>(p);
   }
