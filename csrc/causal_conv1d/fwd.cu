@@ -322,11 +322,14 @@ __global__ void __launch_bounds__(kThreads, 8) fwd_channel_first_lean(const Conv
 }
 
 // Channel-last lean path: 2-D tiles of kClTileL time steps x kClTileC channels through shared
-// memory. Loads and stores are 16-byte vectors along the channels (each tile row is 128 or
-// 256 contiguous bytes), all issued before any use; the convolution runs along time inside
-// shared memory, one channel per thread (kClTileL / 2 steps each), so registers stay few and
-// every load of a block is in flight at once.
-constexpr int kClTileL = 64, kClTileC = 64;
+// memory. A tile row is 128 contiguous bytes (64 16-bit or 32 fp32 channels, so shared memory
+// and registers, hence occupancy, are the same for every dtype). Loads and stores are 16-byte
+// vectors along the channels, all issued before any use; the convolution runs along time
+// inside shared memory, one channel per thread (kClTileL / (kThreads / kClTileC) steps each),
+// so registers stay few and every load of a block is in flight at once.
+constexpr int kClTileL = 64;
+template <typename T>
+constexpr int kClTileC = 128 / int(sizeof(T));
 
 // One channel of a channel-last tile: kSteps outputs from kSteps + W - 1 inputs. x points at
 // the first input (W-1 steps before the first output), y at the first output; both are
@@ -353,37 +356,38 @@ __device__ __forceinline__ void cl_tile_column(const float (&w)[W], float bias, 
 template <typename T, int W>
 __global__ void __launch_bounds__(kThreads) fwd_channel_last_tile(const ConvParams p) {
   constexpr int kN = kVec16<T>;
-  constexpr int kV = kClTileC / kN;     // vectors per tile row
+  constexpr int kC = kClTileC<T>;
+  constexpr int kV = kC / kN;           // vectors per tile row
   constexpr int kRows = kClTileL + W - 1;  // W-1 halo rows, then the tile's time steps
   constexpr int kInVecs = kRows * kV;
   constexpr int kInPer = (kInVecs + kThreads - 1) / kThreads;
   constexpr int kOutPer = kClTileL * kV / kThreads;
-  constexpr int kSplit = kThreads / kClTileC;  // threads per channel
+  constexpr int kSplit = kThreads / kC;  // threads per channel
   constexpr int kSteps = kClTileL / kSplit;    // time steps per thread
-  static_assert(kClTileL * kV % kThreads == 0 && kThreads % kClTileC == 0 && kClTileL % kSplit == 0 &&
+  static_assert(kClTileL * kV % kThreads == 0 && kThreads % kC == 0 && kClTileL % kSplit == 0 &&
                     kThreads % kV == 0,
                 "tile shape");
   using Raw = typename RawWord<16>::type;
   // Row r: time t0 - (W-1) + r. Rows past kRows only pad the array to whole load rounds, so
   // no load or store below is conditional (a conditional one gets sunk into its branch, which
   // serialises the loads).
-  __shared__ __align__(16) T sx[kInPer * kThreads / kV][kClTileC];
-  __shared__ __align__(16) T so[kClTileL][kClTileC];
+  __shared__ __align__(16) T sx[kInPer * kThreads / kV][kC];
+  __shared__ __align__(16) T so[kClTileL][kC];
 
-  const int64_t c0 = int64_t(blockIdx.x) * kClTileC;
+  const int64_t c0 = int64_t(blockIdx.x) * kC;
   const int64_t t0 = int64_t(blockIdx.y) * kClTileL;
   const int64_t b = blockIdx.z;
   // Tile bases in 64 bits; offsets inside the tile in 32 (x_s.l, out_s.l <= INT_MAX / 128).
   const T* xt = static_cast<const T*>(p.x) + b * p.x_s.b + c0 + t0 * p.x_s.l;  // x_s.c == 1
   T* ot = static_cast<T*>(p.out) + b * p.out_s.b + c0 + t0 * p.out_s.l;       // out_s.c == 1
   const int xl = int(p.x_s.l), ol = int(p.out_s.l);
-  const int nc = p.dim - c0 < kClTileC ? int(p.dim - c0) : kClTileC;  // a multiple of kN
+  const int nc = p.dim - c0 < kC ? int(p.dim - c0) : kC;  // a multiple of kN
   const int nt = p.seqlen - t0 < kClTileL ? int(p.seqlen - t0) : kClTileL;  // steps in the tile
   const int rmin = t0 >= W - 1 ? 0 : int(W - 1 - t0);  // input rows before the row start are 0
 
   // This thread's channel: its weights, loaded along with the tile.
-  const int cc = int(threadIdx.x) % kClTileC;
-  const int j0 = int(threadIdx.x) / kClTileC * kSteps;
+  const int cc = int(threadIdx.x) % kC;
+  const int j0 = int(threadIdx.x) / kC * kSteps;
   const bool has_c = cc < nc;
   float w[W], bias = 0.0f;
 #pragma unroll
@@ -411,9 +415,9 @@ __global__ void __launch_bounds__(kThreads) fwd_channel_last_tile(const ConvPara
 
   if (has_c) {
     if (p.silu) {  // uniform: the activation is chosen once, not per element
-      cl_tile_column<T, W, kSteps, true>(w, bias, &sx[j0][cc], &so[j0][cc], kClTileC);
+      cl_tile_column<T, W, kSteps, true>(w, bias, &sx[j0][cc], &so[j0][cc], kC);
     } else {
-      cl_tile_column<T, W, kSteps, false>(w, bias, &sx[j0][cc], &so[j0][cc], kClTileC);
+      cl_tile_column<T, W, kSteps, false>(w, bias, &sx[j0][cc], &so[j0][cc], kC);
     }
   }
   __syncthreads();
@@ -440,11 +444,12 @@ bool lean_channel_first(const ConvParams& p, int vec, int64_t seg) {
   return !p.channel_last && lean_common(p) && p.seqlen % vec == 0 && items < (int64_t(1) << 31);
 }
 
+template <typename T>
 bool lean_channel_last(const ConvParams& p, int vec) {
   return p.channel_last && lean_common(p) && p.dim % vec == 0 && p.x_s.l <= INT_MAX / 128 &&
          p.out_s.l <= INT_MAX / 128 &&
          (p.seqlen + kClTileL - 1) / kClTileL <= 65535 && p.batch <= 65535 &&
-         (p.dim + kClTileC - 1) / kClTileC <= INT_MAX;
+         (p.dim + kClTileC<T> - 1) / kClTileC<T> <= INT_MAX;
 }
 
 unsigned grid_size(int64_t blocks) {
@@ -455,8 +460,8 @@ template <typename T, int W>
 cudaError_t fwd_launch(const ConvParams& p, cudaStream_t stream) {
   constexpr int kN = kVec16<T>;
   constexpr int64_t kSegCF = int64_t(kTilesCF) * 32 * kN;
-  if (lean_channel_last(p, kN)) {
-    const dim3 grid(unsigned((p.dim + kClTileC - 1) / kClTileC), unsigned((p.seqlen + kClTileL - 1) / kClTileL),
+  if (lean_channel_last<T>(p, kN)) {
+    const dim3 grid(unsigned((p.dim + kClTileC<T> - 1) / kClTileC<T>), unsigned((p.seqlen + kClTileL - 1) / kClTileL),
                     unsigned(p.batch));
     fwd_channel_last_tile<T, W><<<grid, kThreads, 0, stream>>>(p);
   } else if (p.channel_last) {
