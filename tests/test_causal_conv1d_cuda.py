@@ -188,6 +188,22 @@ def test_matrix(ops, dtype, width, channel_last, bias_silu, seqlen):
     run_and_check(ops, x, w, b, silu)
 
 
+@pytest.mark.parametrize("seqlen", [1, 8, 63, 64, 65, 129, 1000, 2048, 4104])
+@pytest.mark.parametrize("dim", [8, 64, 136, 200])
+@pytest.mark.parametrize("channel_last", [False, True], ids=["cf", "cl"])
+@pytest.mark.parametrize("width", [2, 3, 4])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_dense_aligned(ops, dtype, width, channel_last, dim, seqlen):
+    # Dense, 16-byte-aligned tensors with dim a multiple of 8: the lean fast-path kernels;
+    # dims that leave partial channel tiles, lengths around the 64-step tiles.
+    x = torch.randn(2, seqlen, dim, device="cuda", dtype=dtype).transpose(1, 2) if channel_last else \
+        torch.randn(2, dim, seqlen, device="cuda", dtype=dtype)
+    w = torch.randn(dim, width, device="cuda") / width
+    b = torch.randn(dim, device="cuda")
+    run_and_check(ops, x, w, b, silu=seqlen % 2 == 1)
+    run_and_check(ops, x, w, None, silu=seqlen % 2 == 0)
+
+
 @pytest.mark.parametrize("seqlen", [5, 300, 1100])
 @pytest.mark.parametrize("channel_last", [False, True], ids=["cf", "cl"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
