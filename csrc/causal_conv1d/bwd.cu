@@ -601,6 +601,224 @@ __global__ void __launch_bounds__(kThreads, 2) bwd_channel_last(const ConvParams
   }
 }
 
+// Lean channel-last backward for the common case (the launcher checks cl_lean_ok): no
+// seq_idx, no states, vector loads and stores only, dim a multiple of kClLeanN, 32-bit
+// positions and time strides. A lane owns kClLeanN adjacent channels (few enough that the
+// weights, dweight sums and the windows of the last W-1 inputs and dpre values stay in
+// registers) and walks its warp's time segment: in blocks of kClLeanU steps with loads issued
+// first and no bounds checks while the block lies inside the segment, then one step at a
+// time up to W-1 steps past the segment end (dpre there completes the segment's last dx, but
+// is not the segment's to add to dweight). Blocks, segments, the fixed-order block sum and
+// the deterministic workspace rows are those of bwd_channel_last (the same seg_len).
+constexpr int kClLeanN = 2;
+constexpr int kClLeanU = 4;
+
+template <typename T, int W, bool kSilu>
+__global__ void __launch_bounds__(kThreads, 6) bwd_channel_last_lean(const ConvParams p, const int seg_len) {
+  constexpr int kN = kClLeanN;
+  constexpr int kU = kClLeanU;
+  __shared__ float red[kWarps][W + 1][32 * kN];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int L = int(p.seqlen);
+  const int dim = int(p.dim);
+  const int sx = int(p.x_s.l), sg = int(p.dout_s.l), sd = int(p.dx_s.l);
+  const int ncg = (dim + 32 * kN - 1) / (32 * kN);
+  const int nseg = (L + seg_len - 1) / seg_len;
+  const int ntb = (nseg + kWarps - 1) / kWarps;
+  const int64_t nblocks = p.batch * ntb * ncg;
+  for (int64_t blk = blockIdx.x; blk < nblocks; blk += gridDim.x) {
+    const int cg = int(blk % ncg);
+    const int tb = int((blk / ncg) % ntb);
+    const int64_t b = blk / ncg / ntb;
+    const int seg = tb * kWarps + warp;
+    const int c0 = cg * 32 * kN + lane * kN;
+    float dw[W][kN], db[kN];
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      db[i] = 0.0f;
+#pragma unroll
+      for (int k = 0; k < W; ++k) dw[k][i] = 0.0f;
+    }
+    if (seg < nseg && c0 < dim) {  // dim % kN == 0: the lane's channels all exist
+      const int t0 = seg * seg_len;
+      const int t1 = min(t0 + seg_len, L);
+      const T* xb = static_cast<const T*>(p.x) + (b * p.x_s.b + c0);
+      const T* gb = static_cast<const T*>(p.dout) + (b * p.dout_s.b + c0);
+      T* dxb = static_cast<T*>(p.dx) + (b * p.dx_s.b + c0);
+      float w[W][kN], bias[kN];
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+#pragma unroll
+        for (int k = 0; k < W; ++k) w[k][i] = p.weight[int64_t(c0 + i) * W + k];
+        bias[i] = p.bias != nullptr ? p.bias[c0 + i] : 0.0f;
+      }
+      // x and dpre at the W-1 positions before step s (x is zero before position 0; dpre
+      // before t0 only feeds dx left of the segment, which is not emitted).
+      float xh[W - 1][kN], dh[W - 1][kN];
+#pragma unroll
+      for (int q = 0; q < W - 1; ++q) {
+        const int pos = t0 - (W - 1) + q;
+        Pack<T, kN> v;
+        if (pos >= 0) {
+          load_pack(v, xb + int64_t(pos) * p.x_s.l);
+        } else {
+#pragma unroll
+          for (int i = 0; i < kN; ++i) v.e[i] = from_float<T>(0.0f);
+        }
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+          xh[q][i] = to_float(v.e[i]);
+          dh[q][i] = 0.0f;
+        }
+      }
+
+      int s = t0;
+      const T* xp = xb + int64_t(t0) * p.x_s.l;  // x, dout and dx at step s (dx is written at
+      const T* gp = gb + int64_t(t0) * p.dout_s.l;  // s - (W-1), and only from t0 on)
+      T* dp = dxb + int64_t(t0) * p.dx_s.l;
+#pragma unroll 1
+      for (; s + kU <= t1; s += kU) {  // steps s .. s+kU-1: all in the segment (< t1 <= L)
+        Pack<T, kN> xv[kU], gv[kU];
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          load_pack(xv[u], xp + u * sx);
+          load_pack(gv[u], gp + u * sg);
+        }
+        float xe[W - 1 + kU][kN], de[W - 1 + kU][kN];  // at positions s-(W-1) .. s+kU-1
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+#pragma unroll
+          for (int q = 0; q < W - 1; ++q) {
+            xe[q][i] = xh[q][i];
+            de[q][i] = dh[q][i];
+          }
+#pragma unroll
+          for (int u = 0; u < kU; ++u) xe[W - 1 + u][i] = to_float(xv[u].e[i]);
+        }
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+#pragma unroll
+          for (int i = 0; i < kN; ++i) {
+            float d = to_float(gv[u].e[i]);
+            if (kSilu) {
+              float acc = bias[i];
+#pragma unroll
+              for (int k = 0; k < W; ++k) acc += w[k][i] * xe[u + k][i];
+              d *= silu_grad_ftz(acc);
+            }
+            de[W - 1 + u][i] = d;
+#pragma unroll
+            for (int k = 0; k < W; ++k) dw[k][i] += xe[u + k][i] * d;
+            db[i] += d;
+          }
+          // dx at t = s + u - (W-1) = sum_k w[k] dpre[s + u - k]; only t >= t0 is ours.
+          float o[kN];
+#pragma unroll
+          for (int i = 0; i < kN; ++i) {
+            float acc = 0.0f;
+#pragma unroll
+            for (int k = 0; k < W; ++k) acc += w[k][i] * de[W - 1 + u - k][i];
+            o[i] = acc;
+          }
+          if (u >= W - 1 || s + u - (W - 1) >= t0) store_pack<T, kN>(dp + (u - (W - 1)) * sd, o);
+        }
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+#pragma unroll
+          for (int q = 0; q < W - 1; ++q) {
+            xh[q][i] = xe[kU + q][i];
+            dh[q][i] = de[kU + q][i];
+          }
+        }
+        xp += kU * sx;
+        gp += kU * sg;
+        dp += kU * sd;
+      }
+      // The rest of the segment and the W-1 steps after it, one step at a time.
+#pragma unroll 1
+      for (; s < t1 + W - 1; ++s) {
+        const bool live = s < L;  // past the end: x = dout = 0, so dpre = 0
+        Pack<T, kN> xv, gv;
+        if (live) {
+          load_pack(xv, xp);
+          load_pack(gv, gp);
+        } else {
+#pragma unroll
+          for (int i = 0; i < kN; ++i) {
+            xv.e[i] = from_float<T>(0.0f);
+            gv.e[i] = from_float<T>(0.0f);
+          }
+        }
+        const bool own = s < t1;
+        const int t = s - (W - 1);
+        float o[kN];
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+          float xw[W];  // x at s-(W-1) .. s
+#pragma unroll
+          for (int q = 0; q < W - 1; ++q) xw[q] = xh[q][i];
+          xw[W - 1] = to_float(xv.e[i]);
+          float d = to_float(gv.e[i]);
+          if (kSilu) {
+            float acc = bias[i];
+#pragma unroll
+            for (int k = 0; k < W; ++k) acc += w[k][i] * xw[k];
+            d *= silu_grad_ftz(acc);
+          }
+          if (own) {
+#pragma unroll
+            for (int k = 0; k < W; ++k) dw[k][i] += xw[k] * d;
+            db[i] += d;
+          }
+          float acc = w[0][i] * d;  // dx at t: tap k takes dpre[s - k] = dh[W-1-k] for k >= 1
+#pragma unroll
+          for (int k = 1; k < W; ++k) acc += w[k][i] * dh[W - 1 - k][i];
+          o[i] = acc;
+#pragma unroll
+          for (int q = 0; q < W - 2; ++q) {
+            xh[q][i] = xh[q + 1][i];
+            dh[q][i] = dh[q + 1][i];
+          }
+          xh[W - 2][i] = xw[W - 1];
+          dh[W - 2][i] = d;
+        }
+        if (t >= t0) store_pack<T, kN>(dp - (W - 1) * sd, o);
+        xp += sx;
+        gp += sg;
+        dp += sd;
+      }
+    }
+    // Block sum of the 4 warps' partials in a fixed order.
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+#pragma unroll
+      for (int k = 0; k < W; ++k) red[warp][k][lane * kN + i] = dw[k][i];
+      red[warp][W][lane * kN + i] = db[i];
+    }
+    __syncthreads();
+    const int cbase = cg * 32 * kN;
+    for (int e = threadIdx.x; e < (W + 1) * 32 * kN; e += kThreads) {
+      const int k = e / (32 * kN);
+      const int ci = e % (32 * kN);
+      const int c = cbase + ci;
+      if (c < dim) {
+        float v = red[0][k][ci];
+#pragma unroll
+        for (int r = 1; r < kWarps; ++r) v += red[r][k][ci];
+        if (p.deterministic) {
+          p.workspace[((b * ntb + tb) * p.dim + c) * (W + 1) + k] = v;
+        } else if (k < W) {
+          atomicAdd(p.dweight + int64_t(c) * W + k, v);
+        } else if (p.dbias != nullptr) {
+          atomicAdd(p.dbias + c, v);
+        }
+      }
+    }
+    __syncthreads();
+  }
+}
+
 // Deterministic mode: dweight / dbias = the sum of the partial rows, always in row order.
 __global__ void reduce_partials(const float* ws, int64_t n_partials, int64_t dim, int width,
                                 float* dweight, float* dbias) {
@@ -653,9 +871,30 @@ int cf_lean_chunk_tiles(const ConvParams& p, int tile) {
   return tiles;
 }
 
+// The lean channel-last kernel's preconditions (see bwd_channel_last_lean); strides bounded so
+// that kClLeanU steps of any of them fit 32-bit offsets.
+bool cl_lean_ok(const ConvParams& p) {
+  constexpr int64_t kMaxStride = INT_MAX / (4 * kClLeanU);
+  const auto stride_ok = [](int64_t s) { return s >= 0 && s <= kMaxStride; };
+  return p.channel_last && p.seq_idx == nullptr && p.initial_states == nullptr && p.dfinal_states == nullptr &&
+         p.dinitial_states == nullptr && p.vec_in && p.vec_out && p.dim % kClLeanN == 0 &&
+         p.seqlen <= INT_MAX / 2 && p.dim <= INT_MAX / 2 && stride_ok(p.x_s.l) && stride_ok(p.dout_s.l) &&
+         stride_ok(p.dx_s.l);
+}
+
 template <typename T, int W>
 cudaError_t bwd_launch(const ConvParams& p, cudaStream_t stream) {
-  if (cf_lean_ok(p, kVec16<T>)) {
+  if (cl_lean_ok(p)) {
+    const int64_t seg_len = cl_seg_len(p, kVecClBwd);  // bwd_channel_last's: the same partial rows
+    const int64_t ncg = (p.dim + 32 * kClLeanN - 1) / (32 * kClLeanN);
+    const int64_t nseg = (p.seqlen + seg_len - 1) / seg_len;
+    const int64_t blocks = p.batch * ((nseg + kWarps - 1) / kWarps) * ncg;
+    if (p.silu) {
+      bwd_channel_last_lean<T, W, true><<<grid_size(blocks), kThreads, 0, stream>>>(p, int(seg_len));
+    } else {
+      bwd_channel_last_lean<T, W, false><<<grid_size(blocks), kThreads, 0, stream>>>(p, int(seg_len));
+    }
+  } else if (cf_lean_ok(p, kVec16<T>)) {
     constexpr int kTile = 32 * kVec16<T>;
     const int tiles = cf_lean_chunk_tiles(p, kTile);
     const int64_t chunk = int64_t(tiles) * kTile;
