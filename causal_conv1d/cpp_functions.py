@@ -101,12 +101,18 @@ def causal_conv1d_update_function(
     conv_state_indices: Optional[Tensor],
 ) -> Tensor:
     """Decode step(s) for x ``(batch, dim, seqlen)``; mutates ``conv_state`` in place and
-    returns a new ``out`` (x's shape, dtype and layout). See ``reference.update``."""
+    returns a new ``out`` (x's shape, dtype and layout). See ``reference.update``. On the CUDA
+    kernel ``out`` does not require grad (decode is inference-only, as in the original)."""
     _checks.check_update(x, conv_state, weight, bias, silu_activation, cache_seqlens, conv_state_indices)
     bias = _contiguous(bias)
     cache_seqlens, conv_state_indices = _contiguous(cache_seqlens), _contiguous(conv_state_indices)
     if _compiled(x, weight):
         from . import _ops
 
-        return _ops.update(x, conv_state, weight, bias, silu_activation, cache_seqlens, conv_state_indices)
+        # The compiled decode step has no backward (nor has the original's): its output is
+        # explicitly not differentiable, instead of an autograd fallback that would drop the
+        # gradient with a warning at backward time. The PyTorch path is differentiable.
+        args = (x, conv_state, weight, bias, silu_activation, cache_seqlens, conv_state_indices)
+        with torch.no_grad():
+            return _ops.update(*args)
     return reference.update(x, conv_state, weight, bias, silu_activation, cache_seqlens, conv_state_indices)

@@ -490,6 +490,17 @@ def test_torch_compile_fullgraph(ops):
     assert torch.equal(s_comp, s_eager), "the compiled graph must mutate conv_state like eager"
 
 
+def test_update_output_is_explicitly_not_differentiable(ops):
+    from causal_conv1d import causal_conv1d_update
+
+    w = (torch.randn(64, 4, device="cuda") / 4).requires_grad_()
+    state = torch.randn(2, 64, 3, device="cuda")
+    z = causal_conv1d_update(torch.randn(2, 64, device="cuda"), state, w, None, activation="silu")
+    assert not z.requires_grad  # no autograd fallback that would drop the gradient silently
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        z.sum().backward()
+
+
 def test_torch_compile_ops_fullgraph(ops):
     """The ops and their fake implementations alone (no dispatch layer) under fullgraph."""
 
