@@ -57,3 +57,15 @@ def test_console_script_is_installed_and_points_at_main():
 
     eps = [ep for ep in entry_points(group="console_scripts") if ep.name == "mamba-kernels"]
     assert [ep.value for ep in eps] == ["mamba_kernels.cli:main"]
+
+
+def test_output_into_a_closed_pipe_stops_quietly():
+    p = subprocess.Popen(
+        [sys.executable, "-m", "mamba_kernels", "matrix", "--json"],  # ~300 KB: over a pipe buffer
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    p.stdout.read(10)
+    p.stdout.close()  # like `| head -c 10`
+    err = p.stderr.read().decode()
+    p.wait()
+    assert "Traceback" not in err
