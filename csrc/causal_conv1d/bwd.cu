@@ -933,16 +933,6 @@ cudaError_t bwd_launch(const ConvParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <typename T>
-cudaError_t bwd_typed(const ConvParams& p, cudaStream_t stream) {
-  switch (p.width) {
-    case 2: return bwd_launch<T, 2>(p, stream);
-    case 3: return bwd_launch<T, 3>(p, stream);
-    case 4: return bwd_launch<T, 4>(p, stream);
-    default: return cudaErrorInvalidValue;
-  }
-}
-
 }  // namespace
 
 int64_t bwd_num_partials(const ConvParams& p) {
@@ -953,12 +943,9 @@ int64_t bwd_num_partials(const ConvParams& p) {
 
 cudaError_t launch_bwd(const ConvParams& p, cudaStream_t stream) {
   if (p.batch == 0 || p.dim == 0 || p.seqlen == 0) return cudaSuccess;
-  switch (p.dtype) {
-    case DType::kFloat32: return bwd_typed<float>(p, stream);
-    case DType::kFloat16: return bwd_typed<__half>(p, stream);
-    case DType::kBFloat16: return bwd_typed<__nv_bfloat16>(p, stream);
-  }
-  return cudaErrorInvalidValue;
+  return with_dtype_width(p.dtype, p.width, [&](auto t, auto w) {
+    return bwd_launch<typename decltype(t)::type, decltype(w)::value>(p, stream);
+  });
 }
 
 }  // namespace causal_conv1d

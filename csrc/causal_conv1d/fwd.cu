@@ -488,26 +488,13 @@ cudaError_t fwd_launch(const ConvParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <typename T>
-cudaError_t fwd_typed(const ConvParams& p, cudaStream_t stream) {
-  switch (p.width) {
-    case 2: return fwd_launch<T, 2>(p, stream);
-    case 3: return fwd_launch<T, 3>(p, stream);
-    case 4: return fwd_launch<T, 4>(p, stream);
-    default: return cudaErrorInvalidValue;
-  }
-}
-
 }  // namespace
 
 cudaError_t launch_fwd(const ConvParams& p, cudaStream_t stream) {
   if (p.batch == 0 || p.dim == 0 || p.seqlen == 0) return cudaSuccess;
-  switch (p.dtype) {
-    case DType::kFloat32: return fwd_typed<float>(p, stream);
-    case DType::kFloat16: return fwd_typed<__half>(p, stream);
-    case DType::kBFloat16: return fwd_typed<__nv_bfloat16>(p, stream);
-  }
-  return cudaErrorInvalidValue;
+  return with_dtype_width(p.dtype, p.width, [&](auto t, auto w) {
+    return fwd_launch<typename decltype(t)::type, decltype(w)::value>(p, stream);
+  });
 }
 
 int num_sms_current_device() {

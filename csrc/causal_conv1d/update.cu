@@ -186,26 +186,13 @@ cudaError_t update_launch(const UpdateParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <typename T>
-cudaError_t update_typed(const UpdateParams& p, cudaStream_t stream) {
-  switch (p.width) {
-    case 2: return update_launch<T, 2>(p, stream);
-    case 3: return update_launch<T, 3>(p, stream);
-    case 4: return update_launch<T, 4>(p, stream);
-    default: return cudaErrorInvalidValue;
-  }
-}
-
 }  // namespace
 
 cudaError_t launch_update(const UpdateParams& p, cudaStream_t stream) {
   if (p.batch == 0 || p.dim == 0) return cudaSuccess;
-  switch (p.dtype) {
-    case DType::kFloat32: return update_typed<float>(p, stream);
-    case DType::kFloat16: return update_typed<__half>(p, stream);
-    case DType::kBFloat16: return update_typed<__nv_bfloat16>(p, stream);
-  }
-  return cudaErrorInvalidValue;
+  return with_dtype_width(p.dtype, p.width, [&](auto t, auto w) {
+    return update_launch<typename decltype(t)::type, decltype(w)::value>(p, stream);
+  });
 }
 
 }  // namespace causal_conv1d

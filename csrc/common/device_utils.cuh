@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "dtype.h"
 
@@ -72,6 +73,32 @@ __device__ __forceinline__ float silu_grad(float z) {
 __device__ __forceinline__ int64_t floor_mod(int64_t a, int64_t n) {
   const int64_t r = a % n;
   return r < 0 ? r + n : r;
+}
+
+// The one switch from run-time (dtype, width) to a compile-time instantiation: calls
+// launch(TypeTag<T>{}, std::integral_constant<int, W>{}) for W in 2..4. C++17 generic
+// lambdas read T and W back with decltype (no template lambdas: MSVC-friendly).
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+template <typename Launch>
+cudaError_t with_dtype_width(DType dtype, int width, Launch&& launch) {
+  auto by_width = [&](auto tag) -> cudaError_t {
+    switch (width) {
+      case 2: return launch(tag, std::integral_constant<int, 2>{});
+      case 3: return launch(tag, std::integral_constant<int, 3>{});
+      case 4: return launch(tag, std::integral_constant<int, 4>{});
+      default: return cudaErrorInvalidValue;
+    }
+  };
+  switch (dtype) {
+    case DType::kFloat32: return by_width(TypeTag<float>{});
+    case DType::kFloat16: return by_width(TypeTag<__half>{});
+    case DType::kBFloat16: return by_width(TypeTag<__nv_bfloat16>{});
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace mamba_kernels
