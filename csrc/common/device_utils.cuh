@@ -10,10 +10,9 @@
 #include <type_traits>
 
 #include "dtype.h"
+#include "reduce.cuh"
 
 namespace mamba_kernels {
-
-constexpr unsigned kFullMask = 0xffffffffu;
 
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }

@@ -1,0 +1,81 @@
+// Warp and block reductions shared by the conv and scan kernels. Every sum here adds in a
+// fixed order (a butterfly over lanes, then warps in index order), so a result does not depend
+// on scheduling: repeated runs agree bitwise. Blocks are 1-D and made of whole warps.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace mamba_kernels {
+
+constexpr unsigned kFullMask = 0xffffffffu;  // every lane of the warp takes part
+constexpr int kWarpSize = 32;
+
+// Sum of v over each aligned group of kWidth consecutive lanes (kWidth a power of two, 1..32);
+// every lane of a group gets the group's total. All 32 lanes must call it.
+template <int kWidth>
+__device__ __forceinline__ float warp_sum_width(float v) {
+  static_assert(kWidth >= 1 && kWidth <= kWarpSize && (kWidth & (kWidth - 1)) == 0,
+                "group width: a power of two up to 32");
+#pragma unroll
+  for (int off = kWidth / 2; off > 0; off >>= 1) v += __shfl_xor_sync(kFullMask, v, off);
+  return v;
+}
+
+// Sum of v over the warp (butterfly), returned in every lane.
+__device__ __forceinline__ float warp_sum(float v) { return warp_sum_width<kWarpSize>(v); }
+
+// Element-wise warp_sum of kN values in place. One butterfly for all of them: the kN
+// shuffles of a round are independent, so their latencies overlap.
+template <int kN>
+__device__ __forceinline__ void warp_sum(float (&v)[kN]) {
+#pragma unroll
+  for (int off = kWarpSize / 2; off > 0; off >>= 1) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) v[i] += __shfl_xor_sync(kFullMask, v[i], off);
+  }
+}
+
+// *dst += the warp's total of v, as one atomic from lane 0 (32x fewer atomics than per lane).
+__device__ __forceinline__ void warp_sum_atomic_add(float v, float* dst) {
+  v = warp_sum(v);
+  if ((threadIdx.x & (kWarpSize - 1)) == 0) atomicAdd(dst, v);
+}
+
+// dst[i] += the warp's total of v[i], i < kN: one butterfly, then kN atomics from lane 0.
+template <int kN>
+__device__ __forceinline__ void warp_sum_atomic_add(float (&v)[kN], float* dst) {
+  warp_sum(v);
+  if ((threadIdx.x & (kWarpSize - 1)) == 0) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) atomicAdd(dst + i, v[i]);
+  }
+}
+
+// Sum of v over a block of kWarps warps, returned in every thread. smem: kWarps floats of
+// shared memory, free again when the call returns. Synchronises the block twice, so every
+// thread must call it.
+template <int kWarps>
+__device__ __forceinline__ float block_sum(float v, float* smem) {
+  v = warp_sum(v);
+  const int warp = int(threadIdx.x) / kWarpSize;
+  if ((threadIdx.x & (kWarpSize - 1)) == 0) smem[warp] = v;
+  __syncthreads();
+  float total = smem[0];
+#pragma unroll
+  for (int r = 1; r < kWarps; ++r) total += smem[r];
+  __syncthreads();  // every thread has read smem before anyone may reuse it
+  return total;
+}
+
+// Element e of the sum of kWarps rows of partials in shared memory (row r at rows + r * row_len,
+// usually written by warp r), added in row order. The caller writes the rows and synchronises
+// first; a block sums whole rows by calling it for e = threadIdx.x, threadIdx.x + blockDim.x, ...
+template <int kWarps>
+__device__ __forceinline__ float sum_rows(const float* rows, int row_len, int e) {
+  float v = rows[e];
+#pragma unroll
+  for (int r = 1; r < kWarps; ++r) v += rows[r * row_len + e];
+  return v;
+}
+
+}  // namespace mamba_kernels
