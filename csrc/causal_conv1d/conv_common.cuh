@@ -10,10 +10,8 @@ namespace causal_conv1d {
 constexpr int kThreads = 128;  // 4 independent warps per block
 constexpr int kWarps = kThreads / 32;
 
-// Elements per vector access: 16 bytes, except the channel-last backward, which keeps
-// 4 channels per lane to bound its register use (it holds 3 sliding windows per channel).
-template <typename T>
-constexpr int kVec16 = 16 / int(sizeof(T));
+// Elements per vector access: 16 bytes (kVec16, vec_io.cuh), except the channel-last backward,
+// which keeps 4 channels per lane to bound its register use (it holds 3 sliding windows per channel).
 constexpr int kVecClBwd = 4;
 
 // Channel-first kernels: a warp owns kTilesCF consecutive tiles of 32 lanes x kN positions.

@@ -230,27 +230,6 @@ __global__ void __launch_bounds__(kThreads, 3) fwd_channel_last(const ConvParams
 // out): no per-element masks, no state branches, no grid-stride loops, few registers. The
 // general kernels above handle everything else; fwd_launch picks (see lean_* below).
 
-// 16-bit storage bits of a float (round to nearest even), and a 16-byte store of kN floats
-// built with integer ops: NVVM splits a union-punned vector store into 16-bit pieces.
-__device__ __forceinline__ uint32_t bits_of(float v, float) { return __float_as_uint(v); }
-__device__ __forceinline__ uint32_t bits_of(float v, __half) { return __half_as_ushort(__float2half_rn(v)); }
-__device__ __forceinline__ uint32_t bits_of(float v, __nv_bfloat16) {
-  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-}
-
-template <typename T, int kN>
-__device__ __forceinline__ void store16(T* ptr, const float (&v)[kN]) {
-  static_assert(kN * sizeof(T) == 16, "16-byte vectors");
-  constexpr int kPer = 4 / int(sizeof(T));  // elements per 32-bit word
-  uint32_t u[4];
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    u[q] = bits_of(v[q * kPer], T());
-    if (kPer == 2) u[q] |= bits_of(v[q * kPer + kPer - 1], T()) << 16;
-  }
-  __stwb(reinterpret_cast<uint4*>(ptr), make_uint4(u[0], u[1], u[2], u[3]));  // one 16-byte store
-}
-
 // Channel-first lean path: the warp scheme of fwd_channel_first, one item per warp (the grid
 // covers every item), whole vectors only (seqlen % kN == 0, so a vector is either entirely in
 // the row or entirely past its end), 32-bit item split (items < 2^31).

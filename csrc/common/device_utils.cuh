@@ -1,5 +1,5 @@
-// Device helpers shared by the kernels: fp32 conversion, 16/8-byte vector I/O, activations.
-// Everything is computed in fp32; storage types are converted before any multiply.
+// Device helpers shared by the kernels: activations, index helpers and the dtype / width
+// dispatch. Includes the conversion and vector I/O (vec_io.cuh) and reductions (reduce.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -11,54 +11,9 @@
 
 #include "dtype.h"
 #include "reduce.cuh"
+#include "vec_io.cuh"
 
 namespace mamba_kernels {
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
-// Raw storage for kN elements of T moved as one aligned access of kN * sizeof(T) bytes.
-template <int kBytes>
-struct RawWord;
-template <>
-struct RawWord<16> { using type = uint4; };
-template <>
-struct RawWord<8> { using type = uint2; };
-template <>
-struct RawWord<4> { using type = uint32_t; };
-
-template <typename T, int kN>
-union Pack {
-  typename RawWord<kN * int(sizeof(T))>::type raw;
-  T e[kN];
-};
-
-template <typename T, int kN>
-__device__ __forceinline__ void load_pack(Pack<T, kN>& p, const T* ptr) {
-  using W = typename RawWord<kN * int(sizeof(T))>::type;
-  p.raw = *reinterpret_cast<const W*>(ptr);
-}
-
-template <typename T, int kN>
-__device__ __forceinline__ void store_pack(T* ptr, const float (&v)[kN]) {
-  using W = typename RawWord<kN * int(sizeof(T))>::type;
-  Pack<T, kN> p;
-#pragma unroll
-  for (int i = 0; i < kN; ++i) p.e[i] = from_float<T>(v[i]);
-  *reinterpret_cast<W*>(ptr) = p.raw;
-}
 
 __device__ __forceinline__ float silu(float z) { return __fdividef(z, 1.0f + __expf(-z)); }
 
