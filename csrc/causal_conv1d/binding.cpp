@@ -17,6 +17,7 @@
 #include <string>
 
 #include "causal_conv1d.h"
+#include "check_msg.h"
 
 namespace mamba_kernels {
 namespace causal_conv1d {
@@ -25,28 +26,6 @@ namespace {
 using at::Tensor;
 using OptTensor = std::optional<Tensor>;
 
-// Error messages are built with std::string and std::to_string only: TORCH_CHECK's own
-// formatting of numbers goes through iostreams inlined from the compile-time libstdc++, which
-// crashed (SIGSEGV in num_put) on the GPU image whose runtime libstdc++ differs.
-inline std::string part(const char* s) { return s; }
-inline std::string part(const std::string& s) { return s; }
-inline std::string part(int64_t v) { return std::to_string(v); }
-inline std::string part(int v) { return std::to_string(v); }
-inline std::string part(at::IntArrayRef a) {
-  std::string r = "[";
-  for (size_t i = 0; i < a.size(); ++i) r += (i ? ", " : "") + std::to_string(a[i]);
-  return r + "]";
-}
-inline std::string part(c10::ScalarType t) { return c10::toString(t); }
-inline std::string part(const c10::Device& d) { return d.str(); }
-template <typename... A>
-std::string msg(const A&... a) {
-  std::string r;
-  ((r += part(a)), ...);
-  return r;
-}
-#define MK_CHECK(cond, ...) TORCH_CHECK(cond, msg(__VA_ARGS__))
-#define MK_CHECK_TYPE(cond, ...) TORCH_CHECK_TYPE(cond, msg(__VA_ARGS__))
 
 DType to_dtype(const Tensor& t, const char* name) {
   switch (t.scalar_type()) {

@@ -1,0 +1,83 @@
+// Parameters and launchers of the selective-scan kernels (forward and backward). Plain data
+// only: no torch here (see DESIGN.md, "Kernels know nothing of torch").
+//
+// Math, per batch b, channel d, state n (complex A: complex h, B, C; y takes 2 Re):
+//   dt_t = softplus(delta_t + delta_bias)  (softplus optional; identity above 20)
+//   h_t  = exp(dt_t A) h_{t-1} + dt_t u_t B_t,   y_t = sum_n C_t h_t + D u_t,   out = y silu(z)
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "dtype.h"
+
+namespace mamba_kernels {
+namespace selective_scan {
+
+// Steps between two saved states: the forward stores h after every chunk (the backward
+// restarts from them; the last one is the final state).
+constexpr int kChunk = 64;
+
+// B or C: variable (batch, ngroups, dstate, L [x2 interleaved re/im for complex]) in the input
+// dtype with any strides, or fixed (dim, dstate [x2]) as a contiguous fp32 copy.
+struct BCParams {
+  const void* ptr = nullptr;
+  bool variable = false;
+  int64_t s_b = 0, s_g = 0, s_n = 0, s_l = 0;  // variable only, in elements
+};
+
+struct ScanParams {
+  DType dtype = DType::kFloat32;  // of u, delta, z, out, dout, du, ddelta, dz, variable B/C
+  bool is_complex = false;
+  bool softplus = false;
+  int64_t batch = 0, dim = 0, seqlen = 0, dstate = 0, ngroups = 1;
+
+  const void* u = nullptr;
+  Strides3 u_s;
+  const void* delta = nullptr;
+  Strides3 delta_s;
+  const float* A = nullptr;  // (dim, dstate [x2]) contiguous fp32
+  BCParams B, C;
+  const float* D = nullptr;           // (dim,) or null
+  const float* delta_bias = nullptr;  // (dim,) or null
+  const void* z = nullptr;            // or null
+  Strides3 z_s;
+
+  // Forward outputs. out: y (ungated); null when z is given and y is not wanted.
+  // out_z: y * silu(z) when z is given. ckpt: (batch, dim, n_chunks, dstate [x2]) fp32.
+  void* out = nullptr;
+  Strides3 out_s;
+  void* out_z = nullptr;
+  Strides3 out_z_s;
+  float* ckpt = nullptr;
+
+  // Backward. y: the forward's ungated output (needed with z). dz is written when z is given.
+  const void* dout = nullptr;
+  Strides3 dout_s;
+  const void* y = nullptr;
+  Strides3 y_s;
+  void* du = nullptr;
+  Strides3 du_s;
+  void* ddelta = nullptr;
+  Strides3 ddelta_s;
+  void* dz = nullptr;
+  Strides3 dz_s;
+  // fp32 partial sums, reduced over their leading axis by the caller (fixed order: deterministic):
+  float* dA_part = nullptr;      // (batch, dim, dstate [x2])
+  float* dD_part = nullptr;      // (batch, dim) or null
+  float* dbias_part = nullptr;   // (batch, dim) or null
+  float* dB_part = nullptr;      // variable: (batch, ngroups, row_blocks, dstate, L [x2]); fixed: (batch, dim, dstate [x2])
+  float* dC_part = nullptr;
+};
+
+// Threads that share one channel's states, and channels per block, for each kernel.
+int fwd_threads_per_row(int64_t dstate, bool is_complex);
+int bwd_threads_per_row(int64_t dstate, bool is_complex);
+int64_t bwd_row_blocks(const ScanParams& p);  // row blocks per group (the dB/dC partial axis)
+
+cudaError_t launch_fwd(const ScanParams& p, cudaStream_t stream);
+cudaError_t launch_bwd(const ScanParams& p, cudaStream_t stream);
+
+}  // namespace selective_scan
+}  // namespace mamba_kernels

@@ -1,0 +1,60 @@
+"""The compiled selective-scan kernels as torch.library custom ops.
+
+Importing this module loads ``selective_scan._cuda``, whose C++ side registers
+``torch.ops.mamba_kernels.selective_scan_{fwd,bwd}`` (CUDA implementations; the backward's
+``dz`` is an annotated in-place output). Here we add their fake (meta) implementations, so
+``torch.compile(fullgraph=True)`` traces them without graph breaks.
+
+Contract of the ops (the binding checks every rule):
+  fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus, keep_y) -> (out, out_z, ckpt)
+    B/C fixed (dim, dstate) in A's dtype or variable (batch, ngroups, dstate, L [x2]) in u's
+    dtype; out = y without the z gate (empty when z is given and not keep_y); out_z = y silu(z)
+    (empty without z); ckpt = float32 (batch, dim, ceil(L / 64), dstate [x2]): the state after
+    every 64 steps, whose last entry is the final state.
+  bwd(u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, delta_softplus)
+    -> (du, ddelta, dA, dB, dC, dD, ddelta_bias); dz written in place when z is given.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from . import _cuda  # noqa: F401  (loading it registers the ops)
+
+Tensor = torch.Tensor
+CHUNK = 64  # steps between saved states (csrc/selective_scan/selective_scan.h, kChunk)
+_ops = torch.ops.mamba_kernels
+
+
+def _register_fake(name: str) -> Callable[[Callable], Callable]:
+    qualname = f"mamba_kernels::{name}"
+    if hasattr(torch.library, "register_fake"):  # torch >= 2.4
+        return torch.library.register_fake(qualname)
+    return torch.library.impl_abstract(qualname)
+
+
+def _state_floats(A: Tensor) -> int:
+    return A.shape[1] * (2 if A.is_complex() else 1)
+
+
+@_register_fake("selective_scan_fwd")
+def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, keep_y):
+    batch, dim, L = u.shape
+    out = torch.empty_like(delta) if (z is None or keep_y) else u.new_empty((0,))
+    out_z = torch.empty_like(delta) if z is not None else u.new_empty((0,))
+    ckpt = u.new_empty((batch, dim, -(-L // CHUNK), _state_floats(A)), dtype=torch.float32)
+    return out, out_z, ckpt
+
+
+@_register_fake("selective_scan_bwd")
+def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, delta_softplus):
+    f32 = torch.float32
+    dD = u.new_empty((u.shape[1],), dtype=f32) if D is not None else u.new_empty((0,), dtype=f32)
+    dbias = u.new_empty((u.shape[1],), dtype=f32) if delta_bias is not None else u.new_empty((0,), dtype=f32)
+    return (torch.empty_like(u), torch.empty_like(delta), A.new_empty(A.shape), B.new_empty(B.shape), C.new_empty(C.shape), dD, dbias)
+
+
+fwd = _ops.selective_scan_fwd
+bwd = _ops.selective_scan_bwd
