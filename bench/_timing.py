@@ -1,0 +1,200 @@
+"""Timing and reporting helpers shared by the bench/ scripts.
+
+Every time is in milliseconds per call. On CUDA a measurement is the median over
+repetitions of a CUDA-event-timed loop of calls, after a warm-up; with ``graph=True`` the
+same loop is captured once in a CUDA graph and replayed, which leaves out the host (Python
+and dispatch) time and so gives the kernels' time. On CPU the loop is timed with
+``time.perf_counter``. A call that takes long is repeated fewer times, so that a slow path
+(the PyTorch fallback at full size) still finishes in seconds.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable, List, Optional, Sequence
+
+import torch
+
+# a measurement aims at about this much time in the timed repetitions (warm-up excluded)
+DEFAULT_BUDGET_MS = 1500.0
+
+
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _one_call_ms(fn: Callable[[int], None], device: str) -> float:
+    synchronize(device)
+    t = time.perf_counter()
+    fn(0)
+    synchronize(device)
+    return 1e3 * (time.perf_counter() - t)
+
+
+def _counts(first_ms: float, reps: int, inner: int, budget_ms: float) -> tuple[int, int]:
+    """Fewer repetitions (at least 3) and shorter loops (at least 1) for slow calls."""
+    if first_ms * reps * inner <= budget_ms:
+        return reps, inner
+    inner = max(1, min(inner, int(budget_ms / max(first_ms * reps, 1e-9))))
+    if first_ms * reps * inner > budget_ms:
+        reps = max(3, min(reps, int(budget_ms / max(first_ms * inner, 1e-9))))
+    return reps, inner
+
+
+def capture_graph(loop: Callable[[], None]) -> torch.cuda.CUDAGraph:
+    """Capture ``loop`` (already warmed up) in a CUDA graph, warming it once more on a side stream."""
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        loop()  # capture needs the work warmed up on the capturing stream (autograd included)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(g, stream=s):
+            loop()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    return g
+
+
+def time_ms(
+    fn: Callable[[int], None],
+    n_sets: int,
+    *,
+    reps: int = 30,
+    inner: int = 10,
+    graph: bool = False,
+    device: str = "cuda",
+    warmup: int = 2,
+    budget_ms: float = DEFAULT_BUDGET_MS,
+) -> float:
+    """Median milliseconds of one call; ``fn(i)`` makes the call on input set ``i``.
+
+    Each repetition runs ``inner`` calls, cycling over the ``n_sets`` input sets so that a
+    set is not still in L2 when it is used again (given sets larger than L2 together).
+    """
+    if graph and device != "cuda":
+        raise RuntimeError("CUDA graphs need a CUDA device")
+    fn(0)  # the first call compiles, autotunes and allocates: not a sample
+    first = _one_call_ms(fn, device)
+    reps, inner = _counts(first, reps, inner, budget_ms)
+
+    def loop() -> None:
+        for j in range(inner):
+            fn(j % n_sets)
+
+    for _ in range(warmup if first * inner < budget_ms / 4 else 0):
+        loop()
+    synchronize(device)
+    run = loop
+    g = None
+    if graph:
+        g = capture_graph(loop)
+        run = g.replay
+        run()
+        synchronize(device)
+    times: List[float] = []
+    for _ in range(reps):
+        if device == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            run()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) / inner)
+        else:
+            t = time.perf_counter()
+            run()
+            times.append(1e3 * (time.perf_counter() - t) / inner)
+    del g
+    return statistics.median(times)
+
+
+def wall_ms(fn: Callable[[int], None], n_sets: int, *, calls: int = 200, reps: int = 5,
+            device: str = "cuda", warmup: int = 20) -> float:
+    """Per-call milliseconds of ``calls`` back-to-back calls timed on the host clock, with a
+    synchronize only at the end (what a Python caller waits for), median over ``reps``."""
+    for j in range(warmup):
+        fn(j % n_sets)
+    synchronize(device)
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        for j in range(calls):
+            fn(j % n_sets)
+        synchronize(device)
+        times.append(1e3 * (time.perf_counter() - t) / calls)
+    return statistics.median(times)
+
+
+def n_sets_for(set_bytes: int, l2_bytes: int = 50 * 2 ** 20, most: int = 8) -> int:
+    """How many input sets to rotate so that together they are at least 4x the L2 size."""
+    need = -(-4 * l2_bytes // max(set_bytes, 1))
+    return max(2, min(most, need))
+
+
+def safe(f: Callable[[], float], notes: Optional[List[str]] = None, what: str = "") -> Optional[float]:
+    """``f()``, or None when it raises (a path that cannot be captured, a missing kernel);
+    the reason is appended to ``notes``."""
+    try:
+        return f()
+    except Exception as e:  # noqa: BLE001 - report any failure and carry on
+        msg = f"{what}: {type(e).__name__}: {' '.join(str(e).split())[:200]}"
+        if notes is not None:
+            notes.append(msg)
+        else:
+            print(f"<!-- skipped {msg} -->", flush=True)
+        return None
+
+
+def fmt(v: Optional[float], digits: int = 3) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def ratio(theirs: Optional[float], ours: Optional[float]) -> str:
+    if theirs is None or ours is None or ours <= 0:
+        return "-"
+    r = theirs / ours
+    return f"{r:.2f}x" if r >= 0.1 else f"{r:.2g}x"
+
+
+def gpu_description() -> str:
+    """GPU name, driver and memory from nvidia-smi (or torch when nvidia-smi is absent)."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout.strip().splitlines()[0]
+        name, driver, mem = (s.strip() for s in out.split(","))
+        return f"{name}, driver {driver}, {mem}"
+    except Exception:  # noqa: BLE001 - no nvidia-smi: say what torch knows
+        if torch.cuda.is_available():
+            return f"{torch.cuda.get_device_name()}, driver unknown"
+        return "none"
+
+
+def git_revision(root: str) -> str:
+    try:
+        rev = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return rev + (" (with uncommitted changes)" if dirty else "")
+    except Exception:  # noqa: BLE001 - not a git checkout (a copy on another machine)
+        return "unknown"
+
+
+def command_line(env_vars: Sequence[str] = ()) -> str:
+    """The command that ran this script, with the named environment variables that were set."""
+    env = [f"{k}={shlex.quote(os.environ[k])}" for k in env_vars if k in os.environ]
+    return " ".join(env + ["python3", *map(shlex.quote, sys.argv)])
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
