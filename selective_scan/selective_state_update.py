@@ -18,7 +18,17 @@ float64); state keeps its dtype; out has x's dtype.
 ``state[state_batch_indices[i]]`` (state may hold more slots than the batch). A negative
 index marks a padded row: its state slot is neither read nor written and its output is
 zero. Indices must be below ``state.shape[0]`` and the non-negative ones must be distinct
-(two rows updating one slot would be a race); both are checked.
+(two rows updating one slot would be a race). The PyTorch path checks both. The CUDA kernel
+does not, because reading the index values on the host would cost a device sync per decode
+step (tens of microseconds; the original checks neither): there an index at or past
+``state.shape[0]`` touches no memory and gives a NaN output row, so the mistake shows, and
+rows sharing a slot leave that slot and their outputs unspecified (other rows and slots are
+unaffected).
+
+On CUDA tensors the compiled kernel runs when the extension is available, every tensor is
+float32, float16 or bfloat16 (each may differ) and dstate <= 256; otherwise the PyTorch path.
+The kernel reads every operand in place with its strides. Like the original's Triton kernel
+its output is not differentiable; the PyTorch path is.
 """
 
 from __future__ import annotations
@@ -28,9 +38,13 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from mamba_kernels import dispatch
+
 from . import _checks
 
 Tensor = torch.Tensor
+KERNEL = "selective_scan"  # the extension family (selective_scan._cuda) the decode kernel ships in
+KERNEL_MAX_DSTATE = 256
 
 
 def _check(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices) -> None:
@@ -110,6 +124,12 @@ def _check(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices) -> None:
             f"state_batch_indices must be an int32/int64 tensor of shape ({batch},), got "
             f"{state_batch_indices.dtype} {tuple(state_batch_indices.shape)}"
         )
+
+
+def _check_index_values(state: Tensor, state_batch_indices: Optional[Tensor]) -> None:
+    """Bounds and distinctness of the slot indices (PyTorch path: reads them on the host)."""
+    if state_batch_indices is None:
+        return
     idx = state_batch_indices.tolist()
     if any(i >= state.shape[0] for i in idx):
         raise ValueError(
@@ -118,6 +138,16 @@ def _check(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices) -> None:
     used = [i for i in idx if i >= 0]
     if len(set(used)) != len(used):
         raise ValueError(f"state_batch_indices must not repeat a state slot, got {idx}")
+
+
+def _kernel_fits(state: Tensor, *tensors: Optional[Tensor]) -> bool:
+    """The compiled kernel covers float32/16 and bfloat16 (float64 runs in PyTorch), dstate <= 256."""
+    if state.dtype == torch.float64 or state.shape[-1] > KERNEL_MAX_DSTATE:
+        return False
+    for t in tensors:
+        if t is not None and t.dtype == torch.float64:
+            return False
+    return True
 
 
 def selective_state_update(
@@ -135,6 +165,15 @@ def selective_state_update(
 ) -> Tensor:
     """One decode step; updates ``state`` in place and returns out (x's shape and dtype)."""
     _check(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices)
+    if _kernel_fits(state, x, dt, A, B, C, D, z, dt_bias) and dispatch.use_cuda(KERNEL, state.device.type):
+        from . import _update_ops
+
+        args = (state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), state_batch_indices)
+        if not torch.is_grad_enabled():
+            return _update_ops.update(*args)
+        with torch.no_grad():  # no backward (nor has the original): out is explicitly not differentiable
+            return _update_ops.update(*args)
+    _check_index_values(state, state_batch_indices)
     heads = state.dim() == 4
     if not heads:  # one head: lift everything to the heads form
         x, dt, A, B, C = x[:, None], dt[:, None], A[None], B[:, None], C[:, None]
