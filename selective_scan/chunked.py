@@ -1,95 +1,121 @@
-"""The chunked linear recurrence at the heart of the PyTorch selective scan.
+"""The linear recurrence at the heart of the PyTorch selective scan, computed in place.
 
-``scan(a, x)`` computes, for every row independently, ``h_t = exp(a_t) * h_{t-1} + x_t``
-(``h_{-1} = h0`` or 0) with no Python loop over time steps:
+``scan_(m, x)`` turns ``x`` (L, ...) into the states ``h_i = m_i * h_{i-1} + x_i`` (``h_{-1}``
+zero or given), for every trailing position independently, and returns the last state.
+``reverse=True`` runs the same recurrence from the end: ``h_i = m_i * h_{i+1} + x_i``.
 
-* The sequence is cut into chunks of ``CHUNK`` steps. Inside a chunk the closed form
-  ``h_t = exp(S_t) h_start + sum_{s<=t} exp(S_t - S_s) x_s`` is evaluated for all chunks at
-  once. The exponent of every (t, s) pair with ``s <= t`` is formed directly as the segment sum
-  ``a_{s+1} + ... + a_t`` by one matmul with a 0/1 matrix, so pairs with ``s > t`` are never
-  formed (that is the masking: nothing is exponentiated that could overflow), no cumulative
-  product is divided by, and no difference of large cumulative sums loses precision.
-* The chunk-to-chunk carry is itself a linear recurrence over ``L / CHUNK`` steps whose
-  log-decays are the chunk totals; it is solved by the same function recursively, so the
-  only sequential structure is across chunks (``log_CHUNK(L)`` levels deep).
+Why this shape of algorithm:
 
-``a`` may be complex (complex A), in which case decays are complex and ``x``/``h`` complex.
+* **Exactly causal.** A step only ever reads steps processed before it. Nothing is multiplied
+  by a 0/1 mask and no difference of cumulative sums is formed, so a NaN or Inf at step i cannot
+  reach an earlier step (0 * NaN is NaN, and -inf - -inf is NaN), and a decay of exactly 0
+  (``A = -inf``) is just a 0, as in the per-step loop.
+* **The loop's own arithmetic.** Every stored state is computed by the loop's operation
+  ``m_i * h_prev + x_i`` from the true previous state; only the state carried from one chunk to
+  the next is formed as ``P * H + s`` (P the chunk's product of multipliers, s its state when
+  started from zero). Where P underflows to 0 although no factor is 0, it is kept at the
+  smallest positive number, so an infinite state stays infinite as in the loop instead of
+  turning into 0 * inf = NaN; a finite state is off by at most that number times ``|H|``.
+  Hence for multipliers that are finite and non-negative (decays ``exp(dt A)``) or NaN, every
+  state is finite, infinite or NaN exactly where the loop's is. (An infinite multiplier, or a
+  complex one next to an infinite state, may give NaN where the loop gives an infinity.)
+* **Few, large operations.** The sequence is cut into chunks of ``CHUNK`` steps, all chunks
+  being processed at once: pass 1 runs the recurrence from zero inside every chunk (keeping only
+  the running state), the chunk-to-chunk carries are the same recurrence over ``L / CHUNK``
+  steps (solved recursively), and pass 2 runs the recurrence again inside every chunk from its
+  true starting state, writing the result. That is about ``2 * CHUNK`` operations per level,
+  each on ``L / CHUNK`` slabs at once, instead of L operations on single slabs: on a CPU each
+  operation is large enough to run at memory speed, and a 2048-step scan is about a hundred
+  kernel launches on a GPU instead of thousands.
+
+Tensors are time-major so that one step of every chunk is a set of contiguous slabs. ``m`` and
+``x`` share one dtype, real or complex (complex A); ``x`` must be contiguous.
 """
 
 from __future__ import annotations
 
-import functools
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
-import torch.nn.functional as F
 
 Tensor = torch.Tensor
 
-# Steps per chunk. The cost per step is about CHUNK*(CHUNK+3)/2 exps plus skinny matmuls,
-# against log_CHUNK(L) recursion levels; 4 was fastest on a 2-core AVX-512 CPU
-# (bench/cpu_scan.py) and keeps the per-pair work small on GPUs too.
-CHUNK = 4
+# Steps per chunk: a power of two (for the pairwise chunk products). Larger chunks mean fewer
+# levels and more, smaller operations per level; 16 and 32 were the fastest on the 2-core CPU
+# of bench/cpu_scan.py, and keep the launch count of a 2048-step scan near 100 on a GPU.
+CHUNK = 16
 
 
-@functools.lru_cache(maxsize=32)
-def _chunk_matrices(T: int, dtype: torch.dtype, device: torch.device) -> Tuple[Tensor, Tensor, Tensor, int]:
-    """0/1 matrices for one chunk of T steps.
+def scan_(m: Tensor, x: Tensor, h0: Optional[Tensor] = None, reverse: bool = False) -> Tensor:
+    """Replace ``x`` (L, ...) by the states of ``h_i = m_i h_{i-1} + x_i``; return the last one.
 
-    With P = T(T+1)/2 pairs p = (t, s), s <= t:
-    ``a @ W`` gives, per pair, ``sum_{r=s+1..t} a_r`` (columns :P) and, per step t, the
-    sum from the chunk start ``sum_{r<=t} a_r`` (columns P:); ``x @ Gs`` gathers x_s per
-    pair, ``(.) @ Gt`` sums pairs into their t.
+    ``m`` has x's shape and contiguous trailing dimensions; ``h0`` (x's shape less the first
+    dimension) is the state before the first step, zero when None, and is multiplied by ``m``
+    at the first step as in the loop. With ``reverse`` the steps run from L-1 down to 0. The
+    returned last state is a view of x.
     """
-    pairs = [(t, s) for t in range(T) for s in range(t + 1)]
-    P = len(pairs)
-    W = torch.zeros(T, P + T, dtype=dtype)
-    Gs = torch.zeros(T, P, dtype=dtype)
-    Gt = torch.zeros(P, T, dtype=dtype)
-    for p, (t, s) in enumerate(pairs):
-        W[s + 1 : t + 1, p] = 1
-        Gs[s, p] = 1
-        Gt[p, t] = 1
-    for t in range(T):
-        W[: t + 1, P + t] = 1
-    return W.to(device), Gs.to(device), Gt.to(device), P
+    shape = x.shape
+    if m.shape != shape:
+        raise ValueError(f"m must have x's shape {tuple(shape)}, got {tuple(m.shape)}")
+    x = x.view(shape[0], -1)  # one flat slab per step: the fastest layout for every operation
+    m = m.reshape(shape[0], -1)
+    h0 = x.new_zeros(x.shape[1]) if h0 is None else h0.reshape(-1)
+    _scan_from(m, x, h0, reverse)
+    return x[0 if reverse else -1].view(shape[1:])
 
 
-def scan(a: Tensor, x: Tensor, h0: Optional[Tensor] = None) -> Tensor:
-    """All states of ``h_t = exp(a_t) h_{t-1} + x_t`` for rows of ``a``, ``x`` (R, L).
-
-    ``a``, ``x`` and ``h0`` (R,) share one dtype (real or complex). Returns (R, L).
-    """
-    R, L = a.shape
-    T = min(CHUNK, L)
-    nc = -(-L // T)
-    Lp = nc * T
-    if Lp != L:  # zero log-decay and zero input leave the state unchanged in the padding
-        a = F.pad(a, (0, Lp - L))
-        x = F.pad(x, (0, Lp - L))
-    W, Gs, Gt, P = _chunk_matrices(T, a.dtype, a.device)
-    a2 = a.reshape(R * nc, T)
-    x2 = x.reshape(R * nc, T)
-    E = (a2 @ W).exp_()  # per pair exp(S_t - S_s); per step exp(S_t)
-    h = (E[:, :P] * (x2 @ Gs)) @ Gt  # in-chunk part, zero state at each chunk start
-    if nc == 1:
-        if h0 is not None:
-            h = h + E[:, P:] * h0[:, None]
-        return h.view(R, Lp)[:, :L]
-    h = h.view(R, nc, T)
-    # state at each chunk end, then the state entering each chunk
-    ends = scan(a2.sum(-1).view(R, nc), h[..., -1], h0)
-    if h0 is None:
-        starts = F.pad(ends[:, :-1], (1, 0))
+def _scan_from(m: Tensor, x: Tensor, h0: Tensor, reverse: bool) -> None:
+    """``scan_`` on (L, R) slabs from a given starting state ``h0`` (R,)."""
+    L = x.shape[0]
+    if L <= 2 * CHUNK:  # too short to be worth chunking: the plain loop
+        _loop(m, x, h0, reverse)
+        return
+    K, r = divmod(L, CHUNK)
+    if r:  # the partial chunk that comes first in processing order, plainly
+        head = slice(L - r, L) if reverse else slice(0, r)
+        h0 = _loop(m[head], x[head], h0, reverse)
+        body = slice(0, L - r) if reverse else slice(r, L)
+        m, x = m[body], x[body]
+    mc = m.view(K, CHUNK, -1)
+    ms, xs = mc.unbind(1), x.view(K, CHUNK, -1).unbind(1)  # step j of every chunk: (K, R)
+    steps = list(range(CHUNK - 1, -1, -1) if reverse else range(CHUNK))
+    # pass 1: every chunk's state at its end when started from zero (its first m is in P)
+    ends = xs[steps[0]].clone()
+    for j in steps[1:]:
+        torch.addcmul(xs[j], ms[j], ends, out=ends)
+    # the carries: the same recurrence over chunks, with the chunks' multiplier products
+    _scan_from(_chunk_products(mc), ends, h0, reverse)
+    starts = torch.empty_like(ends)
+    if reverse:
+        starts[-1], starts[:-1] = h0, ends[1:]
     else:
-        starts = torch.cat([h0[:, None], ends[:, :-1]], 1)
-    h = h.add_(E[:, P:].view(R, nc, T) * starts[..., None])
-    return h.view(R, Lp)[:, :L]
+        starts[0], starts[1:] = h0, ends[:-1]
+    # pass 2: the loop's own step inside every chunk, from its true starting state
+    prev = starts
+    for j in steps:
+        xs[j].addcmul_(ms[j], prev)
+        prev = xs[j]
 
 
-def scan_reverse(a: Tensor, q: Tensor) -> Tensor:
-    """The adjoint recurrence ``g_t = q_t + conj(exp(a_{t+1})) g_{t+1}`` (g_L = 0), (R, L)."""
-    a_next = F.pad(a[:, 1:], (0, 1))
-    if a_next.is_complex():
-        a_next = a_next.conj()
-    return scan(a_next.flip(-1), q.flip(-1)).flip(-1)
+def _loop(m: Tensor, x: Tensor, h: Tensor, reverse: bool) -> Tensor:
+    """The plain per-step recurrence; returns the last state (a view of x)."""
+    xs, ms = x.unbind(0), m.unbind(0)
+    for i in range(len(xs) - 1, -1, -1) if reverse else range(len(xs)):
+        xs[i].addcmul_(ms[i], h)
+        h = xs[i]
+    return h
+
+
+def _chunk_products(mc: Tensor) -> Tensor:
+    """The product of each chunk's multipliers, (K, CHUNK, R) -> (K, R).
+
+    A real product that underflowed to 0 although no factor is 0 is raised to the smallest
+    positive number, so that an infinite state carried through it stays infinite."""
+    prod = mc.prod(1)
+    if prod.is_complex():
+        return prod
+    tiny = torch.finfo(prod.dtype).smallest_normal * torch.finfo(prod.dtype).eps
+    zero = prod == 0
+    if prod.device.type == "cpu" and not zero.any():  # the usual case; a cheap check on a CPU
+        return prod
+    return prod.masked_fill_(zero & (mc.amin(1) > 0), tiny)

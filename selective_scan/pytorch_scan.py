@@ -1,4 +1,4 @@
-"""Forward and backward of the selective scan in PyTorch, built on ``chunked.scan``.
+"""Forward and backward of the selective scan in PyTorch, built on ``chunked.scan_``.
 
 Math (per batch b, channel d, state n):
 ``dt = softplus(delta + delta_bias)`` (identity above 20), ``a_t = dt_t A``,
@@ -6,17 +6,22 @@ Math (per batch b, channel d, state n):
 complex A), ``out = y * silu(z)``.
 
 The backward recomputes the states h rather than keeping an autograd graph, runs the
-adjoint ``g_t = conj(C_t) dy_t + conj(exp(a_{t+1})) g_{t+1}`` with the same chunked scan
-(reversed), and forms every gradient from h, g and ``d a_t = conj(exp(a_t) h_{t-1}) g_t``.
+adjoint ``g_t = conj(C_t) dy_t + conj(exp(a_{t+1})) g_{t+1}`` with the same scan (reversed),
+and forms every gradient from h, g and ``d a_t = conj(exp(a_t) h_{t-1}) g_t``.
 
-Work is done in blocks of (batches, channels of one group) sized so that the
-(batch, channels, dstate, L) temporaries stay cache-friendly and memory stays bounded;
-blocks are independent except for the sums that form dA, dB, dC, dD and ddelta_bias.
+Work is done in blocks of (batches, channels of one group). A block's (L, batch, channels,
+dstate) quantities live in a few buffers allocated once per call and reused by every block
+(fresh large allocations cost page faults comparable to the arithmetic on a CPU), time-major
+so that the scan's steps are contiguous slabs. Block sizes keep those buffers cache-sized on a
+CPU and, on other devices, as large as the memory rule allows (all buffers together at most
+the size of the inputs), since there every operation is a kernel launch.
 Inputs are validated by the caller (``_checks``); tensors may have any strides.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Tuple
 
@@ -28,8 +33,14 @@ from ._checks import compute_dtype
 
 Tensor = torch.Tensor
 
-# Target size (elements) of one block's (batch, channels, dstate, L) temporaries.
-BLOCK_ELEMENTS = 1 << 20
+# Elements per (L, batch, channels, dstate) buffer on a CPU: 2**20 (4 MiB in fp32) was the
+# fastest of 2**18 .. 2**23 in bench/cpu_scan.py on the 2-core CPU.
+CPU_BLOCK_ELEMENTS = 1 << 20
+# Elsewhere the cap is the memory rule; this bound only keeps a block's index space modest.
+MAX_BLOCK_ELEMENTS = 1 << 28
+# (batch, channels, L) temporaries a block holds at once (dt, dt*u, y, gates, gradients),
+# counted next to the buffers against the memory rule.
+BLOCK_TEMPORARIES = 12
 SOFTPLUS_THRESHOLD = 20.0
 
 
@@ -42,6 +53,8 @@ class _Problem:
     A: Tensor
     B: Tensor  # fixed (dim, n) or variable (batch, G, n, L), complex for complex A
     C: Tensor
+    Bt: Tensor  # fixed B, or variable B time-major and contiguous: (G, L, batch, n)
+    Ct: Tensor
     D: Optional[Tensor]
     z: Optional[Tensor]
     delta_bias: Optional[Tensor]
@@ -64,6 +77,19 @@ def _as_variable(t: Tensor, is_complex: bool) -> Tensor:
     return t
 
 
+def grad_as_given(grad: Tensor, given: Tensor) -> Tensor:
+    """A dB or dC from ``backward`` in the shape and dtype of the B or C the caller passed:
+    fixed (dim, n) as is; variable without the group axis when given 3-D, and as interleaved
+    real/imag pairs along time for complex A."""
+    if given.dim() == 2:
+        return grad.to(given.dtype)
+    if grad.is_complex():
+        grad = torch.view_as_real(grad).flatten(-2)
+    if given.dim() == 3:
+        grad = grad.squeeze(1)
+    return grad.to(given.dtype)
+
+
 def make_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, groups) -> _Problem:
     real = compute_dtype(u)
     cplx = (torch.complex128 if real == torch.float64 else torch.complex64) if A.is_complex() else real
@@ -71,38 +97,84 @@ def make_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, groups) ->
         B = _as_variable(B.to(real), A.is_complex())
     if C.dim() > 2:
         C = _as_variable(C.to(real), A.is_complex())
-    return _Problem(u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus), real, cplx, groups)
+    Bt, Ct = (t if t.dim() == 2 else t.permute(1, 3, 0, 2).contiguous() for t in (B, C))
+    return _Problem(u, delta, A, B, C, Bt, Ct, D, z, delta_bias, bool(delta_softplus), real, cplx, groups)
 
 
-def _blocks(p: _Problem) -> Iterator[Tuple[slice, slice, int]]:
-    """(batch slice, channel slice, group) blocks covering the problem."""
+def _nbytes(*ts: Optional[Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in ts if t is not None)
+
+
+def _block_limit(p: _Problem, buffers: int, reserved: int) -> int:
+    """Elements per buffer: ``buffers`` of them plus a block's (batch, channels, L)
+    temporaries fit in the inputs' size less ``reserved`` bytes (the call's other
+    allocations), so that everything extra stays well within twice the inputs."""
+    inputs = _nbytes(p.u, p.delta, p.A, p.B, p.C, p.D, p.z, p.delta_bias)
+    per_element = buffers * _itemsize(p.cplx) + BLOCK_TEMPORARIES * _itemsize(p.real) / p.A.shape[1]
+    limit = int((inputs - reserved) / per_element)
+    cap = CPU_BLOCK_ELEMENTS if p.u.device.type == "cpu" else MAX_BLOCK_ELEMENTS
+    return max(1, min(limit, cap))
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _blocks(p: _Problem, limit: int) -> Iterator[Tuple[slice, slice, int]]:
+    """(batch slice, channel slice, group) blocks of at most ``limit`` buffer elements (at least
+    one (batch, channel) row each), covering the problem; channel blocks of a group are even."""
     batch, dim, L = p.u.shape
-    n = p.A.shape[1]
+    per_row = p.A.shape[1] * L
     dpg = dim // p.groups
-    chans = max(1, BLOCK_ELEMENTS // (n * L))
-    if chans >= dpg:
-        nb = max(1, chans // dpg)
+    rows = max(1, limit // per_row)
+    if rows >= dpg:
+        nb = min(batch, rows // dpg)
         for b0 in range(0, batch, nb):
             for g in range(p.groups):
                 yield slice(b0, min(b0 + nb, batch)), slice(g * dpg, (g + 1) * dpg), g
-    else:
-        for b0 in range(batch):
-            for g in range(p.groups):
-                for d0 in range(g * dpg, (g + 1) * dpg, chans):
-                    yield slice(b0, b0 + 1), slice(d0, min(d0 + chans, (g + 1) * dpg)), g
+        return
+    pieces = -(-dpg // rows)
+    size = -(-dpg // pieces)
+    for b0 in range(batch):
+        for g in range(p.groups):
+            for d0 in range(g * dpg, (g + 1) * dpg, size):
+                yield slice(b0, b0 + 1), slice(d0, min(d0 + size, (g + 1) * dpg)), g
+
+
+class _Buffers:
+    """Flat work buffers reused by every block: ``take(i, shape)`` is a view of buffer i; one
+    spare time step at the end lets ``take(i, shape, 1)`` view it shifted by one step."""
+
+    def __init__(self, p: _Problem, count: int, limit: int):
+        L = p.u.shape[2]
+        largest = max(
+            (bs.stop - bs.start) * (ds.stop - ds.start) * p.A.shape[1] * L for bs, ds, _ in _blocks(p, limit)
+        )
+        size = largest + largest // L
+        self.flat = [torch.empty(size, dtype=p.cplx, device=p.u.device) for _ in range(count)]
+
+    def take(self, i: int, shape: Tuple[int, ...], shift: int = 0) -> Tensor:
+        step = math.prod(shape[1:])
+        return self.flat[i][shift * step : (shift + shape[0]) * step].view(shape)
+
+
+def _time_major(t: Tensor) -> Tensor:
+    """(batch, channels, L) -> an (L, batch, channels) view."""
+    return t.permute(2, 0, 1)
 
 
 def _bc_block(t: Tensor, bs: slice, ds: slice, g: int, dtype: torch.dtype) -> Tensor:
-    """B or C broadcastable to (batch, channels, n, L)."""
+    """B or C (``Bt``/``Ct``) broadcastable to the time-major (L, batch, channels, n)."""
     if t.dim() == 2:
-        return t[ds].to(dtype)[None, :, :, None]
-    return t[bs, g].to(dtype)[:, None]
+        return t[ds].to(dtype)
+    return t[g][:, bs].to(dtype).unsqueeze(2)
 
 
 class _Block:
-    """One block's recomputed quantities: dt, a = dt*A, the scan input x and the states h."""
+    """One block's dt, u, decays ``e = exp(dt A)`` (buffer 1) and states h (buffer 0), all
+    (L, batch, channels, dstate) for the buffers; B and C broadcast to that shape."""
 
-    def __init__(self, p: _Problem, bs: slice, ds: slice, g: int):
+    def __init__(self, p: _Problem, bs: slice, ds: slice, g: int, bufs: _Buffers):
         self.ds = ds
         self.u = p.u[bs, ds].to(p.real)
         pre = p.delta[bs, ds].to(p.real)
@@ -110,27 +182,32 @@ class _Block:
             pre = pre + p.delta_bias[ds].to(p.real)[:, None]
         self.pre = pre
         self.dt = F.softplus(pre, threshold=SOFTPLUS_THRESHOLD) if p.delta_softplus else pre
-        self.A = p.A[ds].to(p.cplx)
-        self.Bv = _bc_block(p.B, bs, ds, g, p.cplx)
-        self.Cv = _bc_block(p.C, bs, ds, g, p.cplx)
-        self.a = self.dt.unsqueeze(-2) * self.A.unsqueeze(-1)  # (b, d, n, L)
         self.dtu = self.dt * self.u
-        x = self.dtu.unsqueeze(-2) * self.Bv
-        shape = self.a.shape
-        self.h = chunked.scan(self.a.reshape(-1, shape[-1]), x.reshape(-1, shape[-1])).view(shape)
+        self.A = p.A[ds].to(p.cplx)
+        self.Bv = _bc_block(p.Bt, bs, ds, g, p.cplx)
+        self.Cv = _bc_block(p.Ct, bs, ds, g, p.cplx)
+        bb, dd, L = self.u.shape
+        self.shape = (L, bb, dd, p.A.shape[1])
+        self.e = bufs.take(1, self.shape)
+        torch.mul(_time_major(self.dt).unsqueeze(-1), self.A, out=self.e).exp_()
+        self.h = bufs.take(0, self.shape)
+        torch.mul(_time_major(self.dtu).unsqueeze(-1), self.Bv, out=self.h)
+        chunked.scan_(self.e, self.h)
 
-    def y(self, p: _Problem) -> Tensor:
-        """Un-gated output y + D u, (b, d, L) in the compute dtype."""
-        y = (self.h * self.Cv).sum(-2)
+    def y(self, p: _Problem, work: Tensor) -> Tensor:
+        """Un-gated output y + D u, (b, d, L) in the compute dtype; ``work`` is overwritten."""
+        y = _sum_n(torch.mul(self.h, self.Cv, out=work)).permute(1, 2, 0)
         y = 2 * y.real if p.is_complex else y
         if p.D is not None:
             y = y + p.D[self.ds].to(p.real)[:, None] * self.u
         return y
 
 
-def _iter_blocks(p: _Problem) -> Iterator[Tuple[slice, slice, int, _Block]]:
-    for bs, ds, g in _blocks(p):
-        yield bs, ds, g, _Block(p, bs, ds, g)
+def _sum_n(x: Tensor) -> Tensor:
+    """Sum over the last (state) dimension of a contiguous buffer view, as a matrix-vector
+    product: on a CPU several times faster than a reduction over a short inner dimension."""
+    n = x.shape[-1]
+    return (x.view(-1, n) @ x.new_ones(n)).view(x.shape[:-1])
 
 
 def forward(p: _Problem, return_last_state: bool) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
@@ -139,14 +216,39 @@ def forward(p: _Problem, return_last_state: bool) -> Tuple[Tensor, Optional[Tens
     out = torch.empty_like(p.delta)
     out_z = torch.empty_like(p.delta) if p.z is not None else None
     last = p.u.new_empty((batch, dim, p.A.shape[1]), dtype=p.cplx) if return_last_state else None
-    for bs, ds, _g, blk in _iter_blocks(p):
-        y = blk.y(p)
+    if p.u.numel() == 0:
+        return out, out_z, last
+    limit = _block_limit(p, 2, reserved=_nbytes(p.Bt, p.Ct, last))
+    bufs = _Buffers(p, 2, limit)
+    for bs, ds, g in _blocks(p, limit):
+        blk = _Block(p, bs, ds, g, bufs)
+        if last is not None:
+            last[bs, ds] = blk.h[-1]
+        y = blk.y(p, work=blk.e)  # the decays are no longer needed
         out[bs, ds] = y
         if out_z is not None:
             out_z[bs, ds] = y * F.silu(p.z[bs, ds].to(p.real))
-        if last is not None:
-            last[bs, ds] = blk.h[..., -1]
     return out, out_z, last
+
+
+def _add_bc_grad(acc: Tensor, grad: Tensor, bs: slice, ds: slice, g: int) -> None:
+    """Accumulate a block's dB or dC: fixed (channels, n) or time-major (L, batch, n)."""
+    if acc.dim() == 2:
+        acc[ds] += grad
+    else:
+        acc[g][:, bs] += grad
+
+
+def _from_time_major(t: Tensor) -> Tensor:
+    """A variable dB/dC (G, L, batch, n) back to (batch, G, n, L)."""
+    return t if t.dim() == 2 else t.permute(2, 0, 3, 1).contiguous()
+
+
+def _bc_grad(x: Tensor, w: Tensor, fixed: bool, work: Tensor) -> Tensor:
+    """``x * w`` for x (L, b, d, n) and w (L, b, d), summed over what B/C is shared across:
+    (d, n) for a fixed B/C, else (L, b, n). Through a work buffer (on a CPU much faster than
+    batches of tiny matrix products)."""
+    return torch.mul(x, w.unsqueeze(-1), out=work).sum((0, 1) if fixed else 2)
 
 
 def backward(
@@ -162,15 +264,21 @@ def backward(
     if p.z is not None and dz is None:
         dz = torch.empty_like(p.z)
     out_z = torch.empty_like(p.delta) if (recompute_out_z and p.z is not None) else None
-    dA = torch.zeros(dim, n, dtype=p.cplx, device=p.u.device)
-    dB = torch.zeros(p.B.shape, dtype=p.cplx, device=p.u.device)
-    dC = torch.zeros(p.C.shape, dtype=p.cplx, device=p.u.device)
-    dD = torch.zeros(dim, dtype=p.real, device=p.u.device) if p.D is not None else None
-    dbias = torch.zeros(dim, dtype=p.real, device=p.u.device) if p.delta_bias is not None else None
-    for bs, ds, g, blk in _iter_blocks(p):
+    zeros = functools.partial(torch.zeros, device=p.u.device)
+    dA = zeros(dim, n, dtype=p.cplx)
+    dB, dC = zeros(p.Bt.shape, dtype=p.cplx), zeros(p.Ct.shape, dtype=p.cplx)
+    dD = zeros(dim, dtype=p.real) if p.D is not None else None
+    dbias = zeros(dim, dtype=p.real) if p.delta_bias is not None else None
+    limit = _block_limit(p, 3, reserved=2 * _nbytes(p.Bt, p.Ct))  # B, C time-major and their grads
+    bufs = _Buffers(p, 3, limit) if p.u.numel() else None
+    cx = p.is_complex
+    conj = torch.conj if cx else (lambda t: t)
+    for bs, ds, g in _blocks(p, limit) if bufs else ():
+        blk = _Block(p, bs, ds, g, bufs)
+        h, e, work = blk.h, blk.e, bufs.take(2, blk.shape)
         dy = dout[bs, ds].to(p.real)
         if p.z is not None:
-            y = blk.y(p)
+            y = blk.y(p, work)
             zb = p.z[bs, ds].to(p.real)
             sig = torch.sigmoid(zb)
             silu = zb * sig
@@ -180,34 +288,28 @@ def backward(
             dy = dy * silu
         if dD is not None:
             dD[ds] += (dy * blk.u).sum((0, 2))
-        dyw = 2 * dy if p.is_complex else dy  # d/d(sum C h) of y = 2 Re(sum C h)
-        h = blk.h
-        # dC_t = conj(h_t) dy_t
-        dCt = h.conj() * dyw.unsqueeze(-2) if p.is_complex else h * dyw.unsqueeze(-2)
-        if p.C.dim() == 2:
-            dC[ds] += dCt.sum((0, 3))
-        else:
-            dC[bs, g] += dCt.sum(1)
-        q = blk.Cv.conj() * dyw.unsqueeze(-2) if p.is_complex else blk.Cv * dyw.unsqueeze(-2)
-        q = q.expand(h.shape)
-        gr = chunked.scan_reverse(blk.a.reshape(-1, L), q.reshape(-1, L)).view(h.shape)
-        # d a_t = conj(exp(a_t) h_{t-1}) g_t
-        h_prev = F.pad(h[..., :-1], (1, 0))
-        da = blk.a.exp() * h_prev
-        da = da.conj() * gr if p.is_complex else da * gr
-        dA[ds] += (da * blk.dt.unsqueeze(-2)).sum((0, 3))
-        # x_t = dt_t u_t B_t: dB_t = dt_t u_t g_t, and sum_n conj(B_t) g_t feeds du and ddt
-        dBt = gr * blk.dtu.unsqueeze(-2)
-        if p.B.dim() == 2:
-            dB[ds] += dBt.sum((0, 3))
-        else:
-            dB[bs, g] += dBt.sum(1)
-        Bg = (blk.Bv.conj() * gr).sum(-2) if p.is_complex else (blk.Bv * gr).sum(-2)
-        Ada = (
-            (blk.A.conj().unsqueeze(-1) * da).sum(-2) if p.is_complex else (blk.A.unsqueeze(-1) * da).sum(-2)
-        )
-        if p.is_complex:
+        dyw = _time_major(2 * dy if cx else dy)  # d/d(sum C h) of y = 2 Re(sum C h)
+        # dC_t = conj(h_t) dy_t, summed over what C is shared across
+        _add_bc_grad(dC, conj(_bc_grad(h, dyw, p.C.dim() == 2, work)), bs, ds, g)
+        # the adjoint g_t = conj(C_t) dy_t + conj(e_{t+1}) g_{t+1} (g_L = 0), in the work buffer
+        gr = torch.mul(conj(blk.Cv), dyw.unsqueeze(-1), out=work)
+        if cx:
+            e.conj_physical_()
+        e_next = bufs.take(1, blk.shape, shift=1)  # e_next[t] = e[t+1]; its last step is spare
+        e_next[-1].zero_()
+        chunked.scan_(e_next, gr, reverse=True)
+        # d a_t = conj(e_t h_{t-1}) g_t (h_{-1} = 0, times 0 as in the loop's autograd), in e
+        da = e.mul_(gr)
+        da[1:].mul_(conj(h[:-1]))
+        da[0].mul_(0)
+        dA[ds] += torch.mul(da, _time_major(blk.dt).unsqueeze(-1), out=h).sum((0, 1))
+        Ada = _sum_n(da.mul_(conj(blk.A)))
+        # x_t = dt_t u_t B_t: dB_t = dt_t u_t g_t; sum_n conj(B_t) g_t feeds du and ddt
+        _add_bc_grad(dB, _bc_grad(gr, _time_major(blk.dtu), p.B.dim() == 2, h), bs, ds, g)
+        Bg = _sum_n(torch.mul(gr, conj(blk.Bv), out=h))
+        if cx:
             Bg, Ada = Bg.real, Ada.real
+        Bg, Ada = Bg.permute(1, 2, 0), Ada.permute(1, 2, 0)
         du_b = blk.dt * Bg
         if p.D is not None:
             du_b = du_b + p.D[ds].to(p.real)[:, None] * dy
@@ -218,4 +320,4 @@ def backward(
         ddelta[bs, ds] = ddt
         if dbias is not None:
             dbias[ds] += ddt.sum((0, 2))
-    return [du, ddelta, dA, dB, dC, dD, dbias, dz, out_z]
+    return [du, ddelta, dA, _from_time_major(dB), _from_time_major(dC), dD, dbias, dz, out_z]
