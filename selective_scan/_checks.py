@@ -26,6 +26,14 @@ def require_tensor(name: str, t: object, optional: bool = False) -> None:
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
 
 
+def require_bool(name: str, value: object) -> bool:
+    """A flag must be a bool (numpy's bool too): a string such as "no" would otherwise be true."""
+    numpy_bool = type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")
+    if isinstance(value, bool) or numpy_bool:
+        return bool(value)
+    raise TypeError(f"{name} must be a bool (True or False), got {type(value).__name__} {value!r}")
+
+
 def require_shape(name: str, t: Tensor, shape: Sequence[int], what: str) -> None:
     if tuple(t.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)} ({what}), got {tuple(t.shape)}")

@@ -129,6 +129,7 @@ class MambaInnerFn(torch.autograd.Function):
         dt_rms_weight=None,
         b_c_dt_rms_eps=1e-6,
     ):
+        delta_softplus = _checks.require_bool("delta_softplus", delta_softplus)
         rms = {"b_rms_weight": b_rms_weight, "c_rms_weight": c_rms_weight, "dt_rms_weight": dt_rms_weight}
         _checks.check_mamba_inner(
             xz, conv1d_weight, x_proj_weight, delta_proj_weight, out_proj_weight, A, B, C, checkpoint_lvl, rms
@@ -166,7 +167,8 @@ class MambaInnerFn(torch.autograd.Function):
             conv1d_out, proj.delta, A, proj.B, proj.C, D, z, delta_bias, delta_softplus, groups
         )
         _, out_z, _ = pytorch_scan.forward(p, False)
-        ctx.delta_softplus = bool(delta_softplus)
+        ctx.delta_softplus = delta_softplus
+        ctx.groups = groups
         ctx.checkpoint_lvl = checkpoint_lvl
         ctx.eps = b_c_dt_rms_eps
         ctx.has_out_proj_bias = out_proj_bias is not None
@@ -247,7 +249,7 @@ class MambaInnerFn(torch.autograd.Function):
         dout_rows = dout.reshape(-1, dout.shape[-1])  # (b*L, d_model)
         dout_y = _unrows(dout_rows @ out_proj_weight.to(dout_rows.dtype), batch)
         p = pytorch_scan.make_problem(
-            conv1d_out, delta, A, proj.B, proj.C, D, z, delta_bias, ctx.delta_softplus, 1
+            conv1d_out, delta, A, proj.B, proj.C, D, z, delta_bias, ctx.delta_softplus, ctx.groups
         )
         # dz is written in place into its view of dxz
         dconv1d_out, ddelta, dA, dB, dC, dD, ddelta_bias, _, out_z = pytorch_scan.backward(
@@ -262,15 +264,15 @@ class MambaInnerFn(torch.autograd.Function):
             dx_dbl[:, dt_rank : dt_rank + d_state] += dpre
             dB_proj_bias = dpre.sum(0).to(ctx.proj_bias_dtypes[0]) if B_proj_bias is not None else None
             dB = None
-        else:
-            dB = dB.to(B.dtype)
+        else:  # a given B: back to its own shape (3-D without the group axis, or real pairs)
+            dB = pytorch_scan.grad_as_given(dB, B)
         if C is None:
             dpre = _through_norm(proj.C_pre, c_rms_weight, eps, _var_bc_rows(dC))
             dx_dbl[:, x_dbl.shape[1] - d_state :] += dpre
             dC_proj_bias = dpre.sum(0).to(ctx.proj_bias_dtypes[1]) if C_proj_bias is not None else None
             dC = None
         else:
-            dC = dC.to(C.dtype)
+            dC = pytorch_scan.grad_as_given(dC, C)
         ddelta_pre = _through_norm(proj.delta_pre, dt_rms_weight, eps, _rows(ddelta))  # (b*L, d_inner)
         ddelta_proj_weight = ddelta_pre.t() @ x_dbl[:, :dt_rank]
         dx_dbl[:, :dt_rank] += ddelta_pre @ delta_proj_weight
@@ -376,8 +378,9 @@ def mamba_inner_ref(
 ):
     """mamba_inner_fn from the public functions (no RMS norms, no checkpointing).
 
-    Like mamba_ssm's, it always applies the softplus: ``delta_softplus`` is accepted and ignored.
+    Like mamba_ssm's, it always applies the softplus: ``delta_softplus`` (a bool) is ignored.
     """
+    _checks.require_bool("delta_softplus", delta_softplus)
     batch = xz.shape[0]
     dt_rank = delta_proj_weight.shape[1]
     d_state = A.shape[-1] * (2 if A.is_complex() else 1)

@@ -81,7 +81,10 @@ def selective_scan_fn(
     with ``return_last_state`` also the state after the last step, (batch, dim, dstate) in
     float32/complex64 (float64/complex128 for float64 u). The last state is the true h for
     fixed B too (mamba_ssm's kernel returns h/B there) and gets no gradient.
+    ``delta_softplus`` and ``return_last_state`` must be bools.
     """
+    delta_softplus = _checks.require_bool("delta_softplus", delta_softplus)
+    return_last_state = _checks.require_bool("return_last_state", return_last_state)
     return SelectiveScanFn.apply(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
 
 
@@ -92,6 +95,8 @@ def selective_scan_ref(
 
     Runs in float32 (float64 when u or A is double precision) and returns u's dtype.
     """
+    delta_softplus = _checks.require_bool("delta_softplus", delta_softplus)
+    return_last_state = _checks.require_bool("return_last_state", return_last_state)
     groups = _checks.check_selective_scan(u, delta, A, B, C, D, z, delta_bias, reference=True)
     wide = u.dtype == torch.float64 or A.dtype in (torch.float64, torch.complex128)
     real = torch.float64 if wide else torch.float32

@@ -128,3 +128,30 @@ def test_error(fn, label, change, exc, match):
 def test_valid_base_runs():
     out = selective_scan_fn(**base())
     assert out.shape == (2, 4, 7)
+
+
+@pytest.mark.parametrize("fn", [selective_scan_fn, selective_scan_ref], ids=["fn", "ref"])
+@pytest.mark.parametrize("flag", ["delta_softplus", "return_last_state"])
+@pytest.mark.parametrize("value", ["no", 0, 1.0, None, torch.tensor(True)], ids=repr)
+def test_flags_must_be_bools(fn, flag, value):
+    # "no" would otherwise be taken as True
+    rule = rf"{flag} must be a bool \(True or False\), got {type(value).__name__}"
+    with pytest.raises(TypeError, match=rule):
+        fn(**base(), **{flag: value})
+
+
+@pytest.mark.parametrize("fn", [selective_scan_fn, selective_scan_ref], ids=["fn", "ref"])
+def test_numpy_bools_are_bools(fn):
+    np = pytest.importorskip("numpy")
+    kwargs = base()
+    out, last = fn(**kwargs, delta_softplus=np.bool_(True), return_last_state=np.bool_(True))
+    want, want_last = fn(**kwargs, delta_softplus=True, return_last_state=True)
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(last, want_last)
+
+
+@pytest.mark.parametrize("fn", [selective_scan_fn, selective_scan_ref], ids=["fn", "ref"])
+def test_dim_zero_gives_empty_results(fn):
+    kwargs = base(dim=0)
+    out, last = fn(**kwargs, delta_softplus=True, return_last_state=True)
+    assert out.shape == (2, 0, 7) and last.shape == (2, 0, 3)

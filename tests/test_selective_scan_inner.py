@@ -272,3 +272,34 @@ def test_invalid_arguments():
         mamba_inner_fn(inputs[0][:, :-1], *inputs[1:])
     with pytest.raises(ValueError, match="dt_rms_weight"):
         mamba_inner_fn(*inputs, dt_rms_weight=torch.ones(3, dtype=F64))
+
+
+@pytest.mark.parametrize(
+    "given,groups,complex_a",
+    [("B", 1, False), ("C", 1, False), ("BC", 1, False), ("BC", 2, False), ("BC", 1, True)],
+    ids=["B-3d", "C-3d", "BC-3d", "BC-4d-2-groups", "BC-3d-complex"],
+)
+def test_given_variable_b_c_get_gradients_in_their_own_shape(given, groups, complex_a):
+    # a given (batch, [ngroups,] dstate, L) B or C: forward and backward, gradients shaped like it
+    inputs = make(complex_a=complex_a, seed=12)
+    g = torch.Generator().manual_seed(13)
+    batch, L = inputs[0].shape[0], inputs[0].shape[2]
+    n, rank = inputs[7].shape[1], inputs[4].shape[1]
+    ds = n * (2 if complex_a else 1)
+    shape = (batch, n, 2 * L if complex_a else L) if groups == 1 else (batch, groups, n, L)
+    inputs[3] = inputs[3][: rank + ds * (2 - len(given))]  # x_proj rows: dt, then the B/C not given
+    if given == "C":  # the x_proj rows after dt are B's
+        inputs[3] = torch.cat([inputs[3][:rank], inputs[3][rank : rank + ds]])
+    for name in given:
+        inputs[ARG_NAMES.index(name)] = torch.randn(shape, generator=g, dtype=F64)
+        inputs[ARG_NAMES.index(f"{name}_proj_bias")] = None
+    grads = compare(inputs, 1e-9)
+    for name in given:
+        assert grads[ARG_NAMES.index(name)].shape == shape
+
+
+@pytest.mark.parametrize("fn", [mamba_inner_fn, mamba_inner_ref], ids=["fn", "ref"])
+@pytest.mark.parametrize("flag", ["no", 1, None])
+def test_delta_softplus_must_be_a_bool(fn, flag):
+    with pytest.raises(TypeError, match=f"delta_softplus must be a bool .*got {type(flag).__name__}"):
+        fn(*make(seed=14), delta_softplus=flag)
