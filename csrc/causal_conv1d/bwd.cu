@@ -13,11 +13,19 @@ namespace mamba_kernels {
 namespace causal_conv1d {
 namespace {
 
+using Policy = BwdPolicy;
+
+// Channel-first (stride(2) == 1): the tile scheme of fwd_channel_first with kTilesCF tiles per
+// warp. Pass 1 computes dpre and the dweight / dbias partials, pass 2 dx, whose right halo
+// (dpre of the next W-1 positions) comes from the right neighbour, the next tile, or past the
+// segment from a few positions recomputed ahead.
 template <typename T, int W, bool kSeq>
-__global__ void __launch_bounds__(kThreads, 4) bwd_channel_first(const ConvParams p) {
+__global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCF) bwd_channel_first(const ConvParams p) {
   constexpr int kN = kVec16<T>;
+  constexpr int kTilesCF = Policy::kTilesCF;
+  constexpr int kWarps = Policy::kWarps;
   constexpr int kTile = 32 * kN;
-  constexpr int kSeg = kTilesBwdCF * kTile;
+  constexpr int kSeg = kTilesCF * kTile;
   static_assert(kN >= W - 1, "a lane's vector must cover its neighbour's halo");
   const int lane = threadIdx.x & 31;
   const int64_t nseg = (p.seqlen + kSeg - 1) / kSeg;
@@ -32,9 +40,9 @@ __global__ void __launch_bounds__(kThreads, 4) bwd_channel_first(const ConvParam
     const T* gr = static_cast<const T*>(p.dout) + b * p.dout_s.b + c * p.dout_s.c;
     T* dxr = static_cast<T*>(p.dx) + b * p.dx_s.b + c * p.dx_s.c;
 
-    Pack<T, kN> xv[kTilesBwdCF], gv[kTilesBwdCF];
+    Pack<T, kN> xv[kTilesCF], gv[kTilesCF];
 #pragma unroll
-    for (int j = 0; j < kTilesBwdCF; ++j) {
+    for (int j = 0; j < kTilesCF; ++j) {
       const int64_t t = t0 + j * kTile + lane * kN;
       if (p.vec_in && t + kN <= p.seqlen) {
         load_pack(xv[j], xr + t);
@@ -69,24 +77,17 @@ __global__ void __launch_bounds__(kThreads, 4) bwd_channel_first(const ConvParam
     if (ahead_live) ag = to_float(gr[apos * p.dout_s.l]);
 
     // Pass 1: dpre at the warp's own positions, and the dweight / dbias partial sums.
-    float dp[kTilesBwdCF][kN];
+    float dp[kTilesCF][kN];
     float dw[W], db = 0.0f;
 #pragma unroll
     for (int k = 0; k < W; ++k) dw[k] = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kTilesBwdCF; ++j) {
+    for (int j = 0; j < kTilesCF; ++j) {
       const int64_t t = t0 + j * kTile + lane * kN;
       float xe[W - 1 + kN];
 #pragma unroll
       for (int i = 0; i < kN; ++i) xe[W - 1 + i] = to_float(xv[j].e[i]);
-#pragma unroll
-      for (int i = 0; i < W - 1; ++i) {
-        const float up = __shfl_up_sync(kFullMask, xe[kN + i], 1);
-        const float left =
-            j == 0 ? halo[i]
-                   : __shfl_sync(kFullMask, to_float(xv[j > 0 ? j - 1 : 0].e[kN - (W - 1) + i]), 31);
-        xe[i] = lane == 0 ? left : up;
-      }
+      halo_from_left_tiles(xe, halo, xv[j > 0 ? j - 1 : 0], j == 0, lane);
       int se[W - 1 + kN];
 #pragma unroll
       for (int q = 0; q < W - 1 + kN; ++q) {
@@ -128,19 +129,13 @@ __global__ void __launch_bounds__(kThreads, 4) bwd_channel_first(const ConvParam
 
     // Pass 2: dx.
 #pragma unroll
-    for (int j = 0; j < kTilesBwdCF; ++j) {
+    for (int j = 0; j < kTilesCF; ++j) {
       const int64_t t = t0 + j * kTile + lane * kN;
       float de[kN + W - 1];  // dpre at t .. t + kN + W - 2
 #pragma unroll
       for (int i = 0; i < kN; ++i) de[i] = dp[j][i];
-#pragma unroll
-      for (int i = 0; i < W - 1; ++i) {
-        const float down = __shfl_down_sync(kFullMask, dp[j][i], 1);
-        const float right = j == kTilesBwdCF - 1
-                                ? __shfl_sync(kFullMask, ahead, i)
-                                : __shfl_sync(kFullMask, dp[j + 1 < kTilesBwdCF ? j + 1 : j][i], 0);
-        de[kN + i] = lane == 31 ? right : down;
-      }
+      // Lane 31 takes the next tile's lane 0, or after the last tile the ahead values.
+      halo_from_right_tiles<W - 1>(de, dp[j], dp[j + 1 < kTilesCF ? j + 1 : j], ahead, j == kTilesCF - 1, lane);
       int se[kN + W - 1];  // seq_idx at t .. t + kN + W - 2
 #pragma unroll
       for (int q = 0; q < kN + W - 1; ++q) {
@@ -192,25 +187,7 @@ __global__ void __launch_bounds__(kThreads, 4) bwd_channel_first(const ConvParam
       }
     }
 
-    // dweight / dbias: butterfly sum over the warp (a fixed order), then one write per warp.
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-#pragma unroll
-      for (int k = 0; k < W; ++k) dw[k] += __shfl_xor_sync(kFullMask, dw[k], off);
-      db += __shfl_xor_sync(kFullMask, db, off);
-    }
-    if (lane == 0) {
-      if (p.deterministic) {
-        float* ws = p.workspace + ((b * nseg + seg) * p.dim + c) * (W + 1);
-#pragma unroll
-        for (int k = 0; k < W; ++k) ws[k] = dw[k];
-        ws[W] = db;
-      } else {
-#pragma unroll
-        for (int k = 0; k < W; ++k) atomicAdd(p.dweight + c * W + k, dw[k]);
-        if (p.dbias != nullptr) atomicAdd(p.dbias + c, db);
-      }
-    }
+    warp_flush_dweight(p, dw, db, lane, c, b, nseg, seg);
   }
 }
 
@@ -233,11 +210,7 @@ __device__ __forceinline__ void lean_cf_dx(T* dxr, int t, bool store, int lane, 
   float de[kN + W - 1];  // dpre at t .. t + kN + W - 2
 #pragma unroll
   for (int i = 0; i < kN; ++i) de[i] = dpv[i];
-#pragma unroll
-  for (int i = 0; i < W - 1; ++i) {
-    const float down = __shfl_down_sync(kFullMask, dpv[i], 1);
-    de[kN + i] = lane == 31 ? right[i] : down;
-  }
+  halo_from_right(de, right, lane);
   float o[kN];
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
@@ -256,11 +229,13 @@ __device__ __forceinline__ void lean_cf_dx(T* dxr, int t, bool store, int lane, 
 // chunk_tiles tiles (32 lanes x kN positions) of one row, tile by tile: dpre of tile j, then
 // dx of tile j-1 (which needs dpre of tile j's first W-1 positions); the row setup, the warp
 // reduction and the atomics are paid once per chunk. Lanes past the end load zeros, so their
-// dpre is 0 without per-element bounds checks. Deterministic mode runs chunks of kTilesBwdCF
+// dpre is 0 without per-element bounds checks. Deterministic mode runs chunks of kTilesCF
 // tiles: one workspace row per bwd_channel_first segment, in the same layout.
 template <typename T, int W, bool kSilu>
-__global__ void __launch_bounds__(kThreads, 6) bwd_channel_first_lean(const ConvParams p, const int chunk_tiles) {
+__global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCFLean)
+    bwd_channel_first_lean(const ConvParams p, const int chunk_tiles) {
   constexpr int kN = kVec16<T>;
+  constexpr int kWarps = Policy::kWarps;
   constexpr int kTile = 32 * kN;
   static_assert(kN >= W - 1, "a lane's vector must cover its neighbour's halo");
   const int lane = threadIdx.x & 31;
@@ -310,13 +285,7 @@ __global__ void __launch_bounds__(kThreads, 6) bwd_channel_first_lean(const Conv
       float xe[W - 1 + kN];  // x at t - (W-1) .. t + kN - 1
 #pragma unroll
       for (int i = 0; i < kN; ++i) xe[W - 1 + i] = to_float(xv.e[i]);
-#pragma unroll
-      for (int i = 0; i < W - 1; ++i) {
-        const float up = __shfl_up_sync(kFullMask, xe[kN + i], 1);
-        const float last = __shfl_sync(kFullMask, xe[kN + i], 31);
-        xe[i] = lane == 0 ? carry[i] : up;
-        carry[i] = last;
-      }
+      halo_from_left_carry(xe, carry, lane);
       float dcur[kN];
 #pragma unroll
       for (int i = 0; i < kN; ++i) {
@@ -336,8 +305,7 @@ __global__ void __launch_bounds__(kThreads, 6) bwd_channel_first_lean(const Conv
           // dead before the rest of dcur is live. Tile j-1 lies in range; for j == 0 it is
           // the previous chunk's (not ours to write; dprev is zero then).
           float right[W - 1];
-#pragma unroll
-          for (int q = 0; q < W - 1; ++q) right[q] = __shfl_sync(kFullMask, dcur[q], 0);
+          halo_first_lane(dcur, right);
           lean_cf_dx<T, W, kN>(dxr, t - kTile, j > 0, lane, w, dprev, right);
         }
       }
@@ -357,42 +325,27 @@ __global__ void __launch_bounds__(kThreads, 6) bwd_channel_first_lean(const Conv
     }
     {
       float right[W - 1];
-#pragma unroll
-      for (int i = 0; i < W - 1; ++i) right[i] = __shfl_sync(kFullMask, ahead, i);
+      halo_gather(ahead, right);
       const int t = tend - kTile + lane * kN;
       lean_cf_dx<T, W, kN>(dxr, t, t < L, lane, w, dprev, right);
     }
 
-    // dweight / dbias: butterfly sum over the warp (a fixed order), then one write per warp.
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-#pragma unroll
-      for (int k = 0; k < W; ++k) dw[k] += __shfl_xor_sync(kFullMask, dw[k], off);
-      db += __shfl_xor_sync(kFullMask, db, off);
-    }
-    if (lane == 0) {
-      if (p.deterministic) {  // chunk_tiles == kTilesBwdCF: chunk ch is segment ch
-        float* ws = p.workspace + ((b * nchunk + ch) * p.dim + c) * (W + 1);
-#pragma unroll
-        for (int k = 0; k < W; ++k) ws[k] = dw[k];
-        ws[W] = db;
-      } else {
-#pragma unroll
-        for (int k = 0; k < W; ++k) atomicAdd(p.dweight + c * W + k, dw[k]);
-        if (p.dbias != nullptr) atomicAdd(p.dbias + c, db);
-      }
-    }
+    // Deterministic mode: chunk_tiles == kTilesCF, so chunk ch is bwd_channel_first's segment ch.
+    warp_flush_dweight(p, dw, db, lane, c, b, nchunk, ch);
   }
 }
 
-// Channel-last: a lane owns kVecClBwd channels and walks its segment with sliding windows of
+// Channel-last: a lane owns kVecCL channels and walks its segment with sliding windows of
 // the last W inputs, seq ids and dpre values, running W-1 steps past the segment end so that
 // every dx of the segment sees all of its dpre terms. The block's 4 warps (4 consecutive
 // segments of the same channels) sum their dweight partials through shared memory.
 template <typename T, int W, bool kSeq>
-__global__ void __launch_bounds__(kThreads, 2) bwd_channel_last(const ConvParams p, const int64_t seg_len) {
-  constexpr int kN = kVecClBwd;
-  constexpr int kU = 4;
+__global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCL)
+    bwd_channel_last(const ConvParams p, const int64_t seg_len) {
+  constexpr int kN = Policy::kVecCL;
+  constexpr int kU = Policy::kUnrollCL;
+  constexpr int kThreads = Policy::kThreads;
+  constexpr int kWarps = Policy::kWarps;
   __shared__ float red[kWarps][W + 1][32 * kN];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -571,52 +524,26 @@ __global__ void __launch_bounds__(kThreads, 2) bwd_channel_last(const ConvParams
         }
       }
     }
-    // Block sum of the 4 warps' partials in a fixed order.
-#pragma unroll
-    for (int i = 0; i < kN; ++i) {
-#pragma unroll
-      for (int k = 0; k < W; ++k) red[warp][k][lane * kN + i] = dw[k][i];
-      red[warp][W][lane * kN + i] = db[i];
-    }
-    __syncthreads();
-    const int64_t cbase = cg * 32 * kN;
-    for (int e = threadIdx.x; e < (W + 1) * 32 * kN; e += kThreads) {
-      const int k = e / (32 * kN);
-      const int ci = e % (32 * kN);
-      const int64_t c = cbase + ci;
-      if (c < p.dim) {
-        float v = red[0][k][ci];
-#pragma unroll
-        for (int r = 1; r < kWarps; ++r) v += red[r][k][ci];
-        if (p.deterministic) {
-          p.workspace[((b * ntb + tb) * p.dim + c) * (W + 1) + k] = v;
-        } else if (k < W) {
-          atomicAdd(p.dweight + c * W + k, v);
-        } else if (p.dbias != nullptr) {
-          atomicAdd(p.dbias + c, v);
-        }
-      }
-    }
-    __syncthreads();
+    block_flush_dweight<W, kN, kWarps, kThreads>(p, red, dw, db, warp, lane, cg * 32 * kN, p.dim, b, ntb, tb);
   }
 }
 
 // Lean channel-last backward for the common case (the launcher checks cl_lean_ok): no
-// seq_idx, no states, vector loads and stores only, dim a multiple of kClLeanN, 32-bit
-// positions and time strides. A lane owns kClLeanN adjacent channels (few enough that the
+// seq_idx, no states, vector loads and stores only, dim a multiple of kVecCLLean, 32-bit
+// positions and time strides. A lane owns kVecCLLean adjacent channels (few enough that the
 // weights, dweight sums and the windows of the last W-1 inputs and dpre values stay in
-// registers) and walks its warp's time segment: in blocks of kClLeanU steps with loads issued
+// registers) and walks its warp's time segment: in blocks of kUnrollCLLean steps with loads issued
 // first and no bounds checks while the block lies inside the segment, then one step at a
 // time up to W-1 steps past the segment end (dpre there completes the segment's last dx, but
 // is not the segment's to add to dweight). Blocks, segments, the fixed-order block sum and
 // the deterministic workspace rows are those of bwd_channel_last (the same seg_len).
-constexpr int kClLeanN = 2;
-constexpr int kClLeanU = 4;
-
 template <typename T, int W, bool kSilu>
-__global__ void __launch_bounds__(kThreads, 6) bwd_channel_last_lean(const ConvParams p, const int seg_len) {
-  constexpr int kN = kClLeanN;
-  constexpr int kU = kClLeanU;
+__global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCLLean)
+    bwd_channel_last_lean(const ConvParams p, const int seg_len) {
+  constexpr int kN = Policy::kVecCLLean;
+  constexpr int kU = Policy::kUnrollCLLean;
+  constexpr int kThreads = Policy::kThreads;
+  constexpr int kWarps = Policy::kWarps;
   __shared__ float red[kWarps][W + 1][32 * kN];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -789,33 +716,7 @@ __global__ void __launch_bounds__(kThreads, 6) bwd_channel_last_lean(const ConvP
         dp += sd;
       }
     }
-    // Block sum of the 4 warps' partials in a fixed order.
-#pragma unroll
-    for (int i = 0; i < kN; ++i) {
-#pragma unroll
-      for (int k = 0; k < W; ++k) red[warp][k][lane * kN + i] = dw[k][i];
-      red[warp][W][lane * kN + i] = db[i];
-    }
-    __syncthreads();
-    const int cbase = cg * 32 * kN;
-    for (int e = threadIdx.x; e < (W + 1) * 32 * kN; e += kThreads) {
-      const int k = e / (32 * kN);
-      const int ci = e % (32 * kN);
-      const int c = cbase + ci;
-      if (c < dim) {
-        float v = red[0][k][ci];
-#pragma unroll
-        for (int r = 1; r < kWarps; ++r) v += red[r][k][ci];
-        if (p.deterministic) {
-          p.workspace[((b * ntb + tb) * p.dim + c) * (W + 1) + k] = v;
-        } else if (k < W) {
-          atomicAdd(p.dweight + int64_t(c) * W + k, v);
-        } else if (p.dbias != nullptr) {
-          atomicAdd(p.dbias + c, v);
-        }
-      }
-    }
-    __syncthreads();
+    block_flush_dweight<W, kN, kWarps, kThreads>(p, red, dw, db, warp, lane, cg * 32 * kN, dim, b, ntb, tb);
   }
 }
 
@@ -826,12 +727,13 @@ __global__ void reduce_partials(const float* ws, int64_t n_partials, int64_t dim
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
     float acc = 0.0f;
     int64_t r = 0;
-    for (; r + 8 <= n_partials; r += 8) {  // 8 independent loads in flight, summed in order
-      float v[8];
+    constexpr int kLoads = Policy::kReduceLoads;
+    for (; r + kLoads <= n_partials; r += kLoads) {  // kLoads independent loads in flight, summed in order
+      float v[kLoads];
 #pragma unroll
-      for (int u = 0; u < 8; ++u) v[u] = ws[(r + u) * n + e];
+      for (int u = 0; u < kLoads; ++u) v[u] = ws[(r + u) * n + e];
 #pragma unroll
-      for (int u = 0; u < 8; ++u) acc += v[u];
+      for (int u = 0; u < kLoads; ++u) acc += v[u];
     }
     for (; r < n_partials; ++r) acc += ws[r * n + e];
     const int64_t c = e / (width + 1);
@@ -849,7 +751,7 @@ unsigned grid_size(int64_t blocks) {
 }
 
 int64_t cf_segments(const ConvParams& p) {
-  const int64_t seg = int64_t(kTilesBwdCF) * 32 * (16 / dtype_size(p.dtype));
+  const int64_t seg = int64_t(Policy::kTilesCF) * 32 * (16 / dtype_size(p.dtype));
   return (p.seqlen + seg - 1) / seg;
 }
 
@@ -859,34 +761,38 @@ bool cf_lean_ok(const ConvParams& p, int vec) {
          p.dinitial_states == nullptr && p.vec_in && p.vec_out && p.seqlen % vec == 0 && p.seqlen <= INT_MAX / 2;
 }
 
-// Tiles per warp of the lean channel-first kernel: kTilesBwdCF in deterministic mode (its
-// chunks are then the workspace's segments), else up to 16 (fewer per-warp overheads: halo,
-// weights, warp reduction, atomics) while that still leaves about four waves of warps.
+// Tiles per warp of the lean channel-first kernel: kTilesCF in deterministic mode (its
+// chunks are then the workspace's segments), else up to kMaxTilesCFLean (fewer per-warp
+// overheads: halo, weights, warp reduction, atomics) while that still leaves about four waves
+// of warps.
 int cf_lean_chunk_tiles(const ConvParams& p, int tile) {
-  if (p.deterministic) return kTilesBwdCF;
+  if (p.deterministic) return Policy::kTilesCF;
   const int64_t row_tiles = (p.seqlen + tile - 1) / tile;
-  const int64_t target_warps = int64_t(num_sms_current_device()) * 32 * 4;
-  int tiles = 16;
-  while (tiles > kTilesBwdCF && p.batch * p.dim * ((row_tiles + tiles - 1) / tiles) < target_warps) tiles /= 2;
+  const int64_t target_warps = int64_t(num_sms_current_device()) * Policy::kCFLeanWarpsPerSm;
+  int tiles = Policy::kMaxTilesCFLean;
+  while (tiles > Policy::kTilesCF && p.batch * p.dim * ((row_tiles + tiles - 1) / tiles) < target_warps) tiles /= 2;
   return tiles;
 }
 
 // The lean channel-last kernel's preconditions (see bwd_channel_last_lean); strides bounded so
-// that kClLeanU steps of any of them fit 32-bit offsets.
+// that kUnrollCLLean steps of any of them fit 32-bit offsets.
 bool cl_lean_ok(const ConvParams& p) {
-  constexpr int64_t kMaxStride = INT_MAX / (4 * kClLeanU);
+  constexpr int64_t kMaxStride = INT_MAX / (4 * Policy::kUnrollCLLean);
   const auto stride_ok = [](int64_t s) { return s >= 0 && s <= kMaxStride; };
   return p.channel_last && p.seq_idx == nullptr && p.initial_states == nullptr && p.dfinal_states == nullptr &&
-         p.dinitial_states == nullptr && p.vec_in && p.vec_out && p.dim % kClLeanN == 0 &&
+         p.dinitial_states == nullptr && p.vec_in && p.vec_out && p.dim % Policy::kVecCLLean == 0 &&
          p.seqlen <= INT_MAX / 2 && p.dim <= INT_MAX / 2 && stride_ok(p.x_s.l) && stride_ok(p.dout_s.l) &&
          stride_ok(p.dx_s.l);
 }
 
 template <typename T, int W>
 cudaError_t bwd_launch(const ConvParams& p, cudaStream_t stream) {
+  constexpr int kThreads = Policy::kThreads;
+  constexpr int kWarps = Policy::kWarps;
   if (cl_lean_ok(p)) {
-    const int64_t seg_len = cl_seg_len(p, kVecClBwd);  // bwd_channel_last's: the same partial rows
-    const int64_t ncg = (p.dim + 32 * kClLeanN - 1) / (32 * kClLeanN);
+    constexpr int kN = Policy::kVecCLLean;
+    const int64_t seg_len = cl_seg_len(p, Policy::kVecCL);  // bwd_channel_last's: the same partial rows
+    const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
     const int64_t nseg = (p.seqlen + seg_len - 1) / seg_len;
     const int64_t blocks = p.batch * ((nseg + kWarps - 1) / kWarps) * ncg;
     if (p.silu) {
@@ -906,7 +812,7 @@ cudaError_t bwd_launch(const ConvParams& p, cudaStream_t stream) {
       bwd_channel_first_lean<T, W, false><<<grid, kThreads, 0, stream>>>(p, tiles);
     }
   } else if (p.channel_last) {
-    constexpr int kN = kVecClBwd;
+    constexpr int kN = Policy::kVecCL;
     const int64_t seg_len = cl_seg_len(p, kN);
     const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
     const int64_t nseg = (p.seqlen + seg_len - 1) / seg_len;
@@ -928,8 +834,9 @@ cudaError_t bwd_launch(const ConvParams& p, cudaStream_t stream) {
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || !p.deterministic) return err;
   const int64_t n = p.dim * (W + 1);
-  reduce_partials<<<grid_size((n + 255) / 256), 256, 0, stream>>>(p.workspace, bwd_num_partials(p), p.dim, W,
-                                                                  p.dweight, p.dbias);
+  constexpr int kRed = Policy::kReduceThreads;
+  reduce_partials<<<grid_size((n + kRed - 1) / kRed), kRed, 0, stream>>>(p.workspace, bwd_num_partials(p), p.dim, W,
+                                                                        p.dweight, p.dbias);
   return cudaGetLastError();
 }
 
@@ -937,8 +844,8 @@ cudaError_t bwd_launch(const ConvParams& p, cudaStream_t stream) {
 
 int64_t bwd_num_partials(const ConvParams& p) {
   if (!p.channel_last) return p.batch * cf_segments(p);
-  const int64_t nseg = (p.seqlen + cl_seg_len(p, kVecClBwd) - 1) / cl_seg_len(p, kVecClBwd);
-  return p.batch * ((nseg + kWarps - 1) / kWarps);
+  const int64_t nseg = (p.seqlen + cl_seg_len(p, Policy::kVecCL) - 1) / cl_seg_len(p, Policy::kVecCL);
+  return p.batch * ((nseg + Policy::kWarps - 1) / Policy::kWarps);
 }
 
 cudaError_t launch_bwd(const ConvParams& p, cudaStream_t stream) {

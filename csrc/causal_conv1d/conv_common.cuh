@@ -1,22 +1,77 @@
-// Device-side pieces shared by the forward and backward kernels.
+// Device-side pieces shared by the causal_conv1d kernels, and their tuning policies.
 #pragma once
 
 #include "causal_conv1d.h"
 #include "device_utils.cuh"
+#include "halo.cuh"
 
 namespace mamba_kernels {
 namespace causal_conv1d {
 
-constexpr int kThreads = 128;  // 4 independent warps per block
-constexpr int kWarps = kThreads / 32;
+// Tuning constants, one policy per kernel family: every kernel and launcher reads its block
+// size, items per thread, tile and chunk sizes from here. Compile-time switches are only what
+// changes an inner loop (dtype, width, seq_idx masks, the backward's silu', the update's state
+// window); see docs/KERNELS.md.
+struct FwdPolicy {
+  static constexpr int kThreads = 128;  // 4 independent warps per block
+  static constexpr int kWarps = kThreads / 32;
+  // fwd_channel_first(_lean): a warp owns kTilesCF consecutive tiles of 32 lanes x kVec16 positions.
+  static constexpr int kTilesCF = 4;
+  // fwd_channel_last: time steps loaded before their first use (16-32 KB in flight per warp).
+  template <typename T>
+  static constexpr int kUnrollCL = sizeof(T) == 4 ? 8 : 4;
+  // fwd_channel_last_tile: tiles of kTileL time steps x kTileC channels, 128-byte rows for every
+  // dtype (so shared memory and registers, hence occupancy, do not depend on it).
+  static constexpr int kTileL = 64;
+  template <typename T>
+  static constexpr int kTileC = 128 / int(sizeof(T));
+  // Channel-last segments (cl_seg_len; the channel-last backward uses the same): from kSegMaxCL
+  // time steps per warp, halved down to kSegMinCL while fewer than kSegWarpsPerSm warps per SM.
+  static constexpr int kSegMaxCL = 256;
+  static constexpr int kSegMinCL = 32;
+  static constexpr int kSegWarpsPerSm = 32;
+  // __launch_bounds__ minimum resident blocks per SM (each caps the registers per thread).
+  static constexpr int kMinBlocksCF = 6;
+  static constexpr int kMinBlocksCFLean = 8;
+  static constexpr int kMinBlocksCL = 3;
+};
 
-// Elements per vector access: 16 bytes (kVec16, vec_io.cuh), except the channel-last backward,
-// which keeps 4 channels per lane to bound its register use (it holds 3 sliding windows per channel).
-constexpr int kVecClBwd = 4;
+struct BwdPolicy {
+  static constexpr int kThreads = 128;
+  static constexpr int kWarps = kThreads / 32;
+  // bwd_channel_first: tiles per warp segment (it holds x, dout and dpre: fewer tiles, more
+  // warps than the forward); also the lean kernel's chunk in deterministic mode, so that both
+  // write the same workspace rows.
+  static constexpr int kTilesCF = 2;
+  // bwd_channel_first_lean: up to kMaxTilesCFLean tiles per warp, halved while that leaves
+  // fewer than kCFLeanWarpsPerSm warps per SM (about four waves).
+  static constexpr int kMaxTilesCFLean = 16;
+  static constexpr int kCFLeanWarpsPerSm = 32 * 4;
+  // bwd_channel_last: channels per lane (it holds 3 sliding windows per channel, so fewer than
+  // a 16-byte vector's worth to bound registers) and time steps per load block.
+  static constexpr int kVecCL = 4;
+  static constexpr int kUnrollCL = 4;
+  // bwd_channel_last_lean: the same, leaner.
+  static constexpr int kVecCLLean = 2;
+  static constexpr int kUnrollCLLean = 4;
+  // reduce_partials (deterministic mode): block size, partial rows loaded before they are added.
+  static constexpr int kReduceThreads = 256;
+  static constexpr int kReduceLoads = 8;
+  // __launch_bounds__ minimum resident blocks per SM.
+  static constexpr int kMinBlocksCF = 4;
+  static constexpr int kMinBlocksCFLean = 6;
+  static constexpr int kMinBlocksCL = 2;
+  static constexpr int kMinBlocksCLLean = 6;
+};
 
-// Channel-first kernels: a warp owns kTilesCF consecutive tiles of 32 lanes x kN positions.
-constexpr int kTilesCF = 4;
-constexpr int kTilesBwdCF = 2;  // the backward holds x, dout and dpre: fewer tiles, more warps
+struct UpdatePolicy {
+  static constexpr int kThreads = 128;  // one channel per thread
+  // update_kernel: state rows up to this long are read once into registers.
+  static constexpr int kMaxRegState = 8;
+  // update_shift_kernel: batch rows per thread (the weights are loaded once for them).
+  static constexpr int kRows = 2;
+  static constexpr int kMinBlocksShift = 12;
+};
 
 // item -> (segment, channel, batch) of a channel-first warp; 32-bit division when it fits
 // (64-bit division is a long instruction sequence on the GPU).
@@ -55,8 +110,66 @@ __device__ __forceinline__ int seq_at(const ConvParams& p, int64_t b, int64_t po
   return pos >= 0 ? row[pos * p.seq_s_l] : row[0];
 }
 
-// Channel-last segment length (time steps per warp): the largest power of two from 256 down
-// to 16 that still yields enough warps to fill the GPU a few times over.
+// Epilogue of a channel-first backward warp: its dweight / dbias partials of channel c, summed
+// over the warp in place (a fixed order); lane 0 writes them to workspace row
+// b * nparts + part (deterministic mode) or adds them atomically (one atomic per value per warp).
+// The row index is formed here, where it is used: passing it precomputed changed register use.
+template <int W>
+__device__ __forceinline__ void warp_flush_dweight(const ConvParams& p, float (&dw)[W], float& db, int lane, int64_t c,
+                                                   int64_t b, int64_t nparts, int64_t part) {
+  warp_sum(dw, db);
+  if (lane == 0) {
+    if (p.deterministic) {
+      float* ws = p.workspace + ((b * nparts + part) * p.dim + c) * (W + 1);
+#pragma unroll
+      for (int k = 0; k < W; ++k) ws[k] = dw[k];
+      ws[W] = db;
+    } else {
+#pragma unroll
+      for (int k = 0; k < W; ++k) atomicAdd(p.dweight + c * W + k, dw[k]);
+      if (p.dbias != nullptr) atomicAdd(p.dbias + c, db);
+    }
+  }
+}
+
+// Epilogue of a channel-last backward block: its kWarps warps hold dweight / dbias partials
+// of the same 32 * kN channels from cbase (lane l: channels l*kN ..), each warp for its own
+// time segment. They are summed in warp order through shared memory `red` (one row of
+// (W+1) * 32 * kN per warp), then written to workspace row b * nparts + part or added
+// atomically. I: the caller's channel index type (32-bit in the lean kernel). Synchronises
+// the block.
+template <int W, int kN, int kWarps, int kThreads, typename I>
+__device__ __forceinline__ void block_flush_dweight(const ConvParams& p, float (&red)[kWarps][W + 1][32 * kN],
+                                                    const float (&dw)[W][kN], const float (&db)[kN], int warp,
+                                                    int lane, I cbase, I dim, int64_t b, int64_t nparts,
+                                                    int64_t part) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+#pragma unroll
+    for (int k = 0; k < W; ++k) red[warp][k][lane * kN + i] = dw[k][i];
+    red[warp][W][lane * kN + i] = db[i];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < (W + 1) * 32 * kN; e += kThreads) {
+    const int k = e / (32 * kN);
+    const int ci = e % (32 * kN);
+    const I c = cbase + ci;
+    if (c < dim) {
+      const float v = sum_over_warps(red, k, ci);
+      if (p.deterministic) {
+        p.workspace[((b * nparts + part) * p.dim + c) * (W + 1) + k] = v;
+      } else if (k < W) {
+        atomicAdd(p.dweight + int64_t(c) * W + k, v);
+      } else if (p.dbias != nullptr) {
+        atomicAdd(p.dbias + c, v);
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// Channel-last segment length (time steps per warp): the largest power of two from kSegMaxCL
+// down to kSegMinCL (FwdPolicy) that still yields enough warps to fill the GPU a few times over.
 int64_t cl_seg_len(const ConvParams& p, int vec);
 int num_sms_current_device();
 

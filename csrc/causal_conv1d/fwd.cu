@@ -8,13 +8,17 @@ namespace mamba_kernels {
 namespace causal_conv1d {
 namespace {
 
+using Policy = FwdPolicy;
+
 // Channel-first (stride(2) == 1). A warp owns kTilesCF tiles of 32 lanes x kN positions of one
 // (batch, channel) row; all its loads are issued before any use. The W-1 positions left of a
 // lane's vector come from its left neighbour by shuffle; lane 0 takes them from the previous
 // tile, or at the segment start from memory (or the initial states).
 template <typename T, int W, bool kSeq>
-__global__ void __launch_bounds__(kThreads, 6) fwd_channel_first(const ConvParams p) {
+__global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCF) fwd_channel_first(const ConvParams p) {
   constexpr int kN = kVec16<T>;
+  constexpr int kTilesCF = Policy::kTilesCF;
+  constexpr int kWarps = Policy::kWarps;
   constexpr int kTile = 32 * kN;
   constexpr int kSeg = kTilesCF * kTile;
   static_assert(kN >= W - 1, "a lane's vector must cover its neighbour's halo");
@@ -56,14 +60,7 @@ __global__ void __launch_bounds__(kThreads, 6) fwd_channel_first(const ConvParam
       float xe[W - 1 + kN];  // positions t - (W-1) .. t + kN - 1
 #pragma unroll
       for (int i = 0; i < kN; ++i) xe[W - 1 + i] = to_float(xv[j].e[i]);
-#pragma unroll
-      for (int i = 0; i < W - 1; ++i) {
-        const float up = __shfl_up_sync(kFullMask, xe[kN + i], 1);
-        const float left =
-            j == 0 ? halo[i]
-                   : __shfl_sync(kFullMask, to_float(xv[j > 0 ? j - 1 : 0].e[kN - (W - 1) + i]), 31);
-        xe[i] = lane == 0 ? left : up;
-      }
+      halo_from_left_tiles(xe, halo, xv[j > 0 ? j - 1 : 0], j == 0, lane);
       float o[kN];
       if (!kSeq) {
 #pragma unroll
@@ -109,9 +106,11 @@ __global__ void __launch_bounds__(kThreads, 6) fwd_channel_first(const ConvParam
 // steps with the last W-1 inputs in registers; a warp's lanes cover 32 * kN channels, so every
 // row access is coalesced. The 4 warps of a block take 4 consecutive segments.
 template <typename T, int W, bool kSeq>
-__global__ void __launch_bounds__(kThreads, 3) fwd_channel_last(const ConvParams p, const int64_t seg_len) {
+__global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCL)
+    fwd_channel_last(const ConvParams p, const int64_t seg_len) {
   constexpr int kN = kVec16<T>;
-  constexpr int kU = sizeof(T) == 4 ? 8 : 4;  // time steps loaded before use (16-32 KB per warp)
+  constexpr int kU = Policy::kUnrollCL<T>;
+  constexpr int kWarps = Policy::kWarps;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
@@ -234,8 +233,11 @@ __global__ void __launch_bounds__(kThreads, 3) fwd_channel_last(const ConvParams
 // covers every item), whole vectors only (seqlen % kN == 0, so a vector is either entirely in
 // the row or entirely past its end), 32-bit item split (items < 2^31).
 template <typename T, int W>
-__global__ void __launch_bounds__(kThreads, 8) fwd_channel_first_lean(const ConvParams p) {
+__global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCFLean)
+    fwd_channel_first_lean(const ConvParams p) {
   constexpr int kN = kVec16<T>;
+  constexpr int kTilesCF = Policy::kTilesCF;
+  constexpr int kWarps = Policy::kWarps;
   constexpr int kTile = 32 * kN;
   constexpr int kSeg = kTilesCF * kTile;
   static_assert(kN >= W - 1, "a lane's vector must cover its neighbour's halo");
@@ -277,13 +279,7 @@ __global__ void __launch_bounds__(kThreads, 8) fwd_channel_first_lean(const Conv
     float xe[W - 1 + kN];  // positions o - (W-1) .. o + kN - 1
 #pragma unroll
     for (int i = 0; i < kN; ++i) xe[W - 1 + i] = to_float(xv[j].e[i]);
-#pragma unroll
-    for (int i = 0; i < W - 1; ++i) {
-      const float up = __shfl_up_sync(kFullMask, xe[kN + i], 1);
-      const float left =
-          j == 0 ? halo[i] : __shfl_sync(kFullMask, to_float(xv[j > 0 ? j - 1 : 0].e[kN - (W - 1) + i]), 31);
-      xe[i] = lane == 0 ? left : up;
-    }
+    halo_from_left_tiles(xe, halo, xv[j > 0 ? j - 1 : 0], j == 0, lane);
     float out[kN];
 #pragma unroll
     for (int i = 0; i < kN; ++i) {
@@ -300,15 +296,12 @@ __global__ void __launch_bounds__(kThreads, 8) fwd_channel_first_lean(const Conv
   }
 }
 
-// Channel-last lean path: 2-D tiles of kClTileL time steps x kClTileC channels through shared
+// Channel-last lean path: 2-D tiles of kTileL time steps x kTileC channels through shared
 // memory. A tile row is 128 contiguous bytes (64 16-bit or 32 fp32 channels, so shared memory
 // and registers, hence occupancy, are the same for every dtype). Loads and stores are 16-byte
 // vectors along the channels, all issued before any use; the convolution runs along time
-// inside shared memory, one channel per thread (kClTileL / (kThreads / kClTileC) steps each),
+// inside shared memory, one channel per thread (kTileL / (kThreads / kTileC) steps each),
 // so registers stay few and every load of a block is in flight at once.
-constexpr int kClTileL = 64;
-template <typename T>
-constexpr int kClTileC = 128 / int(sizeof(T));
 
 // One channel of a channel-last tile: kSteps outputs from kSteps + W - 1 inputs. x points at
 // the first input (W-1 steps before the first output), y at the first output; both are
@@ -333,17 +326,19 @@ __device__ __forceinline__ void cl_tile_column(const float (&w)[W], float bias, 
 }
 
 template <typename T, int W>
-__global__ void __launch_bounds__(kThreads) fwd_channel_last_tile(const ConvParams p) {
+__global__ void __launch_bounds__(Policy::kThreads) fwd_channel_last_tile(const ConvParams p) {
   constexpr int kN = kVec16<T>;
-  constexpr int kC = kClTileC<T>;
+  constexpr int kThreads = Policy::kThreads;
+  constexpr int kTileL = Policy::kTileL;
+  constexpr int kC = Policy::kTileC<T>;
   constexpr int kV = kC / kN;           // vectors per tile row
-  constexpr int kRows = kClTileL + W - 1;  // W-1 halo rows, then the tile's time steps
+  constexpr int kRows = kTileL + W - 1;  // W-1 halo rows, then the tile's time steps
   constexpr int kInVecs = kRows * kV;
   constexpr int kInPer = (kInVecs + kThreads - 1) / kThreads;
-  constexpr int kOutPer = kClTileL * kV / kThreads;
+  constexpr int kOutPer = kTileL * kV / kThreads;
   constexpr int kSplit = kThreads / kC;  // threads per channel
-  constexpr int kSteps = kClTileL / kSplit;    // time steps per thread
-  static_assert(kClTileL * kV % kThreads == 0 && kThreads % kC == 0 && kClTileL % kSplit == 0 &&
+  constexpr int kSteps = kTileL / kSplit;    // time steps per thread
+  static_assert(kTileL * kV % kThreads == 0 && kThreads % kC == 0 && kTileL % kSplit == 0 &&
                     kThreads % kV == 0,
                 "tile shape");
   using Raw = typename RawWord<16>::type;
@@ -351,17 +346,17 @@ __global__ void __launch_bounds__(kThreads) fwd_channel_last_tile(const ConvPara
   // no load or store below is conditional (a conditional one gets sunk into its branch, which
   // serialises the loads).
   __shared__ __align__(16) T sx[kInPer * kThreads / kV][kC];
-  __shared__ __align__(16) T so[kClTileL][kC];
+  __shared__ __align__(16) T so[kTileL][kC];
 
   const int64_t c0 = int64_t(blockIdx.x) * kC;
-  const int64_t t0 = int64_t(blockIdx.y) * kClTileL;
+  const int64_t t0 = int64_t(blockIdx.y) * kTileL;
   const int64_t b = blockIdx.z;
   // Tile bases in 64 bits; offsets inside the tile in 32 (x_s.l, out_s.l <= INT_MAX / 128).
   const T* xt = static_cast<const T*>(p.x) + b * p.x_s.b + c0 + t0 * p.x_s.l;  // x_s.c == 1
   T* ot = static_cast<T*>(p.out) + b * p.out_s.b + c0 + t0 * p.out_s.l;       // out_s.c == 1
   const int xl = int(p.x_s.l), ol = int(p.out_s.l);
   const int nc = p.dim - c0 < kC ? int(p.dim - c0) : kC;  // a multiple of kN
-  const int nt = p.seqlen - t0 < kClTileL ? int(p.seqlen - t0) : kClTileL;  // steps in the tile
+  const int nt = p.seqlen - t0 < kTileL ? int(p.seqlen - t0) : kTileL;  // steps in the tile
   const int rmin = t0 >= W - 1 ? 0 : int(W - 1 - t0);  // input rows before the row start are 0
 
   // This thread's channel: its weights, loaded along with the tile.
@@ -425,10 +420,10 @@ bool lean_channel_first(const ConvParams& p, int vec, int64_t seg) {
 
 template <typename T>
 bool lean_channel_last(const ConvParams& p, int vec) {
+  constexpr int kL = Policy::kTileL, kC = Policy::kTileC<T>;
   return p.channel_last && lean_common(p) && p.dim % vec == 0 && p.x_s.l <= INT_MAX / 128 &&
-         p.out_s.l <= INT_MAX / 128 &&
-         (p.seqlen + kClTileL - 1) / kClTileL <= 65535 && p.batch <= 65535 &&
-         (p.dim + kClTileC<T> - 1) / kClTileC<T> <= INT_MAX;
+         p.out_s.l <= INT_MAX / 128 && (p.seqlen + kL - 1) / kL <= 65535 && p.batch <= 65535 &&
+         (p.dim + kC - 1) / kC <= INT_MAX;
 }
 
 unsigned grid_size(int64_t blocks) {
@@ -438,10 +433,12 @@ unsigned grid_size(int64_t blocks) {
 template <typename T, int W>
 cudaError_t fwd_launch(const ConvParams& p, cudaStream_t stream) {
   constexpr int kN = kVec16<T>;
-  constexpr int64_t kSegCF = int64_t(kTilesCF) * 32 * kN;
+  constexpr int kThreads = Policy::kThreads;
+  constexpr int kWarps = Policy::kWarps;
+  constexpr int64_t kSegCF = int64_t(Policy::kTilesCF) * 32 * kN;
   if (lean_channel_last<T>(p, kN)) {
-    const dim3 grid(unsigned((p.dim + kClTileC<T> - 1) / kClTileC<T>), unsigned((p.seqlen + kClTileL - 1) / kClTileL),
-                    unsigned(p.batch));
+    constexpr int kL = Policy::kTileL, kC = Policy::kTileC<T>;
+    const dim3 grid(unsigned((p.dim + kC - 1) / kC), unsigned((p.seqlen + kL - 1) / kL), unsigned(p.batch));
     fwd_channel_last_tile<T, W><<<grid, kThreads, 0, stream>>>(p);
   } else if (p.channel_last) {
     const int64_t seg_len = cl_seg_len(p, kN);
@@ -493,14 +490,14 @@ int64_t cl_seg_len(const ConvParams& p, int vec) {
   const int64_t ncg = (p.dim + 32 * int64_t(vec) - 1) / (32 * int64_t(vec));
   // About two waves of 16 resident warps per SM: longer segments amortise the per-warp setup
   // and the W-1 halo reloads; shorter ones would only add waves of tiny work.
-  const int64_t target_warps = int64_t(num_sms_current_device()) * 32;
-  int64_t seg = 256;
-  while (seg > 32 && p.batch * ((p.seqlen + seg - 1) / seg) * ncg < target_warps) seg /= 2;
+  const int64_t target_warps = int64_t(num_sms_current_device()) * FwdPolicy::kSegWarpsPerSm;
+  int64_t seg = FwdPolicy::kSegMaxCL;
+  while (seg > FwdPolicy::kSegMinCL && p.batch * ((p.seqlen + seg - 1) / seg) * ncg < target_warps) seg /= 2;
   return seg;
 }
 
 int vec_elems(DType dtype, bool channel_last, bool backward) {
-  if (channel_last && backward) return kVecClBwd;
+  if (channel_last && backward) return BwdPolicy::kVecCL;
   return 16 / dtype_size(dtype);
 }
 

@@ -6,22 +6,21 @@
 #include <algorithm>
 #include <climits>
 
-#include "causal_conv1d.h"
-#include "device_utils.cuh"
+#include "conv_common.cuh"
 
 namespace mamba_kernels {
 namespace causal_conv1d {
 namespace {
 
-constexpr int kUpdThreads = 128;
-constexpr int kMaxRegState = 8;  // state rows up to this long are read once into registers
+using Policy = UpdatePolicy;
 
 // One thread per (batch, channel); blockIdx.y walks the batch, so no index division.
 // Every state value a thread needs is loaded before its first store, so the loads overlap
 // (a store to the row may alias a later load as far as the compiler knows).
 template <typename T, int W>
-__global__ void __launch_bounds__(kUpdThreads) update_kernel(const UpdateParams p) {
-  const int64_t c = int64_t(blockIdx.x) * kUpdThreads + threadIdx.x;
+__global__ void __launch_bounds__(Policy::kThreads) update_kernel(const UpdateParams p) {
+  constexpr int kMaxRegState = Policy::kMaxRegState;
+  const int64_t c = int64_t(blockIdx.x) * Policy::kThreads + threadIdx.x;
   if (c >= p.dim) return;
   float w[W];
 #pragma unroll
@@ -99,18 +98,17 @@ __global__ void __launch_bounds__(kUpdThreads) update_kernel(const UpdateParams 
 // Lean decode kernel: shift-register mode with state_len == kL, kL in {W-1, W} (vLLM-style and
 // mamba_ssm-style caches). The kernel is latency-bound: what counts is how many loads are in
 // flight and how few rounds of threads the GPU needs. A thread takes one channel of
-// kUpdRows batch rows (the weights are loaded once for them); every load of the first token
+// kRows batch rows (the weights are loaded once for them); every load of the first token
 // (state rows and x) is issued before any store, so a thread waits for memory about once.
 // Few registers, no loop over the batch, no selects. The thread keeps each state row in
 // registers as a window over cat(state, x); once the tokens are consumed the window IS the new
 // state row, so the row is read once and written once. Values stay in T: the cache moves
 // bit-exactly.
-constexpr int kUpdRows = 2;
-
 template <typename T, int W, int kL>
-__global__ void __launch_bounds__(kUpdThreads, 12) update_shift_kernel(const UpdateParams p) {
+__global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksShift) update_shift_kernel(const UpdateParams p) {
   static_assert(kL == W - 1 || kL == W, "lean path: state_len is W-1 or W");
-  const int c = int(blockIdx.x) * kUpdThreads + int(threadIdx.x);  // dim <= INT_MAX - kUpdThreads
+  constexpr int kRows = Policy::kRows;
+  const int c = int(blockIdx.x) * Policy::kThreads + int(threadIdx.x);  // dim <= INT_MAX - kThreads
   if (c >= p.dim) return;
   const int n = int(p.seqlen);  // <= INT_MAX (launcher)
   float w[W];
@@ -119,12 +117,12 @@ __global__ void __launch_bounds__(kUpdThreads, 12) update_shift_kernel(const Upd
   const float bias = p.bias != nullptr ? p.bias[c] : 0.0f;
 
   // Phase 1, loads only: each row's cache entry, state row and first token.
-  int64_t entry[kUpdRows];
-  T win[kUpdRows][kL];  // the last kL values of cat(state, x) consumed so far, oldest first
-  T x0[kUpdRows];
+  int64_t entry[kRows];
+  T win[kRows][kL];  // the last kL values of cat(state, x) consumed so far, oldest first
+  T x0[kRows];
 #pragma unroll
-  for (int r = 0; r < kUpdRows; ++r) {
-    const int b = int(blockIdx.y) * kUpdRows + r;
+  for (int r = 0; r < kRows; ++r) {
+    const int b = int(blockIdx.y) * kRows + r;
     entry[r] = -1;
     x0[r] = from_float<T>(0.0f);
 #pragma unroll
@@ -140,8 +138,8 @@ __global__ void __launch_bounds__(kUpdThreads, 12) update_shift_kernel(const Upd
 
   // Phase 2: outputs, then the new state rows.
 #pragma unroll
-  for (int r = 0; r < kUpdRows; ++r) {
-    const int b = int(blockIdx.y) * kUpdRows + r;
+  for (int r = 0; r < kRows; ++r) {
+    const int b = int(blockIdx.y) * kRows + r;
     if (b >= p.batch) continue;
     const T* xr = static_cast<const T*>(p.x) + b * p.x_s.b + c * p.x_s.c;
     T* outr = static_cast<T*>(p.out) + b * p.out_s.b + c * p.out_s.c;
@@ -170,18 +168,20 @@ __global__ void __launch_bounds__(kUpdThreads, 12) update_shift_kernel(const Upd
 
 template <typename T, int W>
 cudaError_t update_launch(const UpdateParams& p, cudaStream_t stream) {
-  const unsigned cblocks = unsigned((p.dim + kUpdThreads - 1) / kUpdThreads);
+  constexpr int kThreads = Policy::kThreads;
+  constexpr int kRows = Policy::kRows;
+  const unsigned cblocks = unsigned((p.dim + kThreads - 1) / kThreads);
   const dim3 grid(cblocks, unsigned(std::min<int64_t>(p.batch, 65535)));
-  const int64_t lean_rows = (p.batch + kUpdRows - 1) / kUpdRows;
-  const bool lean = p.cache_seqlens == nullptr && lean_rows <= 65535 && p.dim <= INT_MAX - kUpdThreads &&
+  const int64_t lean_rows = (p.batch + kRows - 1) / kRows;
+  const bool lean = p.cache_seqlens == nullptr && lean_rows <= 65535 && p.dim <= INT_MAX - kThreads &&
                     p.seqlen <= INT_MAX && (p.state_len == W - 1 || p.state_len == W);
   const dim3 lean_grid(cblocks, unsigned(lean_rows));
   if (lean && p.state_len == W - 1) {
-    update_shift_kernel<T, W, W - 1><<<lean_grid, kUpdThreads, 0, stream>>>(p);
+    update_shift_kernel<T, W, W - 1><<<lean_grid, kThreads, 0, stream>>>(p);
   } else if (lean) {
-    update_shift_kernel<T, W, W><<<lean_grid, kUpdThreads, 0, stream>>>(p);
+    update_shift_kernel<T, W, W><<<lean_grid, kThreads, 0, stream>>>(p);
   } else {
-    update_kernel<T, W><<<grid, kUpdThreads, 0, stream>>>(p);
+    update_kernel<T, W><<<grid, kThreads, 0, stream>>>(p);
   }
   return cudaGetLastError();
 }

@@ -35,6 +35,18 @@ __device__ __forceinline__ void warp_sum(float (&v)[kN]) {
   }
 }
 
+// warp_sum of kN values and one more kept apart (say, a weight gradient and its bias), in
+// place, with one butterfly for all of them.
+template <int kN>
+__device__ __forceinline__ void warp_sum(float (&v)[kN], float& u) {
+#pragma unroll
+  for (int off = kWarpSize / 2; off > 0; off >>= 1) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) v[i] += __shfl_xor_sync(kFullMask, v[i], off);
+    u += __shfl_xor_sync(kFullMask, u, off);
+  }
+}
+
 // *dst += the warp's total of v, as one atomic from lane 0 (32x fewer atomics than per lane).
 __device__ __forceinline__ void warp_sum_atomic_add(float v, float* dst) {
   v = warp_sum(v);
@@ -67,14 +79,22 @@ __device__ __forceinline__ float block_sum(float v, float* smem) {
   return total;
 }
 
-// Element e of the sum of kWarps rows of partials in shared memory (row r at rows + r * row_len,
-// usually written by warp r), added in row order. The caller writes the rows and synchronises
-// first; a block sums whole rows by calling it for e = threadIdx.x, threadIdx.x + blockDim.x, ...
-template <int kWarps>
-__device__ __forceinline__ float sum_rows(const float* rows, int row_len, int e) {
-  float v = rows[e];
+// Fixed-order sums of per-warp partials in shared memory, red[r] written by warp r: element
+// i (or [k][i]) of red[0] + red[1] + ... + red[kWarps-1]. The caller writes the partials and
+// synchronises first; the block's threads then share the elements out among themselves.
+template <int kWarps, int L>
+__device__ __forceinline__ float sum_over_warps(const float (&red)[kWarps][L], int i) {
+  float v = red[0][i];
 #pragma unroll
-  for (int r = 1; r < kWarps; ++r) v += rows[r * row_len + e];
+  for (int r = 1; r < kWarps; ++r) v += red[r][i];
+  return v;
+}
+
+template <int kWarps, int K, int L>
+__device__ __forceinline__ float sum_over_warps(const float (&red)[kWarps][K][L], int k, int i) {
+  float v = red[0][k][i];
+#pragma unroll
+  for (int r = 1; r < kWarps; ++r) v += red[r][k][i];
   return v;
 }
 
