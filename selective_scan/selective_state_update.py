@@ -193,7 +193,7 @@ def selective_state_update(
     Ch = C.to(cd).repeat_interleave(nheads // ngroups, dim=1).unsqueeze(2)
     slots = state if heads else state.unsqueeze(1)
     if state_batch_indices is None:
-        old = slots.to(cd)
+        old = slots.to(cd, copy=True)  # not an alias: slots is overwritten, old kept for backward
         valid = None
     else:
         idx = state_batch_indices.long()

@@ -150,3 +150,31 @@ def test_decode_continues_the_scan():
         state, u[..., L], delta[..., L], A, B[..., L], C[..., L], D, z[..., L], bias, True
     )
     torch.testing.assert_close(out, full[..., L])
+
+
+@pytest.mark.parametrize("heads", [True, False])
+def test_backward_with_a_float32_state(heads):
+    # the state already has the compute dtype: its float32 view must not be an alias that the
+    # in-place update then overwrites under autograd
+    state, x, dt, A, B, C, D, z, dt_bias = make(heads=4 if heads else 1, groups=2 if heads else 1)
+    assert state.dtype == torch.float32
+    inputs = [x, dt, A, B, C, D, z, dt_bias]
+    leaves = [t.clone().requires_grad_() for t in inputs]
+    start = state.clone().requires_grad_()  # the state comes out of earlier differentiable steps
+    live = start.clone()
+    if heads:
+        out = selective_state_update(live, *leaves[:7], dt_bias=leaves[7], dt_softplus=True)
+    else:  # the same single head in the no-heads form
+        x1, dt1, A1, B1, C1, D1, z1, bias1 = leaves
+        one = (x1[:, 0], dt1[:, 0], A1[0], B1[:, 0], C1[:, 0], D1[0], z1[:, 0])
+        out = selective_state_update(live[:, 0], *one, dt_bias=bias1[0], dt_softplus=True)[:, None]
+    w = torch.randn(out.shape, generator=torch.Generator().manual_seed(3))
+    (out * w).sum().backward()
+    ref_leaves = [t.to(F64).requires_grad_() for t in [state, *inputs]]
+    want_out, want_state = loop_state_update(*ref_leaves[:8], ref_leaves[8], True)
+    (want_out * w.to(F64)).sum().backward()
+    torch.testing.assert_close(out.detach().to(F64), want_out.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(live.detach().to(F64), want_state.detach(), rtol=1e-5, atol=1e-5)
+    names = ("state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias")
+    for name, got, ref in zip(names, [start, *leaves], ref_leaves):
+        torch.testing.assert_close(got.grad.to(F64), ref.grad, rtol=1e-4, atol=1e-4, msg=name)
