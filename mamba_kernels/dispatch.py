@@ -18,17 +18,12 @@ from types import ModuleType
 from typing import Callable, Dict, Optional
 
 from . import buildinfo, knobs
-from .version import __version__
 
 # kernel family -> import name of its compiled extension
 EXTENSIONS: Dict[str, str] = {
     "causal_conv1d": "causal_conv1d._cuda",
     "selective_scan": "selective_scan._cuda",
 }
-
-# Kernel families this version ships no CUDA kernel for (csrc/ has no sources for them yet):
-# their missing extension is expected, and no install command would bring it.
-NOT_YET_COMPILED = frozenset({"selective_scan"})
 
 FIX_HINT = (
     "install the wheel built for your torch and CUDA (see `python -m mamba_kernels info`), "
@@ -69,12 +64,6 @@ def _load(kernel: str) -> ExtensionStatus:
     except ModuleNotFoundError as e:
         if e.name != name:
             return ExtensionStatus(None, f"{name} failed to import: {e}")
-        if kernel in NOT_YET_COMPILED:
-            return ExtensionStatus(
-                None,
-                f"mamba-kernels {__version__} has no compiled {kernel} kernel yet. Fix: none to "
-                "apply; a later release brings it",
-            )
         return ExtensionStatus(None, f"the compiled extension {name} is not part of this install")
     except (ImportError, OSError) as e:  # undefined symbol, missing libcudart, ...
         return ExtensionStatus(None, f"{name} failed to load: {e}")

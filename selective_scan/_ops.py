@@ -53,7 +53,8 @@ def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, delta_soft
     f32 = torch.float32
     dD = u.new_empty((u.shape[1],), dtype=f32) if D is not None else u.new_empty((0,), dtype=f32)
     dbias = u.new_empty((u.shape[1],), dtype=f32) if delta_bias is not None else u.new_empty((0,), dtype=f32)
-    return (torch.empty_like(u), torch.empty_like(delta), A.new_empty(A.shape), B.new_empty(B.shape), C.new_empty(C.shape), dD, dbias)
+    grads = (torch.empty_like(u), torch.empty_like(delta), A.new_empty(A.shape), B.new_empty(B.shape))
+    return grads + (C.new_empty(C.shape), dD, dbias)
 
 
 fwd = _ops.selective_scan_fwd

@@ -30,6 +30,16 @@ def _opt_to(t: Optional[Tensor], like: Optional[Tensor]) -> Optional[Tensor]:
     return None if t is None or like is None else t.to(like.dtype)
 
 
+# What the compiled kernels take; anything else (float64) runs the PyTorch path.
+_CUDA_INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_CUDA_A_DTYPES = (torch.float32, torch.complex64)
+
+
+def _as_4d(t: Tensor) -> Tensor:
+    """Variable B/C as (batch, ngroups, dstate, L): the kernels' one layout (a view)."""
+    return t.unsqueeze(1) if t.dim() == 3 else t
+
+
 class SelectiveScanFn(torch.autograd.Function):
     """``out = selective_scan(u, delta, A, B, C, D, z, delta_bias)``; last state is not differentiated."""
 
@@ -38,12 +48,33 @@ class SelectiveScanFn(torch.autograd.Function):
         ctx, u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False
     ):
         groups = _checks.check_selective_scan(u, delta, A, B, C, D, z, delta_bias)
-        dispatch.use_cuda(KERNEL, u.device.type)  # no compiled scan yet: strict mode errors, auto warns
+        ctx.delta_softplus = bool(delta_softplus)
+        ctx.groups = groups
+        use_cuda = (
+            dispatch.use_cuda(KERNEL, u.device.type)
+            and u.dtype in _CUDA_INPUT_DTYPES
+            and A.dtype in _CUDA_A_DTYPES
+        )
+        ctx.cuda = use_cuda
+        if use_cuda:
+            from . import _ops
+
+            keep_y = z is not None and any(ctx.needs_input_grad[:8])
+            out, out_z, ckpt = _ops.fwd(
+                u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, ctx.delta_softplus, keep_y
+            )
+            ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, ckpt, out if z is not None else None)
+            result = out_z if z is not None else out
+            if not return_last_state:
+                return result
+            last = ckpt[:, :, -1].clone()  # not a view: the saved states must stay intact
+            if A.is_complex():
+                last = torch.view_as_complex(last.unflatten(-1, (-1, 2)))
+            ctx.mark_non_differentiable(last)
+            return result, last
         p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, groups)
         out, out_z, last_state = pytorch_scan.forward(p, bool(return_last_state))
         ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias)
-        ctx.delta_softplus = bool(delta_softplus)
-        ctx.groups = groups
         result = out_z if z is not None else out
         if not return_last_state:
             return result
@@ -52,6 +83,26 @@ class SelectiveScanFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, *unused):
+        if ctx.cuda:
+            from . import _ops
+
+            u, delta, A, B, C, D, z, delta_bias, ckpt, y = ctx.saved_tensors
+            dz = torch.empty_like(z) if z is not None else u.new_empty((0,))
+            du, ddelta, dA, dB, dC, dD, ddelta_bias = _ops.bwd(
+                u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, dout, ckpt, y, dz, ctx.delta_softplus
+            )
+            return (
+                du,
+                ddelta,
+                dA,
+                dB.squeeze(1) if B.dim() == 3 else dB,
+                dC.squeeze(1) if C.dim() == 3 else dC,
+                dD if D is not None else None,
+                dz if z is not None else None,
+                ddelta_bias if delta_bias is not None else None,
+                None,
+                None,
+            )
         u, delta, A, B, C, D, z, delta_bias = ctx.saved_tensors
         p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, ctx.groups)
         du, ddelta, dA, dB, dC, dD, ddelta_bias, dz, _ = pytorch_scan.backward(p, dout)

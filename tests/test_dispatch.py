@@ -52,15 +52,6 @@ def test_cuda_mode_turns_missing_extension_into_error(fresh, monkeypatch):
         dispatch.use_cuda("selective_scan", "cuda")
 
 
-def test_kernel_not_shipped_yet_says_so_without_a_useless_fix(fresh, monkeypatch):
-    monkeypatch.setattr(dispatch, "EXTENSIONS", {**dispatch.EXTENSIONS, "selective_scan": "mk_test_absent"})
-    with pytest.warns(RuntimeWarning) as record:
-        assert dispatch.use_cuda("selective_scan", "cuda") is False
-    msg = str(record[0].message)
-    assert "has no compiled selective_scan kernel yet" in msg
-    assert "FORCE_BUILD" not in msg  # building from source would not help
-
-
 def test_reference_mode_never_imports_the_extension(fresh, monkeypatch):
     name = _module(fresh, "mk_test_boom", "raise SystemExit('must not be imported')\n")
     dispatch.EXTENSIONS["causal_conv1d"] = name

@@ -173,7 +173,10 @@ std::tuple<Tensor, Tensor, Tensor> scan_fwd(const Tensor& u, const Tensor& delta
     p.out_z_s = strides3(out_z);
   }
   p.ckpt = ckpt.data_ptr<float>();
-  check_launch(launch_fwd(p, c10::cuda::getCurrentCUDAStream().stream()), "selective_scan_fwd");
+  const int64_t nseg = fwd_segments(p);
+  Tensor ws = at::empty({nseg > 1 ? p.batch * p.dim * nseg * (nf + 1) : 0}, u.options().dtype(at::kFloat));
+  check_launch(launch_fwd(p, nseg > 1 ? ws.data_ptr<float>() : nullptr, c10::cuda::getCurrentCUDAStream().stream()),
+               "selective_scan_fwd");
   return {out, out_z, ckpt};
 }
 

@@ -2,7 +2,14 @@
 // walks the sequence in order: every state of the slice lives in registers, so a step costs
 // one exponential and two FMAs per state with no synchronisation between steps. The threads
 // of a block share (b, group), so a tile of variable B/C is loaded once into shared memory and
-// read there as a broadcast. A NaN at step t can only reach steps >= t, as in the recurrence.
+// read there as a broadcast; the next tile's B/C, u and delta are fetched into registers while
+// the current one is computed. A NaN at step t can only reach steps >= t.
+//
+// Few channels and a long sequence (too few threads to fill the GPU): the sequence is cut
+// into segments run in parallel. A first pass computes each segment's end state from zero and
+// its sum of dt; the full pass then starts segment p from the exact state
+//   h_p = sum_{q<p} exp(A (S_{q+1} + ... + S_{p-1})) s_q,
+// folded in order, and writes the outputs.
 //
 // Instantiations: dtype (3) x real/complex (2) = 6 kernels.
 #include "scan_common.cuh"
@@ -13,48 +20,63 @@ namespace {
 
 struct FwdPolicy {
   static constexpr int kThreads = 128;
-  static constexpr int kTile = 16;  // steps per tile (one B/C tile in shared memory)
-  template <bool kComplex>
-  __host__ __device__ static constexpr int states() { return kComplex ? 8 : 16; }  // states per thread
+  static constexpr int kTile = 16;      // steps per tile (one B/C tile in shared memory)
+  static constexpr int kSliceFloats = 8;  // floats of state per thread: 8 real or 4 complex states
+  static constexpr int kPrefetch = 4;   // B (and C) tile elements per thread held for the next tile
+  static constexpr int kMinWarpsPerSm = 4;    // below this, cut the sequence into segments
+  static constexpr int kTargetWarpsPerSm = 8;
+  static constexpr int64_t kMinSegment = 1024;  // steps; a multiple of kChunk
+};
+
+struct FwdLaunch {
+  int tpr;              // threads per channel
+  int64_t bpg;          // blocks per (batch, group)
+  int64_t nseg;         // segments of the sequence
+  int64_t seg_len;      // steps per segment (multiple of kChunk)
+  float* seg_state;     // (batch, dim, nseg, NF): end state of each segment from zero
+  float* seg_dtsum;     // (batch, dim, nseg)
+  bool states_only;     // first pass: segment end states, no outputs
 };
 
 template <typename T, bool kComplex>
-__global__ void __launch_bounds__(FwdPolicy::kThreads)
-    fwd_kernel(const ScanParams p, const int tpr, const int64_t blocks_per_group) {
-  constexpr int kNS = FwdPolicy::states<kComplex>();
-  constexpr int kF = kComplex ? 2 : 1;  // floats per state
+__global__ void __launch_bounds__(FwdPolicy::kThreads, 3) fwd_kernel(const ScanParams p, const FwdLaunch f) {
+  constexpr int kSF = FwdPolicy::kSliceFloats;
+  constexpr int kNS = kComplex ? kSF / 2 : kSF;
+  constexpr int kF = kComplex ? 2 : 1;
   constexpr int kTL = FwdPolicy::kTile;
-  constexpr int kSF = kNS * kF;  // floats per thread's slice
+  constexpr int kPF = FwdPolicy::kPrefetch;
+  constexpr int kT = FwdPolicy::kThreads;
   extern __shared__ float smem[];
 
   const int64_t L = p.seqlen, N = p.dstate, NF = N * kF;
   const int64_t dpg = p.dim / p.ngroups;
-  const int rows = FwdPolicy::kThreads / tpr;
-  const int64_t bg = int64_t(blockIdx.x) / blocks_per_group;
+  const int tpr = f.tpr, rows = kT / tpr;
+  const int64_t seg = blockIdx.y;
+  const int64_t bg = int64_t(blockIdx.x) / f.bpg;
+  const int64_t rb = int64_t(blockIdx.x) % f.bpg;
   const int64_t b = bg / p.ngroups, g = bg % p.ngroups;
-  const int lr = threadIdx.x / tpr, s = threadIdx.x % tpr;
-  const int64_t rig = (int64_t(blockIdx.x) % blocks_per_group) * rows + lr;
+  const int tid = threadIdx.x, lr = tid / tpr, s = tid % tpr;
+  const int64_t rig = rb * rows + lr;
   const bool active = rig < dpg;
   const int64_t d = g * dpg + (active ? rig : 0);  // inactive threads shadow row 0 and store nothing
   const int rs = tpr * kSF;                        // shared row stride of a variable tile (>= NF)
+  const int fs = rs + 4;  // padding keeps 16-byte reads of neighbouring channels conflict-free
 
-  float* sB = smem;                // [kTL][rs] variable B tile
-  float* sC = sB + kTL * rs;       // [kTL][rs]
-  float* sBf = sC + kTL * rs;      // [rows][rs + 4] fixed B of the block's channels
-  float* sCf = sBf + rows * (rs + 4);
-  const int fs = rs + 4;  // the padding keeps 16-byte reads of neighbouring channels conflict-free
+  float* sB = smem;                // [2][kTL][rs] variable B tiles (double buffered)
+  float* sC = sB + 2 * kTL * rs;   // [2][kTL][rs]
+  float* sBf = sC + 2 * kTL * rs;  // [rows][fs] fixed B of the block's channels
+  float* sCf = sBf + rows * fs;
+  float* sY = sCf + rows * fs;  // [kT / 32][kTL] per-warp output sums when a channel spans warps
 
-  // Fixed B/C: the block's channels, once.
-  for (int i = threadIdx.x; i < rows * rs; i += blockDim.x) {
+  for (int i = tid; i < rows * rs; i += kT) {
     const int r = i / rs, j = i % rs;
-    const int64_t rr = (int64_t(blockIdx.x) % blocks_per_group) * rows + r;
+    const int64_t rr = rb * rows + r;
     const bool ok = rr < dpg && j < NF;
     const int64_t off = (g * dpg + rr) * NF + j;
     if (!p.B.variable) sBf[r * fs + j] = ok ? static_cast<const float*>(p.B.ptr)[off] : 0.0f;
     if (!p.C.variable) sCf[r * fs + j] = ok ? static_cast<const float*>(p.C.ptr)[off] : 0.0f;
   }
 
-  // This thread's states: A pre-scaled for exp2 (real part), zero beyond dstate.
   const int64_t n0 = int64_t(s) * kNS;
   float a2[kSF], h[kSF];
 #pragma unroll
@@ -67,6 +89,29 @@ __global__ void __launch_bounds__(FwdPolicy::kThreads)
   const float Dd = p.D != nullptr ? p.D[d] : 0.0f;
   const float bias = p.delta_bias != nullptr ? p.delta_bias[d] : 0.0f;
 
+  const int64_t t_begin = seg * f.seg_len;
+  const int64_t t_stop = t_begin + f.seg_len < L ? t_begin + f.seg_len : L;
+  if (!f.states_only && seg > 0) {  // exact start state from the earlier segments' end states
+    const float* st = f.seg_state + (b * p.dim + d) * f.nseg * NF + n0 * kF;
+    const float* sum = f.seg_dtsum + (b * p.dim + d) * f.nseg;
+    for (int64_t q = 0; q < seg; ++q) {
+#pragma unroll
+      for (int j = 0; j < kNS; ++j) {
+        const bool ok = (n0 + j) * kF < NF;
+        if constexpr (!kComplex) {
+          const float a = fast_exp2(sum[q] * a2[j]);
+          h[j] = a * h[j] + (ok ? st[q * NF + j] : 0.0f);
+        } else {
+          float ar, ai;
+          decay_complex(sum[q], a2[2 * j], a2[2 * j + 1], ar, ai);
+          const float hr = h[2 * j], hi = h[2 * j + 1];
+          h[2 * j] = ar * hr - ai * hi + (ok ? st[q * NF + 2 * j] : 0.0f);
+          h[2 * j + 1] = ar * hi + ai * hr + (ok ? st[q * NF + 2 * j + 1] : 0.0f);
+        }
+      }
+    }
+  }
+
   const T* u = static_cast<const T*>(p.u) + offset3(p.u_s, b, d, 0);
   const T* delta = static_cast<const T*>(p.delta) + offset3(p.delta_s, b, d, 0);
   const T* z = p.z != nullptr ? static_cast<const T*>(p.z) + offset3(p.z_s, b, d, 0) : nullptr;
@@ -77,41 +122,100 @@ __global__ void __launch_bounds__(FwdPolicy::kThreads)
   const bool vec_out_z = rows_vectorizable(p.out_z, p.out_z_s, sizeof(T));
   const T* Bv = p.B.variable ? static_cast<const T*>(p.B.ptr) + b * p.B.s_b + g * p.B.s_g : nullptr;
   const T* Cv = p.C.variable ? static_cast<const T*>(p.C.ptr) + b * p.C.s_b + g * p.C.s_g : nullptr;
-  // Where this thread reads B and C of step t: base + t * step + j.
-  const float* b_base = p.B.variable ? sB + s * kSF : sBf + lr * fs + s * kSF;
-  const float* c_base = p.C.variable ? sC + s * kSF : sCf + lr * fs + s * kSF;
   const int b_step = p.B.variable ? rs : 0;
   const int c_step = p.C.variable ? rs : 0;
   const int64_t n_chunks = (L + kChunk - 1) / kChunk;
+  const int tile_elems = int(NF) * kTL;
+  const bool prefetch_bc = tile_elems <= kPF * kT;  // else: B/C tiles loaded in place (large dstate)
 
-  for (int64_t t0 = 0; t0 < L; t0 += kTL) {
-    const int valid = int(L - t0 < kTL ? L - t0 : kTL);
-    __syncthreads();  // the previous tile's readers are done
-    const int tile_elems = int(NF) * kTL;
-    for (int i = threadIdx.x; i < tile_elems; i += blockDim.x) {
-      const int64_t n = i / (kTL * kF);
-      const int j = i % (kTL * kF);
-      const int t = j / kF;
-      const int64_t l = t0 * kF + j;
-      const int dst = t * rs + int(n) * kF + (j % kF);
-      if (Bv != nullptr) sB[dst] = t < valid ? to_float(Bv[n * p.B.s_n + l * p.B.s_l]) : 0.0f;
-      if (Cv != nullptr) sC[dst] = t < valid ? to_float(Cv[n * p.C.s_n + l * p.C.s_l]) : 0.0f;
+  // Element i of a tile: state-float k = i / kTL... stored at [t][k]; read from global at (n, l).
+  auto tile_src = [&](int i, int64_t t0, int& dst, int64_t& n, int64_t& l, bool& ok) {
+    n = i / (kTL * kF);
+    const int j = i % (kTL * kF);
+    const int t = j / kF;
+    l = t0 * kF + j;
+    dst = t * rs + int(n) * kF + (j % kF);
+    ok = t0 + t < t_stop;
+  };
+  float pB[kPF], pC[kPF];
+  auto fetch_bc = [&](int64_t t0) {
+#pragma unroll
+    for (int k = 0; k < kPF; ++k) {
+      const int i = tid + k * kT;
+      int dst;
+      int64_t n, l;
+      bool ok;
+      tile_src(i, t0, dst, n, l, ok);
+      ok = ok && i < tile_elems;
+      pB[k] = (ok && Bv != nullptr) ? to_float(Bv[n * p.B.s_n + l * p.B.s_l]) : 0.0f;
+      pC[k] = (ok && Cv != nullptr) ? to_float(Cv[n * p.C.s_n + l * p.C.s_l]) : 0.0f;
     }
-    __syncthreads();
+  };
+  RawRow<T, kTL> pu, pdt;
+  auto fetch_rows = [&](int64_t t0) {
+    const int valid = int(t_stop - t0 < kTL ? t_stop - t0 : kTL);
+    load_raw_row(pu, u + t0 * p.u_s.l, p.u_s.l, valid, vec_u);
+    load_raw_row(pdt, delta + t0 * p.delta_s.l, p.delta_s.l, valid, vec_delta);
+  };
+  if (prefetch_bc) fetch_bc(t_begin);
+  fetch_rows(t_begin);
+  float dt_sum = 0.0f;
 
-    float uu[kTL], dt[kTL], y[kTL];
-    load_row<T, kTL>(uu, u + t0 * p.u_s.l, p.u_s.l, valid, vec_u);
-    load_row<T, kTL>(dt, delta + t0 * p.delta_s.l, p.delta_s.l, valid, vec_delta);
+  int buf = 0;
+  for (int64_t t0 = t_begin; t0 < t_stop; t0 += kTL, buf ^= 1) {
+    const int valid = int(t_stop - t0 < kTL ? t_stop - t0 : kTL);
+    float* tB = sB + buf * kTL * rs;
+    float* tC = sC + buf * kTL * rs;
+    if (prefetch_bc) {
+#pragma unroll
+      for (int k = 0; k < kPF; ++k) {
+        const int i = tid + k * kT;
+        if (i < tile_elems) {
+          int dst;
+          int64_t n, l;
+          bool ok;
+          tile_src(i, t0, dst, n, l, ok);
+          if (Bv != nullptr) tB[dst] = pB[k];
+          if (Cv != nullptr) tC[dst] = pC[k];
+        }
+      }
+    } else {
+      for (int i = tid; i < tile_elems; i += kT) {
+        int dst;
+        int64_t n, l;
+        bool ok;
+        tile_src(i, t0, dst, n, l, ok);
+        if (Bv != nullptr) tB[dst] = ok ? to_float(Bv[n * p.B.s_n + l * p.B.s_l]) : 0.0f;
+        if (Cv != nullptr) tC[dst] = ok ? to_float(Cv[n * p.C.s_n + l * p.C.s_l]) : 0.0f;
+      }
+    }
+    float uu[kTL], dt[kTL];
 #pragma unroll
     for (int t = 0; t < kTL; ++t) {
-      float v = dt[t] + bias;
+      uu[t] = pu.get(t);
+      dt[t] = pdt.get(t);
+    }
+    __syncthreads();  // tile t0 is in shared memory; the other buffer's readers are done
+    RawRow<T, kTL> zr;
+    if (!f.states_only && z != nullptr && s == 0) load_raw_row(zr, z + t0 * p.z_s.l, p.z_s.l, valid, vec_z);
+    if (t0 + kTL < t_stop) {
+      if (prefetch_bc) fetch_bc(t0 + kTL);
+      fetch_rows(t0 + kTL);
+    }
+    float y[kTL];
+#pragma unroll
+    for (int t = 0; t < kTL; ++t) {
+      const float v = dt[t] + bias;
       dt[t] = p.softplus ? softplus(v) : v;
       y[t] = 0.0f;
     }
+    const float* b_base = p.B.variable ? tB + s * kSF : sBf + lr * fs + s * kSF;
+    const float* c_base = p.C.variable ? tC + s * kSF : sCf + lr * fs + s * kSF;
 #pragma unroll
     for (int t = 0; t < kTL; ++t) {
       if (t >= valid) break;  // uniform across the block
       const float dtu = dt[t] * uu[t];
+      dt_sum += dt[t];
       const float* bt = b_base + t * b_step;
       const float* ct = c_base + t * c_step;
       float acc = 0.0f;
@@ -136,9 +240,23 @@ __global__ void __launch_bounds__(FwdPolicy::kThreads)
       }
       y[t] = acc;
     }
-    for (int o = 1; o < tpr; o <<= 1) {
+    if (f.states_only) continue;
+    for (int o = 1; o < tpr && o < 32; o <<= 1) {
 #pragma unroll
       for (int t = 0; t < kTL; ++t) y[t] += __shfl_xor_sync(kFullMask, y[t], o);
+    }
+    if (tpr > 32) {  // large complex dstate: the channel's warps add up through shared memory
+      if ((tid & 31) == 0) {
+#pragma unroll
+        for (int t = 0; t < kTL; ++t) sY[(tid >> 5) * kTL + t] = y[t];
+      }
+      __syncthreads();
+      if (s == 0) {
+        for (int w = 1; w < tpr / 32; ++w) {
+#pragma unroll
+          for (int t = 0; t < kTL; ++t) y[t] += sY[((tid >> 5) + w) * kTL + t];
+        }
+      }
     }
     if (active && s == 0) {
 #pragma unroll
@@ -148,9 +266,8 @@ __global__ void __launch_bounds__(FwdPolicy::kThreads)
       }
       if (z != nullptr) {
         float zz[kTL];
-        load_row<T, kTL>(zz, z + t0 * p.z_s.l, p.z_s.l, valid, vec_z);
 #pragma unroll
-        for (int t = 0; t < kTL; ++t) zz[t] = y[t] * silu(zz[t]);
+        for (int t = 0; t < kTL; ++t) zz[t] = y[t] * silu(zr.get(t));
         store_row<T, kTL>(static_cast<T*>(p.out_z) + offset3(p.out_z_s, b, d, t0), p.out_z_s.l, zz, valid,
                           vec_out_z);
       }
@@ -164,30 +281,74 @@ __global__ void __launch_bounds__(FwdPolicy::kThreads)
       }
     }
   }
+  if (f.states_only && active) {
+    float* st = f.seg_state + ((b * p.dim + d) * f.nseg + seg) * NF + n0 * kF;
+#pragma unroll
+    for (int j = 0; j < kSF; ++j) {
+      if (n0 * kF + j < NF) st[j] = h[j];
+    }
+    if (s == 0) f.seg_dtsum[(b * p.dim + d) * f.nseg + seg] = dt_sum;
+  }
+}
+
+int sm_count() {
+  static int count = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 132;
+    return n;
+  }();
+  return count;
 }
 
 }  // namespace
 
 int fwd_threads_per_row(int64_t dstate, bool is_complex) {
-  const int64_t per = is_complex ? FwdPolicy::states<true>() : FwdPolicy::states<false>();
+  const int64_t per = FwdPolicy::kSliceFloats / (is_complex ? 2 : 1);
   return pow2_at_least((dstate + per - 1) / per);
 }
 
-cudaError_t launch_fwd(const ScanParams& p, cudaStream_t stream) {
+int64_t fwd_segments(const ScanParams& p) {
+  const int64_t warps = p.batch * p.dim * fwd_threads_per_row(p.dstate, p.is_complex) / 32 + 1;
+  const int64_t sms = sm_count();
+  if (warps >= sms * FwdPolicy::kMinWarpsPerSm) return 1;
+  const int64_t want = (sms * FwdPolicy::kTargetWarpsPerSm + warps - 1) / warps;
+  const int64_t most = p.seqlen / FwdPolicy::kMinSegment;
+  return want < most ? want : (most > 1 ? most : 1);
+}
+
+cudaError_t launch_fwd(const ScanParams& p, float* seg_workspace, cudaStream_t stream) {
   if (p.batch == 0 || p.dim == 0 || p.seqlen == 0) return cudaSuccess;
   return with_dtype_complex(p.dtype, p.is_complex, [&](auto tag, auto cplx) -> cudaError_t {
     using T = typename decltype(tag)::type;
     constexpr bool kComplex = decltype(cplx)::value;
-    const int tpr = fwd_threads_per_row(p.dstate, kComplex);
-    if (tpr > 32) return cudaErrorInvalidValue;
-    const int rows = FwdPolicy::kThreads / tpr;
+    FwdLaunch f{};
+    f.tpr = fwd_threads_per_row(p.dstate, kComplex);
+    if (f.tpr > FwdPolicy::kThreads) return cudaErrorInvalidValue;
+    const int rows = FwdPolicy::kThreads / f.tpr;
     const int64_t dpg = p.dim / p.ngroups;
-    const int64_t bpg = (dpg + rows - 1) / rows;
-    const int64_t blocks = bpg * p.batch * p.ngroups;
+    f.bpg = (dpg + rows - 1) / rows;
+    const int64_t blocks = f.bpg * p.batch * p.ngroups;
     if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
-    const int rs = tpr * FwdPolicy::states<kComplex>() * (kComplex ? 2 : 1);
-    const size_t smem = sizeof(float) * (2 * FwdPolicy::kTile * rs + 2 * rows * (rs + 4));
-    fwd_kernel<T, kComplex><<<unsigned(blocks), FwdPolicy::kThreads, smem, stream>>>(p, tpr, bpg);
+    f.nseg = seg_workspace != nullptr ? fwd_segments(p) : 1;
+    const int64_t per = (p.seqlen + f.nseg - 1) / f.nseg;
+    f.seg_len = (per + kChunk - 1) / kChunk * kChunk;
+    f.nseg = (p.seqlen + f.seg_len - 1) / f.seg_len;
+    const int rs = f.tpr * FwdPolicy::kSliceFloats;
+    const size_t smem =
+        sizeof(float) * (4 * FwdPolicy::kTile * rs + 2 * rows * (rs + 4) + FwdPolicy::kThreads / 32 * FwdPolicy::kTile);
+    auto kernel = fwd_kernel<T, kComplex>;
+    if (f.nseg > 1) {
+      const int64_t nf = p.dstate * (kComplex ? 2 : 1);
+      f.seg_state = seg_workspace;
+      f.seg_dtsum = seg_workspace + p.batch * p.dim * f.nseg * nf;
+      f.states_only = true;
+      kernel<<<dim3(unsigned(blocks), unsigned(f.nseg - 1)), FwdPolicy::kThreads, smem, stream>>>(p, f);
+      const cudaError_t err = cudaGetLastError();
+      if (err != cudaSuccess) return err;
+      f.states_only = false;
+    }
+    kernel<<<dim3(unsigned(blocks), unsigned(f.nseg)), FwdPolicy::kThreads, smem, stream>>>(p, f);
     return cudaGetLastError();
   });
 }

@@ -92,6 +92,27 @@ __device__ __forceinline__ void store_row(T* base, int64_t s_l, const float (&v)
   }
 }
 
+// kW steps of one channel kept in their storage type (half the registers of fp32 for 16-bit
+// types): what a thread prefetches for the next tile. kW * sizeof(T) must be a multiple of 16.
+template <typename T, int kW>
+struct RawRow {
+  static constexpr int kE = 16 / int(sizeof(T));
+  Pack<T, kE> part[kW / kE];
+  __device__ __forceinline__ float get(int i) const { return to_float(part[i / kE].e[i % kE]); }
+};
+
+template <typename T, int kW>
+__device__ __forceinline__ void load_raw_row(RawRow<T, kW>& r, const T* base, int64_t s_l, int valid, bool vec) {
+  constexpr int kE = RawRow<T, kW>::kE;
+  if (vec && valid == kW) {
+#pragma unroll
+    for (int i = 0; i < kW / kE; ++i) load_pack(r.part[i], base + i * kE);
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < kW; ++i) r.part[i / kE].e[i % kE] = i < valid ? base[i * s_l] : from_float<T>(0.0f);
+}
+
 // Whether a (batch, channel, L) tensor allows load_row/store_row's vector path.
 __host__ __device__ __forceinline__ bool rows_vectorizable(const void* ptr, const Strides3& s, int elem_size) {
   const int64_t e = 16 / elem_size;

@@ -76,7 +76,10 @@ int fwd_threads_per_row(int64_t dstate, bool is_complex);
 int bwd_threads_per_row(int64_t dstate, bool is_complex);
 int64_t bwd_row_blocks(const ScanParams& p);  // row blocks per group (the dB/dC partial axis)
 
-cudaError_t launch_fwd(const ScanParams& p, cudaStream_t stream);
+// Segments the forward cuts the sequence into (1: one pass), and the fp32 workspace it then
+// needs: batch * dim * segments * (dstate [x2] + 1) floats, passed to launch_fwd.
+int64_t fwd_segments(const ScanParams& p);
+cudaError_t launch_fwd(const ScanParams& p, float* seg_workspace, cudaStream_t stream);
 cudaError_t launch_bwd(const ScanParams& p, cudaStream_t stream);
 
 }  // namespace selective_scan

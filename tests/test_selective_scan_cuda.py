@@ -1,0 +1,422 @@
+"""GPU tests of the compiled selective scan (selective_scan._cuda via selective_scan_fn and the ops).
+
+Every result is compared with a float64 sequential reference written here (not the package's
+own), on fresh random inputs; allocator blocks are poisoned with NaN before the kernels run,
+so an element a kernel forgets to write shows up. Skipped without a GPU (conftest.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def ops():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from selective_scan import _ops
+
+    return _ops
+
+
+@pytest.fixture(autouse=True)
+def _strict_backend(monkeypatch):
+    monkeypatch.setenv("MAMBA_KERNELS_BACKEND", "cuda")  # never a silent fallback here
+
+
+def _poison_allocator(nbytes: int) -> None:
+    t = torch.full((max(nbytes // 4, 1 << 20),), float("nan"), device="cuda")
+    del t
+
+
+def make_inputs(
+    batch,
+    dim,
+    L,
+    N,
+    dtype,
+    *,
+    cplx=False,
+    var_b=True,
+    var_c=True,
+    groups=1,
+    D=True,
+    z=True,
+    bias=True,
+    seed=0,
+):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def rnd(*shape, dt=torch.float32):
+        return torch.randn(*shape, device="cuda", generator=g, dtype=torch.float32).to(dt)
+
+    lf = 2 * L if cplx else L
+    u = rnd(batch, dim, L, dt=dtype)
+    delta = (0.5 * rnd(batch, dim, L) - 2.0).to(dtype)  # softplus(-2 +- 1) ~ 0.05..0.3
+    A = -torch.exp(0.5 * rnd(dim, N))
+    if cplx:
+        A = torch.complex(A, 3.0 * rnd(dim, N))
+    wdt = torch.complex64 if cplx else torch.float32
+    B = rnd(batch, groups, N, lf, dt=dtype) if var_b else rnd(dim, N, dt=wdt)
+    C = rnd(batch, groups, N, lf, dt=dtype) if var_c else rnd(dim, N, dt=wdt)
+    return dict(
+        u=u,
+        delta=delta,
+        A=A,
+        B=B,
+        C=C,
+        D=rnd(dim) if D else None,
+        z=rnd(batch, dim, L, dt=dtype) if z else None,
+        delta_bias=(0.3 * rnd(dim)) if bias else None,
+    )
+
+
+def reference(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=True):
+    """float64 per-step recurrence: (out, last state)."""
+    f = torch.float64
+    cplx = A.is_complex()
+    batch, dim, L = u.shape
+    uf, dt = u.to(f), delta.to(f)
+    if delta_bias is not None:
+        dt = dt + delta_bias.to(f)[:, None]
+    if delta_softplus:
+        dt = F.softplus(dt)
+    Ac = A.to(torch.complex128 if cplx else f)
+
+    def per_channel(t):  # -> (dim, N) or (batch, dim, N, L)
+        if t.dim() == 2:
+            return t.to(Ac.dtype)
+        t = t.to(f)
+        if t.dim() == 3:
+            t = t.unsqueeze(1)
+        if cplx:
+            t = torch.view_as_complex(t.unflatten(-1, (-1, 2)).contiguous())
+        return t.repeat_interleave(dim // t.shape[1], dim=1)
+
+    Bc, Cc = per_channel(B), per_channel(C)
+    decay = torch.exp(dt.unsqueeze(-1) * Ac[:, None, :])  # (b, d, L, N)
+    h = torch.zeros(batch, dim, A.shape[1], dtype=Ac.dtype, device=u.device)
+    ys = []
+    for t in range(L):
+        Bt = Bc if Bc.dim() == 2 else Bc[..., t]
+        Ct = Cc if Cc.dim() == 2 else Cc[..., t]
+        h = decay[:, :, t] * h + (dt[:, :, t] * uf[:, :, t]).unsqueeze(-1) * Bt
+        yt = (h * Ct).sum(-1)
+        ys.append(2 * yt.real if cplx else yt)
+    y = torch.stack(ys, -1)
+    if D is not None:
+        y = y + uf * D.to(f)[:, None]
+    if z is not None:
+        y = y * F.silu(z.to(f))
+    return y, h
+
+
+TOL = {torch.float32: 2e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+
+
+def assert_close(actual: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, what: str) -> None:
+    assert actual.shape == ref.shape, (what, actual.shape, ref.shape)
+    a = actual.to(ref.dtype)
+    assert torch.isfinite(torch.view_as_real(a) if a.is_complex() else a).all(), f"{what}: non-finite values"
+    scale = ref.abs().max().item() + 1e-6
+    err = (a - ref).abs().max().item()
+    assert err <= TOL[dtype] * scale, f"{what}: max error {err:.3g} vs scale {scale:.3g} ({dtype})"
+
+
+NAMES = ["u", "delta", "A", "B", "C", "D", "z", "delta_bias"]
+
+
+def run_and_check(inp, dtype, softplus=True, grads=True, last_state=False):
+    from selective_scan import selective_scan_fn
+
+    leaves = {
+        k: (v.detach().clone().requires_grad_(grads) if v is not None else None) for k, v in inp.items()
+    }
+    _poison_allocator(1 << 26)
+    res = selective_scan_fn(
+        *[leaves[k] for k in NAMES], delta_softplus=softplus, return_last_state=last_state
+    )
+    out, last = res if last_state else (res, None)
+    refs = {
+        k: (v.detach().double() if not v.is_complex() else v.detach().to(torch.complex128)).requires_grad_(
+            grads
+        )
+        if v is not None
+        else None
+        for k, v in inp.items()
+    }
+    ref_out, ref_last = reference(*[refs[k] for k in NAMES], delta_softplus=softplus)
+    assert out.dtype == inp["u"].dtype
+    assert_close(out, ref_out, dtype, "out")
+    if last_state:
+        assert_close(last, ref_last, torch.float32, "last_state")
+    if not grads:
+        return
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    ref_out.backward(dout.double())
+    for k in NAMES:
+        if leaves[k] is None:
+            continue
+        gtol = dtype if k in ("u", "delta", "z") or leaves[k].dtype == dtype else torch.float32
+        if dtype != torch.float32:
+            gtol = dtype  # low-precision inputs round everything downstream
+        assert leaves[k].grad is not None, k
+        assert leaves[k].grad.dtype == leaves[k].dtype, (k, leaves[k].grad.dtype)
+        assert_close(leaves[k].grad, refs[k].grad, gtol, f"d{k}")
+
+
+CASES = [
+    # dtype, cplx, var_b, var_c, groups, L
+    (torch.float32, False, True, True, 1, 1),
+    (torch.float32, False, True, True, 1, 63),
+    (torch.float32, False, True, True, 2, 64),
+    (torch.float32, False, True, True, 1, 65),
+    (torch.float32, False, False, True, 1, 100),
+    (torch.float32, False, True, False, 1, 129),
+    (torch.float32, False, False, False, 1, 77),
+    (torch.bfloat16, False, True, True, 1, 300),
+    (torch.float16, False, True, True, 4, 300),
+    (torch.bfloat16, False, False, False, 1, 33),
+    (torch.float32, True, True, True, 1, 70),
+    (torch.float32, True, False, False, 1, 70),
+    (torch.float32, True, True, False, 2, 9),
+    (torch.bfloat16, True, True, True, 1, 130),
+    (torch.float16, True, False, True, 1, 17),
+]
+
+
+@pytest.mark.parametrize("dtype,cplx,var_b,var_c,groups,L", CASES)
+def test_matrix(ops, dtype, cplx, var_b, var_c, groups, L):
+    inp = make_inputs(
+        2, 8, L, 16 if not cplx else 8, dtype, cplx=cplx, var_b=var_b, var_c=var_c, groups=groups
+    )
+    run_and_check(inp, dtype, last_state=True)
+
+
+@pytest.mark.parametrize("D,z,bias,softplus", list(itertools.product([False, True], repeat=4)))
+def test_optional_parts(ops, D, z, bias, softplus):
+    inp = make_inputs(2, 4, 70, 4, torch.float32, D=D, z=z, bias=bias)
+    if not softplus:  # keep dt > 0, as softplus would
+        inp["delta"] = F.softplus(inp["delta"])
+    run_and_check(inp, torch.float32, softplus=softplus)
+
+
+@pytest.mark.parametrize("L", [2047, 2048, 2049, 4097, 9000])
+def test_long_sequences(ops, L):
+    inp = make_inputs(1, 3, L, 4, torch.float32, groups=1)
+    run_and_check(inp, torch.float32, last_state=True)
+
+
+@pytest.mark.parametrize(
+    "N,cplx", [(1, False), (3, False), (17, False), (64, False), (256, False), (5, True), (256, True)]
+)
+def test_dstate(ops, N, cplx):
+    inp = make_inputs(2, 4, 40, N, torch.float32, cplx=cplx)
+    run_and_check(inp, torch.float32, last_state=True)
+
+
+@pytest.mark.parametrize("dim", [1, 31, 33, 130])
+def test_channel_counts(ops, dim):
+    # channel counts around the blocks (32 / 128 channels) and partial blocks
+    inp = make_inputs(3, dim, 67, 16, torch.float32)
+    run_and_check(inp, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_strided_views(ops, dtype):
+    """u/z as halves of one xz tensor, delta channel-strided, B/C with non-unit L stride,
+    a non-contiguous dout: results match the contiguous run."""
+    from selective_scan import selective_scan_fn
+
+    batch, dim, L, N = 2, 16, 131, 16
+    base = make_inputs(batch, dim, L, N, dtype)
+    xz = torch.randn(batch, 2 * dim, L, device="cuda").to(dtype)
+    u, z = xz.chunk(2, dim=1)
+    delta = torch.randn(batch, L, dim, device="cuda").to(dtype).transpose(1, 2)  # channel-last view
+    B = torch.randn(batch, 1, L, N, device="cuda").to(dtype).transpose(2, 3)
+    C = torch.randn(batch, 1, N, 2 * L, device="cuda").to(dtype)[..., ::2]
+    args = dict(base, u=u, z=z, delta=delta, B=B, C=C)
+    contig = {k: (v.contiguous() if v is not None else None) for k, v in args.items()}
+    leaves = [
+        {k: (v.clone().requires_grad_() if v is not None else None) for k, v in a.items()}
+        for a in (args, contig)
+    ]
+    dout = torch.randn(batch, L, dim, device="cuda").to(dtype).transpose(1, 2)
+    outs = []
+    for lv in leaves:
+        out = selective_scan_fn(*[lv[k] for k in NAMES], delta_softplus=True)
+        out.backward(dout)
+        outs.append(out)
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)
+    for k in NAMES:
+        torch.testing.assert_close(leaves[0][k].grad, leaves[1][k].grad, rtol=1e-6, atol=1e-6, msg=k)
+
+
+def test_dz_written_in_place_into_a_view(ops):
+    inp = make_inputs(2, 8, 100, 16, torch.float32)
+    out, _, ckpt = ops.fwd(
+        inp["u"],
+        inp["delta"],
+        inp["A"],
+        inp["B"],
+        inp["C"],
+        inp["D"],
+        inp["z"],
+        inp["delta_bias"],
+        True,
+        True,
+    )
+    out_z_ref = ops.fwd(
+        inp["u"],
+        inp["delta"],
+        inp["A"],
+        inp["B"],
+        inp["C"],
+        inp["D"],
+        inp["z"],
+        inp["delta_bias"],
+        True,
+        False,
+    )[1]
+    dout = torch.randn_like(out)
+    big = torch.full((2, 16, 100), float("nan"), device="cuda")
+    dz = big[:, 8:]
+    keep = big[:, :8].clone()
+    grads = ops.bwd(
+        inp["u"],
+        inp["delta"],
+        inp["A"],
+        inp["B"],
+        inp["C"],
+        inp["D"],
+        inp["z"],
+        inp["delta_bias"],
+        dout,
+        ckpt,
+        out,
+        dz,
+        True,
+    )
+    assert torch.isfinite(dz).all()
+    torch.testing.assert_close(big[:, :8], keep, equal_nan=True)
+    zf = inp["z"].double()
+    ref_dz = dout.double() * out.double() * torch.sigmoid(zf) * (1 + zf * (1 - torch.sigmoid(zf)))
+    torch.testing.assert_close(dz.double(), ref_dz, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out * F.silu(inp["z"]), out_z_ref, rtol=1e-5, atol=1e-5)
+    assert len(grads) == 7
+
+
+def test_bitwise_repeatable(ops):
+    """Two runs agree bitwise (no atomics): many channel blocks, groups, variable B/C."""
+    from selective_scan import selective_scan_fn
+
+    inp = make_inputs(2, 512, 300, 16, torch.bfloat16, groups=2)
+    results = []
+    for _ in range(2):
+        leaves = {k: (v.clone().requires_grad_() if v is not None else None) for k, v in inp.items()}
+        out = selective_scan_fn(*[leaves[k] for k in NAMES], delta_softplus=True)
+        out.backward(torch.ones_like(out))
+        results.append([out] + [leaves[k].grad for k in NAMES])
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("where", ["u", "delta", "B", "C"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_is_causal(ops, where, value):
+    from selective_scan import selective_scan_fn
+
+    L, t_bad = 150, 70
+    inp = make_inputs(1, 4, L, 16, torch.float32, D=False, z=False)
+    clean = selective_scan_fn(*[inp[k] for k in NAMES], delta_softplus=True)
+    bad = dict(inp)
+    bad[where] = inp[where].clone()
+    if where in ("u", "delta"):
+        bad[where][0, 1, t_bad] = value
+    else:
+        bad[where][0, 0, 3, t_bad] = value
+    out = selective_scan_fn(*[bad[k] for k in NAMES], delta_softplus=True)
+    assert torch.equal(out[..., :t_bad], clean[..., :t_bad])
+    ref, _ = reference(*[bad[k] for k in NAMES], delta_softplus=True)
+    assert torch.equal(torch.isfinite(out), torch.isfinite(ref))
+
+
+def test_a_minus_inf(ops):
+    inp = make_inputs(2, 4, 90, 8, torch.float32)
+    inp["A"][1, 2] = float("-inf")
+    run_and_check(inp, torch.float32, grads=False, last_state=True)
+
+
+def test_dim_over_65536(ops):
+    from selective_scan import selective_scan_fn
+
+    inp = make_inputs(1, 70000, 5, 2, torch.float32)
+    out = selective_scan_fn(*[inp[k] for k in NAMES], delta_softplus=True)
+    rows = slice(69990, 70000)
+    sub = {
+        k: (v[:, rows] if k in ("u", "delta", "z") else v[rows] if k in ("A", "D", "delta_bias") else v)
+        for k, v in inp.items()
+    }
+    ref, _ = reference(*[sub[k] for k in NAMES], delta_softplus=True)
+    assert_close(out[:, rows], ref, torch.float32, "out")
+
+
+def test_over_2_31_elements(ops):
+    from selective_scan import selective_scan_fn
+
+    dim, L = 65600, 32768  # 2.15e9 elements per tensor
+    u = torch.randn(1, dim, L, device="cuda", dtype=torch.bfloat16)
+    delta = torch.full_like(u, -1.0)
+    A = -torch.ones(dim, 1, device="cuda")
+    B = torch.ones(dim, 1, device="cuda")
+    C = torch.ones(dim, 1, device="cuda")
+    out = selective_scan_fn(u, delta, A, B, C, delta_softplus=True)
+    rows = slice(dim - 3, dim)
+    tail = selective_scan_fn(
+        u[:, rows].contiguous(), delta[:, rows].contiguous(), A[rows], B[rows], C[rows], delta_softplus=True
+    )
+    assert torch.equal(out[:, rows], tail)
+    del out, u, delta
+
+
+def test_torch_compile_fullgraph(ops):
+    from selective_scan import selective_scan_fn
+
+    inp = make_inputs(2, 8, 50, 16, torch.float32)
+
+    def step(u, delta, A, B, C, D, z, bias):
+        return selective_scan_fn(u, delta, A, B, C, D, z, bias, delta_softplus=True).sum()
+
+    compiled = torch.compile(step, fullgraph=True)
+    leaves = [(v.clone().requires_grad_() if v is not None else None) for v in (inp[k] for k in NAMES)]
+    loss = compiled(*leaves)
+    loss.backward()
+    eager = [(v.clone().requires_grad_() if v is not None else None) for v in (inp[k] for k in NAMES)]
+    loss_e = step(*eager)
+    loss_e.backward()
+    torch.testing.assert_close(loss, loss_e)
+    for a, b in zip(leaves, eager):
+        torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_direct_op_rejects_bad_input(ops):
+    inp = make_inputs(1, 4, 10, 4, torch.float32)
+    args = [inp[k] for k in NAMES]
+    with pytest.raises(RuntimeError, match="dstate"):
+        ops.fwd(args[0], args[1], torch.randn(4, 300, device="cuda"), *args[3:], True, False)
+    with pytest.raises(RuntimeError, match="delta must have shape"):
+        ops.fwd(args[0], args[1][..., :5], *args[2:], True, False)
+    with pytest.raises(RuntimeError, match="variable B"):
+        ops.fwd(args[0], args[1], args[2], args[3][..., :3], *args[4:], True, False)
+    with pytest.raises(TypeError, match="u must be"):
+        ops.fwd(args[0].double(), args[1].double(), *args[2:], True, False)
+    out, _, ckpt = ops.fwd(*args, True, True)
+    with pytest.raises(RuntimeError, match="ckpt"):
+        ops.bwd(*args, out, ckpt[:, :, :0], out, torch.empty_like(out), True)
