@@ -3,10 +3,12 @@
 // chunk. Inside a chunk a forward sweep records the state at the start of each window of kW
 // steps (shared memory); each window is then recomputed into registers (states and decays)
 // and swept in reverse with the adjoint g_t = conj(C_t) dy_t + conj(a_{t+1}) g_{t+1}.
-// Per-step sums over states (du, ddelta) go through shared memory across the threads of a
-// channel; dB/dC of variable B/C are summed over the block's channels in a fixed order and
-// written as per-block partials, which the caller sums: no atomics, so results are bitwise
-// reproducible.
+//
+// Work per (channel, step) that does not depend on the state (dt, the z gate, dz, du, ddelta)
+// is done once per channel, its steps spread over the channel's threads, and shared through
+// shared memory. dB/dC of variable B/C are summed over the block's channels in a fixed order
+// and written as per-block partials, which the caller sums: no atomics, so results are
+// bitwise reproducible.
 //
 // Instantiations: dtype (3) x real/complex (2) = 6 kernels.
 #include "scan_common.cuh"
@@ -17,34 +19,56 @@ namespace {
 
 struct BwdPolicy {
   static constexpr int kThreads = 128;
-  static constexpr int kStates = 4;  // states per thread
+  static constexpr int kStates = 4;            // states per thread
+  static constexpr int kTileFloats = 64 * 64;  // B (and C) floats per shared tile, at most
+  static constexpr int kRowPad = 4;            // keeps rows of per-step arrays in distinct banks
   template <bool kComplex>
-  __host__ __device__ static constexpr int window() { return kComplex ? 4 : 8; }  // steps recomputed into registers
+  __host__ __device__ static constexpr int window() { return kComplex ? 4 : 8; }  // steps in registers
 };
 
 template <bool kComplex>
-__host__ __device__ constexpr int bwd_rs(int tpr) {  // floats per step of a B/C tile (all slices of a channel)
+__host__ __device__ constexpr int bwd_rs(int tpr) {  // floats per step of a B/C tile (all slices)
   return tpr * BwdPolicy::kStates * (kComplex ? 2 : 1);
 }
 
+// Steps of B/C held in shared memory at once: a whole chunk when it fits, else one window.
 template <bool kComplex>
-size_t bwd_smem_bytes(int tpr) {
+int bwd_tile_steps(int tpr) {
+  return kChunk * bwd_rs<kComplex>(tpr) <= BwdPolicy::kTileFloats ? kChunk : BwdPolicy::window<kComplex>();
+}
+
+// Shared memory, in floats, in the kernel's order.
+struct BwdSmem {
+  int tiles, starts, steps, dy, red, sums;
+  __host__ __device__ int total() const { return tiles + starts + steps + dy + red + sums; }
+};
+
+template <bool kComplex>
+__host__ __device__ BwdSmem bwd_smem(int tpr, int ts) {
   constexpr int kW = BwdPolicy::window<kComplex>();
   constexpr int kSF = BwdPolicy::kStates * (kComplex ? 2 : 1);
   constexpr int kT = BwdPolicy::kThreads;
   const int rs = bwd_rs<kComplex>(tpr), rows = kT / tpr;
-  return sizeof(float) * (2 * kW * rs + (kChunk / kW) * kSF * kT + 2 * rows * kW * rs + 2 * kW * kT);
+  BwdSmem m;
+  m.tiles = 2 * ts * rs;                                 // B, C
+  m.starts = (kChunk / kW) * kSF * kT;                   // states at window starts
+  m.steps = 2 * rows * (kChunk + BwdPolicy::kRowPad);    // dt, u of the chunk
+  m.dy = rows * (kW + BwdPolicy::kRowPad);               // gated dout of the window
+  m.red = 2 * rows * kW * rs;                            // per-channel dB, dC of the window
+  m.sums = 2 * kW * kT + 2 * kT;                         // per-thread sums per step; dD, dbias
+  return m;
 }
 
 template <typename T, bool kComplex>
 __global__ void __launch_bounds__(BwdPolicy::kThreads)
-    bwd_kernel(const ScanParams p, const int tpr, const int64_t blocks_per_group) {
+    bwd_kernel(const ScanParams p, const int tpr, const int64_t blocks_per_group, const int ts) {
   constexpr int kNS = BwdPolicy::kStates;
   constexpr int kF = kComplex ? 2 : 1;
   constexpr int kSF = kNS * kF;
   constexpr int kW = BwdPolicy::window<kComplex>();
   constexpr int kT = BwdPolicy::kThreads;
-  constexpr int kWin = kChunk / kW;
+  constexpr int kRS = kChunk + BwdPolicy::kRowPad;  // row stride of the per-step arrays
+  constexpr int kDS = kW + BwdPolicy::kRowPad;
   extern __shared__ float smem[];
 
   const int64_t L = p.seqlen, N = p.dstate, NF = N * kF;
@@ -60,13 +84,18 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
   const bool active = rig < dpg;
   const int64_t d = g * dpg + (active ? rig : 0);  // inactive threads shadow row 0 and store nothing
 
-  float* sB = smem;                   // [kW][rs] window tile of variable B
-  float* sC = sB + kW * rs;           // [kW][rs]
-  float* sWS = sC + kW * rs;          // [kWin][kSF][kT] states at window starts
-  float* sRB = sWS + kWin * kSF * kT;  // [rows][kW][rs] per-channel dB of the window
+  const BwdSmem m = bwd_smem<kComplex>(tpr, ts);
+  float* sB = smem;                    // [ts][rs] tile of variable B (steps [tile0, tile0 + ts))
+  float* sC = sB + ts * rs;            // [ts][rs]
+  float* sWS = smem + m.tiles;         // [kChunk / kW][kSF][kT] states at window starts
+  float* sDT = sWS + m.starts;         // [rows][kRS] dt of the chunk's steps
+  float* sU = sDT + rows * kRS;        // [rows][kRS] u
+  float* sDY = sDT + m.steps;          // [rows][kDS] dout * silu(z) of the window
+  float* sRB = sDY + m.dy;             // [rows][kW][rs] per-channel dB of the window
   float* sRC = sRB + rows * kW * rs;   // [rows][kW][rs] per-channel dC
-  float* sSumD = sRC + rows * kW * rs;  // [kW][kT] per-thread part of sum_n Re(conj(A) da)
-  float* sSumB = sSumD + kW * kT;       // [kW][kT] per-thread part of sum_n Re(conj(B) g)
+  float* sSumD = sRB + m.red;          // [kW][kT] per-thread part of sum_n Re(conj(A) da)
+  float* sSumB = sSumD + kW * kT;      // [kW][kT] per-thread part of sum_n Re(conj(B) g)
+  float* sAcc = sSumB + kW * kT;       // [2][kT] per-thread dD, dbias
 
   const int64_t n0 = int64_t(s) * kNS;
   float a2[kSF], Af[kSF], Bf[kSF], Cf[kSF], dA[kSF], dBf[kSF], dCf[kSF], gc[kSF];
@@ -89,43 +118,50 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
   const T* dout = static_cast<const T*>(p.dout) + offset3(p.dout_s, b, d, 0);
   const T* z = p.z != nullptr ? static_cast<const T*>(p.z) + offset3(p.z_s, b, d, 0) : nullptr;
   const T* yv = p.y != nullptr ? static_cast<const T*>(p.y) + offset3(p.y_s, b, d, 0) : nullptr;
-  const bool vec_u = rows_vectorizable(p.u, p.u_s, sizeof(T));
-  const bool vec_delta = rows_vectorizable(p.delta, p.delta_s, sizeof(T));
-  const bool vec_dout = rows_vectorizable(p.dout, p.dout_s, sizeof(T));
-  const bool vec_z = rows_vectorizable(p.z, p.z_s, sizeof(T));
-  const bool vec_y = rows_vectorizable(p.y, p.y_s, sizeof(T));
-  const bool vec_du = rows_vectorizable(p.du, p.du_s, sizeof(T));
-  const bool vec_ddelta = rows_vectorizable(p.ddelta, p.ddelta_s, sizeof(T));
-  const bool vec_dz = rows_vectorizable(p.dz, p.dz_s, sizeof(T));
+  T* du_row = static_cast<T*>(p.du) + offset3(p.du_s, b, d, 0);
+  T* ddelta_row = static_cast<T*>(p.ddelta) + offset3(p.ddelta_s, b, d, 0);
+  T* dz_row = p.dz != nullptr ? static_cast<T*>(p.dz) + offset3(p.dz_s, b, d, 0) : nullptr;
   const T* Bv = p.B.variable ? static_cast<const T*>(p.B.ptr) + b * p.B.s_b + g * p.B.s_g : nullptr;
   const T* Cv = p.C.variable ? static_cast<const T*>(p.C.ptr) + b * p.C.s_b + g * p.C.s_g : nullptr;
   const int64_t n_chunks = (L + kChunk - 1) / kChunk;
-  const bool writer = active && s == 0;
+  float* dtr = sDT + lr * kRS;
+  float* ur = sU + lr * kRS;
+  float* dyr = sDY + lr * kDS;
 
-  // Variable B (and C) of steps [t0, t0 + kW) into the window tiles, zero beyond L or dstate.
-  auto load_tiles = [&](int64_t t0, int valid, bool with_c) {
+  // Variable B and C of steps [want, want + ts) into the tiles, zero beyond L or dstate; a no-op
+  // when the tile already holds them (block-uniform, like every caller).
+  int64_t tile0 = -1;
+  auto ensure_tile = [&](int64_t t0) {
+    if (Bv == nullptr && Cv == nullptr) return;
+    const int64_t want = t0 - (t0 % kChunk) + ((t0 % kChunk) / ts) * ts;
+    if (want == tile0) return;
+    tile0 = want;
     __syncthreads();  // earlier readers of the tiles are done
-    for (int i = tid; i < rs * kW; i += kT) {
+    for (int i = tid; i < rs * ts; i += kT) {
       const int t = i / rs, k = i % rs;  // k = n * kF + component
-      const bool ok = t < valid && k < NF;
-      const int64_t n = k / kF, l = (t0 + t) * kF + (k % kF);
+      const bool ok = want + t < L && k < NF;
+      const int64_t n = k / kF, l = (want + t) * kF + (k % kF);
       if (Bv != nullptr) sB[i] = ok ? to_float(Bv[n * p.B.s_n + l * p.B.s_l]) : 0.0f;
-      if (with_c && Cv != nullptr) sC[i] = ok ? to_float(Cv[n * p.C.s_n + l * p.C.s_l]) : 0.0f;
+      if (Cv != nullptr) sC[i] = ok ? to_float(Cv[n * p.C.s_n + l * p.C.s_l]) : 0.0f;
     }
     __syncthreads();
   };
-  auto discretise = [&](float (&dt)[kW], float (&pre)[kW], int64_t t0, int valid) {
-    load_row<T, kW>(pre, delta + t0 * p.delta_s.l, p.delta_s.l, valid, vec_delta);
-#pragma unroll
-    for (int t = 0; t < kW; ++t) {
-      pre[t] += bias;
-      dt[t] = p.softplus ? softplus(pre[t]) : pre[t];
-    }
-  };
+  auto b_at = [&](int tb, int t, int j) { return Bv != nullptr ? sB[tb + t * rs + s * kSF + j] : Bf[j]; };
+  auto c_at = [&](int tb, int t, int j) { return Cv != nullptr ? sC[tb + t * rs + s * kSF + j] : Cf[j]; };
 
   for (int64_t c = n_chunks - 1; c >= 0; --c) {
     const int64_t tc0 = c * kChunk;
-    const int nwin = int(((L - tc0 < kChunk ? L - tc0 : kChunk) + kW - 1) / kW);
+    const int clen = int(L - tc0 < kChunk ? L - tc0 : kChunk);
+    const int nwin = (clen + kW - 1) / kW;
+    // dt and u of the chunk, each step computed by one of the channel's threads.
+    __syncthreads();  // the previous chunk's readers are done
+    for (int t = s; t < clen; t += tpr) {
+      const float v = to_float(delta[(tc0 + t) * p.delta_s.l]) + bias;
+      dtr[t] = p.softplus ? softplus(v) : v;
+      ur[t] = to_float(u[(tc0 + t) * p.u_s.l]);
+    }
+    ensure_tile(tc0);  // its barriers also publish dt and u
+    if (Bv == nullptr && Cv == nullptr) __syncthreads();
     float h[kSF];
     {
       const float* src = c > 0 ? p.ckpt + ((b * p.dim + d) * n_chunks + c - 1) * NF + n0 * kF : nullptr;
@@ -138,26 +174,22 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
       for (int j = 0; j < kSF; ++j) sWS[(w * kSF + j) * kT + tid] = h[j];
       if (w == nwin - 1) break;
       const int64_t t0 = tc0 + int64_t(w) * kW;  // a full window: only the last can be partial
-      load_tiles(t0, kW, false);
-      float dt[kW], pre[kW], uu[kW];
-      discretise(dt, pre, t0, kW);
-      load_row<T, kW>(uu, u + t0 * p.u_s.l, p.u_s.l, kW, vec_u);
+      ensure_tile(t0);
+      const int tb = int(t0 - tile0) * rs;
 #pragma unroll
       for (int t = 0; t < kW; ++t) {
-        const float dtu = dt[t] * uu[t];
+        const float dt = dtr[w * kW + t];
+        const float dtu = ur[w * kW + t] * dt;
 #pragma unroll
         for (int j = 0; j < kNS; ++j) {
           if constexpr (!kComplex) {
-            const float bb = Bv != nullptr ? sB[t * rs + s * kSF + j] : Bf[j];
-            h[j] = fmaf(fast_exp2(dt[t] * a2[j]), h[j], dtu * bb);
+            h[j] = fmaf(fast_exp2(dt * a2[j]), h[j], dtu * b_at(tb, t, j));
           } else {
-            const float br = Bv != nullptr ? sB[t * rs + s * kSF + 2 * j] : Bf[2 * j];
-            const float bi = Bv != nullptr ? sB[t * rs + s * kSF + 2 * j + 1] : Bf[2 * j + 1];
             float ar, ai;
-            decay_complex(dt[t], a2[2 * j], a2[2 * j + 1], ar, ai);
+            decay_complex(dt, a2[2 * j], a2[2 * j + 1], ar, ai);
             const float hr = h[2 * j], hi = h[2 * j + 1];
-            h[2 * j] = ar * hr - ai * hi + dtu * br;
-            h[2 * j + 1] = ar * hi + ai * hr + dtu * bi;
+            h[2 * j] = ar * hr - ai * hi + dtu * b_at(tb, t, 2 * j);
+            h[2 * j + 1] = ar * hi + ai * hr + dtu * b_at(tb, t, 2 * j + 1);
           }
         }
       }
@@ -166,21 +198,25 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
     for (int w = nwin - 1; w >= 0; --w) {
       const int64_t t0 = tc0 + int64_t(w) * kW;
       const int valid = int(L - t0 < kW ? L - t0 : kW);
-      load_tiles(t0, valid, true);
-      float dt[kW], pre[kW], uu[kW], dy[kW];
-      discretise(dt, pre, t0, valid);
-      load_row<T, kW>(uu, u + t0 * p.u_s.l, p.u_s.l, valid, vec_u);
-      load_row<T, kW>(dy, dout + t0 * p.dout_s.l, p.dout_s.l, valid, vec_dout);
-      if (z != nullptr) {
-        float zz[kW], yy[kW], dzz[kW];
-        load_row<T, kW>(zz, z + t0 * p.z_s.l, p.z_s.l, valid, vec_z);
-        load_row<T, kW>(yy, yv + t0 * p.y_s.l, p.y_s.l, valid, vec_y);
-#pragma unroll
-        for (int t = 0; t < kW; ++t) {
-          dzz[t] = dy[t] * yy[t] * silu_grad(zz[t]);
-          dy[t] *= silu(zz[t]);
+      ensure_tile(t0);
+      const int tb = int(t0 - tile0) * rs;
+      // The gate, once per (channel, step): dy = dout silu(z), dz = dout y silu'(z).
+      for (int t = s; t < valid; t += tpr) {
+        float gy = to_float(dout[(t0 + t) * p.dout_s.l]);
+        if (z != nullptr) {
+          const float zz = to_float(z[(t0 + t) * p.z_s.l]);
+          if (active) dz_row[(t0 + t) * p.dz_s.l] = from_float<T>(gy * to_float(yv[(t0 + t) * p.y_s.l]) * silu_grad(zz));
+          gy *= silu(zz);
         }
-        if (writer) store_row<T, kW>(static_cast<T*>(p.dz) + offset3(p.dz_s, b, d, t0), p.dz_s.l, dzz, valid, vec_dz);
+        dyr[t] = gy;
+      }
+      __syncthreads();
+      float dt[kW], dtu[kW], dy[kW];
+#pragma unroll
+      for (int t = 0; t < kW; ++t) {
+        dt[t] = dtr[w * kW + t];
+        dtu[t] = dt[t] * ur[w * kW + t];
+        dy[t] = dyr[t];
       }
       // Recompute the window: states before each step (hp) and decays (aa).
       float hp[kW][kSF], aa[kW][kSF];
@@ -188,18 +224,14 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
       for (int j = 0; j < kSF; ++j) h[j] = sWS[(w * kSF + j) * kT + tid];
 #pragma unroll
       for (int t = 0; t < kW; ++t) {
-        const float dtu = dt[t] * uu[t];
 #pragma unroll
         for (int j = 0; j < kNS; ++j) {
           if constexpr (!kComplex) {
-            const float bb = Bv != nullptr ? sB[t * rs + s * kSF + j] : Bf[j];
             const float a = t < valid ? fast_exp2(dt[t] * a2[j]) : 0.0f;
             hp[t][j] = h[j];
             aa[t][j] = a;
-            h[j] = fmaf(a, h[j], dtu * bb);
+            h[j] = fmaf(a, h[j], dtu[t] * b_at(tb, t, j));
           } else {
-            const float br = Bv != nullptr ? sB[t * rs + s * kSF + 2 * j] : Bf[2 * j];
-            const float bi = Bv != nullptr ? sB[t * rs + s * kSF + 2 * j + 1] : Bf[2 * j + 1];
             float ar = 0.0f, ai = 0.0f;
             if (t < valid) decay_complex(dt[t], a2[2 * j], a2[2 * j + 1], ar, ai);
             const float hr = h[2 * j], hi = h[2 * j + 1];
@@ -207,41 +239,34 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
             hp[t][2 * j + 1] = hi;
             aa[t][2 * j] = ar;
             aa[t][2 * j + 1] = ai;
-            h[2 * j] = ar * hr - ai * hi + dtu * br;
-            h[2 * j + 1] = ar * hi + ai * hr + dtu * bi;
+            h[2 * j] = ar * hr - ai * hi + dtu[t] * b_at(tb, t, 2 * j);
+            h[2 * j + 1] = ar * hi + ai * hr + dtu[t] * b_at(tb, t, 2 * j + 1);
           }
         }
       }
       // Reverse sweep.
-      float sumA[kW], sumB[kW];
 #pragma unroll
       for (int t = kW - 1; t >= 0; --t) {
-        sumA[t] = sumB[t] = 0.0f;
-        if (t >= valid) {
-#pragma unroll
-          for (int k = 0; k < kSF; ++k) {
-            sRB[(lr * kW + t) * rs + s * kSF + k] = 0.0f;
-            sRC[(lr * kW + t) * rs + s * kSF + k] = 0.0f;
-          }
-          continue;
-        }
-        const float dtu = dt[t] * uu[t];
-        const float* bt = sB + t * rs + s * kSF;
-        const float* ct = sC + t * rs + s * kSF;
+        float sumA = 0.0f, sumB = 0.0f;
         float* rbt = sRB + (lr * kW + t) * rs + s * kSF;
         float* rct = sRC + (lr * kW + t) * rs + s * kSF;
+        if (t >= valid) {
+#pragma unroll
+          for (int k = 0; k < kSF; ++k) rbt[k] = rct[k] = 0.0f;
+          sSumD[t * kT + tid] = sSumB[t * kT + tid] = 0.0f;
+          continue;
+        }
         if constexpr (!kComplex) {
 #pragma unroll
           for (int j = 0; j < kNS; ++j) {
-            const float bb = Bv != nullptr ? bt[j] : Bf[j];
-            const float cc = Cv != nullptr ? ct[j] : Cf[j];
+            const float bb = b_at(tb, t, j), cc = c_at(tb, t, j);
             const float gg = fmaf(cc, dy[t], gc[j]);
             const float ah = aa[t][j] * hp[t][j];
             const float da = ah * gg;
             dA[j] = fmaf(dt[t], da, dA[j]);
-            sumA[t] = fmaf(Af[j], da, sumA[t]);
-            sumB[t] = fmaf(bb, gg, sumB[t]);
-            const float db = gg * dtu, dc = (ah + dtu * bb) * dy[t];
+            sumA = fmaf(Af[j], da, sumA);
+            sumB = fmaf(bb, gg, sumB);
+            const float db = gg * dtu[t], dc = fmaf(dtu[t], bb, ah) * dy[t];
             if (Bv != nullptr) rbt[j] = active ? db : 0.0f; else dBf[j] += db;
             if (Cv != nullptr) rct[j] = active ? dc : 0.0f; else dCf[j] += dc;
             gc[j] = aa[t][j] * gg;
@@ -251,18 +276,18 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
 #pragma unroll
           for (int j = 0; j < kNS; ++j) {
             const int r = 2 * j, i = 2 * j + 1;
-            const float br = Bv != nullptr ? bt[r] : Bf[r], bi = Bv != nullptr ? bt[i] : Bf[i];
-            const float cr = Cv != nullptr ? ct[r] : Cf[r], ci = Cv != nullptr ? ct[i] : Cf[i];
+            const float br = b_at(tb, t, r), bi = b_at(tb, t, i);
+            const float cr = c_at(tb, t, r), ci = c_at(tb, t, i);
             const float gr = cr * dyw + gc[r], gi = -ci * dyw + gc[i];  // conj(C) dyw + carry
             const float ar = aa[t][r], ai = aa[t][i], pr = hp[t][r], pi = hp[t][i];
             const float wr = ar * pr - ai * pi, wi = ar * pi + ai * pr;  // a h_{t-1}
             const float dar = wr * gr + wi * gi, dai = wr * gi - wi * gr;  // conj(a h_{t-1}) g
             dA[r] = fmaf(dt[t], dar, dA[r]);
             dA[i] = fmaf(dt[t], dai, dA[i]);
-            sumA[t] += Af[r] * dar + Af[i] * dai;  // Re(conj(A) da)
-            sumB[t] += br * gr + bi * gi;          // Re(conj(B) g)
-            const float dbr = gr * dtu, dbi = gi * dtu;
-            const float dcr = (wr + dtu * br) * dyw, dci = -(wi + dtu * bi) * dyw;  // conj(h_t) dyw
+            sumA += Af[r] * dar + Af[i] * dai;  // Re(conj(A) da)
+            sumB += br * gr + bi * gi;          // Re(conj(B) g)
+            const float dbr = gr * dtu[t], dbi = gi * dtu[t];
+            const float dcr = (wr + dtu[t] * br) * dyw, dci = -(wi + dtu[t] * bi) * dyw;  // conj(h_t) dyw
             if (Bv != nullptr) {
               rbt[r] = active ? dbr : 0.0f;
               rbt[i] = active ? dbi : 0.0f;
@@ -281,11 +306,8 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
             gc[i] = ar * gi - ai * gr;
           }
         }
-      }
-#pragma unroll
-      for (int t = 0; t < kW; ++t) {
-        sSumD[t * kT + tid] = sumA[t];
-        sSumB[t * kT + tid] = sumB[t];
+        sSumD[t * kT + tid] = sumA;
+        sSumB[t * kT + tid] = sumB;
       }
       __syncthreads();
       // dB/dC of the window summed over the block's channels, in channel order.
@@ -308,30 +330,29 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
           }
         }
       }
-      if (writer) {
-        float du[kW], ddt[kW];
-#pragma unroll
-        for (int t = 0; t < kW; ++t) {
-          float sa = 0.0f, sb = 0.0f;
-          for (int k = 0; k < tpr; ++k) {
-            sa += sSumD[t * kT + tid + k];
-            sb += sSumB[t * kT + tid + k];
-          }
-          du[t] = fmaf(dt[t], sb, Dd * dy[t]);
-          float gdt = fmaf(uu[t], sb, sa);
-          if (p.softplus) gdt *= softplus_grad(pre[t]);
-          ddt[t] = gdt;
-          if (t < valid) {
-            dbias_acc += gdt;
-            dD_acc = fmaf(dy[t], uu[t], dD_acc);
-          }
+      // du and ddelta, once per (channel, step).
+      for (int t = s; t < valid; t += tpr) {
+        float sa = 0.0f, sb = 0.0f;
+        for (int k = 0; k < tpr; ++k) {
+          sa += sSumD[t * kT + lr * tpr + k];
+          sb += sSumB[t * kT + lr * tpr + k];
         }
-        store_row<T, kW>(static_cast<T*>(p.du) + offset3(p.du_s, b, d, t0), p.du_s.l, du, valid, vec_du);
-        store_row<T, kW>(static_cast<T*>(p.ddelta) + offset3(p.ddelta_s, b, d, t0), p.ddelta_s.l, ddt, valid,
-                         vec_ddelta);
+        const float dtt = dtr[w * kW + t], ut = ur[w * kW + t], dyt = dyr[t];
+        float gdt = fmaf(ut, sb, sa);
+        if (p.softplus) gdt *= -expm1f(-dtt);  // sigmoid(x) = 1 - exp(-softplus(x))
+        dbias_acc += gdt;
+        dD_acc = fmaf(dyt, ut, dD_acc);
+        if (active) {
+          du_row[(t0 + t) * p.du_s.l] = from_float<T>(fmaf(dtt, sb, Dd * dyt));
+          ddelta_row[(t0 + t) * p.ddelta_s.l] = from_float<T>(gdt);
+        }
       }
+      __syncthreads();  // the sums above are read before the next window overwrites them
     }
   }
+  sAcc[tid] = dD_acc;
+  sAcc[kT + tid] = dbias_acc;
+  __syncthreads();
   if (active) {
     const int64_t off = (b * p.dim + d) * NF + n0 * kF;
 #pragma unroll
@@ -342,8 +363,13 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
       if (!p.C.variable) p.dC_part[off + j] = dCf[j];
     }
     if (s == 0) {
-      if (p.dD_part != nullptr) p.dD_part[b * p.dim + d] = dD_acc;
-      if (p.dbias_part != nullptr) p.dbias_part[b * p.dim + d] = dbias_acc;
+      float sd = 0.0f, sbias = 0.0f;
+      for (int k = 0; k < tpr; ++k) {
+        sd += sAcc[lr * tpr + k];
+        sbias += sAcc[kT + lr * tpr + k];
+      }
+      if (p.dD_part != nullptr) p.dD_part[b * p.dim + d] = sd;
+      if (p.dbias_part != nullptr) p.dbias_part[b * p.dim + d] = sbias;
     }
   }
 }
@@ -364,17 +390,18 @@ cudaError_t launch_bwd(const ScanParams& p, cudaStream_t stream) {
   if (p.batch == 0 || p.dim == 0 || p.seqlen == 0) return cudaSuccess;
   return with_dtype_complex(p.dtype, p.is_complex, [&](auto tag, auto cplx) -> cudaError_t {
     using T = typename decltype(tag)::type;
-    constexpr bool kComplex = decltype(cplx)::value;
+    static constexpr bool kComplex = decltype(cplx)::value;
     const int tpr = bwd_threads_per_row(p.dstate, kComplex);
     if (tpr > BwdPolicy::kThreads) return cudaErrorInvalidValue;
     const int64_t bpg = bwd_row_blocks(p);
     const int64_t blocks = bpg * p.batch * p.ngroups;
     if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
-    const size_t smem = bwd_smem_bytes<kComplex>(tpr);
+    const int ts = bwd_tile_steps<kComplex>(tpr);
+    const size_t smem = sizeof(float) * size_t(bwd_smem<kComplex>(tpr, ts).total());
     auto kernel = bwd_kernel<T, kComplex>;
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (err != cudaSuccess) return err;
-    kernel<<<unsigned(blocks), BwdPolicy::kThreads, smem, stream>>>(p, tpr, bpg);
+    kernel<<<unsigned(blocks), BwdPolicy::kThreads, smem, stream>>>(p, tpr, bpg, ts);
     return cudaGetLastError();
   });
 }

@@ -26,8 +26,14 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// log(1 + e^x), identity above the threshold. log1p(e) is formed as log(w) * e / (w - 1) with
+// w = 1 + e (exact for tiny e, where w rounds to 1), which needs one special-function log
+// instead of the long log1pf sequence.
 __device__ __forceinline__ float softplus(float x) {
-  return x <= kSoftplusThreshold ? log1pf(__expf(x)) : x;
+  if (x > kSoftplusThreshold) return x;
+  const float e = __expf(x);
+  const float w = 1.0f + e;
+  return w == 1.0f ? e : __logf(w) * __fdividef(e, w - 1.0f);
 }
 
 // d softplus(x) / dx = sigmoid(x) (1 above the threshold, where softplus is the identity).
