@@ -244,18 +244,11 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
           }
         }
       }
-      // Reverse sweep.
-#pragma unroll
-      for (int t = kW - 1; t >= 0; --t) {
+      // Reverse sweep: one step's adjoint and gradient contributions.
+      auto rev_step = [&](int t) {
         float sumA = 0.0f, sumB = 0.0f;
         float* rbt = sRB + (lr * kW + t) * rs + s * kSF;
         float* rct = sRC + (lr * kW + t) * rs + s * kSF;
-        if (t >= valid) {
-#pragma unroll
-          for (int k = 0; k < kSF; ++k) rbt[k] = rct[k] = 0.0f;
-          sSumD[t * kT + tid] = sSumB[t * kT + tid] = 0.0f;
-          continue;
-        }
         if constexpr (!kComplex) {
 #pragma unroll
           for (int j = 0; j < kNS; ++j) {
@@ -308,6 +301,24 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
         }
         sSumD[t * kT + tid] = sumA;
         sSumB[t * kT + tid] = sumB;
+      };
+      if (valid == kW) {  // no per-step branch in full windows
+#pragma unroll
+        for (int t = kW - 1; t >= 0; --t) rev_step(t);
+      } else {
+#pragma unroll
+        for (int t = kW - 1; t >= 0; --t) {
+          if (t < valid) {
+            rev_step(t);
+          } else {
+#pragma unroll
+            for (int k = 0; k < kSF; ++k) {
+              sRB[(lr * kW + t) * rs + s * kSF + k] = 0.0f;
+              sRC[(lr * kW + t) * rs + s * kSF + k] = 0.0f;
+            }
+            sSumD[t * kT + tid] = sSumB[t * kT + tid] = 0.0f;
+          }
+        }
       }
       __syncthreads();
       // dB/dC of the window summed over the block's channels, in channel order.

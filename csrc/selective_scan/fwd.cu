@@ -213,9 +213,8 @@ __global__ void __launch_bounds__(FwdPolicy::kThreads, 3) fwd_kernel(const ScanP
     }
     const float* b_base = p.B.variable ? tB + s * kSF : sBf + lr * fs + s * kSF;
     const float* c_base = p.C.variable ? tC + s * kSF : sCf + lr * fs + s * kSF;
-#pragma unroll
-    for (int t = 0; t < kTL; ++t) {
-      if (t >= valid) break;  // uniform across the block
+    // One step of the recurrence for the thread's states; y[t] gets its part of sum_n C h.
+    auto step = [&](int t) {
       const float dtu = dt[t] * uu[t];
       dt_sum += dt[t];
       // 16-byte aligned: tiles start at multiples of 16 floats, slices at multiples of kSF = 8
@@ -250,6 +249,15 @@ __global__ void __launch_bounds__(FwdPolicy::kThreads, 3) fwd_kernel(const ScanP
         acc *= 2.0f;
       }
       y[t] = acc;
+    };
+    if (valid == kTL) {  // no per-step branch: the scheduler may overlap the steps' exponentials
+#pragma unroll
+      for (int t = 0; t < kTL; ++t) step(t);
+    } else {
+#pragma unroll
+      for (int t = 0; t < kTL; ++t) {
+        if (t < valid) step(t);  // the sequence's last, partial tile
+      }
     }
     if (f.states_only) continue;
     for (int o = 1; o < tpr && o < 32; o <<= 1) {
