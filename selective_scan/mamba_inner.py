@@ -21,7 +21,7 @@ from mamba_kernels import dispatch
 
 from . import _amp, _checks, pytorch_scan
 from .rms_norm import rms_norm_backward, rms_norm_forward
-from .scan_fn import KERNEL, selective_scan_fn
+from .scan_fn import _CUDA_A_DTYPES, _CUDA_INPUT_DTYPES, KERNEL, _as_4d, selective_scan_fn
 
 Tensor = torch.Tensor
 
@@ -52,6 +52,17 @@ def _var_bc_rows(grad: Tensor) -> Tensor:
         g = torch.view_as_real(g).permute(0, 2, 1, 3)  # (b, L, n, 2)
         return g.reshape(-1, g.shape[2] * 2)
     return g.transpose(1, 2).reshape(-1, g.shape[1])
+
+
+def _scan_form(grad: Tensor, bc: Tensor, A: Tensor) -> Tensor:
+    """The compiled backward's dB/dC in the PyTorch backward's form: variable ones as
+    (batch, G, n, L), complex for complex A (the op returns interleaved real/imag pairs)."""
+    if bc.dim() == 2:
+        return grad
+    grad = grad if grad.dim() == 4 else grad.unsqueeze(1)
+    if not A.is_complex():
+        return grad
+    return torch.view_as_complex(grad.float().unflatten(-1, (-1, 2)).contiguous())
 
 
 class _Projected:
@@ -134,7 +145,7 @@ class MambaInnerFn(torch.autograd.Function):
         _checks.check_mamba_inner(
             xz, conv1d_weight, x_proj_weight, delta_proj_weight, out_proj_weight, A, B, C, checkpoint_lvl, rms
         )
-        dispatch.use_cuda(KERNEL, xz.device.type)
+        use_cuda = dispatch.use_cuda(KERNEL, xz.device.type)
         cast = _amp.autocast_dtype()
         if cast is not None:
             x_proj_weight = x_proj_weight.to(cast)
@@ -163,10 +174,22 @@ class MambaInnerFn(torch.autograd.Function):
             batch,
         )
         groups = _checks.check_selective_scan(conv1d_out, proj.delta, A, proj.B, proj.C, D, z, delta_bias)
-        p = pytorch_scan.make_problem(
-            conv1d_out, proj.delta, A, proj.B, proj.C, D, z, delta_bias, delta_softplus, groups
-        )
-        _, out_z, _ = pytorch_scan.forward(p, False)
+        use_cuda = use_cuda and conv1d_out.dtype in _CUDA_INPUT_DTYPES and A.dtype in _CUDA_A_DTYPES
+        if use_cuda:  # the compiled scan; its states and ungated output are kept for the backward
+            from . import _ops
+
+            Bs, Cs = _as_4d(proj.B), _as_4d(proj.C)
+            y, out_z, ckpt = _ops.fwd(
+                conv1d_out, proj.delta, A, Bs, Cs, D, z, delta_bias, delta_softplus, True
+            )
+            scan_saved = (ckpt, y)
+        else:
+            p = pytorch_scan.make_problem(
+                conv1d_out, proj.delta, A, proj.B, proj.C, D, z, delta_bias, delta_softplus, groups
+            )
+            _, out_z, _ = pytorch_scan.forward(p, False)
+            scan_saved = (None, None)
+        ctx.cuda = use_cuda
         ctx.delta_softplus = delta_softplus
         ctx.groups = groups
         ctx.checkpoint_lvl = checkpoint_lvl
@@ -193,6 +216,7 @@ class MambaInnerFn(torch.autograd.Function):
             c_rms_weight,
             dt_rms_weight,
             *keep,
+            *scan_saved,
         )
         return F.linear(out_z.transpose(1, 2), out_proj_weight, out_proj_bias)
 
@@ -219,6 +243,8 @@ class MambaInnerFn(torch.autograd.Function):
             dt_rms_weight,
             conv1d_out,
             delta,
+            ckpt,
+            y,
         ) = ctx.saved_tensors
         eps = ctx.eps
         batch = xz.shape[0]
@@ -248,13 +274,23 @@ class MambaInnerFn(torch.autograd.Function):
         dx, dz = dxz.chunk(2, dim=1)
         dout_rows = dout.reshape(-1, dout.shape[-1])  # (b*L, d_model)
         dout_y = _unrows(dout_rows @ out_proj_weight.to(dout_rows.dtype), batch)
-        p = pytorch_scan.make_problem(
-            conv1d_out, delta, A, proj.B, proj.C, D, z, delta_bias, ctx.delta_softplus, ctx.groups
-        )
         # dz is written in place into its view of dxz
-        dconv1d_out, ddelta, dA, dB, dC, dD, ddelta_bias, _, out_z = pytorch_scan.backward(
-            p, dout_y, dz=dz, recompute_out_z=True
-        )
+        if ctx.cuda:
+            from . import _ops
+
+            dconv1d_out, ddelta, dA, dB, dC, dD, ddelta_bias = _ops.bwd(
+                conv1d_out, delta, A, _as_4d(proj.B), _as_4d(proj.C), D, z, delta_bias, dout_y, ckpt, y, dz,
+                ctx.delta_softplus,
+            )
+            dB, dC = (_scan_form(g, t, A) for g, t in ((dB, proj.B), (dC, proj.C)))
+            out_z = y * F.silu(z)
+        else:
+            p = pytorch_scan.make_problem(
+                conv1d_out, delta, A, proj.B, proj.C, D, z, delta_bias, ctx.delta_softplus, ctx.groups
+            )
+            dconv1d_out, ddelta, dA, dB, dC, dD, ddelta_bias, _, out_z = pytorch_scan.backward(
+                p, dout_y, dz=dz, recompute_out_z=True
+            )
         dout_proj_weight = dout_rows.t() @ _rows(out_z).to(dout_rows.dtype)
         dout_proj_bias = dout_rows.sum(0) if ctx.has_out_proj_bias else None
         dx_dbl = torch.zeros_like(x_dbl)
