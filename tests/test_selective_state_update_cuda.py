@@ -118,7 +118,7 @@ def make_inputs(
 def reference(state, x, dt, A, B, C, D, z, dt_bias, softplus, idx=None):
     """(out, new state) from the pure-PyTorch function on float64 copies; state not touched."""
     d64 = lambda t: None if t is None else t.to(F64)  # noqa: E731
-    s64 = state.to(F64)
+    s64 = state.to(F64, copy=True)  # a copy even when state is float64 already
     out = selective_state_update(
         s64, d64(x), d64(dt), d64(A), d64(B), d64(C), d64(D), d64(z), d64(dt_bias), softplus, idx
     )
