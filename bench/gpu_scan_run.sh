@@ -148,7 +148,7 @@ if has test; then
   done
   if [ -n "$tests" ]; then
     xd=""
-    python3 -c "import xdist" 2>/dev/null && xd="-n 4"
+    python3 -c "import xdist" 2>/dev/null && xd="-n ${GPU_TEST_N:-4}"
     log "ours: pytest$tests $xd"
     timeout "$(limit 240)" python3 -m pytest $tests -q -rfE $xd -p no:cacheprovider --timeout=200 \
       >"$OUT/ours_tests.log" 2>&1
