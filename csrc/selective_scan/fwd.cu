@@ -191,25 +191,38 @@ __global__ void __launch_bounds__(FwdPolicy::kThreads, 3) fwd_kernel(const ScanP
         if (Cv != nullptr) tC[dst] = ok ? to_float(Cv[n * p.C.s_n + l * p.C.s_l]) : 0.0f;
       }
     }
-    float uu[kTL], dt[kTL];
+    // dt of the tile. With two or more threads per channel, the two threads of a pair each
+    // discretise half the steps and swap halves, so no step's softplus is computed twice.
+    constexpr int kH = kTL / 2;
+    float uu[kTL], dt[kTL], y[kTL];
+    const bool upper = (s & 1) != 0;
 #pragma unroll
     for (int t = 0; t < kTL; ++t) {
       uu[t] = pu.get(t);
-      dt[t] = pdt.get(t);
+      y[t] = 0.0f;
+    }
+    if (tpr == 1) {
+#pragma unroll
+      for (int t = 0; t < kTL; ++t) {
+        const float v = pdt.get(t) + bias;
+        dt[t] = p.softplus ? softplus(v) : v;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kH; ++i) {
+        const float v = (upper ? pdt.get(kH + i) : pdt.get(i)) + bias;
+        const float mine = p.softplus ? softplus(v) : v;
+        const float other = __shfl_xor_sync(kFullMask, mine, 1);
+        dt[i] = upper ? other : mine;
+        dt[kH + i] = upper ? mine : other;
+      }
     }
     __syncthreads();  // tile t0 is in shared memory; the other buffer's readers are done
     RawRow<T, kTL> zr;
-    if (!f.states_only && z != nullptr && s == 0) load_raw_row(zr, z + t0 * p.z_s.l, p.z_s.l, valid, vec_z);
+    if (!f.states_only && z != nullptr && s < 2) load_raw_row(zr, z + t0 * p.z_s.l, p.z_s.l, valid, vec_z);
     if (t0 + kTL < t_stop) {
       if (prefetch_bc) fetch_bc(t0 + kTL);
       fetch_rows(t0 + kTL);
-    }
-    float y[kTL];
-#pragma unroll
-    for (int t = 0; t < kTL; ++t) {
-      const float v = dt[t] + bias;
-      dt[t] = p.softplus ? softplus(v) : v;
-      y[t] = 0.0f;
     }
     const float* b_base = p.B.variable ? tB + s * kSF : sBf + lr * fs + s * kSF;
     const float* c_base = p.C.variable ? tC + s * kSF : sCf + lr * fs + s * kSF;
@@ -277,18 +290,23 @@ __global__ void __launch_bounds__(FwdPolicy::kThreads, 3) fwd_kernel(const ScanP
         }
       }
     }
-    if (active && s == 0) {
+    // Outputs: every thread holds the channel's y; a pair of threads stores one half each (one
+    // thread stores both halves when it is alone on its channel).
+    for (int half = tpr == 1 ? 0 : s; active && half < 2; half += tpr == 1 ? 1 : 2) {
+      const int base = half * kH;
+      const int vh = valid - base < kH ? valid - base : kH;
+      if (vh <= 0) break;
+      float yo[kH];
 #pragma unroll
-      for (int t = 0; t < kTL; ++t) y[t] = fmaf(Dd, uu[t], y[t]);
+      for (int i = 0; i < kH; ++i) yo[i] = half ? fmaf(Dd, uu[kH + i], y[kH + i]) : fmaf(Dd, uu[i], y[i]);
       if (p.out != nullptr) {
-        store_row<T, kTL>(static_cast<T*>(p.out) + offset3(p.out_s, b, d, t0), p.out_s.l, y, valid, vec_out);
+        store_row<T, kH>(static_cast<T*>(p.out) + offset3(p.out_s, b, d, t0 + base), p.out_s.l, yo, vh, vec_out);
       }
       if (z != nullptr) {
-        float zz[kTL];
 #pragma unroll
-        for (int t = 0; t < kTL; ++t) zz[t] = y[t] * silu(zr.get(t));
-        store_row<T, kTL>(static_cast<T*>(p.out_z) + offset3(p.out_z_s, b, d, t0), p.out_z_s.l, zz, valid,
-                          vec_out_z);
+        for (int i = 0; i < kH; ++i) yo[i] *= silu(half ? zr.get(kH + i) : zr.get(i));
+        store_row<T, kH>(static_cast<T*>(p.out_z) + offset3(p.out_z_s, b, d, t0 + base), p.out_z_s.l, yo, vh,
+                         vec_out_z);
       }
     }
     const int64_t t_end = t0 + valid;
