@@ -34,25 +34,38 @@ Tensors are time-major so that one step of every chunk is a set of contiguous sl
 
 from __future__ import annotations
 
-from typing import Optional
+import math
+from typing import List, Optional, Sequence
 
 import torch
 
 Tensor = torch.Tensor
 
-# Steps per chunk: a power of two (for the pairwise chunk products). Larger chunks mean fewer
-# levels and more, smaller operations per level; 16 and 32 were the fastest on the 2-core CPU
-# of bench/cpu_scan.py, and keep the launch count of a 2048-step scan near 100 on a GPU.
+# Steps per chunk. A level costs about 2 * CHUNK operations plus a few, and passes over its data
+# about three times; the next level has 1 / CHUNK of that data. 16 was the fastest of 4 to 32 on
+# the 2-core CPU (bench/cpu_scan.py; 8 and 32 within 10%, 4 40% slower from the larger deeper
+# levels), and keeps a 2048-step scan near 80 kernel launches on a GPU.
 CHUNK = 16
 
 
-def scan_(m: Tensor, x: Tensor, h0: Optional[Tensor] = None, reverse: bool = False) -> Tensor:
+def scan_(
+    m: Tensor,
+    x: Tensor,
+    h0: Optional[Tensor] = None,
+    reverse: bool = False,
+    work: Optional[Tensor] = None,
+    ends: Optional[Tensor] = None,
+) -> Tensor:
     """Replace ``x`` (L, ...) by the states of ``h_i = m_i h_{i-1} + x_i``; return the last one.
 
     ``m`` has x's shape and contiguous trailing dimensions; ``h0`` (x's shape less the first
     dimension) is the state before the first step, zero when None, and is multiplied by ``m``
     at the first step as in the loop. With ``reverse`` the steps run from L-1 down to 0. The
-    returned last state is a view of x.
+    returned last state is a view of x. ``work``, optional, is a flat tensor of x's dtype with
+    at least ``work_size(x.shape)`` elements for the per-chunk temporaries (a caller scanning
+    many blocks saves the allocations). ``ends``, optional, (``checkpoint_count(L)``, ...)
+    receives the states at the ends of the first level's chunks: with them ``resume_``
+    recomputes the states in one pass.
     """
     shape = x.shape
     if m.shape != shape:
@@ -60,14 +73,52 @@ def scan_(m: Tensor, x: Tensor, h0: Optional[Tensor] = None, reverse: bool = Fal
     x = x.view(shape[0], -1)  # one flat slab per step: the fastest layout for every operation
     m = m.reshape(shape[0], -1)
     h0 = x.new_zeros(x.shape[1]) if h0 is None else h0.reshape(-1)
-    _scan_from(m, x, h0, reverse)
+    if work is None:
+        work = x.new_empty(work_size(shape))
+    _scan_from(m, x, h0, reverse, work, ends)
     return x[0 if reverse else -1].view(shape[1:])
 
 
-def _scan_from(m: Tensor, x: Tensor, h0: Tensor, reverse: bool) -> None:
-    """``scan_`` on (L, R) slabs from a given starting state ``h0`` (R,)."""
+def resume_(m: Tensor, x: Tensor, ends: Tensor) -> None:
+    """Replace ``x`` by the states a forward ``scan_(m, x)`` from a zero state gave, bit for
+    bit, from the chunk ends that scan stored in ``ends``: only its last pass."""
     L = x.shape[0]
-    if L <= 2 * CHUNK:  # too short to be worth chunking: the plain loop
+    x, m = x.view(L, -1), m.reshape(L, -1)
+    h0 = x.new_zeros(x.shape[1])
+    K = checkpoint_count(L)
+    if not K:
+        _loop(m, x, h0, False)
+        return
+    r = L - K * CHUNK
+    if r:
+        h0 = _loop(m[:r], x[:r], h0, False)
+    ms, xs = m[r:].view(K, CHUNK, -1).unbind(1), x[r:].view(K, CHUNK, -1).unbind(1)
+    _last_pass(ms, xs, h0, ends.reshape(K, x.shape[1]), list(range(CHUNK)), False)
+
+
+def checkpoint_count(L: int) -> int:
+    """The number of chunks at the first level of a scan over L steps (0: not chunked)."""
+    return L // CHUNK if L >= 2 * CHUNK else 0
+
+
+def work_size(shape: Sequence[int]) -> int:
+    """Elements of the ``work`` tensor ``scan_`` needs for x of this shape: the chunks' end
+    states and multiplier products, (K, R) each, at every level."""
+    L, R = shape[0], math.prod(shape[1:])
+    size = 0
+    while L >= 2 * CHUNK:
+        L //= CHUNK
+        size += 2 * L * R
+    return size
+
+
+def _scan_from(
+    m: Tensor, x: Tensor, h0: Tensor, reverse: bool, work: Tensor, keep: Optional[Tensor] = None
+) -> None:
+    """``scan_`` on (L, R) slabs from a given starting state ``h0`` (R,); the chunk ends are
+    copied to ``keep`` (K, ...) as well when given."""
+    L, R = x.shape
+    if L < 2 * CHUNK:  # too short to be worth chunking: the plain loop
         _loop(m, x, h0, reverse)
         return
     K, r = divmod(L, CHUNK)
@@ -76,23 +127,30 @@ def _scan_from(m: Tensor, x: Tensor, h0: Tensor, reverse: bool) -> None:
         h0 = _loop(m[head], x[head], h0, reverse)
         body = slice(0, L - r) if reverse else slice(r, L)
         m, x = m[body], x[body]
-    mc = m.view(K, CHUNK, -1)
-    ms, xs = mc.unbind(1), x.view(K, CHUNK, -1).unbind(1)  # step j of every chunk: (K, R)
+    mc = m.view(K, CHUNK, R)
+    ms, xs = mc.unbind(1), x.view(K, CHUNK, R).unbind(1)  # step j of every chunk: (K, R)
     steps = list(range(CHUNK - 1, -1, -1) if reverse else range(CHUNK))
+    ends, prods = work[: K * R].view(K, R), work[K * R : 2 * K * R].view(K, R)
     # pass 1: every chunk's state at its end when started from zero (its first m is in P)
-    ends = xs[steps[0]].clone()
-    for j in steps[1:]:
+    torch.addcmul(xs[steps[1]], ms[steps[1]], xs[steps[0]], out=ends)
+    for j in steps[2:]:
         torch.addcmul(xs[j], ms[j], ends, out=ends)
     # the carries: the same recurrence over chunks, with the chunks' multiplier products
-    _scan_from(_chunk_products(mc), ends, h0, reverse)
-    starts = torch.empty_like(ends)
-    if reverse:
-        starts[-1], starts[:-1] = h0, ends[1:]
-    else:
-        starts[0], starts[1:] = h0, ends[:-1]
-    # pass 2: the loop's own step inside every chunk, from its true starting state
-    prev = starts
-    for j in steps:
+    _scan_from(_chunk_products(mc, prods), ends, h0, reverse, work[2 * K * R :])
+    if keep is not None:
+        keep.copy_(ends.view(keep.shape))
+    _last_pass(ms, xs, h0, ends, steps, reverse)
+
+
+def _last_pass(ms, xs, h0: Tensor, ends: Tensor, steps: List[int], reverse: bool) -> None:
+    """Pass 2: the loop's own step inside every chunk, from its true starting state (h0 for the
+    first chunk processed, the end of the one processed before for the others)."""
+    j = steps[0]
+    first, rest, before = (-1, slice(0, -1), slice(1, None)) if reverse else (0, slice(1, None), slice(0, -1))
+    xs[j][first].addcmul_(ms[j][first], h0)
+    xs[j][rest].addcmul_(ms[j][rest], ends[before])
+    prev = xs[j]
+    for j in steps[1:]:
         xs[j].addcmul_(ms[j], prev)
         prev = xs[j]
 
@@ -106,12 +164,12 @@ def _loop(m: Tensor, x: Tensor, h: Tensor, reverse: bool) -> Tensor:
     return h
 
 
-def _chunk_products(mc: Tensor) -> Tensor:
-    """The product of each chunk's multipliers, (K, CHUNK, R) -> (K, R).
+def _chunk_products(mc: Tensor, out: Tensor) -> Tensor:
+    """The product of each chunk's multipliers, (K, T, R) -> (K, R), into ``out``.
 
     A real product that underflowed to 0 although no factor is 0 is raised to the smallest
     positive number, so that an infinite state carried through it stays infinite."""
-    prod = mc.prod(1)
+    prod = torch.prod(mc, 1, out=out)
     if prod.is_complex():
         return prod
     tiny = torch.finfo(prod.dtype).smallest_normal * torch.finfo(prod.dtype).eps

@@ -38,6 +38,12 @@ Tensor = torch.Tensor
 CPU_BLOCK_ELEMENTS = 1 << 20
 # Elsewhere the cap is the memory rule; this bound only keeps a block's index space modest.
 MAX_BLOCK_ELEMENTS = 1 << 28
+# The memory rule: buffers and temporaries within this fraction of the inputs' size, the rest of
+# twice the inputs left to the results' staging, allocator slack and the caller's own copies.
+BUDGET = 1.0
+# Below this many elements per buffer (256 KiB in fp32) the rule is not applied: tiny problems
+# would be cut into blocks whose per-block overhead dwarfs the work, to save a few hundred KiB.
+MIN_BLOCK_ELEMENTS = 1 << 16
 # (batch, channels, L) temporaries a block holds at once (dt, dt*u, y, gates, gradients),
 # counted next to the buffers against the memory rule.
 BLOCK_TEMPORARIES = 12
@@ -107,13 +113,14 @@ def _nbytes(*ts: Optional[Tensor]) -> int:
 
 def _block_limit(p: _Problem, buffers: int, reserved: int) -> int:
     """Elements per buffer: ``buffers`` of them plus a block's (batch, channels, L)
-    temporaries fit in the inputs' size less ``reserved`` bytes (the call's other
-    allocations), so that everything extra stays well within twice the inputs."""
+    temporaries fit in ``BUDGET`` times the inputs' size less ``reserved`` bytes (the call's
+    other allocations), so that everything extra stays within twice the inputs; but never
+    fewer than ``MIN_BLOCK_ELEMENTS``."""
     inputs = _nbytes(p.u, p.delta, p.A, p.B, p.C, p.D, p.z, p.delta_bias)
     per_element = buffers * _itemsize(p.cplx) + BLOCK_TEMPORARIES * _itemsize(p.real) / p.A.shape[1]
-    limit = int((inputs - reserved) / per_element)
+    limit = int((BUDGET * inputs - reserved) / per_element)
     cap = CPU_BLOCK_ELEMENTS if p.u.device.type == "cpu" else MAX_BLOCK_ELEMENTS
-    return max(1, min(limit, cap))
+    return max(MIN_BLOCK_ELEMENTS, min(limit, cap))
 
 
 def _itemsize(dtype: torch.dtype) -> int:
@@ -142,20 +149,25 @@ def _blocks(p: _Problem, limit: int) -> Iterator[Tuple[slice, slice, int]]:
 
 
 class _Buffers:
-    """Flat work buffers reused by every block: ``take(i, shape)`` is a view of buffer i; one
-    spare time step at the end lets ``take(i, shape, 1)`` view it shifted by one step."""
+    """Work buffers allocated once per call and reused by every block (no large allocation per
+    block). ``big(i, shape)``: (L, batch, channels, dstate) views; one spare time step at the end
+    lets ``big(i, shape, 1)`` view buffer i shifted by one step. ``small(i, shape)``: (L,
+    batch, channels) views, for sums over the states. ``scan``: the scan's workspace."""
 
-    def __init__(self, p: _Problem, count: int, limit: int):
-        L = p.u.shape[2]
-        largest = max(
-            (bs.stop - bs.start) * (ds.stop - ds.start) * p.A.shape[1] * L for bs, ds, _ in _blocks(p, limit)
-        )
-        size = largest + largest // L
-        self.flat = [torch.empty(size, dtype=p.cplx, device=p.u.device) for _ in range(count)]
+    def __init__(self, p: _Problem, big: int, small: int, limit: int):
+        n, L = p.A.shape[1], p.u.shape[2]
+        largest = max((bs.stop - bs.start) * (ds.stop - ds.start) * n * L for bs, ds, _ in _blocks(p, limit))
+        new = functools.partial(torch.empty, dtype=p.cplx, device=p.u.device)
+        self._big = [new(largest + largest // L) for _ in range(big)]
+        self._small = [new(largest // n) for _ in range(small)]
+        self.scan = new(chunked.work_size((L, largest // L)))
 
-    def take(self, i: int, shape: Tuple[int, ...], shift: int = 0) -> Tensor:
+    def big(self, i: int, shape: Tuple[int, ...], shift: int = 0) -> Tensor:
         step = math.prod(shape[1:])
-        return self.flat[i][shift * step : (shift + shape[0]) * step].view(shape)
+        return self._big[i][shift * step : (shift + shape[0]) * step].view(shape)
+
+    def small(self, i: int, shape: Tuple[int, ...]) -> Tensor:
+        return self._small[i][: math.prod(shape)].view(shape)
 
 
 def _time_major(t: Tensor) -> Tensor:
@@ -170,65 +182,87 @@ def _bc_block(t: Tensor, bs: slice, ds: slice, g: int, dtype: torch.dtype) -> Te
     return t[g][:, bs].to(dtype).unsqueeze(2)
 
 
-class _Block:
-    """One block's dt, u, decays ``e = exp(dt A)`` (buffer 1) and states h (buffer 0), all
-    (L, batch, channels, dstate) for the buffers; B and C broadcast to that shape."""
+def _sum_n(x: Tensor, out: Tensor) -> Tensor:
+    """Sum over the last (state) dimension of a contiguous buffer view, into ``out``: a
+    matrix-vector product, on a CPU several times faster than a reduction over a short inner
+    dimension."""
+    n = x.shape[-1]
+    torch.mv(x.view(-1, n), x.new_ones(n), out=out.view(-1))
+    return out
 
-    def __init__(self, p: _Problem, bs: slice, ds: slice, g: int, bufs: _Buffers):
+
+class _Block:
+    """One block: dt and dt*u (batch, channels, L), and in the big buffers the decays
+    ``e = exp(dt A)`` (buffer 1) and the states h (buffer 0), (L, batch, channels, dstate).
+    ``ckpt`` (K, batch, dim, dstate): the states at the scan's chunk ends, stored (``resume``
+    False) or used to recompute the states in one pass (``resume`` True)."""
+
+    def __init__(
+        self, p: _Problem, bs: slice, ds: slice, g: int, bufs: _Buffers, ckpt: Optional[Tensor], resume: bool
+    ):
         self.ds = ds
-        self.u = p.u[bs, ds].to(p.real)
+        self.u = p.u[bs, ds]
         pre = p.delta[bs, ds].to(p.real)
         if p.delta_bias is not None:
             pre = pre + p.delta_bias[ds].to(p.real)[:, None]
         self.pre = pre
         self.dt = F.softplus(pre, threshold=SOFTPLUS_THRESHOLD) if p.delta_softplus else pre
         self.dtu = self.dt * self.u
+        # time-major copies: the (L, batch, channels, dstate) operations read them 2x faster
+        self.dt_t, self.dtu_t = _time_major(self.dt).contiguous(), _time_major(self.dtu).contiguous()
         self.A = p.A[ds].to(p.cplx)
         self.Bv = _bc_block(p.Bt, bs, ds, g, p.cplx)
         self.Cv = _bc_block(p.Ct, bs, ds, g, p.cplx)
         bb, dd, L = self.u.shape
         self.shape = (L, bb, dd, p.A.shape[1])
-        self.e = bufs.take(1, self.shape)
-        torch.mul(_time_major(self.dt).unsqueeze(-1), self.A, out=self.e).exp_()
-        self.h = bufs.take(0, self.shape)
-        torch.mul(_time_major(self.dtu).unsqueeze(-1), self.Bv, out=self.h)
-        chunked.scan_(self.e, self.h)
+        self.e = bufs.big(1, self.shape)
+        torch.mul(self.dt_t.unsqueeze(-1), self.A, out=self.e).exp_()
+        self.h = bufs.big(0, self.shape)
+        torch.mul(self.dtu_t.unsqueeze(-1), self.Bv, out=self.h)
+        if resume:  # the forward's chunk ends are known: one pass gives the states
+            chunked.resume_(self.e, self.h, ckpt[:, bs, ds])
+        else:
+            chunked.scan_(self.e, self.h, work=bufs.scan, ends=None if ckpt is None else ckpt[:, bs, ds])
 
-    def y(self, p: _Problem, work: Tensor) -> Tensor:
-        """Un-gated output y + D u, (b, d, L) in the compute dtype; ``work`` is overwritten."""
-        y = _sum_n(torch.mul(self.h, self.Cv, out=work)).permute(1, 2, 0)
-        y = 2 * y.real if p.is_complex else y
-        if p.D is not None:
-            y = y + p.D[self.ds].to(p.real)[:, None] * self.u
-        return y
-
-
-def _sum_n(x: Tensor) -> Tensor:
-    """Sum over the last (state) dimension of a contiguous buffer view, as a matrix-vector
-    product: on a CPU several times faster than a reduction over a short inner dimension."""
-    n = x.shape[-1]
-    return (x.view(-1, n) @ x.new_ones(n)).view(x.shape[:-1])
+    def y(self, p: _Problem, work: Tensor, out: Tensor) -> Tensor:
+        """Un-gated output y + D u (batch, channels, L), via the buffers ``work`` and ``out``."""
+        y = _sum_n(torch.mul(self.h, self.Cv, out=work), out)
+        y = (y.real.mul_(2) if p.is_complex else y).permute(1, 2, 0)
+        if p.D is None:
+            return y.contiguous()
+        # into the (batch, channels, L) layout, which every later operation on y reads fastest
+        return torch.addcmul(y, self.u, p.D[self.ds].to(p.real)[:, None], out=torch.empty_like(self.pre))
 
 
-def forward(p: _Problem, return_last_state: bool) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
-    """Returns (out, out_z or None, last_state or None); out has delta's layout."""
+def checkpoints_like(p: _Problem) -> Tensor:
+    """An empty tensor for the states at the scan's chunk ends, (K, batch, dim, dstate): about
+    1/16 of the states, as large as u for dstate 16."""
+    batch, dim, L = p.u.shape
+    return p.u.new_empty((chunked.checkpoint_count(L), batch, dim, p.A.shape[1]), dtype=p.cplx)
+
+
+def forward(p: _Problem, return_last_state: bool, checkpoints: bool = False) -> Tuple[Optional[Tensor], ...]:
+    """Returns (out, out_z or None, last_state or None), out in delta's layout; with
+    ``checkpoints`` also the states at the scan's chunk ends, for ``backward``."""
     batch, dim, _ = p.u.shape
     out = torch.empty_like(p.delta)
     out_z = torch.empty_like(p.delta) if p.z is not None else None
     last = p.u.new_empty((batch, dim, p.A.shape[1]), dtype=p.cplx) if return_last_state else None
+    ckpt = checkpoints_like(p) if checkpoints else None
+    result = (out, out_z, last, ckpt) if checkpoints else (out, out_z, last)
     if p.u.numel() == 0:
-        return out, out_z, last
-    limit = _block_limit(p, 2, reserved=_nbytes(p.Bt, p.Ct, last))
-    bufs = _Buffers(p, 2, limit)
+        return result
+    limit = _block_limit(p, 2, reserved=_nbytes(p.Bt, p.Ct, last, ckpt))
+    bufs = _Buffers(p, big=2, small=1, limit=limit)
     for bs, ds, g in _blocks(p, limit):
-        blk = _Block(p, bs, ds, g, bufs)
+        blk = _Block(p, bs, ds, g, bufs, ckpt, resume=False)
         if last is not None:
             last[bs, ds] = blk.h[-1]
-        y = blk.y(p, work=blk.e)  # the decays are no longer needed
+        y = blk.y(p, work=blk.e, out=bufs.small(0, blk.shape[:-1]))  # the decays are used up
         out[bs, ds] = y
         if out_z is not None:
-            out_z[bs, ds] = y * F.silu(p.z[bs, ds].to(p.real))
-    return out, out_z, last
+            torch.mul(y, F.silu(p.z[bs, ds].to(p.real)), out=out_z[bs, ds])
+    return result
 
 
 def _add_bc_grad(acc: Tensor, grad: Tensor, bs: slice, ds: slice, g: int) -> None:
@@ -252,11 +286,16 @@ def _bc_grad(x: Tensor, w: Tensor, fixed: bool, work: Tensor) -> Tensor:
 
 
 def backward(
-    p: _Problem, dout: Tensor, dz: Optional[Tensor] = None, recompute_out_z: bool = False
+    p: _Problem,
+    dout: Tensor,
+    dz: Optional[Tensor] = None,
+    recompute_out_z: bool = False,
+    checkpoints: Optional[Tensor] = None,
 ) -> List[Optional[Tensor]]:
     """Gradients ``[du, ddelta, dA, dB, dC, dD, ddelta_bias, dz, out_z]`` for the scan output
     (gated when z is given). A given ``dz`` (z's shape) is written in place and returned.
-    ``out_z`` is only computed when ``recompute_out_z``."""
+    ``out_z`` is only computed when ``recompute_out_z``. ``checkpoints`` from ``forward``
+    (same inputs) spare most of the forward scan's recomputation."""
     batch, dim, L = p.u.shape
     n = p.A.shape[1]
     du = torch.empty_like(p.u)
@@ -269,54 +308,55 @@ def backward(
     dB, dC = zeros(p.Bt.shape, dtype=p.cplx), zeros(p.Ct.shape, dtype=p.cplx)
     dD = zeros(dim, dtype=p.real) if p.D is not None else None
     dbias = zeros(dim, dtype=p.real) if p.delta_bias is not None else None
-    limit = _block_limit(p, 3, reserved=2 * _nbytes(p.Bt, p.Ct))  # B, C time-major and their grads
-    bufs = _Buffers(p, 3, limit) if p.u.numel() else None
+    # dout is one of the backward's inputs; B, C time-major and their gradients are extra
+    limit = _block_limit(p, 3, reserved=2 * _nbytes(p.Bt, p.Ct) - _nbytes(dout))
+    bufs = _Buffers(p, big=3, small=2, limit=limit) if p.u.numel() else None
     cx = p.is_complex
     conj = torch.conj if cx else (lambda t: t)
     for bs, ds, g in _blocks(p, limit) if bufs else ():
-        blk = _Block(p, bs, ds, g, bufs)
-        h, e, work = blk.h, blk.e, bufs.take(2, blk.shape)
+        blk = _Block(p, bs, ds, g, bufs, checkpoints, resume=checkpoints is not None)
+        h, e, work = blk.h, blk.e, bufs.big(2, blk.shape)
+        sums = (bufs.small(0, blk.shape[:-1]), bufs.small(1, blk.shape[:-1]))
         dy = dout[bs, ds].to(p.real)
-        if p.z is not None:
-            y = blk.y(p, work)
+        if p.z is not None:  # out = y silu(z): dz = dout y silu'(z), and dy = dout silu(z)
+            y = blk.y(p, work, sums[0])
             zb = p.z[bs, ds].to(p.real)
-            sig = torch.sigmoid(zb)
-            silu = zb * sig
-            dz[bs, ds] = dy * y * sig * (1 + zb * (1 - sig))
+            torch.ops.aten.silu_backward.grad_input(dy * y, zb, grad_input=dz[bs, ds])
+            silu = F.silu(zb)
             if out_z is not None:
-                out_z[bs, ds] = y * silu
+                torch.mul(y, silu, out=out_z[bs, ds])
             dy = dy * silu
         if dD is not None:
             dD[ds] += (dy * blk.u).sum((0, 2))
-        dyw = _time_major(2 * dy if cx else dy)  # d/d(sum C h) of y = 2 Re(sum C h)
+        dyw = _time_major(2 * dy if cx else dy).contiguous()  # d/d(sum C h) of y = 2 Re(sum C h)
         # dC_t = conj(h_t) dy_t, summed over what C is shared across
         _add_bc_grad(dC, conj(_bc_grad(h, dyw, p.C.dim() == 2, work)), bs, ds, g)
         # the adjoint g_t = conj(C_t) dy_t + conj(e_{t+1}) g_{t+1} (g_L = 0), in the work buffer
-        gr = torch.mul(conj(blk.Cv), dyw.unsqueeze(-1), out=work)
+        gr = torch.mul(dyw.unsqueeze(-1), conj(blk.Cv), out=work)  # (this operand order is 2x faster)
         if cx:
             e.conj_physical_()
-        e_next = bufs.take(1, blk.shape, shift=1)  # e_next[t] = e[t+1]; its last step is spare
-        e_next[-1].zero_()
-        chunked.scan_(e_next, gr, reverse=True)
+        e_next = bufs.big(1, blk.shape, shift=1)  # e_next[t] = e[t+1]; its last step is spare
+        e_next[-1].fill_(1)  # it multiplies the zero state after the end (1, not 0: no zero decay)
+        chunked.scan_(e_next, gr, reverse=True, work=bufs.scan)
         # d a_t = conj(e_t h_{t-1}) g_t (h_{-1} = 0, times 0 as in the loop's autograd), in e
         da = e.mul_(gr)
         da[1:].mul_(conj(h[:-1]))
         da[0].mul_(0)
-        dA[ds] += torch.mul(da, _time_major(blk.dt).unsqueeze(-1), out=h).sum((0, 1))
-        Ada = _sum_n(da.mul_(conj(blk.A)))
+        dA[ds] += torch.mul(da, blk.dt_t.unsqueeze(-1), out=h).sum((0, 1))
+        Ada = _sum_n(da.mul_(conj(blk.A)), sums[0])
         # x_t = dt_t u_t B_t: dB_t = dt_t u_t g_t; sum_n conj(B_t) g_t feeds du and ddt
-        _add_bc_grad(dB, _bc_grad(gr, _time_major(blk.dtu), p.B.dim() == 2, h), bs, ds, g)
-        Bg = _sum_n(torch.mul(gr, conj(blk.Bv), out=h))
+        _add_bc_grad(dB, _bc_grad(gr, blk.dtu_t, p.B.dim() == 2, h), bs, ds, g)
+        Bg = _sum_n(torch.mul(gr, conj(blk.Bv), out=h), sums[1])
         if cx:
             Bg, Ada = Bg.real, Ada.real
         Bg, Ada = Bg.permute(1, 2, 0), Ada.permute(1, 2, 0)
-        du_b = blk.dt * Bg
-        if p.D is not None:
-            du_b = du_b + p.D[ds].to(p.real)[:, None] * dy
-        du[bs, ds] = du_b
-        ddt = blk.u * Bg + Ada
+        if p.D is None:
+            torch.mul(blk.dt, Bg, out=du[bs, ds])
+        else:
+            torch.addcmul(dy * p.D[ds].to(p.real)[:, None], blk.dt, Bg, out=du[bs, ds])
+        ddt = torch.addcmul(Ada, blk.u, Bg, out=torch.empty_like(blk.pre))  # (batch, channels, L)
         if p.delta_softplus:
-            ddt = torch.where(blk.pre <= SOFTPLUS_THRESHOLD, ddt * torch.sigmoid(blk.pre), ddt)
+            ddt = torch.ops.aten.softplus_backward(ddt, blk.pre, 1, SOFTPLUS_THRESHOLD)
         ddelta[bs, ds] = ddt
         if dbias is not None:
             dbias[ds] += ddt.sum((0, 2))

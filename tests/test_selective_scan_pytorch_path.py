@@ -103,6 +103,19 @@ def test_scan_infinite_state_survives_underflowing_chunks(dtype):
     assert_like_loop(got, want, rtol=1e-5, atol=1e-30)
 
 
+@pytest.mark.parametrize("L", [1, 31, 32, 47, 529])
+def test_resume_recomputes_the_states_bit_for_bit(L):
+    g = torch.Generator().manual_seed(L)
+    m = torch.rand(L, 3, 4, generator=g, dtype=F64)
+    x = torch.randn(L, 3, 4, generator=g, dtype=F64)
+    ends = torch.empty(chunked.checkpoint_count(L), 3, 4, dtype=F64)
+    want = x.clone()
+    chunked.scan_(m, want, ends=ends)
+    got = x.clone()
+    chunked.resume_(m, got, ends)
+    assert torch.equal(got, want)
+
+
 def test_scan_rejects_mismatched_multipliers():
     with pytest.raises(ValueError, match=r"m must have x's shape \(4, 2\), got \(4, 1\)"):
         chunked.scan_(torch.ones(4, 1), torch.ones(4, 2))
@@ -292,6 +305,27 @@ def test_blocks_cover_the_problem(monkeypatch, batch, dim, groups, limit):
     got, ref = grads(selective_scan_fn, kw, dout), grads(selective_scan_ref, kw, dout)
     for name in kw:
         torch.testing.assert_close(got[name], ref[name], rtol=1e-9, atol=1e-10, msg=name)
+
+
+@pytest.mark.parametrize("complex_a", [False, True])
+def test_backward_from_checkpoints_matches(monkeypatch, complex_a):
+    # the forward's chunk-end states, taken with other blocks than the backward's, stand in for
+    # the recomputed scan; NaN stays causal through them
+    monkeypatch.setattr(pytorch_scan, "CPU_BLOCK_ELEMENTS", 2 * 4 * 300)
+    monkeypatch.setattr(pytorch_scan, "MIN_BLOCK_ELEMENTS", 1)
+    kw = make(batch=2, dim=6, L=300, seed=9, complex_a=complex_a)
+    kw["u"][1, 2, 140] = NAN
+    p = pytorch_scan.make_problem(*kw.values(), True, 1)
+    out, out_z, last, ckpt = pytorch_scan.forward(p, True, checkpoints=True)
+    assert ckpt.shape == (chunked.checkpoint_count(300), 2, 6, 4)
+    want_out = selective_scan_ref(**kw, delta_softplus=True)
+    assert_like_loop(out_z, want_out)
+    dout = torch.randn(out.shape, dtype=F64, generator=torch.Generator().manual_seed(8))
+    got = pytorch_scan.backward(p, dout, checkpoints=ckpt)
+    want = pytorch_scan.backward(p, dout)
+    assert torch.isnan(want[1]).any() and torch.isfinite(want[1]).any()  # ddelta: NaN from step 140
+    for name, a, b in zip(("du", "ddelta", "dA", "dB", "dC", "dD", "ddelta_bias", "dz"), got, want):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12, equal_nan=True, msg=name)
 
 
 def test_every_block_is_visited_once():
