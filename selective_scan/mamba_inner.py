@@ -187,8 +187,8 @@ class MambaInnerFn(torch.autograd.Function):
             p = pytorch_scan.make_problem(
                 conv1d_out, proj.delta, A, proj.B, proj.C, D, z, delta_bias, delta_softplus, groups
             )
-            _, out_z, _, ckpt = pytorch_scan.forward(p, False, checkpoints=True)
-            scan_saved = (ckpt, None)  # the scan's chunk-end states spare most of its recomputation
+            y, out_z, _, ckpt = pytorch_scan.forward(p, False, checkpoints=True)
+            scan_saved = (ckpt, y)  # the chunk-end states and y spare most of the recomputation
         ctx.cuda = use_cuda
         ctx.delta_softplus = delta_softplus
         ctx.groups = groups
@@ -289,7 +289,7 @@ class MambaInnerFn(torch.autograd.Function):
                 conv1d_out, delta, A, proj.B, proj.C, D, z, delta_bias, ctx.delta_softplus, ctx.groups
             )
             dconv1d_out, ddelta, dA, dB, dC, dD, ddelta_bias, _, out_z = pytorch_scan.backward(
-                p, dout_y, dz=dz, recompute_out_z=True, checkpoints=ckpt
+                p, dout_y, dz=dz, recompute_out_z=True, checkpoints=ckpt, y=y
             )
         dout_proj_weight = dout_rows.t() @ _rows(out_z).to(dout_rows.dtype)
         dout_proj_bias = dout_rows.sum(0) if ctx.has_out_proj_bias else None

@@ -291,11 +291,13 @@ def backward(
     dz: Optional[Tensor] = None,
     recompute_out_z: bool = False,
     checkpoints: Optional[Tensor] = None,
+    y: Optional[Tensor] = None,
 ) -> List[Optional[Tensor]]:
     """Gradients ``[du, ddelta, dA, dB, dC, dD, ddelta_bias, dz, out_z]`` for the scan output
     (gated when z is given). A given ``dz`` (z's shape) is written in place and returned.
     ``out_z`` is only computed when ``recompute_out_z``. ``checkpoints`` from ``forward``
-    (same inputs) spare most of the forward scan's recomputation."""
+    (same inputs) spare most of the forward scan's recomputation, and its un-gated output ``y``
+    (``out``) the output's."""
     batch, dim, L = p.u.shape
     n = p.A.shape[1]
     du = torch.empty_like(p.u)
@@ -319,12 +321,12 @@ def backward(
         sums = (bufs.small(0, blk.shape[:-1]), bufs.small(1, blk.shape[:-1]))
         dy = dout[bs, ds].to(p.real)
         if p.z is not None:  # out = y silu(z): dz = dout y silu'(z), and dy = dout silu(z)
-            y = blk.y(p, work, sums[0])
+            yb = blk.y(p, work, sums[0]) if y is None else y[bs, ds].to(p.real)
             zb = p.z[bs, ds].to(p.real)
-            torch.ops.aten.silu_backward.grad_input(dy * y, zb, grad_input=dz[bs, ds])
+            torch.ops.aten.silu_backward.grad_input(dy * yb, zb, grad_input=dz[bs, ds])
             silu = F.silu(zb)
             if out_z is not None:
-                torch.mul(y, silu, out=out_z[bs, ds])
+                torch.mul(yb, silu, out=out_z[bs, ds])
             dy = dy * silu
         if dD is not None:
             dD[ds] += (dy * blk.u).sum((0, 2))

@@ -308,9 +308,9 @@ def test_blocks_cover_the_problem(monkeypatch, batch, dim, groups, limit):
 
 
 @pytest.mark.parametrize("complex_a", [False, True])
-def test_backward_from_checkpoints_matches(monkeypatch, complex_a):
-    # the forward's chunk-end states, taken with other blocks than the backward's, stand in for
-    # the recomputed scan; NaN stays causal through them
+def test_backward_from_checkpoints_and_y_matches(monkeypatch, complex_a):
+    # the forward's chunk-end states (taken with other blocks than the backward's) and its
+    # un-gated output stand in for their recomputation; NaN stays causal through them
     monkeypatch.setattr(pytorch_scan, "CPU_BLOCK_ELEMENTS", 2 * 4 * 300)
     monkeypatch.setattr(pytorch_scan, "MIN_BLOCK_ELEMENTS", 1)
     kw = make(batch=2, dim=6, L=300, seed=9, complex_a=complex_a)
@@ -321,8 +321,9 @@ def test_backward_from_checkpoints_matches(monkeypatch, complex_a):
     want_out = selective_scan_ref(**kw, delta_softplus=True)
     assert_like_loop(out_z, want_out)
     dout = torch.randn(out.shape, dtype=F64, generator=torch.Generator().manual_seed(8))
-    got = pytorch_scan.backward(p, dout, checkpoints=ckpt)
-    want = pytorch_scan.backward(p, dout)
+    got = pytorch_scan.backward(p, dout, checkpoints=ckpt, y=out, recompute_out_z=True)
+    want = pytorch_scan.backward(p, dout, recompute_out_z=True)
+    torch.testing.assert_close(got[8], out_z, rtol=0, atol=0, equal_nan=True)
     assert torch.isnan(want[1]).any() and torch.isfinite(want[1]).any()  # ddelta: NaN from step 140
     for name, a, b in zip(("du", "ddelta", "dA", "dB", "dC", "dD", "ddelta_bias", "dz"), got, want):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12, equal_nan=True, msg=name)
