@@ -146,8 +146,28 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
     }
     __syncthreads();
   };
-  auto b_at = [&](int tb, int t, int j) { return Bv != nullptr ? sB[tb + t * rs + s * kSF + j] : Bf[j]; };
-  auto c_at = [&](int tb, int t, int j) { return Cv != nullptr ? sC[tb + t * rs + s * kSF + j] : Cf[j]; };
+  // This thread's slice of B or C at step t of the tile: 16-byte shared reads (tiles and slices
+  // start at multiples of 4 floats), or the fixed values.
+  auto slice = [&](const float* tile, const float (&fixed)[kSF], int tb, int t, float (&out)[kSF]) {
+    if (tile == nullptr) {
+#pragma unroll
+      for (int j = 0; j < kSF; ++j) out[j] = fixed[j];
+      return;
+    }
+#pragma unroll
+    for (int j = 0; j < kSF; j += 4) {
+      const float4 v = *reinterpret_cast<const float4*>(tile + tb + t * rs + s * kSF + j);
+      out[j] = v.x, out[j + 1] = v.y, out[j + 2] = v.z, out[j + 3] = v.w;
+    }
+  };
+  const float* tileB = Bv != nullptr ? sB : nullptr;
+  const float* tileC = Cv != nullptr ? sC : nullptr;
+  auto store4 = [&](float* dst, const float (&v)[kSF]) {
+#pragma unroll
+    for (int j = 0; j < kSF; j += 4) {
+      *reinterpret_cast<float4*>(dst + j) = make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]);
+    }
+  };
 
   for (int64_t c = n_chunks - 1; c >= 0; --c) {
     const int64_t tc0 = c * kChunk;
@@ -180,16 +200,18 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
       for (int t = 0; t < kW; ++t) {
         const float dt = dtr[w * kW + t];
         const float dtu = ur[w * kW + t] * dt;
+        float bq[kSF];
+        slice(tileB, Bf, tb, t, bq);
 #pragma unroll
         for (int j = 0; j < kNS; ++j) {
           if constexpr (!kComplex) {
-            h[j] = fmaf(fast_exp2(dt * a2[j]), h[j], dtu * b_at(tb, t, j));
+            h[j] = fmaf(fast_exp2(dt * a2[j]), h[j], dtu * bq[j]);
           } else {
             float ar, ai;
             decay_complex(dt, a2[2 * j], a2[2 * j + 1], ar, ai);
             const float hr = h[2 * j], hi = h[2 * j + 1];
-            h[2 * j] = ar * hr - ai * hi + dtu * b_at(tb, t, 2 * j);
-            h[2 * j + 1] = ar * hi + ai * hr + dtu * b_at(tb, t, 2 * j + 1);
+            h[2 * j] = ar * hr - ai * hi + bq[2 * j] * dtu;
+            h[2 * j + 1] = ar * hi + ai * hr + bq[2 * j + 1] * dtu;
           }
         }
       }
@@ -224,13 +246,15 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
       for (int j = 0; j < kSF; ++j) h[j] = sWS[(w * kSF + j) * kT + tid];
 #pragma unroll
       for (int t = 0; t < kW; ++t) {
+        float bq[kSF];
+        slice(tileB, Bf, tb, t, bq);
 #pragma unroll
         for (int j = 0; j < kNS; ++j) {
           if constexpr (!kComplex) {
             const float a = t < valid ? fast_exp2(dt[t] * a2[j]) : 0.0f;
             hp[t][j] = h[j];
             aa[t][j] = a;
-            h[j] = fmaf(a, h[j], dtu[t] * b_at(tb, t, j));
+            h[j] = fmaf(a, h[j], dtu[t] * bq[j]);
           } else {
             float ar = 0.0f, ai = 0.0f;
             if (t < valid) decay_complex(dt[t], a2[2 * j], a2[2 * j + 1], ar, ai);
@@ -239,8 +263,8 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
             hp[t][2 * j + 1] = hi;
             aa[t][2 * j] = ar;
             aa[t][2 * j + 1] = ai;
-            h[2 * j] = ar * hr - ai * hi + dtu[t] * b_at(tb, t, 2 * j);
-            h[2 * j + 1] = ar * hi + ai * hr + dtu[t] * b_at(tb, t, 2 * j + 1);
+            h[2 * j] = ar * hr - ai * hi + dtu[t] * bq[2 * j];
+            h[2 * j + 1] = ar * hi + ai * hr + dtu[t] * bq[2 * j + 1];
           }
         }
       }
@@ -249,10 +273,13 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
         float sumA = 0.0f, sumB = 0.0f;
         float* rbt = sRB + (lr * kW + t) * rs + s * kSF;
         float* rct = sRC + (lr * kW + t) * rs + s * kSF;
+        float bq[kSF], cq[kSF], dbq[kSF], dcq[kSF];
+        slice(tileB, Bf, tb, t, bq);
+        slice(tileC, Cf, tb, t, cq);
         if constexpr (!kComplex) {
 #pragma unroll
           for (int j = 0; j < kNS; ++j) {
-            const float bb = b_at(tb, t, j), cc = c_at(tb, t, j);
+            const float bb = bq[j], cc = cq[j];
             const float gg = fmaf(cc, dy[t], gc[j]);
             const float ah = aa[t][j] * hp[t][j];
             const float da = ah * gg;
@@ -260,8 +287,8 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
             sumA = fmaf(Af[j], da, sumA);
             sumB = fmaf(bb, gg, sumB);
             const float db = gg * dtu[t], dc = fmaf(dtu[t], bb, ah) * dy[t];
-            if (Bv != nullptr) rbt[j] = active ? db : 0.0f; else dBf[j] += db;
-            if (Cv != nullptr) rct[j] = active ? dc : 0.0f; else dCf[j] += dc;
+            dbq[j] = active ? db : 0.0f;
+            dcq[j] = active ? dc : 0.0f;
             gc[j] = aa[t][j] * gg;
           }
         } else {
@@ -269,8 +296,8 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
 #pragma unroll
           for (int j = 0; j < kNS; ++j) {
             const int r = 2 * j, i = 2 * j + 1;
-            const float br = b_at(tb, t, r), bi = b_at(tb, t, i);
-            const float cr = c_at(tb, t, r), ci = c_at(tb, t, i);
+            const float br = bq[r], bi = bq[i];
+            const float cr = cq[r], ci = cq[i];
             const float gr = cr * dyw + gc[r], gi = -ci * dyw + gc[i];  // conj(C) dyw + carry
             const float ar = aa[t][r], ai = aa[t][i], pr = hp[t][r], pi = hp[t][i];
             const float wr = ar * pr - ai * pi, wi = ar * pi + ai * pr;  // a h_{t-1}
@@ -281,23 +308,26 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
             sumB += br * gr + bi * gi;          // Re(conj(B) g)
             const float dbr = gr * dtu[t], dbi = gi * dtu[t];
             const float dcr = (wr + dtu[t] * br) * dyw, dci = -(wi + dtu[t] * bi) * dyw;  // conj(h_t) dyw
-            if (Bv != nullptr) {
-              rbt[r] = active ? dbr : 0.0f;
-              rbt[i] = active ? dbi : 0.0f;
-            } else {
-              dBf[r] += dbr;
-              dBf[i] += dbi;
-            }
-            if (Cv != nullptr) {
-              rct[r] = active ? dcr : 0.0f;
-              rct[i] = active ? dci : 0.0f;
-            } else {
-              dCf[r] += dcr;
-              dCf[i] += dci;
-            }
+            dbq[r] = active ? dbr : 0.0f;
+            dbq[i] = active ? dbi : 0.0f;
+            dcq[r] = active ? dcr : 0.0f;
+            dcq[i] = active ? dci : 0.0f;
             gc[r] = ar * gr + ai * gi;  // conj(a) g
             gc[i] = ar * gi - ai * gr;
           }
+        }
+        // Variable B/C: this channel's dB/dC of the step for the block sum; fixed: summed here.
+        if (Bv != nullptr) {
+          store4(rbt, dbq);
+        } else {
+#pragma unroll
+          for (int j = 0; j < kSF; ++j) dBf[j] += dbq[j];
+        }
+        if (Cv != nullptr) {
+          store4(rct, dcq);
+        } else {
+#pragma unroll
+          for (int j = 0; j < kSF; ++j) dCf[j] += dcq[j];
         }
         sSumD[t * kT + tid] = sumA;
         sSumB[t * kT + tid] = sumB;
