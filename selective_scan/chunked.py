@@ -25,8 +25,8 @@ Why this shape of algorithm:
   steps (solved recursively), and pass 2 runs the recurrence again inside every chunk from its
   true starting state, writing the result. That is about ``2 * CHUNK`` operations per level,
   each on ``L / CHUNK`` slabs at once, instead of L operations on single slabs: on a CPU each
-  operation is large enough to run at memory speed, and a 2048-step scan is about a hundred
-  kernel launches on a GPU instead of thousands.
+  operation is large enough to run at memory speed, and a 2048-step scan is about 85 kernel
+  launches on a GPU instead of thousands.
 
 Tensors are time-major so that one step of every chunk is a set of contiguous slabs. ``m`` and
 ``x`` share one dtype, real or complex (complex A); ``x`` must be contiguous.
@@ -44,7 +44,7 @@ Tensor = torch.Tensor
 # Steps per chunk. A level costs about 2 * CHUNK operations plus a few, and passes over its data
 # about three times; the next level has 1 / CHUNK of that data. 16 was the fastest of 4 to 32 on
 # the 2-core CPU (bench/cpu_scan.py; 8 and 32 within 10%, 4 40% slower from the larger deeper
-# levels), and keeps a 2048-step scan near 80 kernel launches on a GPU.
+# levels), and keeps a 2048-step scan near 85 kernel launches on a GPU.
 CHUNK = 16
 
 
@@ -142,7 +142,9 @@ def _scan_from(
     _last_pass(ms, xs, h0, ends, steps, reverse)
 
 
-def _last_pass(ms, xs, h0: Tensor, ends: Tensor, steps: List[int], reverse: bool) -> None:
+def _last_pass(
+    ms: Sequence[Tensor], xs: Sequence[Tensor], h0: Tensor, ends: Tensor, steps: List[int], reverse: bool
+) -> None:
     """Pass 2: the loop's own step inside every chunk, from its true starting state (h0 for the
     first chunk processed, the end of the one processed before for the others)."""
     j = steps[0]

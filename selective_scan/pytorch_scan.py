@@ -5,16 +5,18 @@ Math (per batch b, channel d, state n):
 ``h_t = exp(a_t) h_{t-1} + dt_t B_t u_t``, ``y_t = sum_n C_t h_t (+ D u_t)`` (``2 Re`` for
 complex A), ``out = y * silu(z)``.
 
-The backward recomputes the states h rather than keeping an autograd graph, runs the
-adjoint ``g_t = conj(C_t) dy_t + conj(exp(a_{t+1})) g_{t+1}`` with the same scan (reversed),
-and forms every gradient from h, g and ``d a_t = conj(exp(a_t) h_{t-1}) g_t``.
+The backward recomputes the states h rather than keeping an autograd graph (in one pass when
+the forward kept the states at the scan's chunk ends), runs the adjoint
+``g_t = conj(C_t) dy_t + conj(exp(a_{t+1})) g_{t+1}`` with the same scan (reversed), and forms
+every gradient from h, g and ``d a_t = conj(exp(a_t) h_{t-1}) g_t``.
 
 Work is done in blocks of (batches, channels of one group). A block's (L, batch, channels,
 dstate) quantities live in a few buffers allocated once per call and reused by every block
 (fresh large allocations cost page faults comparable to the arithmetic on a CPU), time-major
 so that the scan's steps are contiguous slabs. Block sizes keep those buffers cache-sized on a
-CPU and, on other devices, as large as the memory rule allows (all buffers together at most
-the size of the inputs), since there every operation is a kernel launch.
+CPU and, on other devices, as large as the memory rule allows (buffers and a block's
+temporaries together at most the size of the inputs, so everything extra stays below twice
+it), since there every operation is a kernel launch.
 Inputs are validated by the caller (``_checks``); tensors may have any strides.
 """
 
