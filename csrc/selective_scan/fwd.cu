@@ -283,7 +283,7 @@ __global__ void __launch_bounds__(FwdPolicy::kThreads, 3) fwd_kernel(const ScanP
         for (int t = 0; t < kTL; ++t) sY[(tid >> 5) * kTL + t] = y[t];
       }
       __syncthreads();
-      if (s == 0) {
+      if (s < 2) {  // the two threads that store the outputs
         for (int w = 1; w < tpr / 32; ++w) {
 #pragma unroll
           for (int t = 0; t < kTL; ++t) y[t] += sY[((tid >> 5) + w) * kTL + t];
