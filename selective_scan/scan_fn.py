@@ -73,8 +73,12 @@ class SelectiveScanFn(torch.autograd.Function):
             ctx.mark_non_differentiable(last)
             return result, last
         p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, groups)
-        out, out_z, last_state = pytorch_scan.forward(p, bool(return_last_state))
-        ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias)
+        # With gradients to come, keep the chunk-end states (and the ungated y with z), so the
+        # backward resumes from them instead of recomputing the whole forward scan.
+        keep = any(ctx.needs_input_grad[:8])
+        out, out_z, last_state, *ckpt = pytorch_scan.forward(p, bool(return_last_state), checkpoints=keep)
+        saved_y = out if keep and z is not None else None
+        ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, ckpt[0] if keep else None, saved_y)
         result = out_z if z is not None else out
         if not return_last_state:
             return result
@@ -103,9 +107,9 @@ class SelectiveScanFn(torch.autograd.Function):
                 None,
                 None,
             )
-        u, delta, A, B, C, D, z, delta_bias = ctx.saved_tensors
+        u, delta, A, B, C, D, z, delta_bias, ckpt, y = ctx.saved_tensors
         p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, ctx.groups)
-        du, ddelta, dA, dB, dC, dD, ddelta_bias, dz, _ = pytorch_scan.backward(p, dout)
+        du, ddelta, dA, dB, dC, dD, ddelta_bias, dz, _ = pytorch_scan.backward(p, dout, checkpoints=ckpt, y=y)
         return (
             du,
             ddelta,
