@@ -17,9 +17,9 @@ Contract of the ops (the binding checks every rule):
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
+
+from mamba_kernels.library import register_fake
 
 from . import _cuda  # noqa: F401  (loading it registers the ops)
 
@@ -28,18 +28,11 @@ CHUNK = 64  # steps between saved states (csrc/selective_scan/selective_scan.h, 
 _ops = torch.ops.mamba_kernels
 
 
-def _register_fake(name: str) -> Callable[[Callable], Callable]:
-    qualname = f"mamba_kernels::{name}"
-    if hasattr(torch.library, "register_fake"):  # torch >= 2.4
-        return torch.library.register_fake(qualname)
-    return torch.library.impl_abstract(qualname)
-
-
 def _state_floats(A: Tensor) -> int:
     return A.shape[1] * (2 if A.is_complex() else 1)
 
 
-@_register_fake("selective_scan_fwd")
+@register_fake("selective_scan_fwd")
 def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, keep_y):
     batch, dim, L = u.shape
     out = torch.empty_like(delta) if (z is None or keep_y) else u.new_empty((0,))
@@ -48,7 +41,7 @@ def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, keep_y):
     return out, out_z, ckpt
 
 
-@_register_fake("selective_scan_bwd")
+@register_fake("selective_scan_bwd")
 def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, delta_softplus):
     f32 = torch.float32
     dD = u.new_empty((u.shape[1],), dtype=f32) if D is not None else u.new_empty((0,), dtype=f32)

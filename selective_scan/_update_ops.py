@@ -13,16 +13,15 @@ from typing import Optional
 
 import torch
 
+from mamba_kernels.library import register_fake
+
 from . import _cuda  # noqa: F401  (loading it registers the op)
 
 Tensor = torch.Tensor
 _op = torch.ops.mamba_kernels.selective_state_update.default
 
-_QUALNAME = "mamba_kernels::selective_state_update"
-_register_fake = getattr(torch.library, "register_fake", None) or torch.library.impl_abstract  # torch < 2.4
 
-
-@_register_fake(_QUALNAME)
+@register_fake("selective_state_update")
 def _fake(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices):
     return torch.empty_like(x)  # the CUDA op allocates out with empty_like(x) too
 

@@ -1,5 +1,5 @@
 // The Python module object of a compiled extension: plain C API, no pybind11 (compile time).
-// Each extension's module.cpp defines PyInit__cuda() { return mamba_kernels::make_module(...); }.
+// Each extension's module.cpp is one MAMBA_KERNELS_CUDA_MODULE(doc) line (below).
 // BUILD_INFO comes from the build-generated header, so the runtime can compare it with torch.
 #pragma once
 
@@ -20,3 +20,11 @@ inline PyObject* make_module(PyModuleDef* def) {
 }
 
 }  // namespace mamba_kernels
+
+// Defines PyInit__cuda for an extension module `<package>._cuda` whose docstring is DOC.
+#define MAMBA_KERNELS_CUDA_MODULE(DOC)                                                          \
+  namespace {                                                                                  \
+  PyModuleDef mamba_kernels_module_def = {PyModuleDef_HEAD_INIT, "_cuda", DOC, -1, nullptr,     \
+                                          nullptr, nullptr, nullptr, nullptr};                 \
+  }                                                                                            \
+  PyMODINIT_FUNC PyInit__cuda(void) { return mamba_kernels::make_module(&mamba_kernels_module_def); }

@@ -3,18 +3,4 @@
 // only carries BUILD_INFO for the runtime guard.
 #include "py_module.h"
 
-namespace {
-PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT,
-    "_cuda",
-    "selective_scan CUDA kernels (ops registered as torch.ops.mamba_kernels.selective_scan_*)",
-    -1,
-    nullptr,
-    nullptr,
-    nullptr,
-    nullptr,
-    nullptr,
-};
-}  // namespace
-
-PyMODINIT_FUNC PyInit__cuda(void) { return mamba_kernels::make_module(&module_def); }
+MAMBA_KERNELS_CUDA_MODULE("selective_scan CUDA kernels (ops registered as torch.ops.mamba_kernels.selective_*)")
