@@ -13,7 +13,7 @@ with the Pythons this package supports (>= 3.9).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 PLATFORMS: Tuple[str, ...] = ("linux_x86_64", "linux_aarch64", "win_amd64")
@@ -36,13 +36,19 @@ class TorchRelease:
     """One torch major.minor release line and what it shipped."""
 
     torch: str  # "2.6"
-    pythons: Tuple[str, ...]  # CPython versions with wheels (free-threaded builds excluded)
+    pythons: Tuple[str, ...]  # CPython versions with Linux wheels (free-threaded builds excluded)
     cuda: Mapping[str, Tuple[str, ...]]  # platform -> CUDA variants ("12.6"), oldest first
     pypi_cuda: str  # the CUDA variant of the plain PyPI wheel on Linux x86_64
     linux_cxx11_abi: Mapping[str, bool]  # CUDA variant -> _GLIBCXX_USE_CXX11_ABI on Linux
     manylinux: str  # glibc baseline of torch's Linux wheels: "manylinux_2_17" / "manylinux_2_28"
     cxx_std: int  # the C++ standard extensions are compiled with (17 or 20)
     note: str = ""
+    # Platforms whose CPython range differs from ``pythons`` (platform -> versions).
+    platform_pythons: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
+
+    def pythons_on(self, platform: str) -> Tuple[str, ...]:
+        """The CPython versions torch shipped wheels for on ``platform``."""
+        return self.platform_pythons.get(platform, self.pythons)
 
     def cxx11_abi(self, cuda: str, platform: str) -> Optional[bool]:
         """The C++ ABI flag of torch's build for (cuda, platform); None where it has no meaning."""
@@ -66,6 +72,7 @@ def _release(
     pypi: str,
     aarch64: Sequence[str] = (),
     windows: Optional[Sequence[str]] = None,
+    win_pythons: Optional[Tuple[str, str]] = None,
     pre_cxx11: Sequence[str] = (),
     manylinux: str = "manylinux_2_28",
     cxx_std: int = 17,
@@ -77,7 +84,8 @@ def _release(
         "win_amd64": tuple(x86 if windows is None else windows),
     }
     abi = {c: c not in pre_cxx11 for c in x86}
-    return TorchRelease(torch, _pythons(*pythons), cuda, pypi, abi, manylinux, cxx_std, note)
+    per_platform = {"win_amd64": _pythons(*win_pythons)} if win_pythons else {}
+    return TorchRelease(torch, _pythons(*pythons), cuda, pypi, abi, manylinux, cxx_std, note, per_platform)
 
 
 _ALL_PRE = ("11.8", "12.1", "12.4")  # for torch <= 2.5 every Linux build is pre-cxx11
@@ -98,8 +106,12 @@ RELEASES: Tuple[TorchRelease, ...] = (
     # the PyPI file lists show (2.5 has cp39-cp313, where compat.md's table says 3.9-3.12).
     _release("2.4", ("3.8", "3.12"), ("11.8", "12.1", "12.4"), pypi="12.1", pre_cxx11=_ALL_PRE,
              manylinux="manylinux_2_17"),
+    # torch 2.5.x on PyPI: Linux x86_64 cp39-cp313, but Windows only cp39-cp312 (the first
+    # Windows cp313 wheel is 2.6.0). PyTorch's CUDA wheels for Windows live on its own index,
+    # which cannot be read from here; they are taken to cover the same Pythons as the PyPI
+    # Windows wheels of the same release, as they do for every release that can be compared.
     _release("2.5", ("3.9", "3.13"), ("11.8", "12.1", "12.4"), pypi="12.4", pre_cxx11=_ALL_PRE,
-             manylinux="manylinux_2_17"),
+             manylinux="manylinux_2_17", win_pythons=("3.9", "3.12")),
     _release("2.6", ("3.9", "3.13"), ("11.8", "12.4", "12.6"), pypi="12.4", pre_cxx11=("11.8", "12.4"),
              note="two C++ ABIs on Linux: cu118 and cu124 pre-cxx11, cu126 cxx11"),
     _release("2.7", ("3.9", "3.13"), ("11.8", "12.6", "12.8"), aarch64=("12.8",), pypi="12.6"),
@@ -250,8 +262,66 @@ def _iter_cells(
                 abi = rel.cxx11_abi(cu, plat)
                 if cxx11_abi is not None and abi is not cxx11_abi:
                     continue
-                for py in rel.pythons:
+                for py in rel.pythons_on(plat):
                     if _vkey(py) < MIN_PYTHON or not _matches(py, python):
                         continue
                     ml = None if plat == "win_amd64" else rel.manylinux
                     yield Cell(rel.torch, cu, py, plat, abi, ml, rel.cxx_std)
+
+
+# ----------------------------------------------------------------------------- toolchains
+
+
+@dataclass(frozen=True)
+class PypiToolkit:
+    """A CUDA compiler assembled from NVIDIA's PyPI packages: exact component versions."""
+
+    cuda: str  # "13.4"
+    release: str  # the cuda-toolkit release whose pins these are, "13.4.3"
+    components: Mapping[str, str]  # package -> exact version, in install order
+
+    def requirements(self) -> List[str]:
+        return [f"{pkg}=={v}" for pkg, v in self.components.items()]
+
+
+# NVIDIA publishes, for each CUDA release, a ``cuda-toolkit`` metapackage on PyPI whose
+# Requires-Dist pins every component to one build; these are those pins, restated, for the
+# newest patch release of each minor (each version below was checked to have wheels for
+# Linux x86_64, Linux aarch64 and Windows). The components are what a complete 13.x compiler
+# needs: nvcc, nvvm, the crt headers, CCCL and the runtime. CCCL left the toolkit's numbering
+# after 13.2: toolkit 13.4 pins CCCL 13.3.4.3.1, and PyPI has no CCCL 13.4.x at all. (PyPI's
+# 11.8/12.x "nvcc" wheels hold only ptxas and libnvvm, so no 12.x compiler is listed.)
+_PYPI_TOOLKIT_ORDER = ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt", "nvidia-cuda-cccl",
+                       "nvidia-cuda-runtime")
+_PYPI_TOOLKITS: Dict[str, Tuple[str, Tuple[str, str, str, str, str]]] = {
+    # cuda: (cuda-toolkit release, (nvcc, nvvm, crt, cccl, runtime))
+    "13.0": ("13.0.2", ("13.0.88", "13.0.88", "13.0.88", "13.0.85", "13.0.96")),
+    "13.2": ("13.2.2", ("13.2.86", "13.2.86", "13.2.86", "13.2.86", "13.2.86")),
+    "13.4": ("13.4.3", ("13.4.92", "13.4.92", "13.4.92", "13.3.4.3.1", "13.4.92")),
+}
+# cuobjdump only lists what a binary holds, so one build serves every 13.x cell; PyPI has it
+# from 13.2 on. This is the one of cuda-toolkit 13.4.3.
+PYPI_CUOBJDUMP = "nvidia-cuda-cuobjdump==13.4.92"
+
+
+def pypi_toolkit(cuda: str) -> PypiToolkit:
+    """The pinned PyPI components of CUDA ``cuda`` (major.minor)."""
+    mm = cuda_major_minor(cuda)
+    if mm not in _PYPI_TOOLKITS:
+        raise ValueError(
+            f"no PyPI CUDA toolkit is pinned for CUDA {mm}: known are {', '.join(_PYPI_TOOLKITS)}"
+        )
+    release, versions = _PYPI_TOOLKITS[mm]
+    return PypiToolkit(mm, release, dict(zip(_PYPI_TOOLKIT_ORDER, versions)))
+
+
+# The Windows runners (windows-2022) carry MSVC 19.4x (Visual Studio 2022 17.10 and later).
+# nvcc before CUDA 12.4 accepts MSVC only up to 19.3x (its host_config.h stops with "unsupported
+# Microsoft Visual Studio version"), and MSVC 19.4x's own STL refuses nvcc older than 12.4
+# (error STL1002) unless _ALLOW_COMPILER_AND_STL_VERSION_MISMATCH is defined.
+NVCC_FIRST_ACCEPTING_MSVC_19_4 = "12.4"
+
+
+def nvcc_needs_msvc_override(cuda: str) -> bool:
+    """True when nvcc of CUDA ``cuda`` must be told to accept the runners' MSVC 19.4x."""
+    return _vkey(cuda_major_minor(cuda)) < _vkey(NVCC_FIRST_ACCEPTING_MSVC_19_4)

@@ -2,6 +2,8 @@
 cited) and, for what compat.md lacks (2.1-2.3, 2.15, exact Python ranges), the torch files
 on PyPI as read on 2026-11-29."""
 
+import re
+
 import pytest
 
 from mamba_kernels import support
@@ -56,6 +58,9 @@ PYTHONS = {
     "2.14": ("3.10", "3.14"),
     "2.15": ("3.11", "3.15"),
 }
+# Where Windows differs (PyPI file list): torch 2.5.x has no cp313-win_amd64 wheel (Linux has
+# cp313); the first Windows cp313 wheel is 2.6.0.
+WIN_PYTHONS = {"2.5": ("3.9", "3.12")}
 # compat.md 2.1 STABLE_CUDA_VERSIONS column, PyPI metadata for the rest.
 PYPI_CUDA = {
     "2.1": "12.1", "2.2": "12.1", "2.3": "12.1", "2.4": "12.1", "2.5": "12.4", "2.6": "12.4",
@@ -159,7 +164,9 @@ def test_cells_enumerate_exactly_what_torch_shipped():
         lo, hi = (int(v.split(".")[1]) for v in PYTHONS[torch])
         pys = len([m for m in range(lo, hi + 1) if m >= 9])
         win = () if torch == "2.15" else tuple(c for c in xs if c != "13.4")
-        expected += pys * (len(xs) + len(CUDA_AARCH64.get(torch, ())) + len(win))
+        lo_w, hi_w = (int(v.split(".")[1]) for v in WIN_PYTHONS.get(torch, PYTHONS[torch]))
+        pys_w = len([m for m in range(lo_w, hi_w + 1) if m >= 9])
+        expected += pys * (len(xs) + len(CUDA_AARCH64.get(torch, ()))) + pys_w * len(win)
     assert len(cells) == expected
     assert all(c.python != "3.8" for c in cells)  # this package needs Python >= 3.9
 
@@ -186,3 +193,61 @@ def test_cell_filter_bad_values():
 def test_torch_release_accepts_full_versions():
     assert support.torch_release("2.14.1+cu130").torch == "2.14"
     assert support.torch_release("2.6.0").torch == "2.6"
+
+
+@pytest.mark.parametrize("torch", list(PYTHONS))
+def test_python_range_per_platform(torch):
+    rel = support.torch_release(torch)
+    for plat in support.PLATFORMS:
+        lo, hi = WIN_PYTHONS.get(torch, PYTHONS[torch]) if plat == "win_amd64" else PYTHONS[torch]
+        pys = rel.pythons_on(plat)
+        assert (pys[0], pys[-1]) == (lo, hi)
+        cells = support.cells(torch=torch, platform=plat)
+        assert {c.python for c in cells} <= set(pys)
+
+
+def test_no_torch_2_5_cp313_windows_cell():
+    # torch 2.5 published no cp313 win_amd64 wheel; Linux x86_64 keeps cp313.
+    assert support.cells(torch="2.5", python="3.13", platform="win_amd64") == []
+    assert support.cells(torch="2.5", python="3.13", platform="linux_x86_64")
+
+
+# The components of NVIDIA's PyPI CUDA toolkits, as each release's ``cuda-toolkit`` metapackage
+# pins them (its Requires-Dist), restated. CCCL left the toolkit's numbering after 13.2: the 13.4
+# toolkit pins CCCL 13.3.4.3.1 (there is no 13.4 CCCL on PyPI).
+TOOLKIT_COMPONENTS = {
+    "13.0": ("13.0.2", {"nvidia-cuda-nvcc": "13.0.88", "nvidia-nvvm": "13.0.88", "nvidia-cuda-crt": "13.0.88",
+                        "nvidia-cuda-cccl": "13.0.85", "nvidia-cuda-runtime": "13.0.96"}),
+    "13.2": ("13.2.2", {"nvidia-cuda-nvcc": "13.2.86", "nvidia-nvvm": "13.2.86", "nvidia-cuda-crt": "13.2.86",
+                        "nvidia-cuda-cccl": "13.2.86", "nvidia-cuda-runtime": "13.2.86"}),
+    "13.4": ("13.4.3", {"nvidia-cuda-nvcc": "13.4.92", "nvidia-nvvm": "13.4.92", "nvidia-cuda-crt": "13.4.92",
+                        "nvidia-cuda-cccl": "13.3.4.3.1", "nvidia-cuda-runtime": "13.4.92"}),
+}
+
+
+def test_pypi_toolkit_pins_match_the_toolkit_release():
+    for cuda, (release, comps) in TOOLKIT_COMPONENTS.items():
+        tk = support.pypi_toolkit(cuda)
+        assert tk.release == release and tk.release.startswith(cuda + ".")
+        assert dict(tk.components) == comps
+        for pkg, version in tk.components.items():
+            # exact versions only: a wildcard (13.4.*) may match nothing (CCCL) or a later build
+            assert re.fullmatch(r"\d+(\.\d+)+", version), (pkg, version)
+            if pkg != "nvidia-cuda-cccl":
+                assert version.startswith(cuda + "."), (cuda, pkg, version)
+        assert [r.split("==")[0] for r in tk.requirements()] == list(comps)
+        assert all("==" in r and "*" not in r for r in tk.requirements())
+
+
+def test_every_cuda_13_linux_cell_has_a_pypi_toolkit():
+    for cell in support.cells():
+        if cell.platform != "win_amd64" and int(cell.cuda.split(".")[0]) >= 13:
+            assert support.pypi_toolkit(cell.cuda).release.startswith(cell.cuda + ".")
+    with pytest.raises(ValueError, match="no PyPI CUDA toolkit"):
+        support.pypi_toolkit("12.6")
+
+
+def test_msvc_flags_for_old_nvcc():
+    # windows-2022 ships MSVC 19.4x; nvcc before 12.4 rejects it and the STL refuses old nvcc.
+    assert support.nvcc_needs_msvc_override("11.8") and support.nvcc_needs_msvc_override("12.1")
+    assert not any(support.nvcc_needs_msvc_override(c) for c in ("12.4", "12.6", "13.0", "13.2"))
