@@ -51,9 +51,10 @@ def layout(t: torch.Tensor) -> str:
     tensor, possibly a channel slice of a wider one), ``channel_first`` iff stride(2) == 1,
     else ``strided``. Same rule as the original's C++ side.
     """
-    if t.stride(1) == 1 and t.stride(2) > 1:
+    _, s_dim, s_len = t.stride()
+    if s_dim == 1 and s_len > 1:
         return "channel_last"
-    if t.stride(2) == 1:
+    if s_len == 1:
         return "channel_first"
     return "strided"
 
@@ -103,6 +104,8 @@ def _dense(t: torch.Tensor) -> bool:
 
 
 def _overlaps_itself(t: torch.Tensor) -> bool:
+    if t.is_contiguous() and t.numel() > 0:  # the usual case, answered without sorting strides
+        return False
     dims = sorted((s, n) for s, n in zip(t.stride(), t.shape) if n > 1)
     span = 1
     for stride, size in dims:
@@ -113,6 +116,13 @@ def _overlaps_itself(t: torch.Tensor) -> bool:
 
 
 # --- argument checks -------------------------------------------------------------------------
+#
+# These run on every call, also in front of the compiled kernels, so the common arguments are
+# checked inline (each rule one test, each tensor attribute read once) and a message is only
+# built, by the *_error helpers below, when a rule fails.
+
+_TENSOR = "must be a torch.Tensor"
+_FLOAT = "must be float32, float16, bfloat16 or float64"
 
 
 def activation_is_silu(activation: object, fn: str = "causal_conv1d") -> bool:
@@ -131,30 +141,42 @@ def check_bool(fn: str, arg: str, value: object) -> None:
         raise _err(TypeError, fn, arg, "must be a bool", value)
 
 
+def _device_error(fn: str, arg: str, t: torch.Tensor, x: torch.Tensor) -> Exception:
+    return _err(ValueError, fn, arg, f"must be on x's device {x.device}", t)
+
+
+def _shape_error(fn: str, arg: str, t: torch.Tensor, shape: Tuple[int, ...], names: str) -> Exception:
+    return _err(ValueError, fn, arg, f"must have shape {names} = {shape}", t)
+
+
+def _dtype_error(fn: str, arg: str, t: torch.Tensor, dtype: torch.dtype, whose: str) -> Exception:
+    return _err(TypeError, fn, arg, f"must have {whose} dtype {dtype}", t)
+
+
 def _tensor(fn: str, arg: str, t: object) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
-        raise _err(TypeError, fn, arg, "must be a torch.Tensor", t)
+        raise _err(TypeError, fn, arg, _TENSOR, t)
     return t
 
 
 def _same_device(fn: str, arg: str, t: torch.Tensor, x: torch.Tensor) -> None:
     if t.device != x.device:
-        raise _err(ValueError, fn, arg, f"must be on x's device {x.device}", t)
+        raise _device_error(fn, arg, t, x)
 
 
 def _shape(fn: str, arg: str, t: torch.Tensor, shape: Tuple[int, ...], names: str) -> None:
-    if tuple(t.shape) != shape:
-        raise _err(ValueError, fn, arg, f"must have shape {names} = {shape}", t)
+    if t.shape != shape:
+        raise _shape_error(fn, arg, t, shape, names)
 
 
 def _float(fn: str, arg: str, t: torch.Tensor) -> None:
     if t.dtype not in FLOAT_DTYPES:
-        raise _err(TypeError, fn, arg, "must be float32, float16, bfloat16 or float64", t)
+        raise _err(TypeError, fn, arg, _FLOAT, t)
 
 
 def _dtype(fn: str, arg: str, t: torch.Tensor, dtype: torch.dtype, whose: str) -> None:
     if t.dtype != dtype:
-        raise _err(TypeError, fn, arg, f"must have {whose} dtype {dtype}", t)
+        raise _dtype_error(fn, arg, t, dtype, whose)
 
 
 def _int32(fn: str, arg: str, t: torch.Tensor) -> None:
@@ -169,28 +191,42 @@ def _writable(fn: str, arg: str, t: torch.Tensor) -> None:
         raise _err(ValueError, fn, arg, "is written in place and must not be a leaf that requires grad", t)
 
 
-def _x_weight_bias(fn: str, x: object, weight: object, bias: object, ranks: Tuple[int, ...] = (3,)) -> None:
-    x = _tensor(fn, "x", x)
-    if x.dim() not in ranks:
-        shapes = {2: "(batch, dim)", 3: "(batch, dim, seqlen)"}
-        raise _err(ValueError, fn, "x", "must have shape " + " or ".join(shapes[r] for r in ranks), x)
-    _float(fn, "x", x)
-    if any(n == 0 for n in x.shape):
+def _x_weight_bias(fn: str, x: object, weight: object, bias: object) -> int:
+    """Checks x, weight and bias; returns the width."""
+    if not isinstance(x, torch.Tensor):
+        raise _err(TypeError, fn, "x", _TENSOR, x)
+    shape = x.shape
+    if len(shape) != 3:
+        raise _err(ValueError, fn, "x", "must have shape (batch, dim, seqlen)", x)
+    if x.dtype not in FLOAT_DTYPES:
+        raise _err(TypeError, fn, "x", _FLOAT, x)
+    if 0 in shape:
         raise _err(ValueError, fn, "x", "must have batch, dim and seqlen all >= 1", x)
-    weight = _tensor(fn, "weight", weight)
-    _same_device(fn, "weight", weight, x)
-    _float(fn, "weight", weight)
-    if weight.dim() != 2 or weight.shape[0] != x.shape[1]:
-        raise _err(ValueError, fn, "weight", f"must have shape (dim, width) with dim = {x.shape[1]}", weight)
-    width = weight.shape[1]
+    if not isinstance(weight, torch.Tensor):
+        raise _err(TypeError, fn, "weight", _TENSOR, weight)
+    device = x.device
+    if weight.device != device:
+        raise _device_error(fn, "weight", weight, x)
+    if weight.dtype not in FLOAT_DTYPES:
+        raise _err(TypeError, fn, "weight", _FLOAT, weight)
+    dim = shape[1]
+    wshape = weight.shape
+    if len(wshape) != 2 or wshape[0] != dim:
+        raise _err(ValueError, fn, "weight", f"must have shape (dim, width) with dim = {dim}", weight)
+    width = wshape[1]
     if not MIN_WIDTH <= width <= MAX_WIDTH:
         rule = f"width (its last size) must be between {MIN_WIDTH} and {MAX_WIDTH}"
         raise _err(ValueError, fn, "weight", rule, weight)
     if bias is not None:
-        bias = _tensor(fn, "bias", bias)
-        _same_device(fn, "bias", bias, x)
-        _shape(fn, "bias", bias, (x.shape[1],), "(dim,)")
-        _dtype(fn, "bias", bias, weight.dtype, "weight's")
+        if not isinstance(bias, torch.Tensor):
+            raise _err(TypeError, fn, "bias", _TENSOR, bias)
+        if bias.device != device:
+            raise _device_error(fn, "bias", bias, x)
+        if bias.shape != (dim,):
+            raise _shape_error(fn, "bias", bias, (dim,), "(dim,)")
+        if bias.dtype != weight.dtype:
+            raise _dtype_error(fn, "bias", bias, weight.dtype, "weight's")
+    return width
 
 
 def _state(fn: str, arg: str, t: object, x: torch.Tensor, width: int) -> torch.Tensor:
@@ -202,8 +238,6 @@ def _state(fn: str, arg: str, t: object, x: torch.Tensor, width: int) -> torch.T
 
 
 def _seq_idx(fn: str, seq_idx: object, x: torch.Tensor) -> None:
-    if seq_idx is None:
-        return
     if isinstance(seq_idx, str):
         raise _err(
             TypeError, fn, "seq_idx",
@@ -227,10 +261,10 @@ def check_fwd(
     silu_activation: object,
     fn: str = "causal_conv1d_fwd_function",
 ) -> None:
-    _x_weight_bias(fn, x, weight, bias)
-    assert isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor)
-    width = weight.shape[1]
-    _seq_idx(fn, seq_idx, x)
+    width = _x_weight_bias(fn, x, weight, bias)
+    assert isinstance(x, torch.Tensor)  # (for type checkers: _x_weight_bias checked it)
+    if seq_idx is not None:
+        _seq_idx(fn, seq_idx, x)
     if initial_states is not None:
         _state(fn, "initial_states", initial_states, x, width)
     if final_states_out is not None:
@@ -251,14 +285,14 @@ def check_bwd(
     silu_activation: object,
     fn: str = "causal_conv1d_bwd_function",
 ) -> None:
-    _x_weight_bias(fn, x, weight, bias)
-    assert isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor)
-    width = weight.shape[1]
+    width = _x_weight_bias(fn, x, weight, bias)
+    assert isinstance(x, torch.Tensor)  # (for type checkers: _x_weight_bias checked it)
     dout = _tensor(fn, "dout", dout)
     _same_device(fn, "dout", dout, x)
     _shape(fn, "dout", dout, tuple(x.shape), "x's shape (batch, dim, seqlen)")
     _dtype(fn, "dout", dout, x.dtype, "x's")
-    _seq_idx(fn, seq_idx, x)
+    if seq_idx is not None:
+        _seq_idx(fn, seq_idx, x)
     if initial_states is not None:
         _state(fn, "initial_states", initial_states, x, width)
     if dfinal_states is not None:
@@ -285,17 +319,20 @@ def check_update(
     conv_state_indices: object,
     fn: str = "causal_conv1d_update_function",
 ) -> None:
-    _x_weight_bias(fn, x, weight, bias)
-    assert isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor)
+    width = _x_weight_bias(fn, x, weight, bias)
+    assert isinstance(x, torch.Tensor)  # (for type checkers: _x_weight_bias checked it)
     batch, dim, _ = x.shape
-    width = weight.shape[1]
-    conv_state = _tensor(fn, "conv_state", conv_state)
-    _same_device(fn, "conv_state", conv_state, x)
-    _dtype(fn, "conv_state", conv_state, x.dtype, "x's")
-    if conv_state.dim() != 3 or conv_state.shape[1] != dim:
+    if not isinstance(conv_state, torch.Tensor):
+        raise _err(TypeError, fn, "conv_state", _TENSOR, conv_state)
+    if conv_state.device != x.device:
+        raise _device_error(fn, "conv_state", conv_state, x)
+    if conv_state.dtype != x.dtype:
+        raise _dtype_error(fn, "conv_state", conv_state, x.dtype, "x's")
+    state_shape = conv_state.shape
+    if len(state_shape) != 3 or state_shape[1] != dim:
         raise _err(ValueError, fn, "conv_state", f"must have shape (batch, dim, state_len) with dim = {dim}",
                    conv_state)
-    if conv_state.shape[2] < width - 1:
+    if state_shape[2] < width - 1:
         rule = f"must have state_len >= width - 1 = {width - 1}"
         raise _err(ValueError, fn, "conv_state", rule, conv_state)
     _writable(fn, "conv_state", conv_state)
@@ -308,7 +345,7 @@ def check_update(
         if cache_seqlens.device.type != "cuda" and bool((cache_seqlens < 0).any()):
             raise _err(ValueError, fn, "cache_seqlens", "must be >= 0", cache_seqlens.tolist())
     if conv_state_indices is None:
-        if conv_state.shape[0] != batch:
+        if state_shape[0] != batch:
             raise _err(
                 ValueError, fn, "conv_state",
                 f"must have batch = {batch} entries when conv_state_indices is None", conv_state,
@@ -319,7 +356,7 @@ def check_update(
     _shape(fn, "conv_state_indices", idx, (batch,), "(batch,)")
     _int32(fn, "conv_state_indices", idx)
     if idx.device.type != "cuda":
-        n = conv_state.shape[0]
+        n = state_shape[0]
         if bool((idx >= n).any()):
             raise _err(ValueError, fn, "conv_state_indices", f"must be < conv_state.shape[0] = {n} (or < 0 "
                        "for padding)", idx.tolist())
