@@ -76,6 +76,9 @@ def _load(kernel: str) -> ExtensionStatus:
 
 def extension_status(kernel: str) -> ExtensionStatus:
     """Import the kernel's extension once and remember the outcome."""
+    status = _status.get(kernel)  # every call but the first: no lock (a dict read is atomic)
+    if status is not None:
+        return status
     if kernel not in EXTENSIONS:
         raise ValueError(f"kernel must be one of {sorted(EXTENSIONS)}, got {kernel!r}")
     with _lock:
