@@ -8,34 +8,74 @@ can serve:
     OUT_DIR/<label>/simple/index.html               PEP 503 root of the variant's index
     OUT_DIR/<label>/simple/mamba-kernels/index.html the variant's files, with #sha256= fragments
     OUT_DIR/<label>/find-links.html                 the same links as a flat ``--find-links`` page
-    OUT_DIR/wheels/<file>                           the wheels themselves, unless --base-url is given
+    OUT_DIR/wheels/<file>                           wheels linked relatively (no --asset-url)
 
 ``<label>`` is the variant label (``cu130torch2.14``); one index per label, because a wheel
 pins ``torch==M.m.*`` and an index mixing torch releases would invite the installer to replace
-the user's torch. Every wheel is checked before it is listed: the label in its file name must
-equal the one in its METADATA, and it must pin the torch release of its label.
+the user's torch.
+
+Every release adds to the index: ``--previous`` (the published manifest.json, a path or an
+http(s) URL) brings every wheel listed there into the new index with its recorded URL and
+sha256, so no older version and no other variant is ever dropped. New wheels are linked at
+``--asset-url`` (``https://.../releases/download/vX.Y.Z/{filename}``) or copied into
+``OUT_DIR/wheels/``. The site is built in a temporary folder next to OUT_DIR and renamed into
+place, so an interrupted run leaves the old index as it was. docs/INDEX.md has the rules.
+
+Every wheel is checked before it is listed: a regular file, a readable zip; the distribution
+``mamba_kernels`` by its file name (exactly so written) and by METADATA ``Name``; the label in its
+file name equal to the one in its METADATA; and a torch pin ``torch==M.m.*`` of its label that
+holds on every install of the wheel (environment markers evaluated for the wheel's Python and
+platform). Any problem is a :class:`IndexInputError` naming the file and the reason.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import errno
 import hashlib
 import html
 import json
+import os
+import re
 import shutil
 import struct
+import sys
+import tempfile
+import urllib.error
+import urllib.request
 import zipfile
+import zlib
 from email.parser import Parser
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
-from urllib.parse import quote
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from urllib.parse import quote, unquote, urlsplit
 
 from . import variant
 
+if TYPE_CHECKING:  # packaging is imported where used: `info` and the runtime work without it
+    from packaging.requirements import Requirement
+
 PROJECT = "mamba-kernels"  # PEP 503 normalised project name
-MANIFEST_SCHEMA = 1
+MANIFEST_SCHEMA = 2  # 2: every wheel has its own url (absolute, or relative to the manifest)
+_READABLE_SCHEMAS = (1, 2)
 _FATBIN_MAGIC = struct.pack("<I", 0xBA55ED50)
 _BINARY_SUFFIXES = (".so", ".pyd", ".dll")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+# Marker variables a wheel's tags do not determine: a pin under one of them may or may not hold.
+_UNDECIDABLE_MARKER_VARS = ("python_full_version", "platform_release", "platform_version",
+                            "implementation_version")
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, struct.error,
+               NotImplementedError, RuntimeError, UnicodeDecodeError)
+
+
+class IndexInputError(ValueError):
+    """A problem with the input of the index writer; its message is one line naming the file."""
+
+
+def _fail(what: str, path: Any, reason: str) -> IndexInputError:
+    text = f"{what} {str(path)!r}: {reason}" if what else f"{str(path)!r}: {reason}"
+    return IndexInputError(" ".join(text.split("\n")))
 
 
 def fatbin_archs(data: bytes) -> Tuple[List[str], List[str]]:
@@ -104,36 +144,174 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def torch_pin(requires_dist: List[str]) -> Optional[str]:
-    """The torch requirement of a wheel (``torch==2.14.*``), without markers and spaces."""
-    for req in requires_dist:
-        spec = req.split(";")[0].replace(" ", "")
-        if spec.lower().startswith("torch") and not spec[5:6].isalnum() and spec[5:6] not in ("-", "_"):
-            return spec
-    return None
+# --- torch pin, with environment markers ------------------------------------------------------
+
+def target_environment(python: str, platform: str) -> Dict[str, str]:
+    """The marker environment of any install of a wheel for CPython ``python`` ("3.11") on one
+    of our ``platform`` names (``linux_x86_64``, ``linux_aarch64``, ``win_amd64``)."""
+    env = {"implementation_name": "cpython", "platform_python_implementation": "CPython",
+           "python_version": python, "extra": ""}
+    if platform == "win_amd64":
+        env.update(sys_platform="win32", platform_system="Windows", os_name="nt", platform_machine="AMD64")
+    else:
+        machine = "aarch64" if platform == "linux_aarch64" else "x86_64"
+        env.update(sys_platform="linux", platform_system="Linux", os_name="posix", platform_machine=machine)
+    return env
+
+
+def _torch_requirements(requires_dist: List[str]) -> List[Requirement]:
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    out = []
+    for text in requires_dist:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement as e:
+            raise ValueError(f"Requires-Dist {text!r} is not a valid requirement ({e})") from None
+        if canonicalize_name(req.name) == "torch":
+            out.append(req)
+    return out
+
+
+def _applies(req: Requirement, environment: Optional[Dict[str, str]]) -> bool:
+    """Whether ``req`` applies to every install in ``environment`` (no extra requested).
+
+    Without an environment only an unconditional requirement applies. A marker on a variable the
+    environment does not fix (``python_full_version``, ``platform_release``, ...) is an error:
+    such a pin holds on some installs of the wheel and not on others.
+    """
+    if req.marker is None:
+        return True
+    if environment is None:
+        return False
+    text = str(req.marker)
+    for var in _UNDECIDABLE_MARKER_VARS:
+        if re.search(rf"\b{var}\b", text):
+            raise ValueError(
+                f"the torch requirement {str(req)!r} depends on {var}, which the wheel's tags do "
+                "not fix: the pin must hold on every install of the wheel"
+            )
+    return bool(req.marker.evaluate(dict(environment)))
+
+
+def torch_pin(requires_dist: List[str], environment: Optional[Dict[str, str]] = None) -> Optional[str]:
+    """The torch requirement of a wheel (``torch==2.14.*``, no marker, no spaces) that applies to
+    every install in ``environment`` (see :func:`target_environment`); None when there is none.
+
+    Markers are evaluated, not dropped: ``torch==2.14.*; sys_platform == "win32"`` is no pin
+    for a Linux wheel. Without ``environment`` only unconditional requirements count. When
+    several apply, all of them are returned joined by ``" and "`` so that a comparison with the
+    one expected pin fails.
+    """
+    found = []
+    for req in _torch_requirements(requires_dist):
+        if _applies(req, environment):
+            spec = "torch" + ("[" + ",".join(sorted(req.extras)) + "]" if req.extras else "")
+            spec += f" @ {req.url}" if req.url else str(req.specifier)
+            found.append(spec)
+    return " and ".join(found) if found else None
+
+
+def _check_torch_pin(
+    where: str, requires_dist: List[str], info: variant.WheelInfo
+) -> Tuple[str, Optional[str]]:
+    """The wheel's pin and the marker(s) it was written under; raises when it does not pin
+    exactly its label's torch release for every install."""
+    assert info.variant is not None and info.platform is not None
+    want = variant.torch_requirement(info.variant.torch)
+    env = target_environment(info.python, info.platform)
+    try:
+        reqs = _torch_requirements(requires_dist)
+        pin = torch_pin(requires_dist, env)
+    except ValueError as e:
+        raise _fail("wheel", where, str(e)) from None
+    if pin is None and reqs:
+        shown = "; ".join(str(r) for r in reqs)
+        raise _fail("wheel", where, f"Requires-Dist must pin {want!r} on every install, but its torch "
+                    f"requirement ({shown}) never applies to a cp{info.python.replace('.', '')} "
+                    f"{info.platform} install without extras")
+    if pin != want:
+        raise _fail("wheel", where, f"Requires-Dist must pin {want!r}, got {pin!r}")
+    markers = [str(r.marker) for r in reqs if r.marker is not None and _applies(r, env)]
+    return pin, (" and ".join(markers) or None)
+
+
+# --- one wheel ---------------------------------------------------------------------------------
+
+def check_filename(filename: str, where: Optional[str] = None) -> variant.WheelInfo:
+    """The file name of a release wheel of this project, or an error naming the file.
+
+    The distribution must be ours by packaging's own parser (canonical name ``mamba-kernels``)
+    and written exactly ``mamba_kernels``: two names differing only in case or punctuation
+    would be the same project to an installer and may be the same file on the host.
+    """
+    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+    where = where or filename
+    try:
+        dist, _version, build, _tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename as e:
+        raise _fail("wheel", where, f"not a valid wheel file name ({e})") from None
+    if canonicalize_name(dist) != PROJECT:
+        raise _fail("wheel", where, f"another project's wheel (distribution {str(dist)!r}); only "
+                    f"{PROJECT} is indexed")
+    written = filename.split("-", 1)[0]
+    if written != variant.DIST_NAME:
+        raise _fail("wheel", where, f"the file name must spell the distribution {variant.DIST_NAME!r}, "
+                    f"got {written!r} (names that differ only in case or punctuation clash)")
+    if build:
+        raise _fail("wheel", where, "release wheels carry no build tag")
+    try:
+        info = variant.parse_wheel_name(filename)
+    except ValueError as e:
+        raise _fail("wheel", where, str(e)) from None
+    if info.variant is None:
+        raise _fail("wheel", where, "has no variant label: only release wheels are indexed")
+    if info.platform is None:
+        raise _fail("wheel", where, f"platform tag {info.platform_tag!r} is not one this project builds")
+    return info
 
 
 def describe_wheel(path: Path) -> Dict[str, Any]:
-    """One manifest entry (without URL), after checking that name, METADATA and pin agree."""
-    info = variant.parse_wheel_name(path.name)
-    if info.variant is None:
-        raise ValueError(f"wheel {path.name!r} has no variant label: only release wheels are indexed")
-    meta = wheel_metadata(path)
+    """One manifest entry (without URL), after checking the file, its name, METADATA and pin."""
+    from packaging.utils import canonicalize_name
+
+    path = Path(path)
+    where = str(path)
+    if path.is_symlink():
+        raise _fail("wheel", where, "is a symlink: the index reads only regular files (copy the wheel)")
+    if not path.is_file():
+        raise _fail("wheel", where, "is not a regular file")
+    info = check_filename(path.name, where)
+    if path.stat().st_size == 0:
+        raise _fail("wheel", where, "is empty (0 bytes): an interrupted download or copy?")
+    try:
+        with zipfile.ZipFile(path) as zf:
+            bad = zf.testzip()
+        if bad is not None:
+            raise zipfile.BadZipFile(f"member {bad!r} fails its CRC check")
+        meta = wheel_metadata(path)
+        archs = wheel_archs(path)
+    except _ZIP_ERRORS as e:
+        raise _fail("wheel", where, f"not a readable wheel (zip archive): {e}") from None
+    except OSError as e:
+        raise _fail("wheel", where, f"cannot be read: {e.strerror or e}") from None
+    except ValueError as e:  # no or several METADATA
+        raise _fail("wheel", where, str(e).replace(f"wheel {path.name!r} ", "")) from None
+    if canonicalize_name(meta["name"] or "-") != PROJECT:
+        raise _fail("wheel", where, f"METADATA Name {meta['name']!r} is another project; only {PROJECT} "
+                    "is indexed")
     local = path.name.split("-")[1]
     if meta["version"] != local:
-        raise ValueError(
-            f"wheel {path.name!r}: METADATA Version {meta['version']!r} must equal the file name's "
-            f"version {local!r} (label in both places)"
-        )
-    want_pin = variant.torch_requirement(info.variant.torch)
-    pin = torch_pin(meta["requires_dist"])
-    if pin != want_pin:
-        raise ValueError(f"wheel {path.name!r}: Requires-Dist must pin {want_pin!r}, got {pin!r}")
-    label = local.split("+", 1)[1]
+        raise _fail("wheel", where, f"METADATA Version {meta['version']!r} must equal the file name's "
+                    f"version {local!r} (label in both places)")
+    pin, marker = _check_torch_pin(where, meta["requires_dist"], info)
+    assert info.variant is not None
     return {
         "filename": path.name,
         "version": meta["version"],
-        "label": label,
+        "label": local.split("+", 1)[1],
         "torch": info.variant.torch,
         "cuda": info.variant.cuda,
         "cxx11_abi": info.variant.cxx11_abi,
@@ -142,15 +320,139 @@ def describe_wheel(path: Path) -> Dict[str, Any]:
         "platform_tag": info.platform_tag,
         "requires_python": meta["requires_python"],
         "requires_torch": pin,
+        "requires_torch_marker": marker,
         "sha256": _sha256(path),
         "size": path.stat().st_size,
-        "archs": wheel_archs(path),
+        "archs": archs,
     }
 
 
+# --- the previously published index -----------------------------------------------------------
+
+def _is_url(text: str) -> bool:
+    return text.startswith(("http://", "https://"))
+
+
+def load_previous(source: str, allow_missing: bool = False) -> List[Dict[str, Any]]:
+    """The wheels of the published manifest at ``source`` (a path or an http(s) URL).
+
+    A manifest that does not exist (no such file, HTTP 404 or 410) is an error unless
+    ``allow_missing`` (the first release); any other failure to read it is always an error,
+    because going on would publish an index without the earlier releases. Each entry keeps
+    what was recorded; an entry with a relative URL (a local index built without --asset-url)
+    is carried only from a local manifest whose wheel file is next to it, with the sha256
+    recorded ("_copy_from" names that file).
+    """
+    what = "--previous"
+    if _is_url(source):
+        try:
+            req = urllib.request.Request(source, headers={"User-Agent": "mamba-kernels-index"})
+            with urllib.request.urlopen(req, timeout=60) as r:
+                raw = r.read()
+        except urllib.error.HTTPError as e:
+            if e.code in (404, 410):
+                return _missing(source, f"HTTP {e.code}", allow_missing)
+            raise _fail(what, source, f"HTTP {e.code} {e.reason}") from None
+        except (urllib.error.URLError, OSError) as e:
+            raise _fail(what, source, f"cannot be fetched: {getattr(e, 'reason', e)}") from None
+    elif "://" in source:
+        raise _fail(what, source, "must be a path or an http(s) URL")
+    else:
+        path = Path(source)
+        if not path.exists() and not path.is_symlink():
+            return _missing(source, "no such file", allow_missing)
+        if not path.is_file():
+            raise _fail(what, source, "is not a regular file")
+        try:
+            raw = path.read_bytes()
+        except OSError as e:
+            raise _fail(what, source, f"cannot be read: {e.strerror or e}") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise _fail(what, source, f"is not a JSON manifest ({e})") from None
+    if not isinstance(data, dict) or data.get("project") != PROJECT:
+        raise _fail(what, source, f"is not a manifest of {PROJECT} (no \"project\": \"{PROJECT}\")")
+    if data.get("schema") not in _READABLE_SCHEMAS:
+        raise _fail(what, source, f"has manifest schema {data.get('schema')!r}; this writer reads "
+                    f"{', '.join(map(str, _READABLE_SCHEMAS))}")
+    wheels = data.get("wheels")
+    if not isinstance(wheels, list):
+        raise _fail(what, source, "has no \"wheels\" list")
+    out: List[Dict[str, Any]] = []
+    seen = set()
+    for i, e in enumerate(wheels):
+        if not isinstance(e, dict) or not isinstance(e.get("filename"), str):
+            raise _fail(what, source, f"wheel entry {i} has no \"filename\"")
+        fn = e["filename"]
+        where = f"{fn} (in {source})"
+        info = check_filename(fn, where)
+        if fn in seen:
+            raise _fail("wheel", where, "is listed twice")
+        seen.add(fn)
+        sha, url = e.get("sha256"), e.get("url")
+        if not isinstance(sha, str) or not _SHA256_RE.match(sha):
+            raise _fail("wheel", where, f"has no valid sha256 (got {sha!r})")
+        if not isinstance(url, str) or not url:
+            raise _fail("wheel", where, "has no url")
+        label = fn.split("-")[1].split("+", 1)[1]
+        if e.get("label", label) != label:
+            raise _fail("wheel", where, f"is recorded under label {e.get('label')!r}, its name says "
+                        f"{label!r}")
+        entry = dict(e)
+        entry["label"] = label
+        assert info.variant is not None
+        entry.setdefault("torch", info.variant.torch)
+        entry.setdefault("requires_python", None)
+        if not _is_url(url):
+            if _is_url(source) or urlsplit(url).scheme or url.startswith("/"):
+                raise _fail("wheel", where, f"has the relative URL {url!r}: a published manifest must "
+                            "record absolute asset URLs (write it with --asset-url)")
+            local = Path(source).parent / unquote(url)
+            if local.is_symlink() or not local.is_file():
+                raise _fail("wheel", where, f"is linked relatively ({url!r}) but {str(local)!r} is not a "
+                            "regular file to carry over")
+            if _sha256(local) != sha:
+                raise _fail("wheel", where, f"{str(local)!r} does not have the recorded sha256")
+            entry["_copy_from"] = str(local)
+        out.append(entry)
+    return out
+
+
+def _missing(source: str, why: str, allow_missing: bool) -> List[Dict[str, Any]]:
+    if allow_missing:
+        return []
+    raise _fail("--previous", source, f"not found ({why}); for the first release pass "
+                "--allow-missing-previous")
+
+
+def merge(previous: List[Dict[str, Any]], new: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Every previous wheel plus every new one, by file name. The same name with another
+    sha256 is an error (a published file never changes); the same name and sha256 keeps the
+    published entry; two names that differ only in case are an error."""
+    merged: Dict[str, Dict[str, Any]] = {e["filename"]: e for e in previous}
+    folded = {fn.lower(): fn for fn in merged}
+    for e in new:
+        fn = e["filename"]
+        old = merged.get(fn)
+        if old is not None:
+            if old["sha256"] != e["sha256"]:
+                raise _fail("wheel", e["_path"], f"sha256 {e['sha256']} differs from the published "
+                            f"{old['sha256']} of the same file name: a published wheel never changes "
+                            "(bump the version)")
+            continue
+        if fn.lower() in folded:
+            raise _fail("wheel", e["_path"], f"differs only in case from {folded[fn.lower()]!r}")
+        merged[fn] = e
+        folded[fn.lower()] = fn
+    return [merged[k] for k in sorted(merged)]
+
+
+# --- writing the site --------------------------------------------------------------------------
+
 def _anchor(href: str, entry: Dict[str, Any]) -> str:
     attrs = f'href="{html.escape(href)}#sha256={entry["sha256"]}"'
-    if entry["requires_python"]:
+    if entry.get("requires_python"):
         attrs += f' data-requires-python="{html.escape(entry["requires_python"])}"'
     return f"    <a {attrs}>{html.escape(entry['filename'])}</a><br/>"
 
@@ -162,68 +464,238 @@ def _page(title: str, body: List[str]) -> str:
             + "\n".join(body) + "\n  </body>\n</html>\n")
 
 
-def write_index(wheel_dir: Path, out_dir: Path, base_url: Optional[str] = None) -> Dict[str, Any]:
-    """Write the static index for every wheel under ``wheel_dir`` (searched recursively).
-
-    Without ``base_url`` the wheels are copied to ``out_dir/wheels/`` and linked relatively;
-    with it (e.g. a GitHub Release download URL) they are linked as ``base_url + file name``.
-    Returns the manifest.
-    """
-    wheel_dir, out_dir = Path(wheel_dir), Path(out_dir)
-    if not wheel_dir.is_dir():
-        raise ValueError(f"WHEEL_DIR must be a directory, got {str(wheel_dir)!r}")
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise ValueError(f"OUT_DIR must be an empty or new directory, got {str(out_dir)!r}")
-    wheels = sorted(wheel_dir.rglob("*.whl"), key=lambda p: p.name)
-    if not wheels:
-        raise ValueError(f"WHEEL_DIR {str(wheel_dir)!r} holds no .whl file")
-    seen: Dict[str, Path] = {}
-    for w in wheels:
-        if w.name in seen:
-            raise ValueError(f"wheel {w.name!r} appears twice: {str(seen[w.name])!r} and {str(w)!r}")
-        seen[w.name] = w
-    if base_url is not None and not base_url.endswith("/"):
-        base_url += "/"
-
-    entries = [describe_wheel(w) for w in wheels]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if base_url is None:
-        (out_dir / "wheels").mkdir()
-        for w in wheels:
-            shutil.copy2(w, out_dir / "wheels" / w.name)
+def _write_site(site: Path, entries: List[Dict[str, Any]], manifest: Dict[str, Any]) -> None:
+    """Every file of the index into the (new, empty) folder ``site``."""
     for e in entries:
-        e["url"] = (base_url or "wheels/") + quote(e["filename"])
+        src = e.get("_copy_from") or e.get("_path")
+        if not _is_url(e["url"]):
+            (site / "wheels").mkdir(exist_ok=True)
+            shutil.copyfile(src, site / "wheels" / e["filename"])
+
+    def href(e: Dict[str, Any], depth: int) -> str:
+        return e["url"] if _is_url(e["url"]) else "../" * depth + e["url"]
 
     by_label: Dict[str, List[Dict[str, Any]]] = {}
     for e in entries:
         by_label.setdefault(e["label"], []).append(e)
-
-    def href(e: Dict[str, Any], depth: int) -> str:
-        return e["url"] if base_url is not None else "../" * depth + e["url"]
-
     for label, group in sorted(by_label.items()):
-        simple = out_dir / label / "simple"
+        simple = site / label / "simple"
         (simple / PROJECT).mkdir(parents=True)
         root = _page(f"Simple index: {label}", [f'    <a href="{PROJECT}/">{PROJECT}</a><br/>'])
         (simple / "index.html").write_text(root, encoding="utf-8")
         links = _page(f"Links for {PROJECT} ({label})", [_anchor(href(e, 3), e) for e in group])
         (simple / PROJECT / "index.html").write_text(links, encoding="utf-8")
         flat = _page(f"{PROJECT} wheels ({label})", [_anchor(href(e, 1), e) for e in group])
-        (out_dir / label / "find-links.html").write_text(flat, encoding="utf-8")
-
+        (site / label / "find-links.html").write_text(flat, encoding="utf-8")
     rows = [f'    <a href="{lab}/simple/">{lab}/simple/</a> (<a href="{lab}/find-links.html">find-links</a>, '
             f"{len(g)} wheels)<br/>" for lab, g in sorted(by_label.items())]
     rows.append('    <a href="manifest.json">manifest.json</a><br/>')
-    (out_dir / "index.html").write_text(_page(f"{PROJECT} wheel index", rows), encoding="utf-8")
+    (site / "index.html").write_text(_page(f"{PROJECT} wheel index", rows), encoding="utf-8")
+    (site / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
-    manifest = {"schema": MANIFEST_SCHEMA, "project": PROJECT, "base_url": base_url,
-                "variants": sorted(by_label), "wheels": entries}
-    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    return manifest
+
+def _asset_url_template(asset_url: Optional[str], base_url: Optional[str]) -> Optional[str]:
+    if asset_url is not None and base_url is not None:
+        raise _fail("--asset-url", asset_url, "give --asset-url or --base-url, not both")
+    if base_url is not None:
+        asset_url = base_url.rstrip("/") + "/{filename}"
+    if asset_url is None:
+        return None
+    rest = asset_url.replace("{filename}", "")
+    if asset_url.count("{filename}") != 1 or "{" in rest or "}" in rest:
+        raise _fail("--asset-url", asset_url, "must hold the placeholder {filename} once and no other braces")
+    if not _is_url(asset_url) or not urlsplit(asset_url).netloc:
+        raise _fail("--asset-url", asset_url, "must be an absolute http(s) URL")
+    return asset_url
+
+
+def _find_wheels(wheel_dir: Path) -> List[Path]:
+    """Every ``*.whl`` under ``wheel_dir``; a symlink (file or folder) or a ``.whl`` that is not a
+    regular file is an error."""
+    found: List[Path] = []
+
+    def onerror(e: OSError) -> None:
+        raise e
+
+    for root, dirs, files in os.walk(wheel_dir, onerror=onerror):
+        for d in sorted(dirs):
+            if os.path.islink(os.path.join(root, d)):
+                raise _fail("", os.path.join(root, d), "is a symlink: the index reads only regular "
+                            "files and folders")
+            if d.endswith(".whl"):
+                raise _fail("wheel", os.path.join(root, d), "is not a regular file (a folder)")
+        for f in sorted(files):
+            p = Path(root) / f
+            if f.endswith(".whl"):
+                found.append(p)
+    return sorted(found, key=lambda p: (p.name, str(p)))
+
+
+def _own_index(path: Path) -> bool:
+    """Whether ``path`` holds an index this writer made (its manifest.json names the project)."""
+    m = path / "manifest.json"
+    try:
+        return m.is_file() and json.loads(m.read_text(encoding="utf-8")).get("project") == PROJECT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _check_out_dir(out_dir: Path, wheel_dir: Path) -> None:
+    if out_dir.is_symlink():
+        raise _fail("OUT_DIR", out_dir, "is a symlink; give the real folder")
+    if out_dir.exists():
+        if not out_dir.is_dir():
+            raise _fail("OUT_DIR", out_dir, "exists and is not a folder")
+        if not os.access(out_dir, os.R_OK | os.W_OK | os.X_OK):
+            raise _fail("OUT_DIR", out_dir, "is not readable and writable (permission denied)")
+        try:
+            empty = not any(out_dir.iterdir())
+        except OSError as e:
+            raise _fail("OUT_DIR", out_dir, f"cannot be read: {e.strerror or e}") from None
+        if not empty and not _own_index(out_dir):
+            raise _fail("OUT_DIR", out_dir, "must be an empty or new directory, or an index this "
+                        f"command wrote (its manifest.json names {PROJECT}); it holds other files")
+    parent = out_dir.parent
+    if parent.exists() and not parent.is_dir():
+        raise _fail("OUT_DIR", out_dir, f"cannot be created: {str(parent)!r} is not a folder")
+    if parent.exists() and not os.access(parent, os.W_OK | os.X_OK):
+        raise _fail("OUT_DIR", out_dir, f"cannot be replaced: its folder {str(parent)!r} is not writable")
+    o, w = out_dir.resolve(), wheel_dir.resolve()
+    if o == w or o in w.parents or w in o.parents:
+        raise _fail("OUT_DIR", out_dir, f"must not contain or lie inside WHEEL_DIR {str(wheel_dir)!r}")
+
+
+def _rename_exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2
+    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _leftovers(out_dir: Path) -> List[Path]:
+    parent = out_dir.parent
+    if not parent.is_dir():
+        return []
+    pre = (f".{out_dir.name}.new-", f".{out_dir.name}.old-")
+    return sorted(p for p in parent.iterdir() if p.name.startswith(pre) and not p.is_symlink())
+
+
+def _recover(out_dir: Path) -> None:
+    """After an interrupted run: put a displaced old index back (a run killed between its two
+    renames), then remove the temporary folders of earlier runs. Runs into the same OUT_DIR
+    must not overlap."""
+    for p in _leftovers(out_dir):
+        if p.name.startswith(f".{out_dir.name}.old-") and not out_dir.exists() and _own_index(p):
+            os.rename(p, out_dir)
+    for p in _leftovers(out_dir):
+        shutil.rmtree(p)
+
+
+def _swap_into_place(new: Path, out_dir: Path) -> None:
+    """Make the finished folder ``new`` be ``out_dir``: one rename when there was none, one
+    atomic exchange where the OS has it, else two renames; then drop the old index."""
+    if not out_dir.exists():
+        os.rename(new, out_dir)
+        return
+    if _rename_exchange(new, out_dir):
+        shutil.rmtree(new)  # now the old index
+        return
+    old = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.old-"))
+    os.rmdir(old)
+    os.rename(out_dir, old)
+    os.rename(new, out_dir)
+    shutil.rmtree(old)
+
+
+def write_index(
+    wheel_dir: Path,
+    out_dir: Path,
+    base_url: Optional[str] = None,
+    *,
+    asset_url: Optional[str] = None,
+    previous: Optional[str] = None,
+    allow_missing_previous: bool = False,
+) -> Dict[str, Any]:
+    """Write the static index for every wheel under ``wheel_dir`` (searched recursively), plus
+    every wheel of the ``previous`` manifest (path or URL), into ``out_dir``; returns the manifest.
+
+    New wheels are linked at ``asset_url`` (a template with ``{filename}``, filled in URL-quoted;
+    ``base_url`` is short for ``base_url/{filename}``), or without either copied to
+    ``out_dir/wheels/`` and linked relatively. ``out_dir`` may be new, empty, or an index this
+    function wrote: it is replaced as a whole, by rename, only after the new site is complete.
+    Every problem with the input raises :class:`IndexInputError` (a ValueError), one line.
+    """
+    return _write_index_counted(wheel_dir, out_dir, base_url, asset_url, previous, allow_missing_previous)[0]
+
+
+def _write_index_counted(wheel_dir: Path, out_dir: Path, base_url: Optional[str], asset_url: Optional[str],
+                         previous: Optional[str], allow_missing_previous: bool) -> Tuple[Dict[str, Any], int]:
+    """:func:`write_index`, also returning how many wheels came from the previous manifest."""
+    wheel_dir, out_dir = Path(wheel_dir), Path(out_dir)
+    try:
+        return _write_index(wheel_dir, out_dir, base_url, asset_url, previous, allow_missing_previous)
+    except OSError as e:
+        where = e.filename if e.filename is not None else out_dir
+        raise _fail("", where, e.strerror or str(e)) from None
+
+
+def _write_index(wheel_dir: Path, out_dir: Path, base_url: Optional[str], asset_url: Optional[str],
+                 previous: Optional[str], allow_missing_previous: bool) -> Tuple[Dict[str, Any], int]:
+    if not wheel_dir.is_dir():
+        raise _fail("WHEEL_DIR", wheel_dir, "must be a directory" + ("" if wheel_dir.exists() else
+                                                                        " (it does not exist)"))
+    template = _asset_url_template(asset_url, base_url)
+    _recover(out_dir)  # first, so that a --previous inside OUT_DIR is back in place
+    _check_out_dir(out_dir, wheel_dir)
+    wheels = _find_wheels(wheel_dir)
+    if not wheels:
+        raise _fail("WHEEL_DIR", wheel_dir, "holds no .whl file")
+    seen: Dict[str, Path] = {}
+    for w in wheels:
+        if w.name in seen:
+            raise _fail("wheel", w.name, f"appears twice: {str(seen[w.name])!r} and {str(w)!r}")
+        seen[w.name] = w
+    old = load_previous(previous, allow_missing_previous) if previous is not None else []
+
+    new = []
+    for w in wheels:
+        e = describe_wheel(w)
+        e["url"] = template.replace("{filename}", quote(e["filename"])) if template else (
+            "wheels/" + quote(e["filename"]))
+        e["_path"] = str(w)
+        new.append(e)
+    entries = merge(old, new)
+    public = [{k: v for k, v in e.items() if not k.startswith("_")} for e in entries]
+    manifest = {"schema": MANIFEST_SCHEMA, "project": PROJECT,
+                "variants": sorted({e["label"] for e in entries}), "wheels": public}
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    mode = out_dir.stat().st_mode & 0o7777 if out_dir.is_dir() else 0o755
+    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.new-"))
+    try:
+        os.chmod(tmp, mode)
+        _write_site(tmp, entries, manifest)
+        _swap_into_place(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return manifest, len(old)
 
 
 def _cmd_index(args: argparse.Namespace) -> int:
-    manifest = write_index(Path(args.wheel_dir), Path(args.out_dir), args.base_url)
+    manifest, n_previous = _write_index_counted(Path(args.wheel_dir), Path(args.out_dir), args.base_url,
+                                                args.asset_url, args.previous, args.allow_missing_previous)
     if args.json:
         print(json.dumps(manifest, indent=2))
     else:
@@ -231,7 +703,8 @@ def _cmd_index(args: argparse.Namespace) -> int:
             n = sum(1 for w in manifest["wheels"] if w["label"] == label)
             print(f"{label}: {n} wheel(s): pip install {PROJECT} --index-url <OUT_DIR URL>/{label}/simple/")
         n_wheels, n_variants = len(manifest["wheels"]), len(manifest["variants"])
-        print(f"wrote {args.out_dir} ({n_wheels} wheels, {n_variants} variants)")
+        print(f"wrote {args.out_dir} ({n_wheels} wheels, {n_variants} variants; "
+              f"{n_previous} from the previous manifest)")
     return 0
 
 
@@ -239,12 +712,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``index`` verb to the CLI."""
     p = subparsers.add_parser(
         "index", help="write a static wheel index (PEP 503 per variant, find-links pages, manifest)",
-        description="Write static index files for the release wheels under WHEEL_DIR into OUT_DIR.",
+        description="Write the static index of the release wheels under WHEEL_DIR, plus every wheel "
+                    "of the previously published manifest, into OUT_DIR (replaced atomically).",
     )
     p.add_argument("wheel_dir", metavar="WHEEL_DIR", help="folder searched recursively for .whl files")
-    p.add_argument("out_dir", metavar="OUT_DIR", help="new or empty folder to write the index into")
-    p.add_argument("--base-url", help="link wheels at BASE_URL/<file> (e.g. the GitHub Release download "
-                                      "URL) instead of copying them into OUT_DIR/wheels/")
+    p.add_argument("out_dir", metavar="OUT_DIR",
+                   help="new or empty folder, or an index this command wrote (replaced as a whole)")
+    p.add_argument("--previous", metavar="MANIFEST",
+                   help="the published manifest.json (path or http(s) URL): its wheels stay in the index")
+    p.add_argument("--allow-missing-previous", action="store_true",
+                   help="a --previous that does not exist (no file, HTTP 404/410) means no earlier "
+                        "release (the first one); other failures stay errors")
+    p.add_argument("--asset-url", metavar="TEMPLATE",
+                   help="absolute URL of each new wheel, with {filename} for its (URL-quoted) file "
+                        "name, e.g. https://github.com/OWNER/REPO/releases/download/vX.Y.Z/{filename}; "
+                        "without it (and --base-url) new wheels are copied into OUT_DIR/wheels/")
+    p.add_argument("--base-url", help="short for --asset-url BASE_URL/{filename}")
     p.add_argument("--json", action="store_true", help="print the manifest")
     p.set_defaults(func=_cmd_index)
-
