@@ -1,11 +1,20 @@
 """The GitHub workflows and the cibuildwheel configuration, checked offline.
 
-Tools (installed by scripts/setup.sh; a missing tool fails the test, it is never skipped):
+Tools (the test extra installs them; a missing tool fails the test, it is never skipped):
 check-jsonschema (GitHub's workflow schema, bundled), zizmor (--offline), cibuildwheel.
+
+The workflows are read with a YAML parser, and the shell steps that decide something (the plan,
+the index merge before a Pages deploy) run here under bash exactly as GitHub's ``shell: bash``
+runs them (``bash --noprofile --norc -eo pipefail``), with ``gh`` replaced by a stub and the
+published site served on 127.0.0.1.
 """
 
 from __future__ import annotations
 
+import base64
+import functools
+import hashlib
+import http.server
 import importlib.util
 import json
 import os
@@ -13,20 +22,26 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
+import zipfile
 from pathlib import Path
+from typing import Any, Dict, Optional
 
 import pytest
+from ruamel.yaml import YAML
 
 from mamba_kernels import matrix
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+WORKFLOW_DIR = ROOT / ".github" / "workflows"
+WORKFLOWS = sorted(WORKFLOW_DIR.glob("*.yml"))
 BIN = Path(sys.executable).parent
+GITHUB_MATRIX_LIMIT = 256  # jobs per matrix GitHub accepts (docs/RELEASING.md)
 
 
 def tool(name: str) -> str:
     path = BIN / name if (BIN / name).exists() else shutil.which(name)
-    assert path, f"{name} is not installed: scripts/setup.sh installs it (pip install {name})"
+    assert path, f"{name} is not installed: the test extra installs it (pip install {name})"
     return str(path)
 
 
@@ -38,11 +53,66 @@ def _load(name: str, rel: str):
 
 
 build_cell = _load("build_cell", "ci/build_cell.py")
-torch_watch = _load("torch_watch", "ci/torch_watch.py")
+
+
+def workflow(name: str) -> Dict[str, Any]:
+    return YAML(typ="safe").load((WORKFLOW_DIR / name).read_text())
+
+
+def step(wf: Dict[str, Any], job: str, name: str) -> Dict[str, Any]:
+    """The step of ``job`` whose id or name is ``name``."""
+    for s in wf["jobs"][job]["steps"]:
+        if name in (s.get("id"), s.get("name")):
+            return s
+    raise AssertionError(f"job {job} has no step {name!r}")
+
+
+def run_step(
+    s: Dict[str, Any], tmp_path: Path, env: Dict[str, str], stubs: Optional[Dict[str, str]] = None
+) -> subprocess.CompletedProcess:
+    """Run a step's script the way GitHub's ``shell: bash`` does, in ``tmp_path``; ``python`` is
+    this interpreter (importing this checkout), ``stubs`` replace commands (name -> script)."""
+    script = s["run"]
+    assert "${{" not in script, "expressions belong in env:, never inside a script"
+    shim = tmp_path / "_bin"
+    shim.mkdir(exist_ok=True)
+    (shim / "python").unlink(missing_ok=True)
+    (shim / "python").symlink_to(sys.executable)
+    for name, body in (stubs or {}).items():
+        (shim / name).write_text("#!/bin/bash\n" + body)
+        (shim / name).chmod(0o755)
+    (tmp_path / "_script.sh").write_text(script)
+    for f in ("_output", "_summary"):
+        (tmp_path / f).write_text("")
+    (tmp_path / "_temp").mkdir(exist_ok=True)
+    full = {
+        "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}",
+        "HOME": os.environ.get("HOME", str(tmp_path)),
+        "PYTHONPATH": str(ROOT),
+        "GITHUB_OUTPUT": str(tmp_path / "_output"),
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "_summary"),
+        "RUNNER_TEMP": str(tmp_path / "_temp"),
+        **env,
+    }
+    return subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(tmp_path / "_script.sh")],
+        cwd=tmp_path,
+        env=full,
+        capture_output=True,
+        text=True,
+    )
+
+
+def outputs(tmp_path: Path) -> Dict[str, str]:
+    lines = (tmp_path / "_output").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+# ------------------------------------------------------------------ GitHub's own checks
 
 
 def test_workflows_exist():
-    assert {p.name for p in WORKFLOWS} >= {"release.yml", "torch-watch.yml"}
+    assert {p.name for p in WORKFLOWS} >= {"release.yml", "torch-watch.yml", "build-cells.yml"}
 
 
 def test_workflows_match_github_schema():
@@ -56,40 +126,418 @@ def test_workflows_match_github_schema():
 
 def test_zizmor_reports_nothing_at_medium_or_above():
     r = subprocess.run(
-        [
-            tool("zizmor"),
-            "--offline",
-            "--min-severity",
-            "medium",
-            "--format",
-            "plain",
-            str(ROOT / ".github" / "workflows"),
-        ],
+        [tool("zizmor"), "--offline", "--min-severity", "medium", "--format", "plain", str(WORKFLOW_DIR)],
         capture_output=True,
         text=True,
     )
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+# ------------------------------------------------------------------ pins and permissions
+
+_USES = re.compile(r"^\s*(?:-\s+)?uses:\s*(\S+)(.*)$", re.M)
+
+
 @pytest.mark.parametrize("wf", WORKFLOWS, ids=lambda p: p.name)
-def test_actions_pinned_by_commit_and_no_default_permissions(wf):
-    text = wf.read_text()
-    uses = re.findall(r"uses:\s*([^\s#]+)", text)
-    assert uses
-    for u in uses:
-        assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", u), f"{wf.name}: {u} is not pinned to a commit"
-    assert re.search(r"^permissions: \{\}$", text, re.M), f"{wf.name}: top-level permissions must be {{}}"
-    for job in re.split(r"\n  (?=[\w-]+:\n)", text.split("\njobs:\n", 1)[1]):
-        assert "timeout-minutes:" in job, f"{wf.name}: a job without timeout-minutes"
+def test_actions_pinned_by_commit_with_a_version_comment(wf):
+    found = _USES.findall(wf.read_text())
+    assert found
+    for ref, rest in found:
+        if ref.startswith("./"):
+            assert (ROOT / ref).is_file(), f"{wf.name}: {ref} does not exist"
+            continue
+        pinned = re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", ref)
+        assert pinned, f"{wf.name}: {ref} is not pinned to a commit"
+        assert re.fullmatch(r"\s*# v\d+\.\d+\.\d+\s*", rest), f"{wf.name}: {ref} lacks its '# vX.Y.Z' comment"
+
+
+@pytest.mark.parametrize("wf", WORKFLOWS, ids=lambda p: p.name)
+def test_no_default_permissions_and_every_job_has_a_time_limit(wf):
+    data = workflow(wf.name)
+    assert data["permissions"] == {}, f"{wf.name}: top-level permissions must be {{}}"
+    for name, job in data["jobs"].items():
+        assert "permissions" in job, f"{wf.name}: job {name} states no permissions"
+        # A job calling a reusable workflow has no steps; the called jobs carry the limit.
+        assert "uses" in job or "timeout-minutes" in job, f"{wf.name}: job {name} has no timeout-minutes"
+
+
+def _pip_requirements(script: str):
+    for line in script.replace("\\\n", " ").splitlines():
+        if "pip install" in line:
+            for tok in line.split("pip install", 1)[1].split():
+                if not tok.startswith("-") and tok != '"${tools[@]}"':
+                    yield tok
+
+
+def test_every_tool_a_workflow_installs_is_pinned():
+    env_pins: Dict[str, str] = {}
+    seen = 0
+    for wf in WORKFLOWS:
+        data = workflow(wf.name)
+        env_pins.update(data.get("env", {}))
+        for job in data["jobs"].values():
+            for s in job.get("steps", []):
+                for req in _pip_requirements(s.get("run", "")):
+                    seen += 1
+                    assert "==" in req, f"{wf.name}: pip installs {req} without a pinned version"
+        for m in re.finditer(r'tools\+?=\(([^)]*)\)', wf.read_text()):
+            for req in m.group(1).split():
+                seen += 1
+                assert "==" in req, f"{wf.name}: {req} is not pinned"
+    assert seen >= 2
+    assert re.fullmatch(r"\d+\.\d+\.\d+", env_pins["CIBUILDWHEEL_VERSION"])
+    assert re.fullmatch(r"\d+\.\d+\.\d+", env_pins["DELVEWHEEL_VERSION"])
+    # The test extra checks the configuration with the same cibuildwheel the builds run.
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'"cibuildwheel=={env_pins["CIBUILDWHEEL_VERSION"]}"' in pyproject
 
 
 def test_pull_requests_get_no_write_permissions_or_secrets():
-    text = (ROOT / ".github" / "workflows" / "release.yml").read_text()
-    assert "${{ secrets." not in text
-    # Only the publish and pages jobs write, and they run for tags only.
-    assert text.count("contents: write") == 1 and text.count("pages: write") == 1
-    publish = text.split("\n  publish:\n", 1)[1].split("\n  pages:\n", 1)[0]
-    assert "startsWith(github.ref, 'refs/tags/v')" in publish
+    data = workflow("release.yml")
+    assert "${{ secrets." not in (WORKFLOW_DIR / "release.yml").read_text()
+    writers = {n for n, j in data["jobs"].items() if "write" in (j.get("permissions") or {}).values()}
+    assert writers == {"publish", "pages"}
+    assert "startsWith(github.ref, 'refs/tags/v')" in data["jobs"]["publish"]["if"]
+    assert data["jobs"]["pages"]["needs"] == "publish"
+    assert "needs.publish.result == 'success'" in data["jobs"]["pages"]["if"]
+    for job in workflow("build-cells.yml")["jobs"].values():
+        assert job["permissions"] == {"contents": "read"}
+
+
+# ------------------------------------------------------------------ the plan
+
+
+def _plan(tmp_path, event="workflow_dispatch", **filters):
+    s = step(workflow("release.yml"), "plan", "plan")
+    env = {"EVENT": event, **{f"IN_{k.upper()}": v for k, v in filters.items()}}
+    return run_step(s, tmp_path, env)
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [
+        {"torch": "2.41"},  # a typo: no such torch release
+        {"cuda": "13"},  # not an exact CUDA variant
+        {"torch": "2.1", "cuda": "13.0"},  # both exist, never together
+        {"os": "macos"},
+    ],
+)
+def test_a_dispatch_filter_matching_no_cell_fails_the_plan(tmp_path, filters):
+    r = _plan(tmp_path, **filters)
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert "::error" in r.stdout
+    assert not any(k.startswith(("linux", "win", "n_", "total")) for k in outputs(tmp_path))
+
+
+def test_a_filtered_dispatch_is_split_per_platform(tmp_path):
+    r = _plan(tmp_path, torch="2.14", os="windows")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = outputs(tmp_path)
+    want = [matrix.cell_id(c) for c in matrix.select(torch="2.14", os="windows")]
+    assert out["n_win_amd64"] == str(len(want)) == out["total"]
+    assert out["n_linux_x86_64"] == out["n_linux_aarch64"] == "0"
+    assert [c["id"] for c in json.loads(out["win_amd64"])["include"]] == want
+    assert json.loads(out["linux_x86_64"]) == {"include": []}
+
+
+def test_the_whole_matrix_fits_githubs_job_limit(tmp_path):
+    r = _plan(tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = outputs(tmp_path)
+    assert int(out["total"]) == len(matrix.select())
+    for p in ("linux_x86_64", "linux_aarch64", "win_amd64"):
+        cells = json.loads(out[p])["include"]
+        assert len(cells) == int(out[f"n_{p}"]) <= GITHUB_MATRIX_LIMIT
+        assert cells == [matrix.ci_fields(c) for c in matrix.select(platform=p)]
+
+
+def _vkey(v: str):
+    return tuple(int(x) for x in v.split("."))
+
+
+def test_pull_request_smoke_builds_the_newest_torch_of_each_platform(tmp_path):
+    r = _plan(tmp_path, event="pull_request", torch="2.1")  # inputs are ignored on pull requests
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = outputs(tmp_path)
+    for p in ("linux_x86_64", "linux_aarch64", "win_amd64"):
+        (cell,) = json.loads(out[p])["include"]
+        cells = matrix.select(platform=p)
+        newest = max((c.torch for c in cells), key=_vkey)
+        assert cell["torch"] == newest, (p, cell["id"])
+        same = [c for c in cells if c.torch == newest]
+        assert cell["cuda"] == max((c.cuda for c in same), key=_vkey)
+
+
+# ------------------------------------------------------------------ the build jobs
+
+
+def test_build_jobs_are_one_reusable_workflow():
+    called = workflow("build-cells.yml")
+    assert set(called["on"]) == {"workflow_call"}
+    assert called["on"]["workflow_call"]["inputs"]["matrix"]["required"] is True
+    (job,) = called["jobs"].values()
+    assert job["strategy"]["matrix"] == "${{ fromJSON(inputs.matrix) }}"
+    release = workflow("release.yml")
+    builds = {n: j for n, j in release["jobs"].items() if n.startswith("build")}
+    assert set(builds) == {"build-linux-x86_64", "build-linux-aarch64", "build-windows"}
+    for name, j in builds.items():
+        assert j["uses"] == "./.github/workflows/build-cells.yml"
+        plat = {"build-windows": "win_amd64"}.get(name, name.replace("build-", "").replace("-", "_"))
+        assert j["with"]["matrix"] == f"${{{{ needs.plan.outputs.{plat} }}}}"
+        assert j["if"] == f"needs.plan.outputs.n_{plat} != '0'"
+    # No job of release.yml builds a cell itself.
+    assert not [n for n, j in release["jobs"].items() if "matrix" in j.get("strategy", {})]
+    assert set(release["jobs"]["check"]["needs"]) >= set(builds)
+
+
+def _cache_steps():
+    (job,) = workflow("build-cells.yml")["jobs"].values()
+    restore = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/cache/restore@"))
+    save = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/cache/save@"))
+    return restore, save
+
+
+def _expand(template: str, fields: Dict[str, Any]) -> str:
+    def sub(m):
+        expr = m.group(1).strip()
+        if expr.startswith("matrix."):
+            return str(fields[expr[len("matrix."):]])
+        return {"github.sha": "SHA", "github.run_attempt": "2"}[expr]
+
+    return re.sub(r"\$\{\{(.*?)\}\}", sub, template)
+
+
+def test_compiler_cache_keys_are_per_attempt_and_shared_by_a_few_groups():
+    restore, save = _cache_steps()
+    key = restore["with"]["key"]
+    assert save["with"]["key"] == key and "always()" in save["if"]
+    assert "github.run_attempt" in key, "a re-run must be able to save its progress under a new key"
+    assert "matrix.id" not in key, "one cache per cell churns the repository's 10 GB cache space"
+    prefixes = [k.strip() for k in restore["with"]["restore-keys"].splitlines() if k.strip()]
+    linux = [c for c in matrix.select() if c.platform != "win_amd64"]
+    groups = set()
+    for cell in linux:
+        f = matrix.ci_fields(cell)
+        k = _expand(key, f)
+        assert all(k.startswith(_expand(p, f)) for p in prefixes)
+        groups.add(_expand(prefixes[-1], f))
+    # Each group is an independent toolkit + host compiler; a few dozen caches, not hundreds.
+    assert len(groups) <= 32 < len(linux), len(groups)
+
+
+@pytest.mark.xfail(
+    reason="ci/build_cell.py (owned elsewhere) must add TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES=1 "
+    "to the Linux cibuildwheel environment: torch's ninja rule otherwise gives nvcc -MD, which "
+    "sccache does not cache",
+    strict=False,
+)
+def test_linux_nvcc_objects_are_cacheable():
+    from cibuildwheel.environment import parse_environment
+
+    (cell,) = matrix.select(torch="2.14", cuda="13.0", python="3.12", platform="linux_x86_64")
+    env = build_cell.cibuildwheel_env(cell, "/tmp/sccache")
+    parsed = parse_environment(env["CIBW_ENVIRONMENT_LINUX"]).as_dictionary({"PATH": "/usr/bin"})
+    assert parsed.get("TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES") == "1"
+
+
+# ------------------------------------------------------------------ publishing
+
+
+def test_each_wheel_is_attested_and_attached_before_the_index_points_at_it():
+    jobs = workflow("release.yml")["jobs"]
+    pub = jobs["publish"]
+    assert pub["permissions"] == {"contents": "write", "id-token": "write", "attestations": "write"}
+    names = [s.get("uses", "").split("@")[0] or s.get("name") for s in pub["steps"]]
+    attest = names.index("actions/attest-build-provenance")
+    assert pub["steps"][attest]["with"]["subject-path"] == "wheels/*.whl"
+    upload = next(i for i, s in enumerate(pub["steps"]) if "gh release upload" in s.get("run", ""))
+    assert attest < upload
+    pages = jobs["pages"]
+    assert pages["needs"] == "publish"
+    assert pages["environment"]["name"] == "github-pages"
+    assert pages["concurrency"] == {"group": "pages-deploy", "cancel-in-progress": False}
+    up = next(s for s in pages["steps"] if s.get("uses", "").startswith("actions/upload-pages-artifact@"))
+    dep = next(s for s in pages["steps"] if s.get("uses", "").startswith("actions/deploy-pages@"))
+    assert up["with"]["name"] == dep["with"]["artifact_name"]
+    assert up["with"]["path"] == "site"
+
+
+def _record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def _wheel(folder: Path, label: str, py: str = "cp312") -> Path:
+    """A minimal wheel of this project for the variant ``label`` (cu130torch2.14)."""
+    torch = label.split("torch")[1]
+    version = f"0.1.0+{label}"
+    di = f"mamba_kernels-{version}.dist-info"
+    plat = "manylinux_2_28_x86_64"
+    files = {
+        "mamba_kernels_probe/__init__.py": b"VALUE = 1\n",
+        f"{di}/METADATA": (
+            f"Metadata-Version: 2.1\nName: mamba-kernels\nVersion: {version}\n"
+            f"Requires-Python: >=3.9\nRequires-Dist: torch=={torch}.*\n\n"
+        ).encode(),
+        f"{di}/WHEEL": (
+            f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {py}-{py}-{plat}\n"
+        ).encode(),
+    }
+    record = [_record_line(n, d) for n, d in files.items()] + [f"{di}/RECORD,,"]
+    files[f"{di}/RECORD"] = ("\n".join(record) + "\n").encode()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"mamba_kernels-{version}-{py}-{py}-{plat}.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for n, d in files.items():
+            zf.writestr(n, d)
+    return path
+
+
+@pytest.fixture
+def site_server(tmp_path):
+    """Serves tmp_path/published on 127.0.0.1; ``status`` forces an HTTP error for every GET."""
+    root = tmp_path / "published"
+    root.mkdir()
+    state = {"status": None, "paths": []}
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            state["paths"].append(self.path)
+            if state["status"]:
+                self.send_error(state["status"])
+            else:
+                super().do_GET()
+
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Handler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/", root, state
+    server.shutdown()
+    server.server_close()
+
+
+def _gh_stub(url: str, build_type: str = "workflow") -> str:
+    pages = json.dumps({"html_url": url, "build_type": build_type})
+    return f'[ "$1 $2" = "api repos/owner/repo/pages" ] || exit 9\necho \'{pages}\'\n'
+
+
+ASSET = "https://github.com/owner/repo/releases/download/{tag}/{{filename}}"
+
+
+def _merge_step(tmp_path, url, build_type="workflow"):
+    s = step(workflow("release.yml"), "pages", "index")
+    env = {"REPO": "owner/repo", "GH_TOKEN": "x", "ASSET_URL": ASSET.format(tag="v0.2.0"), "NONCE": "7-1"}
+    return run_step(s, tmp_path, env, {"gh": _gh_stub(url, build_type)})
+
+
+def _manifest(site: Path) -> Dict[str, str]:
+    data = json.loads((site / "manifest.json").read_text())
+    return {w["filename"]: w["url"] for w in data["wheels"]}
+
+
+def test_a_deploy_keeps_every_published_wheel(tmp_path, site_server):
+    url, published, state = site_server
+    old = _wheel(tmp_path / "old", "cu126torch2.13")
+    r = subprocess.run(
+        [sys.executable, "-m", "mamba_kernels", "index", str(old.parent), str(published.parent / "p"),
+         "--asset-url", ASSET.format(tag="v0.1.0")],
+        capture_output=True, text=True, cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stderr
+    published.rmdir()
+    (published.parent / "p").rename(published)
+    new = _wheel(tmp_path / "wheels", "cu130torch2.14")
+    r = _merge_step(tmp_path, url)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = _manifest(tmp_path / "site")
+    assert set(got) == {old.name, new.name}
+    assert got[new.name].startswith("https://github.com/owner/repo/releases/download/v0.2.0/")
+    assert got[old.name].startswith("https://github.com/owner/repo/releases/download/v0.1.0/")
+    assert any(p.startswith("/manifest.json?") for p in state["paths"]), "the manifest is fetched past caches"
+
+
+def test_the_first_release_has_no_published_index(tmp_path, site_server):
+    url, _, _ = site_server  # an empty site: manifest.json answers 404
+    new = _wheel(tmp_path / "wheels", "cu130torch2.14")
+    r = _merge_step(tmp_path, url)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert set(_manifest(tmp_path / "site")) == {new.name}
+
+
+@pytest.mark.parametrize("status", [500, 403])
+def test_an_unreadable_published_index_stops_the_deploy(tmp_path, site_server, status):
+    url, _, state = site_server
+    state["status"] = status
+    _wheel(tmp_path / "wheels", "cu130torch2.14")
+    r = _merge_step(tmp_path, url)
+    assert r.returncode != 0 and "::error" in r.stdout
+    assert not (tmp_path / "site").exists()
+
+
+def test_pages_must_be_built_by_actions(tmp_path, site_server):
+    url, _, _ = site_server
+    _wheel(tmp_path / "wheels", "cu130torch2.14")
+    r = _merge_step(tmp_path, url, build_type="legacy")
+    assert r.returncode != 0 and "Source: GitHub Actions" in r.stdout
+
+
+# ------------------------------------------------------------------ the settings a release needs
+
+
+def _settings_section() -> str:
+    text = (ROOT / "docs" / "RELEASING.md").read_text()
+    m = re.search(r"^## Repository settings for a first release\n(.*?)(?=^## )", text, re.M | re.S)
+    assert m, "docs/RELEASING.md has no '## Repository settings for a first release' section"
+    return m.group(1)
+
+
+def test_releasing_lists_the_repository_settings_in_order():
+    section = _settings_section()
+    items = re.findall(r"^(\d+)\. (.*?)(?=^\d+\. |\Z)", section, re.M | re.S)
+    items = [(n, " ".join(body.split())) for n, body in items]
+    assert [int(n) for n, _ in items] == list(range(1, len(items) + 1))
+    order = [
+        "Allow all actions",  # Actions may run (and run the pinned third-party actions)
+        "Source: GitHub Actions",  # Pages built by the workflow
+        "`github-pages`",  # its deployment rule for v* tags
+        "`release`",  # the publish job's environment
+        "TORCH_WATCH_APP_CLIENT_ID",  # torch-watch's app (or the GITHUB_TOKEN setting)
+        "git tag",  # the first tag last
+    ]
+    where = []
+    for phrase in order:
+        hits = [i for i, (_, body) in enumerate(items) if phrase in body]
+        assert hits, f"no setting mentions {phrase!r}"
+        where.append(hits[0])
+    assert where == sorted(where), where
+    pages_rule = next(body for _, body in items if "`github-pages`" in body)
+    assert "`v*`" in pages_rule and "tag" in pages_rule
+    # Every environment, variable and secret a workflow names is set up in this section.
+    for wf in WORKFLOWS:
+        text = wf.read_text()
+        for name in re.findall(r"\b(?:vars|secrets)\.(\w+)", text):
+            assert name in section, f"{wf.name} uses {name}, which the settings list does not set"
+        for job in workflow(wf.name)["jobs"].values():
+            env = job.get("environment")
+            if env:
+                assert f"`{env['name'] if isinstance(env, dict) else env}`" in section
+
+
+def test_releasing_states_the_github_facts_the_workflows_rely_on():
+    text = (ROOT / "docs" / "RELEASING.md").read_text()
+    for fact in (
+        "256",  # jobs per matrix
+        "10 GB",  # repository cache space
+        "GITHUB_TOKEN",  # its pull requests start no workflow
+        "Allow GitHub Actions to create and approve pull requests",
+    ):
+        assert fact in text, fact
+
+
+# ------------------------------------------------------------------ cibuildwheel
 
 
 def _cibw_env_cases():
@@ -135,20 +583,20 @@ def test_cibuildwheel_selects_exactly_each_cells_python():
 
 
 def test_cibuildwheel_env_of_a_cell():
+    from cibuildwheel.environment import parse_environment
+
     (cell,) = matrix.select(torch="2.4", cuda="11.8", python="3.10", platform="linux_x86_64")
     env = build_cell.cibuildwheel_env(cell, "/tmp/cache")
     assert env["MAMBA_KERNELS_CI_CELL"] == "cu118torch2.4-cp310-linux_x86_64"
     assert env["CIBW_MANYLINUX_X86_64_IMAGE"] == "manylinux2014"
-    assert 'CUDA_HOME="/usr/local/cuda-11.8"' in env["CIBW_ENVIRONMENT_LINUX"]
-    assert 'MAMBA_KERNELS_RELEASE="1"' in env["CIBW_ENVIRONMENT_LINUX"]
+    linux = parse_environment(env["CIBW_ENVIRONMENT_LINUX"]).as_dictionary({"PATH": "/usr/bin"})
+    assert linux["CUDA_HOME"] == "/usr/local/cuda-11.8" and linux["MAMBA_KERNELS_RELEASE"] == "1"
     assert env["CIBW_CONTAINER_ENGINE"] == "docker; create_args: --volume /tmp/cache:/sccache"
     (win,) = matrix.select(torch="2.14", cuda="13.2", python="3.12", platform="win_amd64")
     wenv = build_cell.cibuildwheel_env(win)
     assert wenv["CIBW_BUILD"] == "cp312-win_amd64" and "CIBW_ENVIRONMENT_LINUX" not in wenv
-    assert (
-        r'CUDA_PATH="C:\Program Files\NVIDIA GPU Computing Toolkit\CUDA\v13.2"'
-        in wenv["CIBW_ENVIRONMENT_WINDOWS"]
-    )
+    windows = parse_environment(wenv["CIBW_ENVIRONMENT_WINDOWS"]).as_dictionary({"PATH": r"C:\Windows"})
+    assert windows["CUDA_PATH"] == r"C:\Program Files\NVIDIA GPU Computing Toolkit\CUDA\v13.2"
 
 
 def test_build_cell_cli_env_and_bad_cell():
@@ -164,31 +612,3 @@ def test_build_cell_cli_env_and_bad_cell():
         text=True,
     )
     assert r.returncode == 1 and "cell must be a cell id" in r.stderr
-
-
-def test_torch_watch_finds_a_new_release_and_proposes_a_line(tmp_path):
-    newest = max((r.torch for r in torch_watch.support.RELEASES), key=lambda t: tuple(map(int, t.split("."))))
-    major, minor = map(int, newest.split("."))
-    new = f"{major}.{minor + 1}.0"
-    files = [
-        {"filename": f"torch-{new}-cp3{m}-cp3{m}-manylinux_2_28_x86_64.whl"} for m in (11, 12, 13, 14, 15)
-    ]
-    files.append({"filename": f"torch-{new}-cp312-cp312-win_amd64.whl"})
-    pypi = {
-        "info": {
-            "requires_python": ">=3.11",
-            "requires_dist": ["filelock", "cuda-toolkit[cublas,cudart]==13.2.1; platform_system == 'Linux'"],
-        },
-        "releases": {new: files, f"{newest}.0": [{"filename": "x.whl"}], f"{major}.{minor + 2}.0rc1": files},
-    }
-    assert torch_watch.newest_missing(pypi) == new
-    f = torch_watch.facts(pypi, new)
-    assert f["pythons"] == ["3.11", "3.12", "3.13", "3.14", "3.15"] and f["pypi_cuda"] == "13.2"
-    src = tmp_path / "support.py"
-    src.write_text("RELEASES: Tuple[TorchRelease, ...] = (\n    _release('2.1'),\n)\n# fmt: on\n")
-    torch_watch.apply(torch_watch.table_line(f), src)
-    text = src.read_text()
-    assert text.index(f'_release("{major}.{minor + 1}", ("3.11", "3.15"), ("13.2",)') > text.index("'2.1'")
-    assert text.rstrip().endswith(")\n# fmt: on")
-    compile(text.replace("Tuple[TorchRelease, ...]", "tuple"), "support.py", "exec")
-    assert torch_watch.newest_missing({"releases": {f"{newest}.1": files}}) is None

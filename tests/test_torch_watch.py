@@ -1,0 +1,142 @@
+"""ci/torch_watch.py and .github/workflows/torch-watch.yml: a new torch release is noticed,
+built on every platform before merge, and proposed once."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+from test_workflows import ROOT, outputs, run_step, step, workflow
+
+from mamba_kernels import matrix
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("torch_watch", ROOT / "ci" / "torch_watch.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+torch_watch = _load()
+
+
+def _vkey(v: str):
+    return tuple(int(x) for x in v.split("."))
+
+
+def _pypi(tmp_path=None, windows=True):
+    newest = max((r.torch for r in torch_watch.support.RELEASES), key=_vkey)
+    major, minor = map(int, newest.split("."))
+    new = f"{major}.{minor + 1}.0"
+    files = [
+        {"filename": f"torch-{new}-cp3{m}-cp3{m}-manylinux_2_28_x86_64.whl"} for m in (11, 12, 13, 14, 15)
+    ]
+    files += [{"filename": f"torch-{new}-cp3{m}-cp3{m}-manylinux_2_28_aarch64.whl"} for m in (11, 12)]
+    if windows:
+        files += [{"filename": f"torch-{new}-cp3{m}-cp3{m}-win_amd64.whl"} for m in (11, 12, 13)]
+    pypi = {
+        "info": {
+            "requires_python": ">=3.11",
+            "requires_dist": ["filelock", "cuda-toolkit[cublas,cudart]==13.2.1; platform_system == 'Linux'"],
+        },
+        "releases": {new: files, f"{newest}.0": [{"filename": "x.whl"}], f"{major}.{minor + 2}.0rc1": files},
+    }
+    if tmp_path is not None:
+        (tmp_path / "pypi.json").write_text(json.dumps(pypi))
+    return pypi, new, f"{major}.{minor + 1}"
+
+
+def test_finds_a_new_release_and_proposes_a_line(tmp_path):
+    pypi, new, mm = _pypi()
+    assert torch_watch.newest_missing(pypi) == new
+    f = torch_watch.facts(pypi, new)
+    assert f["pythons"] == ["3.11", "3.12", "3.13", "3.14", "3.15"] and f["pypi_cuda"] == "13.2"
+    src = tmp_path / "support.py"
+    src.write_text("RELEASES: Tuple[TorchRelease, ...] = (\n    _release('2.1'),\n)\n# fmt: on\n")
+    torch_watch.apply(torch_watch.table_line(f), src)
+    text = src.read_text()
+    assert text.index(f'_release("{mm}", ("3.11", "3.15"), ("13.2",)') > text.index("'2.1'")
+    assert text.rstrip().endswith(")\n# fmt: on")
+    compile(text.replace("Tuple[TorchRelease, ...]", "tuple"), "support.py", "exec")
+    assert torch_watch.newest_missing({"releases": {f"{new[:-2]}.1": pypi["releases"][new]}}) is not None
+
+
+def _release_from_line(line: str):
+    """Evaluate a proposed table line with the real _release."""
+    return eval(line.strip().rstrip(","), {"_release": torch_watch.support._release})  # noqa: S307
+
+
+def test_the_proposed_line_has_a_cell_on_every_platform_pypi_has_wheels_for():
+    pypi, new, mm = _pypi()
+    rel = _release_from_line(torch_watch.table_line(torch_watch.facts(pypi, new)))
+    assert rel.torch == mm
+    for platform in ("linux_x86_64", "linux_aarch64", "win_amd64"):
+        assert rel.cuda[platform] == ("13.2",), platform
+    assert rel.pythons_on("win_amd64") == ("3.11", "3.12", "3.13")
+    assert rel.pythons_on("linux_x86_64")[-1] == "3.15"
+    pypi, new, _ = _pypi(windows=False)
+    rel = _release_from_line(torch_watch.table_line(torch_watch.facts(pypi, new)))
+    assert rel.cuda["win_amd64"] == ()
+
+
+def test_outputs_for_the_workflow(tmp_path):
+    _, _, mm = _pypi(tmp_path)
+    out = tmp_path / "out"
+    prs = tmp_path / "prs.json"
+    prs.write_text(json.dumps([{"number": 3, "state": "CLOSED", "headRefName": "torch-watch/20261201"}]))
+    rc = torch_watch.main(["--pypi-json", str(tmp_path / "pypi.json"), "--proposed", str(prs),
+                           "--github-output", str(out)])
+    assert rc == torch_watch.NEW_RELEASE
+    got = dict(line.split("=", 1) for line in out.read_text().splitlines())
+    assert got == {"new": "true", "torch": mm, "branch": f"torch-watch/torch-{mm}", "changed": ""}
+
+
+@pytest.mark.parametrize("state", ["OPEN", "CLOSED", "MERGED"])
+def test_a_release_proposed_before_is_never_proposed_again(tmp_path, state, capsys):
+    _, _, mm = _pypi(tmp_path)
+    before = torch_watch.SUPPORT_PY.read_text()
+    prs = tmp_path / "prs.json"
+    prs.write_text(json.dumps([{"number": 41, "state": state, "headRefName": f"torch-watch/torch-{mm}",
+                                "url": "https://example.invalid/pull/41"}]))
+    out = tmp_path / "out"
+    rc = torch_watch.main(["--pypi-json", str(tmp_path / "pypi.json"), "--apply", "--proposed", str(prs),
+                           "--github-output", str(out), "--body", str(tmp_path / "body.md")])
+    assert rc == 0
+    assert "new=false" in out.read_text().splitlines()
+    assert "#41" in capsys.readouterr().out
+    assert torch_watch.SUPPORT_PY.read_text() == before and not (tmp_path / "body.md").exists()
+
+
+def test_the_workflow_builds_one_cell_per_platform_before_proposing(tmp_path):
+    wf = workflow("torch-watch.yml")
+    jobs = wf["jobs"]
+    assert jobs["build"]["uses"] == "./.github/workflows/build-cells.yml"
+    assert jobs["build"]["with"] == {"matrix": "${{ needs.plan.outputs.matrix }}",
+                                     "ref": "${{ needs.watch.outputs.branch }}"}
+    assert "build" in jobs["propose"]["needs"]
+    checkout = jobs["plan"]["steps"][0]
+    assert checkout["with"]["ref"] == "${{ needs.watch.outputs.branch }}"
+    newest = max((r.torch for r in torch_watch.support.RELEASES), key=_vkey)
+    r = run_step(step(wf, "plan", "plan"), tmp_path, {"TORCH": newest})
+    assert r.returncode == 0, r.stdout + r.stderr
+    cells = json.loads(outputs(tmp_path)["matrix"])["include"]
+    assert sorted(c["platform"] for c in cells) == sorted({c.platform for c in matrix.select(torch=newest)})
+    assert all(c["torch"] == newest for c in cells)
+
+
+def test_the_pull_request_uses_the_app_token_when_configured():
+    wf = workflow("torch-watch.yml")
+    app = step(wf, "propose", "app")
+    assert app["uses"].startswith("actions/create-github-app-token@")
+    assert app["if"] == "vars.TORCH_WATCH_APP_CLIENT_ID != ''"
+    assert app["with"]["private-key"] == "${{ secrets.TORCH_WATCH_APP_PRIVATE_KEY }}"
+    opener = step(wf, "propose", "Open the pull request")
+    assert opener["env"]["GH_TOKEN"] == "${{ steps.app.outputs.token || github.token }}"
+    assert "Allow GitHub Actions to create and approve pull requests" not in opener["run"]  # in the docs
+    assert "--draft" in opener["run"]
+    watch = step(wf, "watch", "watch")
+    assert "--proposed" in watch["run"]
+    listing = step(wf, "watch", "List earlier proposals")
+    assert "--state all" in listing["run"]
