@@ -46,7 +46,7 @@ if sys.argv[1:2] != ["check-installed"]:
     # the installed wheel instead, so it leaves sys.path alone.
     sys.path.insert(0, str(ROOT))
 
-from mamba_kernels import build, index, matrix, support, variant  # noqa: E402
+from mamba_kernels import build, buildinfo, index, matrix, support, variant  # noqa: E402
 from mamba_kernels.version import __version__  # noqa: E402
 
 CELL_VAR = "MAMBA_KERNELS_CI_CELL"
@@ -453,11 +453,6 @@ def repair(
     return made[0]
 
 
-def _build_info_of(data: bytes) -> Optional[dict]:
-    m = re.search(rb'\{"cxx11_abi":[^\x00]*?"torch_version":"[^"\x00]*"\}', data)
-    return json.loads(m.group(0)) if m else None
-
-
 def _matches_any(name: str, patterns) -> bool:
     return any(fnmatch.fnmatch(name.lower(), p.lower()) for p in patterns)
 
@@ -530,7 +525,8 @@ def verify(
                 problems.append(f"{kernel}: expected one compiled {kernel}/_cuda module, found {ext}")
                 continue
             data = zf.read(ext[0])
-            info = _build_info_of(data)
+            found = buildinfo.find_in_binary(data)
+            info = found.raw if found is not None else None
             if info is None:
                 problems.append(f"{ext[0]}: no BUILD_INFO found in the binary")
             else:

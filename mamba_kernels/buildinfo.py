@@ -7,6 +7,7 @@ Each extension exposes ``BUILD_INFO``: the JSON string mamba_kernels/build.py co
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import dataclass
 from types import ModuleType
@@ -64,6 +65,23 @@ def parse(text: str) -> BuildInfo:
         ptx=tuple(data.get("ptx", ())),
         raw=data,
     )
+
+
+# A NUL-terminated string in a binary that holds a JSON object: candidates for BUILD_INFO.
+_C_OBJECT = re.compile(rb"\{[^\x00]{0,8192}?\}(?=\x00)")
+
+
+def find_in_binary(data: bytes) -> Optional[BuildInfo]:
+    """BUILD_INFO read from a compiled extension's bytes, without loading it (a wheel's .so or
+    .pyd for another platform): the first embedded JSON object that parses as BUILD_INFO."""
+    for m in _C_OBJECT.finditer(data):
+        try:
+            info = parse(m.group(0).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            continue
+        if "format" in info.raw:
+            return info
+    return None
 
 
 def fix_command(

@@ -152,3 +152,16 @@ def test_dispatch_treats_a_mismatched_extension_as_unavailable(monkeypatch, tmp_
         assert dispatch.use_cuda("causal_conv1d", "cuda") is False
     text = str(record[0].message)
     assert text.count("Fix:") == 1 and "mamba-kernels==0.1.0+" in text
+
+
+def test_build_info_is_found_in_a_binary_whatever_its_key_order():
+    """ci/build_cell.py's verify reads BUILD_INFO out of a wheel's binary through
+    buildinfo.find_in_binary, the one parser: other JSON-like strings and the key order do not
+    matter (the old pattern needed cxx11_abi first and torch_version last)."""
+    info = {"torch_version": "2.14.1+cu130", "format": 1, "torch_cuda": "13.0", "nvcc_version": "13.0",
+            "cxx11_abi": True, "sass": ["sm_90"], "ptx": [], "platform": "linux_x86_64"}
+    blob = (b"\x7fELF\x00junk{\"not\": \"ours\"}\x00{broken\x00"
+            + json.dumps(info).encode() + b"\x00tail{\"cxx11_abi\":true}\x00")
+    found = buildinfo.find_in_binary(blob)
+    assert found is not None and found.raw == info
+    assert buildinfo.find_in_binary(b"\x00{\"a\": 1}\x00no info here\x00") is None
