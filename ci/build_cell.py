@@ -331,7 +331,7 @@ def check_torch(cell: support.Cell, python: str) -> None:
         env=torch_env(),
     )
     version, cuda = (out.stdout.split() + ["", ""])[:2]
-    if ".".join(version.split("+")[0].split(".")[:2]) != cell.torch or cuda != cell.cuda:
+    if variant.minor(version) != cell.torch or cuda != cell.cuda:
         raise CellError(
             f"installed torch {version} (CUDA {cuda}) is not the cell's torch {cell.torch} "
             f"with CUDA {cell.cuda}: {out.stderr.strip()[-300:]}"
@@ -541,7 +541,7 @@ def verify(
                     "platform": cell.platform,
                 }
                 got = {
-                    "torch": ".".join(str(info.get("torch_version")).split("+")[0].split(".")[:2]),
+                    "torch": found.variant.torch,
                     "torch_cuda": info.get("torch_cuda"),
                     "cxx11_abi": info.get("cxx11_abi"),
                     "release": info.get("release"),
@@ -595,7 +595,7 @@ def check_installed(cell: support.Cell) -> List[str]:
     from mamba_kernels import buildinfo
 
     problems = []
-    if ".".join(torch.__version__.split("+")[0].split(".")[:2]) != cell.torch:
+    if variant.minor(torch.__version__) != cell.torch:
         problems.append(f"installed torch {torch.__version__} is not the cell's {cell.torch}")
     want_sass, want_ptx = expected_targets(cell)
     for kernel in ("causal_conv1d", "selective_scan"):

@@ -31,7 +31,7 @@ class BuildInfo:
     @property
     def variant(self) -> variant.Variant:
         return variant.Variant(
-            ".".join(self.torch_version.split("+")[0].split(".")[:2]), self.torch_cuda, self.cxx11_abi
+            variant.minor(self.torch_version), self.torch_cuda, self.cxx11_abi
         )
 
     def describe(self) -> str:

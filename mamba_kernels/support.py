@@ -172,10 +172,11 @@ _ARCHS_AARCH64: Dict[str, Tuple[str, ...]] = {
 
 def torch_release(torch: str) -> TorchRelease:
     """The release line for a torch version ("2.6" or "2.6.0+cu126")."""
-    mm = ".".join(torch.split("+")[0].split(".")[:2])
+    from . import variant  # not at import time: variant imports this module
+
     try:
-        return _BY_TORCH[mm]
-    except KeyError:
+        return _BY_TORCH[variant.minor(torch)]
+    except (KeyError, ValueError):
         raise ValueError(
             f"torch must be one of the supported releases {', '.join(_BY_TORCH)}, got {torch!r}"
         ) from None

@@ -39,7 +39,8 @@ class Variant:
     cxx11_abi: Optional[bool] = None  # None: not recorded (Windows, or a label without marker)
 
 
-def _mm(version: str, what: str) -> str:
+def minor(version: str, what: str = "torch") -> str:
+    """The release line "M.m" of a version ("2.14.1+cu130", "2.8.0a0+5228986c.nv25.06", "13.0")."""
     parts = version.split("+")[0].split(".")
     if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
         raise ValueError(f"{what} must look like 'M.m' or 'M.m.p', got {version!r}")
@@ -47,16 +48,16 @@ def _mm(version: str, what: str) -> str:
 
 
 def _cuda_tag(cuda: str) -> str:
-    major, minor = _mm(cuda, "cuda").split(".")
-    if int(minor) > 9:
+    major, mi = minor(cuda, "cuda").split(".")
+    if int(mi) > 9:
         raise ValueError(f"cuda minor must be a single digit for the cu{{XYZ}} tag, got {cuda!r}")
-    return f"cu{major}{minor}"
+    return f"cu{major}{mi}"
 
 
 def needs_abi_marker(torch: str) -> bool:
     """True for torch releases that shipped both C++ ABIs on Linux (only 2.6)."""
     try:
-        return support.torch_release(_mm(torch, "torch")).has_two_abis
+        return support.torch_release(minor(torch, "torch")).has_two_abis
     except ValueError:
         return False
 
@@ -66,7 +67,7 @@ def label(torch: str, cuda: str, cxx11_abi: Optional[bool] = None) -> str:
 
     ``cxx11_abi`` is required for (and only written for) releases with two ABIs, on Linux.
     """
-    mm = _mm(torch, "torch")
+    mm = minor(torch, "torch")
     text = f"{_cuda_tag(cuda)}torch{mm}"
     if needs_abi_marker(mm) and cxx11_abi is not None:
         text += "cxx11" if cxx11_abi else "precxx11"
@@ -96,7 +97,7 @@ def release_version(version: str, torch: str, cuda: str, cxx11_abi: Optional[boo
 
 def torch_requirement(torch: str) -> str:
     """The torch pin of a release wheel: ``torch==M.m.*``."""
-    return f"torch=={_mm(torch, 'torch')}.*"
+    return f"torch=={minor(torch, 'torch')}.*"
 
 
 def platform_tag(cell: support.Cell) -> str:
@@ -112,7 +113,7 @@ def platform_tag(cell: support.Cell) -> str:
 
 
 def python_tag(python: str) -> str:
-    return "cp" + _mm(python, "python").replace(".", "")
+    return "cp" + minor(python, "python").replace(".", "")
 
 
 def wheel_name(version: str, cell: support.Cell) -> str:
@@ -172,14 +173,14 @@ def mismatches(
     binary's CUDA minor not above torch's; C++ ABI equal (where both are known).
     """
     problems: List[str] = []
-    running_mm = _mm(torch_version, "torch_version")
+    running_mm = minor(torch_version, "torch_version")
     if built.torch != running_mm:
         problems.append(f"torch {built.torch} != running torch {running_mm}")
     if torch_cuda is None:
         problems.append(f"it needs a CUDA {built.cuda} build of torch, the running torch has no CUDA")
     else:
         b_major, b_minor = (int(x) for x in built.cuda.split("."))
-        r_major, r_minor = (int(x) for x in _mm(torch_cuda, "torch_cuda").split("."))
+        r_major, r_minor = (int(x) for x in minor(torch_cuda, "torch_cuda").split("."))
         if b_major != r_major:
             problems.append(f"CUDA {built.cuda} has another major version than torch's CUDA {torch_cuda}")
         elif b_minor > r_minor:
