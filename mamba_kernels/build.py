@@ -355,13 +355,27 @@ class Plan:
     info: Dict[str, Any] = field(default_factory=dict)
 
 
+def install_requires(release_torch: Optional[str] = None) -> List[str]:
+    """The wheel's Requires-Dist: torch only. A release wheel pins the torch release it was
+    built against (``torch==2.14.*``), any other build needs torch >= MIN_TORCH.
+
+    Nothing else belongs here: at run time the packages import only torch and the standard
+    library, and the install commands in README.md resolve our wheel from a variant index that
+    serves this project alone, torch from torch's own index or the user's environment. Any other
+    requirement would make those commands fail (tests/test_install_commands.py installs from a
+    served index and checks the imports against this list)."""
+    if release_torch is not None:
+        return [variant.torch_requirement(release_torch)]
+    return [f"torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}"]
+
+
 def _pure(k: BuildKnobs, why: str) -> Plan:
     if k.must_build:
         knob = RELEASE_VAR if k.release else FORCE_BUILD_VAR
         raise BuildError(f"{knob} is on but the CUDA extensions cannot be built: {why}")
     return Plan(
         __version__,
-        [f"torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}", "packaging>=23"],
+        install_requires(),
         build=False,
         notice=(
             f"mamba-kernels: installing without the CUDA extensions (the PyTorch path runs): {why}. "
@@ -427,10 +441,10 @@ def make_plan(root: str, environ: Mapping[str, str]) -> Plan:
     )
     compiler_text = " ".join(compiler) if compiler else cxx
     version = __version__
-    requires = [f"torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}", "packaging>=23"]
+    requires = install_requires()
     if k.release:
         version = variant.release_version(__version__, torch.version, torch.cuda, cxx11_abi)
-        requires = [variant.torch_requirement(torch.version), "packaging>=23"]
+        requires = install_requires(release_torch=torch.version)
     info = build_info(
         torch=torch, nvcc_version=nvcc_version, cxx11_abi=cxx11_abi, host_compiler=compiler_text,
         cxx_std=cxx_std, arch_plan=arch_plan, platform=platform, revision=source_revision(root),

@@ -196,12 +196,19 @@ def test_nvcc_probe_messages():
 
 def test_pure_python_notice_or_error():
     plan = build._pure(build.BuildKnobs(), "no CUDA toolkit found")
-    assert not plan.build and plan.version == "0.1.0" and plan.install_requires[0] == "torch>=2.1"
+    assert not plan.build and plan.version == "0.1.0" and plan.install_requires == ["torch>=2.1"]
     assert "installing without the CUDA extensions" in plan.notice and "no CUDA toolkit found" in plan.notice
     with pytest.raises(build.BuildError, match="MAMBA_KERNELS_FORCE_BUILD is on but .*: no CUDA toolkit"):
         build._pure(build.BuildKnobs(force=True), "no CUDA toolkit found")
     with pytest.raises(build.BuildError, match="MAMBA_KERNELS_RELEASE is on"):
         build._pure(build.BuildKnobs(release=True), "x")
+
+
+def test_install_requires_is_torch_only():
+    # Nothing the variant index cannot serve and the environment may lack (packaging was one).
+    assert build.install_requires() == ["torch>=2.1"]
+    assert build.install_requires(release_torch="2.14.1+cu130") == ["torch==2.14.*"]
+    assert build.install_requires(release_torch="2.6.0+cu124") == ["torch==2.6.*"]
 
 
 def test_make_plan_skip_and_missing_sources(tmp_path):
