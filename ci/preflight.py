@@ -1,0 +1,677 @@
+#!/usr/bin/env python3
+"""Preflight: check every cell of the release matrix for what can be known without a GPU or a
+runner, before a tag spends hours of runner time finding out.
+
+  python ci/preflight.py            every check, the registry (PyPI) included
+  python ci/preflight.py --offline  every check but the registry's
+  python ci/preflight.py -v         also one line per cell with its disk estimate
+
+Output: one line per failing cell (``FAIL <cell id>: <check>: <reason>; ...``), one line per
+failing job matrix, then one summary line. Exit status 0 only when every cell passes.
+
+Checks, per cell:
+
+- ``environment``: the CIBW_ENVIRONMENT_* value build_cell.py generates, evaluated by
+  cibuildwheel's own parser, gives the intended CUDA_HOME, PATH, CUDA_PATH, PYTORCH_NVCC...;
+  the cell's build identifier is one cibuildwheel builds (its own platform list and build
+  selector, with ci/cibuildwheel.toml's skip list) and its manylinux image is one it pins.
+- ``python``: the cell's Python is in the support table's range for its platform.
+- ``compiler``: the host compiler nvcc will meet (the runner's MSVC; the image's GCC, or the
+  gcc-toolset CC/CXX/-ccbin name) is one that CUDA release accepts, or the environment carries
+  the flags that make it accept it.
+- ``registry`` (online): every pinned package of the cell (the PyPI CUDA toolkit components
+  and cuobjdump) exists on PyPI with a wheel for the cell's platform and Python; the cell's
+  torch release has a wheel for that Python and platform on PyPI.
+- ``disk``: an estimate of the disk a cell uses at its peak, against the runner's free disk.
+
+and per job matrix (release.yml runs one build job, with one matrix, per platform): at most
+256 jobs, GitHub's limit for one matrix, with the headroom reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import configparser
+import importlib.util
+import json
+import re
+import shlex
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from packaging.requirements import Requirement  # noqa: E402
+from packaging.specifiers import SpecifierSet  # noqa: E402
+from packaging.tags import Tag, compatible_tags, cpython_tags  # noqa: E402
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename  # noqa: E402
+from packaging.version import InvalidVersion, Version  # noqa: E402
+
+from mamba_kernels import matrix, support  # noqa: E402
+
+
+def _load_build_cell():
+    path = ROOT / "ci" / "build_cell.py"
+    spec = importlib.util.spec_from_file_location("mamba_kernels_ci_build_cell", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+build_cell = _load_build_cell()
+
+# ----------------------------------------------------------------------------- facts
+
+# GitHub's limit on the jobs one matrix may generate.
+MATRIX_LIMIT = matrix.GITHUB_MATRIX_LIMIT
+# release.yml's plan step splits the cells into one matrix per platform, each run by its own
+# build job (build-linux-x86_64, build-linux-aarch64, build-windows via build-cells.yml).
+RELEASE_WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
+
+# PATH of the runner before CIBW_ENVIRONMENT prepends to it (any value will do: the check is
+# that ours comes first and the runner's is kept).
+RUNNER_PATH = {
+    "linux": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "windows": r"C:\Windows\system32;C:\hostedtoolcache\windows\Python\3.12.10\x64;C:\Program Files\Git\bin",
+}
+
+# Host compilers nvcc accepts. nvcc's crt/host_config.h stops the compile ("unsupported GNU
+# version" / "unsupported Microsoft Visual Studio version") when the host compiler is newer than
+# the CUDA release knows. Newest GCC per release: build_cell.HOST_GCC for 11.8 to 12.9; the 13.x
+# figures are read from the host_config.h of the PyPI nvidia-cuda-crt wheels this project pins
+# (13.0 and 13.2 stop above GCC 15, 13.4 above GCC 16).
+NVCC_MAX_GCC: Dict[str, int] = {**build_cell.HOST_GCC, "13.0": 15, "13.2": 15, "13.4": 16}
+# The oldest GCC that compiles torch's C++20 headers with nvcc (build_toolchain: GCC >= 10).
+CXX20_MIN_GCC = 10
+# MSVC: the first _MSC_VER each nvcc refuses. Before 12.4 that is 1940 (19.4x, Visual Studio
+# 2022 17.10 and later), which nvcc accepts only with -allow-unsupported-compiler, and whose STL
+# then refuses the old nvcc unless _ALLOW_COMPILER_AND_STL_VERSION_MISMATCH is defined
+# (support.nvcc_needs_msvc_override). 12.4 to 13.0 refuse 1950 and later, 13.2 and 13.4 1960.
+NVCC_MSVC_REFUSES: Dict[str, int] = {
+    "11.8": 1940, "12.1": 1940, "12.4": 1950, "12.6": 1950, "12.8": 1950, "12.9": 1950,
+    "13.0": 1950, "13.2": 1960, "13.4": 1960,
+}
+# The MSVC of each Windows runner image: windows-2022 carries Visual Studio 2022 17.14 (19.44).
+RUNNER_MSVC = {"windows-2022": 1944}
+MSVC_OVERRIDE_DEFINE = "_ALLOW_COMPILER_AND_STL_VERSION_MISMATCH"
+# The GCC on PATH in each manylinux image that cibuildwheel 4.3.5 pins (its 2026.10.26 images):
+# manylinux2014 has devtoolset-10; manylinux_2_28 moved from gcc-toolset-14 to 15 in 2026-01.
+IMAGE_GCC = {"manylinux2014": 10, "manylinux_2_28": 15}
+
+# Free disk of GitHub's standard Linux and Windows runners, as GitHub states it: 14 GB.
+RUNNER_FREE_DISK_GB = 14.0
+# The peak disk use of a cell, in GB, per part (estimates, rounded up):
+DISK_GB = {
+    # The manylinux image as docker stores it on the runner's disk (Linux builds run in it).
+    "image": {"manylinux2014": 2.5, "manylinux_2_28": 3.0},
+    # torch with its CUDA wheels (and triton), installed once per cell: measured 5.3 GB for
+    # torch 2.14.1+cu130 on Linux x86_64 (torch 1.2, nvidia-* 3.2, triton 0.9); Windows' torch
+    # carries the CUDA libraries inside its own wheel.
+    "torch": {"linux": 5.3, "windows": 5.5},
+    # The downloaded wheels pip holds in its temporary folder until that install finishes.
+    "download": {"linux": 2.9, "windows": 2.8},
+    # The CUDA toolkit: PyPI's 13.x compiler packages; NVIDIA's RPMs with a gcc-toolset and the
+    # package manager's cache; NVIDIA's Windows network installer with its downloads.
+    "toolkit": {"pypi": 0.4, "nvidia-repo": 1.0, "nvidia-installer": 1.5},
+    # Object files, the compiler cache, the built and the repaired wheel.
+    "build": 1.5,
+}
+
+REGISTRY_URL = "https://pypi.org/pypi"
+
+
+# ----------------------------------------------------------------------------- registry
+
+
+class RegistryError(RuntimeError):
+    """The registry could not be read (network, HTTP status, bad answer): one line."""
+
+
+# A fetcher takes a project name and returns PyPI's project JSON ({"releases": {version:
+# [file, ...]}, ...}), or None when the registry has no such project; it raises RegistryError
+# when it cannot tell.
+Fetcher = Callable[[str], Optional[dict]]
+
+
+def http_fetcher(base_url: str = REGISTRY_URL, timeout: float = 15.0, tries: int = 2) -> Fetcher:
+    """Reads ``<base_url>/<name>/json`` (PyPI's JSON API, one request per project), retrying once."""
+
+    def fetch(name: str) -> Optional[dict]:
+        url = f"{base_url.rstrip('/')}/{name}/json"
+        reason = ""
+        for attempt in range(tries):
+            if attempt:
+                time.sleep(1.0)
+            try:
+                with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 (https or test URL)
+                    data = r.read()
+            except urllib.error.HTTPError as e:
+                if e.code == 404:
+                    return None
+                reason = f"HTTP {e.code}"
+                continue
+            except (urllib.error.URLError, OSError) as e:
+                reason = str(getattr(e, "reason", e)) or type(e).__name__
+                continue
+            try:
+                doc = json.loads(data)
+            except ValueError:
+                reason = "the answer is not JSON"
+                continue
+            if not isinstance(doc, dict) or not isinstance(doc.get("releases"), dict):
+                reason = "the answer has no releases"
+                continue
+            return doc
+        raise RegistryError(f"could not read {url}: {reason} ({tries} tries)")
+
+    return fetch
+
+
+class Registry:
+    """Project JSON per name, fetched once (concurrently by :meth:`prefetch`), kept in memory."""
+
+    def __init__(self, fetch: Fetcher, workers: int = 16) -> None:
+        self._fetch = fetch
+        self._workers = workers
+        self._docs: Dict[str, object] = {}  # name -> dict, None (no such project) or RegistryError
+        self._lock = threading.Lock()
+        self.requests = 0
+
+    def _get(self, name: str) -> object:
+        try:
+            doc = self._fetch(name)
+        except RegistryError as e:
+            doc = e
+        except Exception as e:  # a fetcher bug or an unexpected answer: still one line
+            doc = RegistryError(f"{name}: {type(e).__name__}: {e}")
+        with self._lock:
+            self.requests += 1
+            self._docs[name] = doc
+        return doc
+
+    def prefetch(self, names: Iterable[str]) -> None:
+        todo = sorted({n for n in names if n not in self._docs})
+        if todo:
+            with ThreadPoolExecutor(max_workers=max(1, min(self._workers, len(todo)))) as ex:
+                list(ex.map(self._get, todo))
+
+    def releases(self, name: str) -> Optional[Dict[str, List[dict]]]:
+        """version -> files of project ``name``; None when the registry has no such project.
+        Raises RegistryError when the registry could not be read."""
+        doc = self._docs[name] if name in self._docs else self._get(name)
+        if isinstance(doc, RegistryError):
+            raise doc
+        return None if doc is None else doc["releases"]
+
+    def errors(self) -> List[str]:
+        return sorted(str(d) for d in self._docs.values() if isinstance(d, RegistryError))
+
+
+def supported_tags(python: str, platform: str, glibc: Optional[Tuple[int, int]]) -> Set[Tag]:
+    """The wheel tags pip accepts for CPython ``python`` on ``platform`` (a Linux one with glibc
+    ``glibc``, the manylinux image's)."""
+    major, minor = (int(x) for x in python.split("."))
+    if platform == "win_amd64":
+        plats = ["win_amd64"]
+    else:
+        arch = platform.split("_", 1)[1]
+        top = glibc[1] if glibc else 17
+        plats = []
+        for m in range(top, 4, -1):
+            plats.append(f"manylinux_2_{m}_{arch}")
+            legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}.get(m)
+            if legacy and (m == 17 or arch == "x86_64"):
+                plats.append(f"{legacy}_{arch}")
+        plats.append(f"linux_{arch}")
+    py = (major, minor)
+    interp = f"cp{major}{minor}"
+    return set(cpython_tags(py, abis=[interp], platforms=plats)) | set(compatible_tags(py, interp, plats))
+
+
+def cell_glibc(cell: support.Cell) -> Optional[Tuple[int, int]]:
+    if not cell.manylinux:
+        return None
+    m = re.fullmatch(r"manylinux_(\d+)_(\d+)", cell.manylinux)
+    return (int(m.group(1)), int(m.group(2))) if m else (2, 17)
+
+
+def _wheel_fits(files: Sequence[dict], tags: Set[Tag]) -> bool:
+    for f in files:
+        name = f.get("filename", "")
+        if f.get("yanked") or not name.endswith(".whl"):
+            continue
+        try:
+            _, _, _, file_tags = parse_wheel_filename(name)
+        except InvalidWheelFilename:
+            continue
+        if file_tags & tags:
+            return True
+    return False
+
+
+# ----------------------------------------------------------------------------- per cell
+
+
+@dataclass
+class CellReport:
+    cell_id: str
+    problems: List[str] = field(default_factory=list)
+    disk_gb: float = 0.0
+    disk_parts: Dict[str, float] = field(default_factory=dict)
+
+    def fail(self, check: str, reason: str) -> None:
+        self.problems.append(f"{check}: {reason}")
+
+
+def _platform_kind(cell: support.Cell) -> str:
+    return "windows" if cell.platform == "win_amd64" else "linux"
+
+
+def cibw_environment(cell: support.Cell, env: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The cell's environment as cibuildwheel itself evaluates CIBW_ENVIRONMENT_<OS>."""
+    from cibuildwheel.environment import parse_environment
+
+    env = build_cell.cibuildwheel_env(cell) if env is None else env
+    kind = _platform_kind(cell)
+    key = f"CIBW_ENVIRONMENT_{kind.upper()}"
+    if key not in env:
+        raise ValueError(f"{key} is not set")
+    return parse_environment(env[key]).as_dictionary({"PATH": RUNNER_PATH[kind]})
+
+
+def _cibuildwheel_identifiers(kind: str) -> Set[str]:
+    import cibuildwheel
+
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        import tomli as tomllib  # type: ignore[no-redef]
+    path = Path(cibuildwheel.__file__).parent / "resources" / "build-platforms.toml"
+    data = tomllib.loads(path.read_text())
+    return {c["identifier"] for c in data[kind]["python_configurations"]}
+
+
+def _cibuildwheel_images() -> Dict[str, Set[str]]:
+    import cibuildwheel
+
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(cibuildwheel.__file__).parent / "resources" / "pinned_docker_images.cfg")
+    return {arch: set(cfg[arch]) for arch in cfg.sections()}
+
+
+def _skip_config() -> str:
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        import tomli as tomllib  # type: ignore[no-redef]
+    skip = tomllib.loads(build_cell.CIBW_CONFIG.read_text())["tool"]["cibuildwheel"].get("skip", [])
+    return " ".join(skip) if isinstance(skip, list) else str(skip)
+
+
+def _requires_python() -> SpecifierSet:
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        import tomli as tomllib  # type: ignore[no-redef]
+    return SpecifierSet(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"])
+
+
+def check_environment(cell: support.Cell, report: CellReport, env: Optional[Mapping[str, str]] = None
+                      ) -> Optional[Dict[str, str]]:
+    """cibuildwheel's view of the cell's environment and identifier; returns the parsed environment."""
+    from cibuildwheel.selector import BuildSelector
+
+    env = build_cell.cibuildwheel_env(cell) if env is None else env
+    try:
+        got = cibw_environment(cell, env)
+    except Exception as e:  # cibuildwheel's parse errors, a missing key
+        report.fail("environment", f"cibuildwheel cannot parse it: {e}")
+        return None
+    kind = _platform_kind(cell)
+    home = build_cell.toolkit_home(cell)
+    want = {"CUDA_HOME": home, "MAMBA_KERNELS_RELEASE": "1"}
+    if kind == "windows":
+        want.update(CUDA_PATH=home, DISTUTILS_USE_SDK="1", PATH=f"{home}\\bin;{RUNNER_PATH[kind]}")
+    else:
+        want.update(PATH=f"{home}/bin:{RUNNER_PATH[kind]}", PYTORCH_NVCC=f"sccache {home}/bin/nvcc",
+                    SCCACHE_DIR="/sccache")
+    for k, v in want.items():
+        if got.get(k) != v:
+            report.fail("environment", f"cibuildwheel reads {k}={got.get(k)!r}, intended {v!r}")
+    ident = matrix.cibuildwheel_identifier(cell)
+    if env.get("CIBW_BUILD") != ident:
+        report.fail("environment", f"CIBW_BUILD={env.get('CIBW_BUILD')!r}, the cell is {ident!r}")
+    if ident not in _cibuildwheel_identifiers(kind):
+        report.fail("environment", f"cibuildwheel has no build {ident!r}")
+    selector = BuildSelector(build_config=env.get("CIBW_BUILD", ""), skip_config=_skip_config(),
+                             requires_python=_requires_python())
+    if not selector(ident):
+        report.fail("environment", f"cibuildwheel's selector (CIBW_BUILD, ci/cibuildwheel.toml skip, "
+                                   f"requires-python) does not select {ident!r}")
+    if kind == "linux":
+        arch = "x86_64" if cell.platform == "linux_x86_64" else "aarch64"
+        image = env.get(f"CIBW_MANYLINUX_{arch.upper()}_IMAGE")
+        if image not in _cibuildwheel_images().get(arch, set()):
+            report.fail("environment", f"CIBW_MANYLINUX_{arch.upper()}_IMAGE={image!r} is not an image "
+                                       f"cibuildwheel pins for {arch}")
+        elif image != matrix.ci_fields(cell)["cibw_image"]:
+            report.fail("environment", f"image {image!r} is not the cell's {cell.manylinux}")
+    return got
+
+
+def check_python(cell: support.Cell, report: CellReport) -> None:
+    rel = support.torch_release(cell.torch)
+    allowed = rel.pythons_on(cell.platform)
+    if cell.python not in allowed:
+        report.fail("python", f"torch {cell.torch} on {cell.platform} covers Python "
+                              f"{', '.join(allowed) or 'none'}, not {cell.python}")
+    if tuple(int(x) for x in cell.python.split(".")) < support.MIN_PYTHON:
+        report.fail("python", f"{cell.python} is older than this package's minimum "
+                              f"{'.'.join(map(str, support.MIN_PYTHON))}")
+
+
+_TOOLSET = re.compile(r"/opt/rh/(?:gcc-toolset|devtoolset)-(\d+)/root/usr/bin/(?:gcc|g\+\+|cc|c\+\+)$")
+
+
+def _gcc_of(path: str) -> Optional[int]:
+    m = _TOOLSET.search(path)
+    return int(m.group(1)) if m else None
+
+
+def _flag_value(flags: str, names: Tuple[str, ...]) -> Optional[str]:
+    words = shlex.split(flags)
+    for i, w in enumerate(words):
+        for n in names:
+            if w == n and i + 1 < len(words):
+                return words[i + 1]
+            if w.startswith(n + "="):
+                return w.split("=", 1)[1]
+    return None
+
+
+def check_compiler(cell: support.Cell, report: CellReport, env: Mapping[str, str]) -> None:
+    """The host compiler nvcc meets is one it accepts, or the flags to accept it are there."""
+    cuda = cell.cuda
+    if cell.platform == "win_amd64":
+        runner = matrix.RUNNERS[cell.platform]
+        msvc = RUNNER_MSVC.get(runner)
+        refuses = NVCC_MSVC_REFUSES.get(cuda)
+        if msvc is None or refuses is None:
+            report.fail("compiler", f"no MSVC fact for runner {runner} or nvcc {cuda}: add it to "
+                                    "ci/preflight.py")
+            return
+        if msvc < refuses:
+            return
+        flags = shlex.split(env.get("NVCC_APPEND_FLAGS", "") + " " + env.get("NVCC_PREPEND_FLAGS", ""))
+        cl = env.get("CL", "").split()
+        missing = [f for f, ok in (
+            ("NVCC_APPEND_FLAGS -allow-unsupported-compiler", "-allow-unsupported-compiler" in flags),
+            (f"NVCC_APPEND_FLAGS -D{MSVC_OVERRIDE_DEFINE}", f"-D{MSVC_OVERRIDE_DEFINE}" in flags),
+            (f"CL /D{MSVC_OVERRIDE_DEFINE}", f"/D{MSVC_OVERRIDE_DEFINE}" in cl),
+        ) if not ok]
+        if missing:
+            report.fail("compiler", f"nvcc {cuda} refuses {runner}'s MSVC {msvc // 100}.{msvc % 100} "
+                                    f"without {', '.join(missing)}")
+        return
+    max_gcc = NVCC_MAX_GCC.get(cuda)
+    if max_gcc is None:
+        report.fail("compiler", f"no GCC fact for nvcc {cuda}: add it to ci/preflight.py")
+        return
+    image = matrix.ci_fields(cell)["cibw_image"]
+    chosen: Dict[str, Optional[int]] = {}
+    for var in ("CC", "CXX"):
+        if env.get(var):
+            chosen[var] = _gcc_of(env[var])
+    ccbin = _flag_value(env.get("NVCC_PREPEND_FLAGS", "") + " " + env.get("NVCC_APPEND_FLAGS", ""),
+                        ("-ccbin", "--compiler-bindir"))
+    if ccbin:
+        chosen["-ccbin"] = _gcc_of(ccbin)
+    unknown = [k for k, v in chosen.items() if v is None]
+    if unknown:
+        report.fail("compiler", f"cannot tell the GCC version of {', '.join(unknown)} "
+                                f"({', '.join(str(env.get(k, ccbin)) for k in unknown)})")
+        return
+    versions = set(chosen.values())
+    if len(versions) > 1:
+        report.fail("compiler", "CC, CXX and nvcc's -ccbin name different GCCs: "
+                                + ", ".join(f"{k} {v}" for k, v in chosen.items()))
+        return
+    gcc = versions.pop() if versions else IMAGE_GCC.get(image)
+    if gcc is None:
+        report.fail("compiler", f"no GCC fact for image {image}: add it to ci/preflight.py")
+        return
+    where = "gcc-toolset" if chosen else f"{image}'s default"
+    if gcc > max_gcc:
+        report.fail("compiler", f"nvcc {cuda} accepts GCC up to {max_gcc}, the build uses GCC {gcc} "
+                                f"({where})")
+    if cell.cxx_std >= 20 and gcc < CXX20_MIN_GCC:
+        report.fail("compiler", f"torch {cell.torch} needs C++20, GCC {gcc} ({where}) is older than "
+                                f"{CXX20_MIN_GCC}")
+
+
+def toolkit_pins(cell: support.Cell) -> List[Requirement]:
+    """The exact packages the cell installs from PyPI for its CUDA toolkit (none when the toolkit
+    comes from NVIDIA's RPM repository or Windows installer)."""
+    if matrix.toolkit_source(cell) != "pypi":
+        return []
+    return [Requirement(r) for r in support.pypi_toolkit(cell.cuda).requirements()
+            + [support.PYPI_CUOBJDUMP]]
+
+
+def torch_from_pypi(cell: support.Cell) -> bool:
+    """Whether build_cell installs the cell's torch from PyPI itself (no --index-url): it does
+    so only when told ``--torch-index pypi``; CI takes every torch from download.pytorch.org."""
+    return "--index-url" not in build_cell.torch_install_args(cell, None)
+
+
+def torch_on_pypi_is_same_build(cell: support.Cell) -> bool:
+    """PyPI's Linux x86_64 torch is the build of the release's default CUDA variant."""
+    return cell.platform == "linux_x86_64" and cell.cuda == support.torch_release(cell.torch).pypi_cuda
+
+
+def _exact_version(req: Requirement) -> Optional[str]:
+    specs = list(req.specifier)
+    if len(specs) == 1 and specs[0].operator == "==" and "*" not in specs[0].version:
+        return specs[0].version
+    return None
+
+
+def check_registry(cell: support.Cell, report: CellReport, registry: Registry) -> None:
+    tags = supported_tags(cell.python, cell.platform, cell_glibc(cell))
+    where = f"{cell.platform} cp{cell.python.replace('.', '')}"
+    unreadable: List[str] = []
+    for req in toolkit_pins(cell):
+        version = _exact_version(req)
+        if version is None:
+            report.fail("registry", f"{req} is not an exact pin")
+            continue
+        try:
+            releases = registry.releases(req.name)
+        except RegistryError as e:
+            unreadable.append(str(e))
+            continue
+        if releases is None:
+            report.fail("registry", f"PyPI has no project {req.name}")
+        elif version not in releases:
+            report.fail("registry", f"PyPI has no {req.name} {version}")
+        elif not _wheel_fits(releases[version], tags):
+            report.fail("registry", f"PyPI's {req.name} {version} has no wheel for {where}")
+    try:
+        releases = registry.releases("torch")
+    except RegistryError as e:
+        unreadable.append(str(e))
+        releases = None
+    else:
+        spec = SpecifierSet(f"=={cell.torch}.*")
+        found = False
+        for v, files in (releases or {}).items():
+            try:
+                ver = Version(v)
+            except InvalidVersion:
+                continue
+            if not ver.is_prerelease and ver in spec and _wheel_fits(files, tags):
+                found = True
+                break
+        if not found:
+            report.fail("registry", f"PyPI has no torch {cell.torch}.* wheel for {where}")
+    if unreadable:
+        more = f" (and {len(unreadable) - 1} more projects)" if len(unreadable) > 1 else ""
+        report.fail("registry", unreadable[0] + more)
+
+
+def disk_estimate(cell: support.Cell, env: Mapping[str, str]) -> Dict[str, float]:
+    """The cell's peak disk use per part, in GB (DISK_GB)."""
+    kind = _platform_kind(cell)
+    parts: Dict[str, float] = {}
+    if kind == "linux":
+        parts["image"] = DISK_GB["image"][matrix.ci_fields(cell)["cibw_image"]]
+    parts["torch"] = DISK_GB["torch"][kind]
+    parts["download"] = DISK_GB["download"][kind]
+    if env.get("PIP_NO_CACHE_DIR", "").lower() not in ("1", "true", "yes", "on"):
+        # pip keeps a second copy of every download in its cache.
+        parts["pip cache"] = DISK_GB["download"][kind]
+    parts["toolkit"] = DISK_GB["toolkit"][matrix.toolkit_source(cell)]
+    parts["build"] = DISK_GB["build"]
+    return parts
+
+
+def check_disk(cell: support.Cell, report: CellReport, env: Mapping[str, str],
+               free_gb: float = RUNNER_FREE_DISK_GB) -> None:
+    parts = disk_estimate(cell, env)
+    report.disk_parts = parts
+    report.disk_gb = round(sum(parts.values()), 1)
+    if report.disk_gb >= free_gb:
+        report.fail("disk", f"estimated {report.disk_gb:.1f} GB ("
+                            + ", ".join(f"{k} {v:.1f}" for k, v in parts.items())
+                            + f") against the runner's {free_gb:.1f} GB free")
+
+
+def check_cell(cell: support.Cell, registry: Optional[Registry] = None,
+               env: Optional[Mapping[str, str]] = None, free_gb: float = RUNNER_FREE_DISK_GB) -> CellReport:
+    """Every check of one cell; ``registry`` None skips the registry's."""
+    report = CellReport(matrix.cell_id(cell))
+    parsed = check_environment(cell, report, env)
+    check_python(cell, report)
+    if parsed is not None:
+        check_compiler(cell, report, parsed)
+        check_disk(cell, report, parsed, free_gb)
+    if registry is not None:
+        check_registry(cell, report, registry)
+    return report
+
+
+# ----------------------------------------------------------------------------- per matrix
+
+
+def workflow_matrices(cells: Sequence[support.Cell]) -> Dict[str, int]:
+    """Jobs per build matrix as release.yml generates them: one matrix per platform."""
+    return {p: sum(1 for c in cells if c.platform == p) for p in support.PLATFORMS}
+
+
+def check_matrices(cells: Sequence[support.Cell], limit: int = MATRIX_LIMIT,
+                   workflow: Path = RELEASE_WORKFLOW) -> Tuple[List[str], Dict[str, int]]:
+    """One problem line per matrix over ``limit``, and the jobs per matrix."""
+    jobs = workflow_matrices(cells)
+    problems = []
+    text = workflow.read_text() if workflow.is_file() else ""
+    for p, n in jobs.items():
+        if f"needs.plan.outputs.{p}" not in text:
+            problems.append(f"FAIL matrix {p}: {workflow.name} no longer runs one build matrix for "
+                            f"{p}; ci/preflight.py counts jobs per platform")
+        if n > limit:
+            problems.append(f"FAIL matrix {p}: {n} jobs, over GitHub's limit of {limit} per matrix")
+    return problems, jobs
+
+
+# ----------------------------------------------------------------------------- run
+
+
+def preflight(
+    cells: Optional[Sequence[support.Cell]] = None,
+    registry: Optional[Registry] = None,
+    verbose: bool = False,
+    out=None,
+    env_of: Optional[Callable[[support.Cell], Mapping[str, str]]] = None,
+    free_gb: float = RUNNER_FREE_DISK_GB,
+    limit: int = MATRIX_LIMIT,
+    workflow: Path = RELEASE_WORKFLOW,
+) -> int:
+    """Check ``cells`` (default: the whole matrix), print the report, return the exit status."""
+    out = out or sys.stdout
+    start = time.monotonic()
+    cells = list(support.cells() if cells is None else cells)
+    reg_note = "registry checks skipped (--offline)"
+    if registry is not None:
+        names = {r.name for c in cells for r in toolkit_pins(c)} | {"torch"}
+        registry.prefetch(names)
+    reports = []
+    for cell in cells:
+        try:
+            rep = check_cell(cell, registry, env_of(cell) if env_of else None, free_gb)
+        except Exception as e:  # one line per cell, never a traceback
+            rep = CellReport(matrix.cell_id(cell))
+            rep.fail("preflight", f"{type(e).__name__}: {e}")
+        reports.append(rep)
+    matrix_problems, jobs = check_matrices(cells, limit, workflow)
+    for rep in reports:
+        if rep.problems:
+            print(f"FAIL {rep.cell_id}: " + "; ".join(rep.problems), file=out)
+        elif verbose:
+            print(f"ok   {rep.cell_id}", file=out)
+        if verbose:
+            print(f"     {rep.cell_id}: disk ~{rep.disk_gb:.1f} GB of {free_gb:.1f} GB ("
+                  + ", ".join(f"{k} {v:.1f}" for k, v in rep.disk_parts.items()) + ")", file=out)
+    for line in matrix_problems:
+        print(line, file=out)
+    failed = sum(1 for r in reports if r.problems)
+    from_index = sum(1 for c in cells if not torch_from_pypi(c))
+    same = sum(1 for c in cells if torch_on_pypi_is_same_build(c))
+    if registry is not None:
+        errs = registry.errors()
+        reg_note = (f"registry: {registry.requests} PyPI projects read"
+                    + (f", {len(errs)} unreadable ({errs[0]})" if errs else ""))
+    torch_note = (f"torch from download.pytorch.org for {from_index} cells (not reachable here: "
+                  f"PyPI's wheel of the same release, Python and platform checked instead, the very "
+                  f"build for {same})" if registry is not None else
+                  f"torch from download.pytorch.org for {from_index} cells (not checked)")
+    disk_max = max((r.disk_gb for r in reports), default=0.0)
+    job_text = ", ".join(f"{p} {n} ({limit - n} left)" for p, n in jobs.items())
+    status = "FAILED" if failed or matrix_problems else "passed"
+    print(f"preflight {status}: {len(cells)} cells, {len(cells) - failed} pass, {failed} fail; "
+          f"jobs per matrix (limit {limit}): {job_text}; disk: largest estimate {disk_max:.1f} GB "
+          f"of {free_gb:.1f} GB free; {reg_note}; {torch_note}; {time.monotonic() - start:.1f} s",
+          file=out)
+    return 1 if failed or matrix_problems else 0
+
+
+def main(argv: Optional[List[str]] = None, fetcher: Optional[Fetcher] = None) -> int:
+    p = argparse.ArgumentParser(prog="preflight.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--offline", action="store_true", help="skip the registry (PyPI) checks")
+    p.add_argument("-v", "--verbose", action="store_true", help="one line per cell with its disk estimate")
+    p.add_argument("--registry-url", default=REGISTRY_URL, help=f"PyPI's JSON API (default {REGISTRY_URL})")
+    p.add_argument("--timeout", type=float, default=15.0, help="seconds per registry request (default 15)")
+    p.add_argument("--platform", choices=support.PLATFORMS, help="only the cells of this platform")
+    p.add_argument("--torch", help="only the cells of this torch release, e.g. 2.14")
+    args = p.parse_args(argv)
+    try:
+        cells = matrix.select(platform=args.platform, torch=args.torch)
+    except ValueError as e:
+        print(f"preflight: error: {e}", file=sys.stderr)
+        return 2
+    registry = None
+    if not args.offline:
+        registry = Registry(fetcher or http_fetcher(args.registry_url, timeout=args.timeout))
+    return preflight(cells, registry, verbose=args.verbose)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,406 @@
+"""ci/preflight.py, offline: each check fails when its rule is broken (a broken cell, table or
+environment built here; the registry replaced by a fake fetcher or a JSON server on 127.0.0.1),
+the real offline run over the real matrix passes, and the output has one line per failing cell
+and one summary line."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import io
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from mamba_kernels import matrix, support
+
+ROOT = Path(__file__).resolve().parent.parent
+pytest.importorskip("cibuildwheel.environment")
+
+
+def _load(name: str, rel: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+pf = _load("preflight_under_test", "ci/preflight.py")
+build_cell = pf.build_cell
+
+
+def _cell(cell_id: str) -> support.Cell:
+    return matrix.find_cell(cell_id)
+
+
+LINUX_13 = "cu130torch2.14-cp312-linux_x86_64"
+LINUX_12 = "cu126torch2.14-cp312-linux_x86_64"
+WIN_OLD = "cu121torch2.4-cp311-win_amd64"
+WIN_NEW = "cu130torch2.14-cp312-win_amd64"
+
+
+def _wheel(name: str) -> dict:
+    return {"filename": name, "yanked": False, "size": 1}
+
+
+def _fake_pypi(**overrides):
+    """A registry answering like PyPI for every project the real matrix pins (each with wheels
+    for Linux x86_64/aarch64 and Windows), with ``overrides`` (name -> releases or None)."""
+    projects = {}
+    for cuda in ("13.0", "13.2", "13.4"):
+        for req in support.pypi_toolkit(cuda).requirements() + [support.PYPI_CUOBJDUMP]:
+            name, version = req.split("==")
+            files = [_wheel(f"{name.replace('-', '_')}-{version}-py3-none-{t}.whl") for t in (
+                "manylinux2014_x86_64.manylinux_2_17_x86_64", "manylinux2014_aarch64.manylinux_2_17_aarch64",
+                "win_amd64")]
+            projects.setdefault(name, {})[version] = files
+    torch = {}
+    for rel in support.RELEASES:
+        files = []
+        for py in sorted({p for plat in support.PLATFORMS for p in rel.pythons_on(plat)}):
+            t = "cp" + py.replace(".", "")
+            for plat in ("manylinux_2_17_x86_64.manylinux2014_x86_64", "manylinux_2_28_x86_64",
+                         "manylinux_2_28_aarch64", "manylinux2014_aarch64"):
+                files.append(_wheel(f"torch-{rel.torch}.0-{t}-{t}-{plat}.whl"))
+            if py in rel.pythons_on("win_amd64"):
+                files.append(_wheel(f"torch-{rel.torch}.0-{t}-{t}-win_amd64.whl"))
+        torch[f"{rel.torch}.0"] = files
+    projects["torch"] = torch
+    projects.update(overrides)
+    calls = []
+
+    def fetch(name):
+        calls.append(name)
+        releases = projects.get(name)
+        return None if releases is None else {"info": {"name": name}, "releases": releases}
+
+    fetch.calls = calls
+    return fetch
+
+
+def _run(cells, registry=None, **kw):
+    out = io.StringIO()
+    rc = pf.preflight(cells, registry, out=out, **kw)
+    return rc, out.getvalue().splitlines()
+
+
+# ----------------------------------------------------------------------------- the real matrix
+
+
+def test_real_matrix_offline_passes():
+    rc, lines = _run(None)
+    assert rc == 0, "\n".join(lines)
+    assert len(lines) == 1
+    n = len(support.cells())
+    assert lines[0].startswith(f"preflight passed: {n} cells, {n} pass, 0 fail;")
+    assert "registry checks skipped (--offline)" in lines[0]
+    assert f"torch from download.pytorch.org for {n} cells (not checked)" in lines[0]
+
+
+def test_real_matrix_with_a_registry_that_has_every_pin_passes():
+    fetch = _fake_pypi()
+    registry = pf.Registry(fetch)
+    rc, lines = _run(None, registry)
+    assert rc == 0, "\n".join(lines)
+    # one request per project, however many cells pin it
+    assert sorted(fetch.calls) == sorted(set(fetch.calls))
+
+
+def test_main_offline_exit_status_and_one_summary_line(capsys):
+    assert pf.main(["--offline", "--platform", "win_amd64"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and out[0].startswith("preflight passed:")
+
+
+def test_main_unknown_filter_is_a_usage_error(capsys):
+    assert pf.main(["--offline", "--torch", "9.9"]) == 2
+    assert "torch must be one of" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- output format
+
+
+def test_one_line_per_failing_cell_and_a_summary(monkeypatch):
+    bad_py = dataclasses.replace(_cell(WIN_NEW), python="3.8")
+    good = _cell(LINUX_13)
+    bad_env = _cell(WIN_OLD)
+
+    def env_of(cell):
+        env = build_cell.cibuildwheel_env(cell)
+        if cell == bad_env:  # two problems, still one line
+            env = dict(env, CIBW_BUILD="cp39-win_amd64")
+            env["CIBW_ENVIRONMENT_WINDOWS"] = env["CIBW_ENVIRONMENT_WINDOWS"].replace(
+                "-allow-unsupported-compiler ", "")
+        return env
+
+    rc, lines = _run([bad_py, good, bad_env], env_of=env_of)
+    assert rc == 1
+    fails = [ln for ln in lines if ln.startswith("FAIL ")]
+    assert [ln.split(":")[0] for ln in fails] == [
+        f"FAIL {matrix.cell_id(bad_py)}", f"FAIL {matrix.cell_id(bad_env)}"]
+    assert "compiler:" in fails[1] and "environment:" in fails[1]
+    assert len(lines) == len(fails) + 1
+    assert lines[-1].startswith("preflight FAILED: 3 cells, 1 pass, 2 fail;")
+
+
+def test_verbose_prints_the_disk_estimate_of_every_cell():
+    rc, lines = _run([_cell(LINUX_13), _cell(WIN_NEW)], verbose=True)
+    assert rc == 0
+    disk = [ln for ln in lines if "disk ~" in ln]
+    assert len(disk) == 2 and all("GB of 14.0 GB" in ln for ln in disk)
+
+
+# ----------------------------------------------------------------------------- environment
+
+
+def test_environment_as_cibuildwheel_parses_it_is_checked():
+    cell = _cell(WIN_NEW)
+    env = build_cell.cibuildwheel_env(cell)
+    home = build_cell.toolkit_home(cell)
+    # The form issue 8 found: double quotes around a Windows path, which cibuildwheel reads the
+    # way bash does (backslashes dropped).
+    broken = dict(env, CIBW_ENVIRONMENT_WINDOWS=f'CUDA_HOME="{home}" CUDA_PATH="{home}" '
+                  f'PATH="{home}\\bin;$PATH" MAMBA_KERNELS_RELEASE=1 DISTUTILS_USE_SDK=1')
+    rep = pf.CellReport("x")
+    pf.check_environment(cell, rep, broken)
+    assert any("CUDA_HOME='C:Program Files" in p for p in rep.problems), rep.problems
+    rep = pf.CellReport("x")
+    pf.check_environment(cell, rep, env)
+    assert rep.problems == []
+
+
+def test_environment_linux_values_and_identifier():
+    cell = _cell(LINUX_13)
+    env = build_cell.cibuildwheel_env(cell)
+    rep = pf.CellReport("x")
+    got = pf.check_environment(cell, rep, env)
+    assert rep.problems == [] and got["CUDA_HOME"] == build_cell.toolkit_home(cell)
+    broken = dict(env, CIBW_ENVIRONMENT_LINUX=env["CIBW_ENVIRONMENT_LINUX"].replace("sccache ", ""),
+                  CIBW_BUILD="cp312-musllinux_x86_64", CIBW_MANYLINUX_X86_64_IMAGE="manylinux_2_99")
+    rep = pf.CellReport("x")
+    pf.check_environment(cell, rep, broken)
+    text = "; ".join(rep.problems)
+    assert "PYTORCH_NVCC" in text and "CIBW_BUILD" in text and "manylinux_2_99" in text
+    assert "does not select" in text  # the skip list of ci/cibuildwheel.toml drops musllinux
+
+
+def test_environment_unparseable_is_one_reason():
+    cell = _cell(LINUX_13)
+    env = dict(build_cell.cibuildwheel_env(cell), CIBW_ENVIRONMENT_LINUX='CUDA_HOME="unterminated')
+    rep = pf.check_cell(cell, env=env)
+    assert rep.problems and rep.problems[0].startswith("environment: cibuildwheel cannot parse it")
+
+
+def test_python_outside_the_platform_range_fails(monkeypatch):
+    # torch 2.5 shipped no cp313 Windows wheel: a table that forgets it makes such a cell.
+    cell = support.Cell("2.5", "12.4", "3.13", "win_amd64", None, None, 17)
+    rep = pf.CellReport("x")
+    pf.check_python(cell, rep)
+    assert rep.problems == ["python: torch 2.5 on win_amd64 covers Python 3.9, 3.10, 3.11, 3.12, not 3.13"]
+    rep = pf.CellReport("x")
+    pf.check_python(dataclasses.replace(cell, python="3.12"), rep)
+    assert rep.problems == []
+
+
+# ----------------------------------------------------------------------------- compiler
+
+
+def test_windows_old_nvcc_without_the_msvc_override_fails(monkeypatch):
+    cell = _cell(WIN_OLD)
+    parsed = pf.cibw_environment(cell)
+    rep = pf.CellReport("x")
+    pf.check_compiler(cell, rep, parsed)
+    assert rep.problems == []
+    monkeypatch.setattr(build_cell, "windows_compiler_env", lambda c: {})
+    rep = pf.CellReport("x")
+    pf.check_compiler(cell, rep, pf.cibw_environment(cell))
+    assert len(rep.problems) == 1 and "nvcc 12.1 refuses windows-2022's MSVC 19.44" in rep.problems[0]
+    assert "-allow-unsupported-compiler" in rep.problems[0] and "CL /D_ALLOW" in rep.problems[0]
+
+
+def test_windows_new_nvcc_needs_no_flags_until_its_msvc_limit(monkeypatch):
+    cell = _cell(WIN_NEW)
+    rep = pf.CellReport("x")
+    pf.check_compiler(cell, rep, pf.cibw_environment(cell))
+    assert rep.problems == []
+    monkeypatch.setitem(pf.RUNNER_MSVC, "windows-2022", 1950)  # a runner with a newer MSVC
+    pf.check_compiler(cell, rep, pf.cibw_environment(cell))
+    assert rep.problems and "nvcc 13.0 refuses" in rep.problems[0]
+
+
+def test_linux_gcc_newer_than_nvcc_accepts_fails(monkeypatch):
+    cell = _cell(LINUX_12)  # manylinux_2_28: build_cell picks gcc-toolset-13 for CUDA 12.6
+    rep = pf.CellReport("x")
+    pf.check_compiler(cell, rep, pf.cibw_environment(cell))
+    assert rep.problems == []
+    # Without the gcc-toolset override the image's GCC 15 meets nvcc 12.6 (GCC <= 13).
+    monkeypatch.setattr(build_cell, "host_compiler_env", lambda c: {})
+    rep = pf.CellReport("x")
+    pf.check_compiler(cell, rep, pf.cibw_environment(cell))
+    assert rep.problems == ["compiler: nvcc 12.6 accepts GCC up to 13, the build uses GCC 15 "
+                            "(manylinux_2_28's default)"]
+
+
+def test_linux_mismatched_or_unreadable_compiler_names_fail():
+    cell = _cell(LINUX_12)
+    env = dict(pf.cibw_environment(cell))
+    rep = pf.CellReport("x")
+    pf.check_compiler(cell, rep, dict(env, CXX="/opt/rh/gcc-toolset-14/root/usr/bin/g++"))
+    assert rep.problems and "different GCCs" in rep.problems[0]
+    rep = pf.CellReport("x")
+    pf.check_compiler(cell, rep, dict(env, CC="/usr/bin/clang"))
+    assert rep.problems and "cannot tell the GCC version of CC" in rep.problems[0]
+
+
+def test_linux_cxx20_needs_gcc_10(monkeypatch):
+    cell = _cell(LINUX_13)  # torch 2.14: C++20
+    monkeypatch.setitem(pf.IMAGE_GCC, "manylinux_2_28", 9)
+    rep = pf.CellReport("x")
+    pf.check_compiler(cell, rep, pf.cibw_environment(cell))
+    assert rep.problems and "needs C++20" in rep.problems[0]
+
+
+# ----------------------------------------------------------------------------- registry
+
+
+def test_pinned_toolkit_version_missing_from_the_registry_fails(monkeypatch):
+    # The 13.4 defect of issue 8: nvidia-cuda-cccl==13.4.* does not exist on PyPI.
+    registry = pf.Registry(_fake_pypi())  # PyPI as it is: every real pin
+    release, versions = support._PYPI_TOOLKITS["13.4"]
+    monkeypatch.setitem(support._PYPI_TOOLKITS, "13.4", (release, versions[:3] + ("13.4.92",) + versions[4:]))
+    cell = _cell("cu134torch2.14-cp312-linux_x86_64")
+    rep = pf.check_cell(cell, registry)
+    assert rep.problems == ["registry: PyPI has no nvidia-cuda-cccl 13.4.92"]
+
+
+def test_pin_without_a_wheel_for_the_platform_fails():
+    cuo, version = support.PYPI_CUOBJDUMP.split("==")
+    only_x86 = {version: [_wheel(f"nvidia_cuda_cuobjdump-{version}-py3-none-manylinux_2_17_x86_64.whl")]}
+    registry = pf.Registry(_fake_pypi(**{cuo: only_x86}))
+    assert pf.check_cell(_cell("cu130torch2.14-cp312-linux_x86_64"), registry).problems == []
+    rep = pf.check_cell(_cell("cu130torch2.14-cp312-linux_aarch64"), registry)
+    assert rep.problems == [f"registry: PyPI's {cuo} {version} has no wheel for linux_aarch64 cp312"]
+
+
+def test_wheel_newer_than_the_image_glibc_does_not_count():
+    tags = pf.supported_tags("3.11", "linux_x86_64", (2, 17))
+    assert not pf._wheel_fits([_wheel("x-1-py3-none-manylinux_2_28_x86_64.whl")], tags)
+    assert pf._wheel_fits([_wheel("x-1-py3-none-manylinux1_x86_64.whl")], tags)
+    assert not pf._wheel_fits([dict(_wheel("x-1-py3-none-manylinux1_x86_64.whl"), yanked=True)], tags)
+    assert not pf._wheel_fits([_wheel("x-1-cp312-cp312-manylinux1_x86_64.whl")], tags)
+
+
+def test_torch_without_a_wheel_for_the_python_and_platform_fails():
+    fetch = _fake_pypi()
+    cell = support.Cell("2.5", "12.4", "3.13", "win_amd64", None, None, 17)
+    rep = pf.CellReport("x")
+    pf.check_registry(cell, rep, pf.Registry(fetch))
+    assert rep.problems == ["registry: PyPI has no torch 2.5.* wheel for win_amd64 cp313"]
+
+
+def test_unreadable_registry_is_one_line_per_cell_and_fails(monkeypatch):
+    def down(name):
+        raise pf.RegistryError(f"could not read https://pypi.invalid/pypi/{name}/json: timed out (2 tries)")
+
+    cells = [_cell(LINUX_13), _cell(WIN_NEW)]
+    rc, lines = _run(cells, pf.Registry(down))
+    assert rc == 1
+    assert [ln.split(":")[0] for ln in lines[:-1]] == [f"FAIL {matrix.cell_id(c)}" for c in cells]
+    assert "timed out" in lines[0] and "Traceback" not in "\n".join(lines)
+    assert lines[0].count("registry:") == 1 and "more projects" in lines[0]
+    assert "7 unreadable (could not read" in lines[-1]  # torch and the six 13.0 toolkit pins
+
+
+class _Handler(BaseHTTPRequestHandler):
+    projects: dict = {}
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        name = self.path.strip("/").split("/")[-2]
+        if name == "broken":
+            self.send_response(500)
+            self.end_headers()
+            return
+        if name not in self.projects:
+            self.send_response(404)
+            self.end_headers()
+            return
+        body = json.dumps({"releases": self.projects[name]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def json_server():
+    _Handler.projects = {"torch": {"2.14.0": [_wheel("torch-2.14.0-cp312-cp312-win_amd64.whl")]}}
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/pypi"
+    server.shutdown()
+    server.server_close()
+
+
+def test_http_fetcher_against_a_local_json_server(json_server):
+    fetch = pf.http_fetcher(json_server, timeout=5)
+    assert fetch("torch")["releases"]["2.14.0"]
+    assert fetch("no-such-project") is None
+    with pytest.raises(pf.RegistryError, match=r"HTTP 500 \(2 tries\)"):
+        fetch("broken")
+    rep = pf.check_cell(_cell(WIN_NEW), pf.Registry(fetch))
+    assert rep.problems == []
+    rep = pf.check_cell(_cell("cu130torch2.14-cp313-win_amd64"), pf.Registry(fetch))
+    assert rep.problems == ["registry: PyPI has no torch 2.14.* wheel for win_amd64 cp313"]
+
+
+def test_http_fetcher_unreachable_is_one_line():
+    fetch = pf.http_fetcher("http://127.0.0.1:9/pypi", timeout=2)  # the discard port: refused
+    with pytest.raises(pf.RegistryError) as e:
+        fetch("torch")
+    assert "\n" not in str(e.value) and "could not read http://127.0.0.1:9/pypi/torch/json" in str(e.value)
+
+
+# ----------------------------------------------------------------------------- jobs and disk
+
+
+def test_matrix_over_the_job_limit_fails():
+    cells = support.cells(platform="linux_x86_64")
+    problems, jobs = pf.check_matrices(cells, limit=len(cells) - 1)
+    assert problems == [f"FAIL matrix linux_x86_64: {len(cells)} jobs, over GitHub's limit of "
+                        f"{len(cells) - 1} per matrix"]
+    rc, lines = _run(cells, limit=len(cells) - 1)
+    assert rc == 1 and lines[-2].startswith("FAIL matrix linux_x86_64") and "(-1 left)" in lines[-1]
+
+
+def test_matrix_split_is_read_from_the_release_workflow(tmp_path):
+    wf = tmp_path / "release.yml"
+    wf.write_text("jobs: {}\n")
+    problems, _ = pf.check_matrices(support.cells(platform="win_amd64"), workflow=wf)
+    assert len(problems) == 3 and all("no longer runs one build matrix" in p for p in problems)
+    problems, jobs = pf.check_matrices(support.cells())
+    assert problems == [] and sum(jobs.values()) == len(support.cells())
+
+
+def test_disk_estimate_counts_a_pip_cache_and_fails_over_the_free_disk():
+    cell = _cell(LINUX_13)
+    parsed = pf.cibw_environment(cell)
+    rep = pf.CellReport("x")
+    pf.check_disk(cell, rep, parsed)
+    assert rep.problems == [] and 0 < rep.disk_gb < pf.RUNNER_FREE_DISK_GB
+    with_cache = {k: v for k, v in parsed.items() if k != "PIP_NO_CACHE_DIR"}
+    rep2 = pf.CellReport("x")
+    pf.check_disk(cell, rep2, with_cache)
+    assert "pip cache" in rep2.disk_parts and rep2.disk_gb > rep.disk_gb
+    assert rep2.problems and rep2.problems[0].startswith("disk: estimated")
+    rep3 = pf.CellReport("x")
+    pf.check_disk(cell, rep3, parsed, free_gb=5.0)
+    assert rep3.problems and "5.0 GB free" in rep3.problems[0]
