@@ -53,7 +53,7 @@ CELL_VAR = "MAMBA_KERNELS_CI_CELL"
 CIBW_CONFIG = ROOT / "ci" / "cibuildwheel.toml"
 # Where provision puts a CUDA toolkit assembled from PyPI inside the manylinux container.
 CONTAINER_TOOLKIT = "/opt/mamba-kernels-cuda"
-# Libraries the wheel must take from the installed torch and its CUDA packages (compat.md 6.4).
+# Libraries the wheel must take from the installed torch and its CUDA packages (docs/COMPAT.md §8).
 LINUX_EXCLUDES = (
     "libc10*.so*",
     "libtorch*.so*",

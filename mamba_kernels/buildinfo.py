@@ -1,5 +1,7 @@
 """The runtime guard: read a compiled extension's build metadata and compare it with the
-running torch before dispatch trusts the binary (DESIGN.md principle 6).
+running torch before dispatch trusts the binary: the metadata travels inside the binary, so
+a wheel paired with the wrong torch is refused with a reason instead of failing at a symbol
+(the rules: docs/COMPAT.md §9).
 
 Each extension exposes ``BUILD_INFO``: the JSON string mamba_kernels/build.py compiled in.
 """

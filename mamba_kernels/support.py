@@ -1,10 +1,11 @@
 """The support table: which torch / CUDA / Python / platform / C++ ABI combinations exist.
 
-This is the one source of truth for those facts (DESIGN.md principle 1): setup.py, the
+This is the one place those facts live, so a fact changes in one edit: setup.py, the
 build-matrix generator, the resolver, the doctor and the tests read it. Data only plus
-small lookups; no torch import. Facts come from ../shared/reference/compat.md (section
-named at each item) and, where that table is silent, from the torch wheels on PyPI
-(file names, Requires-Python and torch/version.py of the default build), read 2026-11-29.
+small lookups; no torch import (setup.py imports it before torch may be installed). What
+each fact means and where it was learned (PyTorch's release tooling, or the torch wheels
+on PyPI: file names, Requires-Python and torch/version.py of the default build, read
+2026-11-29) is in docs/COMPAT.md, section named at each item.
 
 A *cell* is one wheel we build: (torch major.minor, CUDA variant, CPython version,
 platform, C++ ABI). Cells are exactly the combinations torch itself shipped, intersected
@@ -55,12 +56,12 @@ class TorchRelease:
         if platform == "win_amd64":
             return None
         if platform == "linux_aarch64":
-            return True  # every aarch64 CUDA build is cxx11 (compat.md 2.2; aarch64 CUDA only from 2.7)
+            return True  # every aarch64 CUDA build is cxx11 (docs/COMPAT.md §2; they start with 2.7)
         return self.linux_cxx11_abi[cuda]
 
     @property
     def has_two_abis(self) -> bool:
-        """torch 2.6 shipped both ABIs on Linux (compat.md 2.2): labels must tell them apart."""
+        """torch 2.6 shipped both ABIs on Linux (docs/COMPAT.md §2): labels must tell them apart."""
         return len(set(self.linux_cxx11_abi.values())) > 1
 
 
@@ -92,18 +93,18 @@ _ALL_PRE = ("11.8", "12.1", "12.4")  # for torch <= 2.5 every Linux build is pre
 
 # fmt: off
 RELEASES: Tuple[TorchRelease, ...] = (
-    # 2.1-2.3 are not in compat.md 2.1. PyPI: Requires-Python >=3.8, cp38-cp311 (2.1) and
+    # 2.1-2.3 predate PyTorch's release lists. PyPI: Requires-Python >=3.8, cp38-cp311 (2.1) and
     # cp38-cp312 (2.2, 2.3); the PyPI Linux wheel needs nvidia-*-cu12==12.1.*; PyTorch's own
     # index carries cu118 and cu121 for all three (Linux x86_64 and Windows). aarch64 PyPI
-    # wheels of these are CPU builds. ABI and glibc as 2.4/2.5 (compat.md 2.2, 2.3).
+    # wheels of these are CPU builds. ABI and glibc as 2.4/2.5 (docs/COMPAT.md §1, §2, §3).
     _release("2.1", ("3.8", "3.11"), ("11.8", "12.1"), pypi="12.1", pre_cxx11=_ALL_PRE,
              manylinux="manylinux_2_17"),
     _release("2.2", ("3.8", "3.12"), ("11.8", "12.1"), pypi="12.1", pre_cxx11=_ALL_PRE,
              manylinux="manylinux_2_17"),
     _release("2.3", ("3.8", "3.12"), ("11.8", "12.1"), pypi="12.1", pre_cxx11=_ALL_PRE,
              manylinux="manylinux_2_17"),
-    # compat.md 2.1 (2.4-2.14), 2.2 (ABI), 2.3 (glibc), 2.4 (C++ standard). Python ranges as
-    # the PyPI file lists show (2.5 has cp39-cp313, where compat.md's table says 3.9-3.12).
+    # docs/COMPAT.md §1 (2.4-2.14), §2 (ABI), §3 (glibc), §4 (C++ standard). Python ranges as
+    # the PyPI file lists show (2.5 has cp39-cp313, where PyTorch's release list says 3.9-3.12).
     _release("2.4", ("3.8", "3.12"), ("11.8", "12.1", "12.4"), pypi="12.1", pre_cxx11=_ALL_PRE,
              manylinux="manylinux_2_17"),
     # torch 2.5.x on PyPI: Linux x86_64 cp39-cp313, but Windows only cp39-cp312 (the first
@@ -126,13 +127,14 @@ RELEASES: Tuple[TorchRelease, ...] = (
              pypi="13.0"),
     _release("2.13", ("3.10", "3.14"), ("12.6", "13.0", "13.2"), aarch64=("12.6", "13.0", "13.2"),
              pypi="13.0", cxx_std=20),
-    # compat.md 2.1: 13.4 is not built for Windows. PyPI 2.14.x has cp310-cp314 (the test
+    # docs/COMPAT.md §1.1: 13.4 is not built for Windows. PyPI 2.14.x has cp310-cp314 (the test
     # channel's 3.15 did not ship on PyPI). Its headers reject C++17 (ATen/ATen.h #error).
     _release("2.14", ("3.10", "3.14"), ("12.6", "13.0", "13.2", "13.4"),
              aarch64=("12.6", "13.0", "13.2", "13.4"), windows=("12.6", "13.0", "13.2"),
              pypi="13.0", cxx_std=20),
-    # Not in compat.md. PyPI 2.15.0 (2026-10-28): Requires-Python >=3.11, cp311-cp315, and its
-    # Linux x86_64 and aarch64 wheels are the CUDA 13.2 build (version.py: cuda = '13.2').
+    # Newer than PyTorch's release lists (docs/COMPAT.md §1.1). PyPI 2.15.0 (2026-10-28):
+    # Requires-Python >=3.11, cp311-cp315, and its Linux x86_64 and aarch64 wheels are the
+    # CUDA 13.2 build (version.py: cuda = '13.2').
     # The other variants live on PyTorch's own index, which cannot be read from here: only
     # the confirmed 13.2 Linux variant is listed until they are.
     _release("2.15", ("3.11", "3.15"), ("13.2",), aarch64=("13.2",), windows=(), pypi="13.2",
@@ -143,10 +145,10 @@ RELEASES: Tuple[TorchRelease, ...] = (
 _BY_TORCH: Dict[str, TorchRelease] = {r.torch: r for r in RELEASES}
 
 # Default SASS targets per CUDA variant and platform, newest last; the newest also gets
-# PTX. PyTorch's own lists (compat.md 2.6, .ci/manywheel/build_cuda.sh), from sm_75 up like
-# the anchors (Pascal and Volta dropped; nvcc 13 has nothing below sm_75, compat.md 2.7):
+# PTX. PyTorch's own lists (docs/COMPAT.md §5.1), from sm_75 up like upstream causal-conv1d
+# and mamba (Pascal and Volta dropped; nvcc 13 has nothing below sm_75, docs/COMPAT.md §5.2):
 # older GPUs run the PyTorch path. aarch64 drops 7.5 and 8.6 (PyTorch's aarch64 filter)
-# and CUDA 13 adds 11.0 there. 13.2 and 13.4 are not in the reference: they keep 13.0's list.
+# and CUDA 13 adds 11.0 there. 13.2 and 13.4 are not in the lists read: they keep 13.0's.
 _X86_12 = ("7.5", "8.0", "8.6", "9.0")
 _X86_128 = ("7.5", "8.0", "8.6", "9.0", "10.0", "12.0")
 _ARCHS_X86: Dict[str, Tuple[str, ...]] = {

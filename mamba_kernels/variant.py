@@ -1,11 +1,11 @@
 """Variant labels, wheel file names, and the rules for when a binary fits an environment.
 
-The only place the label format is written and parsed (DESIGN.md principle 1). No torch
-import.
+The only place the label format is written and parsed, so every writer and reader of a
+label agrees on it. No torch import.
 
 Label: ``cu{XYZ}torch{M.m}``, e.g. ``cu130torch2.14``, ``cu118torch2.1``: CUDA major and
 minor of the torch build (``torch.version.cuda``) and torch's major.minor. torch 2.6 is
-the one release that shipped two C++ ABIs on Linux (compat.md 2.2), so its Linux labels
+the one release that shipped two C++ ABIs on Linux (docs/COMPAT.md §2), so its Linux labels
 end in ``cxx11`` or ``precxx11``: ``cu126torch2.6cxx11``, ``cu124torch2.6precxx11``.
 As a PEP 440 local version that is ``0.1.0+cu126torch2.6cxx11`` (segments
 ``cu126torch2`` and ``6cxx11``: letters and digits only, already in normal form, so
@@ -169,8 +169,8 @@ def mismatches(
 ) -> List[str]:
     """Why a binary built for ``built`` cannot run with the given torch; empty when it can.
 
-    Rules (DESIGN.md "Variants and wheels"): torch major.minor equal; CUDA major equal and the
-    binary's CUDA minor not above torch's; C++ ABI equal (where both are known).
+    Rules (why each holds: docs/COMPAT.md §9): torch major.minor equal; CUDA major equal and
+    the binary's CUDA minor not above torch's; C++ ABI equal (where both are known).
     """
     problems: List[str] = []
     running_mm = minor(torch_version, "torch_version")

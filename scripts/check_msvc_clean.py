@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Check that the C++/CUDA sources stay compilable by MSVC (DESIGN.md, Conventions).
+"""Check that the C++/CUDA sources stay compilable by MSVC (docs/COMPAT.md §7.1).
 
 Rules, each one a construct GCC and Clang accept but MSVC (the host compiler of every
 Windows wheel) rejects or miscompiles:

@@ -1,7 +1,7 @@
 """Drop-in for ``mamba_ssm.ops.selective_scan_interface``.
 
 Same names, positional order, defaults, shapes, dtypes, output layouts and in-place
-contracts as mamba_ssm (see shared/reference/kernel-api.md section 2). Deliberate
+contracts as mamba_ssm 2.3.2.post1 (tests/test_selective_scan_api_surface.py pins them). Deliberate
 differences, both towards the maths:
 
 * ``return_last_state`` with a fixed (2-D) B returns the true state h, like

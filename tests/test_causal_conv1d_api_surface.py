@@ -1,5 +1,6 @@
 """Every public name of causal-conv1d 1.7.0 imports from the module path consumers use
-(kernel-api.md 1.1), with the original's signatures."""
+(the package and its causal_conv1d_interface, causal_conv1d_varlen and cpp_functions
+modules), with the original's signatures."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The build-matrix generator and the ``matrix`` verb.
 
-Expected values are written out here from ../shared/reference/compat.md (sections named) and
-PyTorch's conventions, not computed with the code under test.
+Expected values are written out here from docs/COMPAT.md (sections named) and PyTorch's
+conventions, not computed with the code under test.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def test_wheel_names_parse_back_to_their_cell():
             c.torch, c.cuda, c.python, c.platform)
 
 
-# (torch, platform) -> (CUDA variants, number of CPython versions >= 3.9): compat.md 2.1, with
-# Windows lacking 13.4 (CUDA_ARCHES_NO_WINDOWS) and aarch64 CUDA builds only from torch 2.7.
+# (torch, platform) -> (CUDA variants, number of CPython versions >= 3.9): docs/COMPAT.md §1, with
+# Windows lacking 13.4 and aarch64 CUDA builds only from torch 2.7.
 PINNED = {
     ("2.4", "linux_x86_64"): (("11.8", "12.1", "12.4"), 4),  # 3.9-3.12 (3.8 below our floor)
     ("2.4", "linux_aarch64"): ((), 0),
@@ -82,7 +82,7 @@ def test_filters_combine_and_validate():
     assert cells and {c.torch for c in cells} == {"2.1", "2.2", "2.3", "2.4", "2.5"}
     assert {c.platform for c in matrix.select(os="windows")} == {"win_amd64"}
     assert {c.platform for c in matrix.select(arch="aarch64")} == {"linux_aarch64"}
-    assert not [c for c in matrix.select(os="windows") if c.cuda == "13.4"]  # compat.md 2.1
+    assert not [c for c in matrix.select(os="windows") if c.cuda == "13.4"]  # docs/COMPAT.md §1.1
     assert {c.python for c in matrix.select(torch="2.14")} == {"3.10", "3.11", "3.12", "3.13", "3.14"}
     for kwargs, message in [
         ({"os": "macos"}, r"os must be one of linux, windows, got 'macos'"),
@@ -102,7 +102,7 @@ def test_ci_fields_of_one_linux_cell():
     assert f["id"] == "cu130torch2.14-cp311-linux_x86_64"
     assert f["wheel"] == "mamba_kernels-0.1.0+cu130torch2.14-cp311-cp311-manylinux_2_28_x86_64.whl"
     assert f["label"] == "cu130torch2.14"
-    # PyTorch's cu130 list (compat.md 2.6), from sm_75, PTX for the newest.
+    # PyTorch's cu130 list (docs/COMPAT.md §5.1), from sm_75, PTX for the newest.
     assert f["arch_list"] == "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
     assert f["torch_index"] == "https://download.pytorch.org/whl/cu130"
     assert f["torch_requirement"] == "torch==2.14.*"
@@ -115,7 +115,7 @@ def test_ci_fields_of_one_linux_cell():
 def test_ci_fields_of_old_linux_aarch64_and_windows_cells():
     (old,) = matrix.select(torch="2.4", cuda="12.1", python="3.9", platform="linux_x86_64")
     f = matrix.ci_fields(old, "0.1.0")
-    assert f["cibw_image"] == "manylinux2014"  # glibc 2.17 baseline for torch <= 2.5 (compat.md 2.3)
+    assert f["cibw_image"] == "manylinux2014"  # glibc 2.17 baseline for torch <= 2.5 (docs/COMPAT.md §3)
     assert f["wheel"].endswith("-cp39-cp39-manylinux_2_17_x86_64.manylinux2014_x86_64.whl")
     assert f["toolkit"] == "nvidia-repo" and f["torch_index"].endswith("/cu121")
     (arm,) = matrix.select(torch="2.13", cuda="13.0", python="3.12", platform="linux_aarch64")

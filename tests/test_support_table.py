@@ -1,6 +1,6 @@
-"""The support table, pinned fact by fact against ../shared/reference/compat.md (sections
-cited) and, for what compat.md lacks (2.1-2.3, 2.15, exact Python ranges), the torch files
-on PyPI as read on 2026-11-29."""
+"""The support table, pinned fact by fact against docs/COMPAT.md (sections cited): PyTorch's
+release lists and, where they are silent (2.1-2.3, 2.15, exact Python ranges), the torch
+files on PyPI as read on 2026-11-29."""
 
 import re
 
@@ -8,7 +8,7 @@ import pytest
 
 from mamba_kernels import support
 
-# compat.md 2.1: CUDA variants published per torch release (Linux x86_64), 2.4 to 2.14;
+# docs/COMPAT.md §1.1: CUDA variants published per torch release (Linux x86_64), 2.4 to 2.14;
 # 2.1-2.3 from PyTorch's index (cu118, cu121; PyPI's Linux wheel is the 12.1 build);
 # 2.15: only the PyPI build (13.2) is confirmed.
 CUDA_X86 = {
@@ -28,7 +28,7 @@ CUDA_X86 = {
     "2.14": ("12.6", "13.0", "13.2", "13.4"),
     "2.15": ("13.2",),
 }
-# compat.md 2.1 "aarch64 CUDA" column: none before 2.7.
+# docs/COMPAT.md §1.1, Linux aarch64: none before 2.7.
 CUDA_AARCH64 = {
     "2.7": ("12.8",),
     "2.8": ("12.9",),
@@ -61,7 +61,7 @@ PYTHONS = {
 # Where Windows differs (PyPI file list): torch 2.5.x has no cp313-win_amd64 wheel (Linux has
 # cp313); the first Windows cp313 wheel is 2.6.0.
 WIN_PYTHONS = {"2.5": ("3.9", "3.12")}
-# compat.md 2.1 STABLE_CUDA_VERSIONS column, PyPI metadata for the rest.
+# docs/COMPAT.md §1.3: PyTorch's release lists, PyPI metadata for the rest.
 PYPI_CUDA = {
     "2.1": "12.1", "2.2": "12.1", "2.3": "12.1", "2.4": "12.1", "2.5": "12.4", "2.6": "12.4",
     "2.7": "12.6", "2.8": "12.8", "2.9": "12.8", "2.10": "12.8", "2.11": "13.0", "2.12": "13.0",
@@ -78,7 +78,7 @@ def test_cuda_variants_per_platform(torch):
     rel = support.torch_release(torch)
     assert rel.cuda["linux_x86_64"] == CUDA_X86[torch]
     assert rel.cuda["linux_aarch64"] == CUDA_AARCH64.get(torch, ())
-    # compat.md 2.1: CUDA_ARCHES_NO_WINDOWS = ["13.4"]; 2.15's Windows CUDA builds are unconfirmed.
+    # docs/COMPAT.md §1.1: no 13.4 build for Windows; 2.15's Windows CUDA builds are unconfirmed.
     expected_win = () if torch == "2.15" else tuple(c for c in CUDA_X86[torch] if c != "13.4")
     assert rel.cuda["win_amd64"] == expected_win
 
@@ -94,7 +94,7 @@ def test_python_range_and_pypi_cuda(torch):
 
 
 def test_cxx11_abi_per_torch_cuda_platform():
-    # compat.md 2.2: <= 2.5 pre-cxx11; 2.6 mixed (cu126 cxx11, cu118/cu124 pre); >= 2.7 cxx11.
+    # docs/COMPAT.md §2: <= 2.5 pre-cxx11; 2.6 mixed (cu126 cxx11, cu118/cu124 pre); >= 2.7 cxx11.
     for torch in ("2.1", "2.4", "2.5"):
         rel = support.torch_release(torch)
         assert all(rel.cxx11_abi(c, "linux_x86_64") is False for c in rel.cuda["linux_x86_64"])
@@ -114,8 +114,8 @@ def test_cxx11_abi_per_torch_cuda_platform():
 
 
 def test_manylinux_baseline_and_cxx_standard():
-    # compat.md 2.3: torch <= 2.5 manylinux_2_17, >= 2.6 manylinux_2_28.
-    # compat.md 2.4 + torch 2.14's ATen.h "#error C++20 or later": C++20 from 2.13.
+    # docs/COMPAT.md §3: torch <= 2.5 manylinux_2_17, >= 2.6 manylinux_2_28.
+    # docs/COMPAT.md §4: C++20 from 2.13.
     for rel in support.RELEASES:
         minor = int(rel.torch.split(".")[1])
         assert rel.manylinux == ("manylinux_2_17" if minor <= 5 else "manylinux_2_28")
@@ -123,7 +123,7 @@ def test_manylinux_baseline_and_cxx_standard():
 
 
 def test_default_archs_per_cuda_and_platform():
-    # compat.md 2.6 (PyTorch's lists) from sm_75 up; aarch64 filter drops 7.5 and 8.6, adds 11.0 on CUDA 13.
+    # docs/COMPAT.md §5.1 (PyTorch's lists) from sm_75 up; aarch64 drops 7.5 and 8.6, adds 11.0 on CUDA 13.
     assert support.default_archs("11.8", "linux_x86_64") == ("7.5", "8.0", "8.6", "9.0")
     assert support.default_archs("12.6", "win_amd64") == ("7.5", "8.0", "8.6", "9.0")
     assert support.default_archs("12.8", "linux_x86_64")[-2:] == ("10.0", "12.0")
@@ -135,7 +135,7 @@ def test_default_archs_per_cuda_and_platform():
 
 
 def test_cuda_13_has_nothing_below_sm75_anywhere():
-    # compat.md 2.7: nvcc 13 no longer targets sm < 75.
+    # docs/COMPAT.md §5.2: nvcc 13 no longer targets sm < 75.
     for cuda in ("13.0", "13.2", "13.4"):
         for plat in support.PLATFORMS:
             assert min(float(a) for a in support.default_archs(cuda, plat)) >= 7.5

@@ -1,5 +1,5 @@
 // Parameters and launchers of the causal_conv1d kernels. Plain data only: no torch here,
-// so the .cu files compile without ATen headers (see DESIGN.md, "Kernels know nothing of torch").
+// so the .cu files compile without ATen headers (smaller compile units, less for MSVC to parse).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,5 +1,5 @@
 // Parameters and launchers of the selective-scan kernels (forward and backward). Plain data
-// only: no torch here (see DESIGN.md, "Kernels know nothing of torch").
+// only: no torch here, so the .cu files compile without ATen headers.
 //
 // Math, per batch b, channel d, state n (complex A: complex h, B, C; y takes 2 Re):
 //   dt_t = softplus(delta_t + delta_bias)  (softplus optional; identity above 20)

@@ -1,5 +1,5 @@
 // Parameters and launcher of the selective_state_update decode kernel (one token of the scan).
-// Plain data only: no torch here (DESIGN.md, "Kernels know nothing of torch").
+// Plain data only: no torch here, so the .cu files compile without ATen headers.
 #pragma once
 
 #include <cuda_runtime.h>
