@@ -221,7 +221,7 @@ def compile_flags(
     nvcc = ["-O3", f"--threads={nvcc_threads}"] + build_archs.gencode_flags(arch_plan)
     if platform == "win_amd64":
         # MSVC: standard-conforming mode and a truthful __cplusplus (torch checks it); CCCL in
-        # CUDA >= 13.2 needs the conforming preprocessor (compat.md 2.7).
+        # CUDA >= 13.2 needs the conforming preprocessor (docs/COMPAT.md §6).
         msvc = ["/permissive-", "/Zc:__cplusplus"]
         cxx = ["/O2", f"/std:c++{cxx_std}"] + msvc
         host = msvc + (["/Zc:preprocessor"] if nvcc_v >= (13, 2) else [])
