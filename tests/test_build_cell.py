@@ -94,13 +94,20 @@ def test_environment_quoting_survives_awkward_values():
     assert got["A"] == values["A"] and got["B"] == "plain" and got["PATH"] == r"C:\p q\bin;C:\w"
 
 
+def _patch_sh(monkeypatch, fake_sh):
+    # build_cell's shared steps and the platform cell builders (ci/platforms/) run commands
+    # through their own module's name.
+    monkeypatch.setattr(build_cell, "sh", fake_sh)
+    monkeypatch.setattr(build_cell.platforms.base, "sh", fake_sh)
+
+
 def _captured_sh(monkeypatch):
     calls = []
 
     def fake_sh(cmd, env=None, cwd=None):
         calls.append(list(cmd))
 
-    monkeypatch.setattr(build_cell, "sh", fake_sh)
+    _patch_sh(monkeypatch, fake_sh)
     return calls
 
 
@@ -135,7 +142,7 @@ def test_windows_repair_excludes_msvc_runtime_torch_and_cuda(monkeypatch, tmp_pa
         calls.append(list(cmd))
         (tmp_path / "out" / "x.whl").write_bytes(b"")
 
-    monkeypatch.setattr(build_cell, "sh", fake_sh)
+    _patch_sh(monkeypatch, fake_sh)
     build_cell.repair(cell, tmp_path / "in.whl", tmp_path / "out", torch_lib=r"C:\t\lib")
     (cmd,) = calls
     assert cmd[:2] == ["delvewheel", "repair"]
@@ -181,3 +188,38 @@ def test_a_cell_installs_torch_once_without_a_pip_cache(monkeypatch, tmp_path):
     for site in (build_site, test_site):
         (pth,) = site.glob("*.pth")
         assert pth.read_text().strip() == str(shared)
+
+
+# ----------------------------------------------------------------------------- platforms
+
+
+def test_each_platform_has_one_cell_builder_implementing_the_whole_interface():
+    platforms = build_cell.platforms
+    base = platforms.base.Platform
+    interface = platforms.base.INTERFACE
+    assert {"toolkit_home", "provision_toolkit", "cibuildwheel_env", "repair_command"} <= set(interface)
+    for builder in platforms.PLATFORMS:
+        missing = [m for m in interface if getattr(type(builder), m) is getattr(base, m)]
+        assert missing == [], f"{builder.name} does not implement {missing}"
+    for plat in support.PLATFORMS:
+        cell = next(iter(matrix.select(platform=plat)))
+        assert [b for b in platforms.PLATFORMS if b.handles(cell)] == [platforms.for_cell(cell)]
+
+
+def test_build_cell_has_no_platform_name_branches():
+    """build_cell.py dispatches through platforms.for_cell: no platform name in its code and no
+    comparison of a cell's platform (sys.platform, the machine's, is not a cell's)."""
+    import ast
+
+    tree = ast.parse((ROOT / "ci" / "build_cell.py").read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and node.value in support.PLATFORMS:
+            found.append(f"line {node.lineno}: {node.value!r}")
+        if isinstance(node, ast.Compare):
+            against_none = any(isinstance(c, ast.Constant) and c.value is None for c in node.comparators)
+            for side in [node.left, *node.comparators]:
+                if (isinstance(side, ast.Attribute) and side.attr == "platform" and not against_none
+                        and not (isinstance(side.value, ast.Name) and side.value.id == "sys")):
+                    found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    assert found == []

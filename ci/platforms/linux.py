@@ -1,0 +1,180 @@
+"""Linux cells (linux_x86_64, linux_aarch64): built by cibuildwheel inside the cell's manylinux
+container, CUDA from PyPI (13.x) or NVIDIA's RPM repository (11.8/12.x), repaired by auditwheel,
+compiled through sccache."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from mamba_kernels import matrix, support, variant
+
+from . import base
+from .base import CellError, Platform, environment_string
+
+# Where provision puts a CUDA toolkit assembled from PyPI inside the manylinux container.
+CONTAINER_TOOLKIT = "/opt/mamba-kernels-cuda"
+# Libraries the wheel must take from the installed torch and its CUDA packages (docs/COMPAT.md §8).
+LINUX_EXCLUDES = (
+    "libc10*.so*",
+    "libtorch*.so*",
+    "libcuda.so*",
+    "libcudart.so*",
+    "libnvrtc*.so*",
+    "libnvToolsExt*.so*",
+    "libcufile*.so*",
+    "libcurand*.so*",
+    "libgomp*.so*",
+)
+# cuobjdump (only listing, so one pinned 13.x build serves every cell): support.PYPI_CUOBJDUMP.
+PYPI_CUOBJDUMP = support.PYPI_CUOBJDUMP
+# Newest GCC each CUDA release accepts as host compiler (NVIDIA's installation guides).
+HOST_GCC = {"11.8": 11, "12.1": 12, "12.4": 13, "12.6": 13, "12.8": 14, "12.9": 14}
+SCCACHE_VERSION = "0.16.0"  # the compiler cache on Linux cells, pinned like every CI tool
+SCCACHE_CACHE_SIZE = "400M"  # per cache group; about 25 groups fit GitHub's 10 GB per repository
+
+
+def assemble_pypi_toolkit(cell: support.Cell, dest: Path, python: str = sys.executable) -> Path:
+    """Install CUDA ``cell.cuda``'s compiler from PyPI into ``dest`` and return its CUDA_HOME,
+    shaped as torch expects: bin/nvcc, include/, lib64/ with an unversioned libcudart.so."""
+    major = int(cell.cuda.split(".")[0])
+    if major < 13:
+        raise CellError(
+            f"CUDA {cell.cuda}: PyPI has no complete compiler before 13.x (its 11.8/12.x nvcc "
+            "wheels hold only ptxas and libnvvm); install the toolkit from NVIDIA"
+        )
+    pkgs = dest / "pkgs"
+    if not (pkgs / "nvidia" / f"cu{major}" / "bin").is_dir():
+        base.sh(
+            [python, "-m", "pip", "install", "--quiet", "--no-cache-dir", "--no-deps", "--target", str(pkgs)]
+            + support.pypi_toolkit(cell.cuda).requirements()
+        )
+    home = pkgs / "nvidia" / f"cu{major}"
+    tools = dest / "tools"
+    if not (tools / "nvidia" / "cu13" / "bin" / "cuobjdump").is_file():
+        base.sh(
+            [python, "-m", "pip", "install", "--quiet", "--no-cache-dir", "--no-deps", "--target", str(tools)]
+            + [PYPI_CUOBJDUMP]
+        )
+    if not (home / "bin" / "cuobjdump").exists() and (home / "bin").is_dir():
+        (home / "bin" / "cuobjdump").symlink_to(tools / "nvidia" / "cu13" / "bin" / "cuobjdump")
+    if not (home / "bin" / "nvcc").is_file():
+        raise CellError(f"the PyPI CUDA packages did not provide {home}/bin/nvcc")
+    lib64 = home / "lib64"
+    if not lib64.exists():
+        lib64.symlink_to("lib")
+    cudart = sorted((home / "lib").glob("libcudart.so.*"))
+    if not cudart:
+        raise CellError(f"{home}/lib has no libcudart.so.*")
+    link = home / "lib" / "libcudart.so"
+    if not link.exists():
+        link.symlink_to(cudart[0].name)
+    return home
+
+
+def install_repo_toolkit(cell: support.Cell) -> Path:
+    """CUDA 11.8/12.x inside a manylinux container: NVIDIA's RPM repository (root needed)."""
+    mm = cell.cuda.replace(".", "-")
+    arch = "x86_64" if cell.platform == "linux_x86_64" else "sbsa"
+    el = "rhel7" if cell.manylinux == "manylinux_2_17" else "rhel8"
+    repo = f"https://developer.download.nvidia.com/compute/cuda/repos/{el}/{arch}/cuda-{el}.repo"
+    home = Path(f"/usr/local/cuda-{cell.cuda}")
+    if (home / "bin" / "nvcc").is_file():
+        return home
+    pm = "yum" if el == "rhel7" else "dnf"
+    base.sh(
+        [
+            "bash",
+            "-c",
+            f"{pm} install -y yum-utils dnf-plugins-core || true; "
+            f"{'yum-config-manager' if el == 'rhel7' else 'dnf config-manager'} --add-repo {repo}",
+        ]
+    )
+    pkgs = [f"cuda-nvcc-{mm}", f"cuda-cudart-devel-{mm}", f"cuda-cuobjdump-{mm}", f"cuda-cccl-{mm}"]
+    base.sh([pm, "install", "-y"] + pkgs)
+    gcc = HOST_GCC.get(cell.cuda)
+    if gcc and el == "rhel8":
+        base.sh([pm, "install", "-y", f"gcc-toolset-{gcc}-gcc-c++"])
+    return home
+
+
+def host_compiler_env(cell: support.Cell) -> Dict[str, str]:
+    """CC/CXX for CUDA releases older than the container's default GCC (manylinux_2_28);
+    {} for every other cell, a Windows one included."""
+    gcc = HOST_GCC.get(cell.cuda)
+    if not gcc or not LINUX.handles(cell) or cell.manylinux != "manylinux_2_28":
+        return {}
+    root = f"/opt/rh/gcc-toolset-{gcc}/root/usr/bin"
+    return {"CC": f"{root}/gcc", "CXX": f"{root}/g++", "NVCC_PREPEND_FLAGS": f"-ccbin {root}/g++"}
+
+
+class Linux(Platform):
+    name = "linux"
+    tags = ("linux_x86_64", "linux_aarch64")
+
+    def toolkit_home(self, cell: support.Cell) -> str:
+        if matrix.toolkit_source(cell) == "pypi":
+            return f"{CONTAINER_TOOLKIT}/pkgs/nvidia/cu{cell.cuda.split('.')[0]}"
+        return f"/usr/local/cuda-{cell.cuda}"
+
+    def provision_toolkit(self, cell: support.Cell, python: str) -> None:
+        if matrix.toolkit_source(cell) == "pypi":
+            assemble_pypi_toolkit(cell, Path(CONTAINER_TOOLKIT), python)
+        else:
+            install_repo_toolkit(cell)
+
+    def compiler_env(self, cell: support.Cell) -> Dict[str, str]:
+        return host_compiler_env(cell)
+
+    def cibuildwheel_env(
+        self, cell: support.Cell, extra: Dict[str, str], compiler: Dict[str, str], host_cache: str
+    ) -> Dict[str, str]:
+        """On Linux the compiler cache (sccache, which torch puts in front of the C++ compiler
+        and PYTORCH_NVCC puts in front of nvcc) lives in ``host_cache`` on the host, mounted
+        into the container, so CI can save it even when a build times out and a re-run resumes
+        from it."""
+        home = extra["CUDA_HOME"]
+        extra = dict(extra, **compiler)
+        key = "X86_64" if cell.platform == "linux_x86_64" else "AARCH64"
+        env = {f"CIBW_MANYLINUX_{key}_IMAGE": matrix.ci_fields(cell)["cibw_image"]}
+        # Without -MD (torch's ninja rule adds it to nvcc unless told not to) sccache can cache
+        # the nvcc objects; the size cap keeps a few dozen such caches inside the repository's
+        # 10 GB.
+        extra.update(
+            SCCACHE_DIR="/sccache",
+            SCCACHE_CACHE_SIZE=SCCACHE_CACHE_SIZE,
+            PYTORCH_NVCC=f"sccache {home}/bin/nvcc",
+            TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES="1",
+        )
+        env["CIBW_ENVIRONMENT_LINUX"] = environment_string(extra, path_prefix=f"{home}/bin", path_sep=":")
+        env["CIBW_CONTAINER_ENGINE"] = f"docker; create_args: --volume {host_cache}:/sccache"
+        return env
+
+    def build_tools(self) -> List[str]:
+        return [f"sccache=={SCCACHE_VERSION}"]
+
+    def torch_dir(self) -> Path:
+        return Path("/opt/mamba-kernels-torch")
+
+    def repair_command(
+        self, cell: support.Cell, wheel: Path, dest: Path, torch_lib: Optional[str], plat: Optional[str]
+    ) -> Tuple[List[str], Optional[Dict[str, str]]]:
+        plat = plat or variant.platform_tag(cell).split(".")[0]
+        cmd = ["auditwheel", "repair", "--plat", plat, "--only-plat", "-w", str(dest)]
+        for pattern in LINUX_EXCLUDES:
+            cmd += ["--exclude", pattern]
+        env = dict(os.environ)
+        if torch_lib:
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [torch_lib, env.get("LD_LIBRARY_PATH")]))
+        return cmd + [str(wheel)], env
+
+    def runner_env(self) -> Dict[str, str]:
+        return {}
+
+    def builds_locally(self, cell: support.Cell) -> bool:
+        return cell.platform == support.PLATFORMS[0] and sys.platform == "linux"
+
+
+LINUX = Linux()

@@ -1,0 +1,164 @@
+"""Windows cells (win_amd64): built by cibuildwheel on the runner itself with MSVC, CUDA from
+NVIDIA's network installer, repaired by delvewheel."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from mamba_kernels import support
+
+from . import base
+from .base import CellError, Platform, environment_string
+
+# Windows: torch's and CUDA's DLLs come from the installed torch; the MSVC C++ runtime
+# (msvcp140*, vcruntime140*, concrt140, vcomp140, vccorlib140) is the system's or the one torch
+# loads first. delvewheel 1.13 leaves out only vcruntime140*.dll by itself and would bundle
+# msvcp140.dll. delvewheel lowercases these and matches them with '*' wildcards.
+WINDOWS_TORCH_CUDA_EXCLUDES = (
+    "c10*.dll",
+    "torch*.dll",
+    "caffe2*.dll",
+    "fbgemm*.dll",
+    "asmjit*.dll",
+    "libiomp5md.dll",
+    "libomp*.dll",
+    "uv.dll",
+    "cudart64_*.dll",
+    "cuda*.dll",
+    "nvrtc*.dll",
+    "nvjitlink*.dll",
+    "nvtoolsext*.dll",
+    "cublas*.dll",
+    "cufft*.dll",
+    "curand*.dll",
+    "cusolver*.dll",
+    "cusparse*.dll",
+    "cudnn*.dll",
+    "nccl*.dll",
+)
+MSVC_RUNTIME_EXCLUDES = (
+    "msvcp140*.dll",
+    "vcruntime140*.dll",
+    "concrt140*.dll",
+    "vcomp140*.dll",
+    "vccorlib140*.dll",
+)
+WINDOWS_EXCLUDES = WINDOWS_TORCH_CUDA_EXCLUDES + MSVC_RUNTIME_EXCLUDES
+# Full toolkit versions for NVIDIA's Windows network installer.
+WINDOWS_CUDA = {
+    "11.8": "11.8.0",
+    "12.1": "12.1.1",
+    "12.4": "12.4.1",
+    "12.6": "12.6.3",
+    "12.8": "12.8.1",
+    "12.9": "12.9.1",
+    "13.0": "13.0.2",
+    "13.2": "13.2.0",
+}
+
+
+def msvc_env() -> Dict[str, str]:
+    """The environment of the MSVC x64 developer prompt (vcvars64.bat), found with vswhere."""
+    vswhere = Path(os.environ.get("ProgramFiles(x86)", r"C:\Program Files (x86)")) / (
+        r"Microsoft Visual Studio\Installer\vswhere.exe"
+    )
+    if not vswhere.is_file():
+        raise CellError(f"{vswhere} not found: install Visual Studio 2022 Build Tools")
+    vs = subprocess.run(
+        [str(vswhere), "-latest", "-products", "*", "-property", "installationPath"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    bat = Path(vs) / "VC" / "Auxiliary" / "Build" / "vcvars64.bat"
+    out = subprocess.run(f'cmd /s /c ""{bat}" >nul && set"', capture_output=True, text=True, shell=True)
+    if out.returncode != 0:
+        raise CellError(f"{bat} failed: {out.stderr.strip()[:200]}")
+    return dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+
+
+def install_windows_toolkit(cell: support.Cell) -> Path:
+    """NVIDIA's network installer, silent, compiler and runtime only."""
+    full = WINDOWS_CUDA.get(cell.cuda)
+    if full is None:
+        raise CellError(f"no Windows installer version known for CUDA {cell.cuda}; add it to WINDOWS_CUDA")
+    home = Path(WINDOWS.toolkit_home(cell))
+    if (home / "bin" / "nvcc.exe").is_file():
+        return home
+    url = (
+        f"https://developer.download.nvidia.com/compute/cuda/{full}/network_installers/"
+        f"cuda_{full}_windows_network.exe"
+    )
+    exe = Path(tempfile.gettempdir()) / f"cuda_{full}.exe"
+    import urllib.request
+
+    base.log(f"downloading {url}")
+    urllib.request.urlretrieve(url, exe)  # noqa: S310 (fixed https URL)
+    mm = cell.cuda
+    parts = ["nvcc", "cudart", "crt", "nvvm", "cuobjdump", "thrust", "visual_studio_integration"]
+    base.sh([str(exe), "-s"] + [f"{p}_{mm}" for p in parts] + ["-n"])
+    if not (home / "bin" / "nvcc.exe").is_file():
+        raise CellError(f"the CUDA {full} installer did not create {home}\\bin\\nvcc.exe")
+    return home
+
+
+def windows_compiler_env(cell: support.Cell) -> Dict[str, str]:
+    """Flags that make an nvcc older than 12.4 accept the runners' MSVC 19.4x (support.py);
+    {} for every other cell, a Linux one included. nvcc reads NVCC_APPEND_FLAGS itself; cl.exe
+    reads CL itself, for the C++ files and for the host side of every nvcc compile, so no build
+    script has to pass them on."""
+    if not WINDOWS.handles(cell) or not support.nvcc_needs_msvc_override(cell.cuda):
+        return {}
+    define = "_ALLOW_COMPILER_AND_STL_VERSION_MISMATCH"
+    return {"NVCC_APPEND_FLAGS": f"-allow-unsupported-compiler -D{define}", "CL": f"/D{define}"}
+
+
+class Windows(Platform):
+    name = "windows"
+    tags = ("win_amd64",)
+
+    def toolkit_home(self, cell: support.Cell) -> str:
+        return rf"C:\Program Files\NVIDIA GPU Computing Toolkit\CUDA\v{cell.cuda}"
+
+    def provision_toolkit(self, cell: support.Cell, python: str) -> None:
+        install_windows_toolkit(cell)
+
+    def compiler_env(self, cell: support.Cell) -> Dict[str, str]:
+        return windows_compiler_env(cell)
+
+    def cibuildwheel_env(
+        self, cell: support.Cell, extra: Dict[str, str], compiler: Dict[str, str], host_cache: str
+    ) -> Dict[str, str]:
+        """No container and no compiler cache: the toolkit and MSVC are the runner's."""
+        home = extra["CUDA_HOME"]
+        extra = dict(extra, CUDA_PATH=home, DISTUTILS_USE_SDK="1", **compiler)
+        value = environment_string(extra, path_prefix=home + "\\bin", path_sep=";")
+        return {"CIBW_ENVIRONMENT_WINDOWS": value}
+
+    def build_tools(self) -> List[str]:
+        return []
+
+    def torch_dir(self) -> Path:
+        return Path(tempfile.gettempdir()) / "mamba-kernels-torch"
+
+    def repair_command(
+        self, cell: support.Cell, wheel: Path, dest: Path, torch_lib: Optional[str], plat: Optional[str]
+    ) -> Tuple[List[str], Optional[Dict[str, str]]]:
+        cmd = ["delvewheel", "repair", "-w", str(dest), "--no-mangle-all"]
+        cmd += ["--exclude", ";".join(WINDOWS_EXCLUDES)]
+        if torch_lib:
+            cmd += ["--add-path", torch_lib]
+        return cmd + [str(wheel)], None
+
+    def runner_env(self) -> Dict[str, str]:
+        return msvc_env()
+
+    def builds_locally(self, cell: support.Cell) -> bool:
+        return False
+
+
+WINDOWS = Windows()
