@@ -84,28 +84,27 @@ RUNNER_PATH = {
     "windows": r"C:\Windows\system32;C:\hostedtoolcache\windows\Python\3.12.10\x64;C:\Program Files\Git\bin",
 }
 
-# Host compilers nvcc accepts. nvcc's crt/host_config.h stops the compile ("unsupported GNU
-# version" / "unsupported Microsoft Visual Studio version") when the host compiler is newer than
-# the CUDA release knows. Newest GCC per release: build_cell.HOST_GCC for 11.8 to 12.9; the 13.x
-# figures are read from the host_config.h of the PyPI nvidia-cuda-crt wheels this project pins
-# (13.0 and 13.2 stop above GCC 15, 13.4 above GCC 16).
-NVCC_MAX_GCC: Dict[str, int] = {**build_cell.HOST_GCC, "13.0": 15, "13.2": 15, "13.4": 16}
-# The oldest GCC that compiles torch's C++20 headers with nvcc (build_toolchain: GCC >= 10).
-CXX20_MIN_GCC = 10
+# Host compilers nvcc accepts (docs/COMPAT.md §7; the facts are data in mamba_kernels/support.json,
+# copied here so a test can vary them). nvcc's crt/host_config.h stops the compile ("unsupported
+# GNU version" / "unsupported Microsoft Visual Studio version") when the host compiler is newer
+# than the CUDA release knows.
+# Newest GCC per CUDA release: NVIDIA's installation guides for 11.8 to 12.9; the 13.x figures are
+# read from the host_config.h of the PyPI nvidia-cuda-crt wheels this project pins (13.0 and 13.2
+# stop above GCC 15, 13.4 above GCC 16). The oldest GCC that compiles torch's C++20 headers with
+# nvcc (build_toolchain: GCC >= 10).
+NVCC_MAX_GCC: Dict[str, int] = dict(support.NVCC_MAX_GCC)
+CXX20_MIN_GCC = support.CXX20_MIN_GCC
 # MSVC: the first _MSC_VER each nvcc refuses. Before 12.4 that is 1940 (19.4x, Visual Studio
 # 2022 17.10 and later), which nvcc accepts only with -allow-unsupported-compiler, and whose STL
-# then refuses the old nvcc unless _ALLOW_COMPILER_AND_STL_VERSION_MISMATCH is defined
+# then refuses the old nvcc unless MSVC_OVERRIDE_DEFINE is defined
 # (support.nvcc_needs_msvc_override). 12.4 to 13.0 refuse 1950 and later, 13.2 and 13.4 1960.
-NVCC_MSVC_REFUSES: Dict[str, int] = {
-    "11.8": 1940, "12.1": 1940, "12.4": 1950, "12.6": 1950, "12.8": 1950, "12.9": 1950,
-    "13.0": 1950, "13.2": 1960, "13.4": 1960,
-}
-# The MSVC of each Windows runner image: windows-2022 carries Visual Studio 2022 17.14 (19.44).
-RUNNER_MSVC = {"windows-2022": 1944}
-MSVC_OVERRIDE_DEFINE = "_ALLOW_COMPILER_AND_STL_VERSION_MISMATCH"
+NVCC_MSVC_REFUSES: Dict[str, int] = dict(support.NVCC_MSVC_REFUSES)
+# The _MSC_VER of each Windows runner image (windows-2022: Visual Studio 2022 17.14, 19.44).
+RUNNER_MSVC: Dict[str, int] = dict(support.RUNNER_MSVC)
+MSVC_OVERRIDE_DEFINE = support.MSVC_OVERRIDE_DEFINE
 # The GCC on PATH in each manylinux image that cibuildwheel 4.3.5 pins (its 2026.10.26 images):
 # manylinux2014 has devtoolset-10; manylinux_2_28 moved from gcc-toolset-14 to 15 in 2026-01.
-IMAGE_GCC = {"manylinux2014": 10, "manylinux_2_28": 15}
+IMAGE_GCC: Dict[str, int] = dict(support.IMAGE_GCC)
 
 # Free disk of GitHub's standard Linux and Windows runners, as GitHub states it: 14 GB.
 RUNNER_FREE_DISK_GB = 14.0

@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
-"""Notice a torch release the support table lacks, and propose the table line for it.
+"""Notice a torch release the support table lacks, and propose the table entry for it.
 
-``python ci/torch_watch.py [--pypi-json FILE] [--apply] [--body FILE] [--proposed FILE]
-[--github-output FILE]``
+``python ci/torch_watch.py [--pypi-json FILE] [--apply] [--data FILE] [--body FILE]
+[--proposed FILE] [--github-output FILE]``
 
-Reads PyPI's JSON for torch (or FILE), finds the newest final major.minor release that
-mamba_kernels/support.py does not list, and prints what PyPI says about it: the CPython
-versions with wheels per platform (from the file names), Requires-Python, and the CUDA variant
-of the default Linux wheel (from its CUDA requirements). With --apply it inserts a
-``_release(...)`` line into the table for a pull request a maintainer completes (PyTorch's own
-index, which holds the other CUDA variants, is not reachable through PyPI's API); the line lists
-the PyPI CUDA variant on every platform PyPI has wheels for, so that the pull request's smoke
-build tries that torch on each of them before merge.
+Reads PyPI's JSON for torch (or FILE), finds the newest final major.minor release that the support
+table (mamba_kernels/support.json, read by mamba_kernels/support.py) does not list, and prints what
+PyPI says about it: the CPython versions with wheels per platform (from the file names),
+Requires-Python, and the CUDA variant of the default Linux wheel (from its CUDA requirements).
+With --apply it appends a ``releases`` entry to the data file (never to code) for a pull request a
+maintainer completes (PyTorch's own index, which holds the other CUDA variants, is not reachable
+through PyPI's API); the entry lists the PyPI CUDA variant on every platform PyPI has wheels for,
+so that the pull request's smoke build tries that torch on each of them before merge. The file is
+rewritten in its canonical formatting (``support.write_data``), so the diff is the new entry alone.
 
 Each release is proposed once, on the branch ``torch-watch/torch-<major.minor>``. --proposed
 reads the repository's pull requests (``gh pr list --state all --json
@@ -20,7 +21,8 @@ closed or merged, is not proposed again.
 
 Exit 0 with nothing to propose, 10 when a new release was found and should be proposed (so the
 workflow knows to push the branch and open the pull request). --github-output appends
-``new``, ``torch``, ``branch`` and ``changed`` (the file --apply edited) for the workflow.
+``new``, ``torch``, ``branch`` and ``changed`` (the data file --apply edited, relative to the
+repository) for the workflow.
 """
 
 from __future__ import annotations
@@ -31,14 +33,14 @@ import re
 import sys
 import urllib.request
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mamba_kernels import support  # noqa: E402
 
-SUPPORT_PY = ROOT / "mamba_kernels" / "support.py"
+SUPPORT_DATA = support.DATA_FILE
 PYPI_URL = "https://pypi.org/pypi/torch/json"
 NEW_RELEASE = 10
 
@@ -48,9 +50,10 @@ def _mm(version: str) -> Tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
-def newest_missing(pypi: Dict[str, Any]) -> Optional[str]:
-    """The newest final release (``2.16.0``) whose major.minor the table lacks, or None."""
-    known = {r.torch for r in support.RELEASES}
+def newest_missing(pypi: Dict[str, Any], known: Optional[Set[str]] = None) -> Optional[str]:
+    """The newest final release (``2.16.0``) whose major.minor the table (or ``known``) lacks,
+    or None."""
+    known = {r.torch for r in support.RELEASES} if known is None else known
     finals = [v for v, files in pypi["releases"].items() if re.fullmatch(r"\d+\.\d+\.\d+", v) and files]
     newest_known = max(_mm(t + ".0") for t in known)
     missing = [v for v in finals if f"{_mm(v)[0]}.{_mm(v)[1]}" not in known and _mm(v) > newest_known]
@@ -96,35 +99,38 @@ def facts(pypi: Dict[str, Any], version: str) -> Dict[str, Any]:
     }
 
 
-def table_line(f: Dict[str, Any]) -> str:
-    """The ``_release(...)`` entry for the table: the PyPI CUDA variant on every platform PyPI
+def release_entry(f: Dict[str, Any]) -> Dict[str, Any]:
+    """The ``releases`` entry for the data file: the PyPI CUDA variant on every platform PyPI
     has wheels for (PyTorch's index is expected to carry it there too; the smoke build before
-    merge finds out), Windows' Python range where it differs."""
+    merge finds out), each platform's Python range where it differs from the union."""
     mm = ".".join(f["version"].split(".")[:2])
     cuda = f["pypi_cuda"] or "13.0"
-    lo, hi = f["pythons"][0], f["pythons"][-1]
-    plats = f.get("platforms", [])
-    aarch64 = f'("{cuda}",)' if "linux_aarch64" in plats else "()"
-    windows = f'("{cuda}",)' if "win_amd64" in plats else "()"
-    extra = ""
-    win = f.get("platform_pythons", {}).get("win_amd64")
-    if win and (win[0], win[-1]) != (lo, hi):
-        extra = f' win_pythons=("{win[0]}", "{win[-1]}"),'
-    note = "added by ci/torch_watch.py from PyPI: confirm the other CUDA variants"
-    return (
-        f'    _release("{mm}", ("{lo}", "{hi}"), ("{cuda}",), aarch64={aarch64}, windows={windows},{extra}\n'
-        f'             pypi="{cuda}", cxx_std=20, note="{note}"),\n'
-    )
+    plats = set(f.get("platforms", []))
+    per_platform = {
+        p: list(v) for p, v in f.get("platform_pythons", {}).items()
+        if p in support.PLATFORMS and list(v) != list(f["pythons"])
+    }
+    entry = {
+        "torch": mm,
+        "pythons": list(f["pythons"]),
+        "platform_pythons": {p: per_platform[p] for p in support.PLATFORMS if p in per_platform},
+        "cuda": {p: [cuda] if p in plats else [] for p in support.PLATFORMS},
+        "pypi_cuda": cuda,
+        "linux_pre_cxx11": [],
+        "manylinux": "manylinux_2_28",
+        "cxx_std": 20,
+        "note": "added by ci/torch_watch.py from PyPI: confirm the other CUDA variants",
+    }
+    assert tuple(entry) == support.RELEASE_KEYS
+    return entry
 
 
-def apply(line: str, path: Path = SUPPORT_PY) -> Path:
-    """Insert ``line`` as the last entry of RELEASES (before its closing parenthesis); the file
-    it edited."""
-    text = path.read_text()
-    start = text.index("RELEASES: Tuple[TorchRelease, ...] = (")
-    end = text.index("\n)\n", start)
-    path.write_text(text[: end + 1] + line + text[end + 1 :])
-    return path
+def apply(entry: Dict[str, Any], path: Path = SUPPORT_DATA) -> Path:
+    """Append ``entry`` as the newest release of the data file at ``path`` (checked, then
+    written canonically); the file it edited."""
+    data = support.read_data(path)
+    data["releases"].append(entry)
+    return support.write_data(data, path)
 
 
 def branch_name(version: str) -> str:
@@ -150,7 +156,8 @@ def _github_output(path: Optional[str], **values: str) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--pypi-json", help="read this file instead of PyPI")
-    p.add_argument("--apply", action="store_true", help="insert the proposed line into support.py")
+    p.add_argument("--apply", action="store_true", help="append the proposed entry to the data file")
+    p.add_argument("--data", default=str(SUPPORT_DATA), help="the support data file (default: %(default)s)")
     p.add_argument("--body", help="write a pull-request body (Markdown) here")
     p.add_argument("--proposed", help="the repository's pull requests as JSON (gh pr list --state all "
                    "--json number,state,headRefName,url): a release proposed before is skipped")
@@ -161,7 +168,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     else:
         with urllib.request.urlopen(PYPI_URL, timeout=60) as r:  # noqa: S310 (fixed https URL)
             pypi = json.load(r)
-    version = newest_missing(pypi)
+    data_file = Path(args.data).resolve()
+    known = {str(e["torch"]) for e in support.read_data(data_file)["releases"]}
+    version = newest_missing(pypi, known)
     if version is None:
         print("the support table covers the newest torch release")
         _github_output(args.github_output, new="false")
@@ -177,12 +186,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             _github_output(args.github_output, new="false", torch=mm, branch=branch)
             return 0
     f = facts(pypi, version)
-    line = table_line(f)
+    entry = release_entry(f)
     print(json.dumps(f, indent=2))
-    print(line, end="")
+    print(json.dumps(entry, indent=2))
     changed = ""
     if args.apply:
-        changed = str(apply(line).relative_to(ROOT))
+        edited = apply(entry, data_file)
+        changed = edited.relative_to(ROOT).as_posix() if ROOT in edited.parents else str(edited)
     if args.body:
         Path(args.body).write_text(
             f"torch {version} is on PyPI and not in the support table.\n\n"

@@ -1,11 +1,28 @@
-"""The support table: which torch / CUDA / Python / platform / C++ ABI combinations exist.
+"""The support table: which torch / CUDA / Python / platform / C++ ABI combinations exist, and
+the toolchain facts that go with them.
 
-This is the one place those facts live, so a fact changes in one edit: setup.py, the
-build-matrix generator, the resolver, the doctor and the tests read it. Data only plus
-small lookups; no torch import (setup.py imports it before torch may be installed). What
-each fact means and where it was learned (PyTorch's release tooling, or the torch wheels
-on PyPI: file names, Requires-Python and torch/version.py of the default build, read
-2026-11-29) is in docs/COMPAT.md, section named at each item.
+The facts themselves are data, in ``mamba_kernels/support.json`` next to this file; this module
+is the one reader of that file, and ``ci/torch_watch.py`` edits the data (never code) through
+:func:`read_data` / :func:`write_data`, which keep one canonical formatting so a change shows as
+a small diff. setup.py, the build-matrix generator, the resolver, the doctor, CI and the tests
+read the facts through the names below. No torch import and only the standard library (setup.py
+imports this before torch, or anything else, may be installed; Python 3.9 has no ``tomllib``,
+hence JSON).
+
+JSON has no comments: what each fact means and where it was learned (PyTorch's release tooling,
+or the torch wheels on PyPI: file names, Requires-Python and torch/version.py of the default
+build, read 2026-11-29) is in docs/COMPAT.md, and the data file's ``_about`` maps each key to its
+section:
+
+- ``platforms``, ``releases[].cuda``: §1.1 (CUDA variants per release and platform; 2.1-2.3 from
+  PyTorch's own index, 2.15 only the confirmed PyPI variant, no 13.4 build for Windows)
+- ``min_python``, ``releases[].pythons`` and ``platform_pythons``: §1.2 (PyPI's cp tags win over
+  the build-matrix script; torch 2.5 has no Windows cp313 wheel)
+- ``releases[].pypi_cuda``: §1.3; ``linux_pre_cxx11``: §2; ``manylinux``: §3; ``cxx_std``: §4
+- ``default_archs``: §5.1 and §5.2 (``x86_64`` serves Linux x86_64 and Windows)
+- ``pypi_toolkits``, ``pypi_cuobjdump``, ``windows_toolkits``: §6
+- ``msvc``: §7.1; ``gcc``: §7.2 (and the runner images' compilers ci/preflight.py checks against)
+- ``wheel_excludes``: §8
 
 A *cell* is one wheel we build: (torch major.minor, CUDA variant, CPython version,
 platform, C++ ABI). Cells are exactly the combinations torch itself shipped, intersected
@@ -14,22 +31,53 @@ with the Pythons this package supports (>= 3.9).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
-PLATFORMS: Tuple[str, ...] = ("linux_x86_64", "linux_aarch64", "win_amd64")
-# The oldest CPython this package runs on (pyproject.toml requires-python).
-MIN_PYTHON = (3, 9)
+DATA_FILE = Path(__file__).resolve().with_name("support.json")
+# The keys of one entry of ``releases``, in the order the data file keeps them.
+RELEASE_KEYS: Tuple[str, ...] = (
+    "torch", "pythons", "platform_pythons", "cuda", "pypi_cuda", "linux_pre_cxx11", "manylinux",
+    "cxx_std", "note",
+)
+
+
+def read_data(path: Union[str, Path] = DATA_FILE) -> Dict[str, Any]:
+    """The data file as JSON objects (key order kept)."""
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _dump(value: Any, depth: int) -> str:
+    # Lists of scalars on one line, every object key on its own line: a new release or a new
+    # CUDA variant is a few added lines, a changed version one changed line.
+    if isinstance(value, dict) and value:
+        pad = "  " * (depth + 1)
+        items = [f"{pad}{json.dumps(k)}: {_dump(v, depth + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + "  " * depth + "}"
+    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        pad = "  " * (depth + 1)
+        return "[\n" + ",\n".join(pad + _dump(v, depth + 1) for v in value) + "\n" + "  " * depth + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+def dump_data(data: Mapping[str, Any]) -> str:
+    """The canonical text of the data file (what :func:`write_data` writes)."""
+    return _dump(data, 0) + "\n"
+
+
+def write_data(data: Mapping[str, Any], path: Union[str, Path] = DATA_FILE) -> Path:
+    """Check ``data`` the way this module reads it, then write it canonically to ``path``."""
+    _check(data)
+    text = dump_data(data)
+    Path(path).write_text(text, encoding="utf-8", newline="\n")
+    return Path(path)
 
 
 def _vkey(v: str) -> Tuple[int, ...]:
     return tuple(int(x) for x in v.split("."))
-
-
-def _pythons(lo: str, hi: str) -> Tuple[str, ...]:
-    major, a = _vkey(lo)
-    _, b = _vkey(hi)
-    return tuple(f"{major}.{m}" for m in range(a, b + 1))
 
 
 @dataclass(frozen=True)
@@ -65,110 +113,91 @@ class TorchRelease:
         return len(set(self.linux_cxx11_abi.values())) > 1
 
 
-def _release(
-    torch: str,
-    pythons: Tuple[str, str],
-    x86: Sequence[str],
-    *,
-    pypi: str,
-    aarch64: Sequence[str] = (),
-    windows: Optional[Sequence[str]] = None,
-    win_pythons: Optional[Tuple[str, str]] = None,
-    pre_cxx11: Sequence[str] = (),
-    manylinux: str = "manylinux_2_28",
-    cxx_std: int = 17,
-    note: str = "",
-) -> TorchRelease:
-    cuda = {
-        "linux_x86_64": tuple(x86),
-        "linux_aarch64": tuple(aarch64),
-        "win_amd64": tuple(x86 if windows is None else windows),
-    }
-    abi = {c: c not in pre_cxx11 for c in x86}
-    per_platform = {"win_amd64": _pythons(*win_pythons)} if win_pythons else {}
-    return TorchRelease(torch, _pythons(*pythons), cuda, pypi, abi, manylinux, cxx_std, note, per_platform)
+class DataError(ValueError):
+    """The data file does not hold what this module needs; the message says where."""
 
 
-_ALL_PRE = ("11.8", "12.1", "12.4")  # for torch <= 2.5 every Linux build is pre-cxx11
+def _versions(value: Any, where: str) -> Tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise DataError(f"{where}: expected a list of version strings, got {value!r}")
+    try:
+        keys = [_vkey(v) for v in value]
+    except ValueError:
+        raise DataError(f"{where}: expected versions like '3.11' or '12.6', got {value!r}") from None
+    if keys != sorted(set(keys)):
+        raise DataError(f"{where}: versions must be distinct and oldest first, got {value!r}")
+    return tuple(value)
 
-# fmt: off
-RELEASES: Tuple[TorchRelease, ...] = (
-    # 2.1-2.3 predate PyTorch's release lists. PyPI: Requires-Python >=3.8, cp38-cp311 (2.1) and
-    # cp38-cp312 (2.2, 2.3); the PyPI Linux wheel needs nvidia-*-cu12==12.1.*; PyTorch's own
-    # index carries cu118 and cu121 for all three (Linux x86_64 and Windows). aarch64 PyPI
-    # wheels of these are CPU builds. ABI and glibc as 2.4/2.5 (docs/COMPAT.md §1, §2, §3).
-    _release("2.1", ("3.8", "3.11"), ("11.8", "12.1"), pypi="12.1", pre_cxx11=_ALL_PRE,
-             manylinux="manylinux_2_17"),
-    _release("2.2", ("3.8", "3.12"), ("11.8", "12.1"), pypi="12.1", pre_cxx11=_ALL_PRE,
-             manylinux="manylinux_2_17"),
-    _release("2.3", ("3.8", "3.12"), ("11.8", "12.1"), pypi="12.1", pre_cxx11=_ALL_PRE,
-             manylinux="manylinux_2_17"),
-    # docs/COMPAT.md §1 (2.4-2.14), §2 (ABI), §3 (glibc), §4 (C++ standard). Python ranges as
-    # the PyPI file lists show (2.5 has cp39-cp313, where PyTorch's release list says 3.9-3.12).
-    _release("2.4", ("3.8", "3.12"), ("11.8", "12.1", "12.4"), pypi="12.1", pre_cxx11=_ALL_PRE,
-             manylinux="manylinux_2_17"),
-    # torch 2.5.x on PyPI: Linux x86_64 cp39-cp313, but Windows only cp39-cp312 (the first
-    # Windows cp313 wheel is 2.6.0). PyTorch's CUDA wheels for Windows live on its own index,
-    # which cannot be read from here; they are taken to cover the same Pythons as the PyPI
-    # Windows wheels of the same release, as they do for every release that can be compared.
-    _release("2.5", ("3.9", "3.13"), ("11.8", "12.1", "12.4"), pypi="12.4", pre_cxx11=_ALL_PRE,
-             manylinux="manylinux_2_17", win_pythons=("3.9", "3.12")),
-    _release("2.6", ("3.9", "3.13"), ("11.8", "12.4", "12.6"), pypi="12.4", pre_cxx11=("11.8", "12.4"),
-             note="two C++ ABIs on Linux: cu118 and cu124 pre-cxx11, cu126 cxx11"),
-    _release("2.7", ("3.9", "3.13"), ("11.8", "12.6", "12.8"), aarch64=("12.8",), pypi="12.6"),
-    _release("2.8", ("3.9", "3.13"), ("12.6", "12.8", "12.9"), aarch64=("12.9",), pypi="12.8"),
-    _release("2.9", ("3.10", "3.14"), ("12.6", "12.8", "13.0"), aarch64=("12.6", "12.8", "13.0"),
-             pypi="12.8"),
-    _release("2.10", ("3.10", "3.14"), ("12.6", "12.8", "13.0"), aarch64=("12.6", "12.8", "13.0"),
-             pypi="12.8"),
-    _release("2.11", ("3.10", "3.14"), ("12.6", "12.8", "13.0"), aarch64=("12.6", "12.8", "13.0"),
-             pypi="13.0"),
-    _release("2.12", ("3.10", "3.14"), ("12.6", "13.0", "13.2"), aarch64=("12.6", "13.0", "13.2"),
-             pypi="13.0"),
-    _release("2.13", ("3.10", "3.14"), ("12.6", "13.0", "13.2"), aarch64=("12.6", "13.0", "13.2"),
-             pypi="13.0", cxx_std=20),
-    # docs/COMPAT.md §1.1: 13.4 is not built for Windows. PyPI 2.14.x has cp310-cp314 (the test
-    # channel's 3.15 did not ship on PyPI). Its headers reject C++17 (ATen/ATen.h #error).
-    _release("2.14", ("3.10", "3.14"), ("12.6", "13.0", "13.2", "13.4"),
-             aarch64=("12.6", "13.0", "13.2", "13.4"), windows=("12.6", "13.0", "13.2"),
-             pypi="13.0", cxx_std=20),
-    # Newer than PyTorch's release lists (docs/COMPAT.md §1.1). PyPI 2.15.0 (2026-10-28):
-    # Requires-Python >=3.11, cp311-cp315, and its Linux x86_64 and aarch64 wheels are the
-    # CUDA 13.2 build (version.py: cuda = '13.2').
-    # The other variants live on PyTorch's own index, which cannot be read from here: only
-    # the confirmed 13.2 Linux variant is listed until they are.
-    _release("2.15", ("3.11", "3.15"), ("13.2",), aarch64=("13.2",), windows=(), pypi="13.2",
-             cxx_std=20, note="only the PyPI CUDA variant (13.2, Linux) is confirmed"),
-)
-# fmt: on
 
+def release_from_data(entry: Mapping[str, Any], platforms: Optional[Tuple[str, ...]] = None) -> TorchRelease:
+    """One ``releases`` entry of the data file as a :class:`TorchRelease` (checked)."""
+    platforms = PLATFORMS if platforms is None else platforms
+    where = f"releases[{entry.get('torch', '?')}]"
+    if tuple(entry) != RELEASE_KEYS:
+        raise DataError(
+            f"{where}: keys must be {', '.join(RELEASE_KEYS)} in that order, got {', '.join(entry)}"
+        )
+    if set(entry["cuda"]) != set(platforms):
+        raise DataError(f"{where}.cuda: one list per platform ({', '.join(platforms)})")
+    cuda = {p: _versions(entry["cuda"][p], f"{where}.cuda.{p}") for p in platforms}
+    x86 = cuda["linux_x86_64"]
+    pre = _versions(entry["linux_pre_cxx11"], f"{where}.linux_pre_cxx11")
+    if not set(pre) <= set(x86):
+        raise DataError(f"{where}.linux_pre_cxx11: {pre!r} not all among the Linux x86_64 variants")
+    if entry["pypi_cuda"] not in x86:
+        raise DataError(f"{where}.pypi_cuda: {entry['pypi_cuda']!r} is not a Linux x86_64 variant")
+    if entry["manylinux"] not in ("manylinux_2_17", "manylinux_2_28"):
+        raise DataError(f"{where}.manylinux: {entry['manylinux']!r}")
+    if entry["cxx_std"] not in (17, 20):
+        raise DataError(f"{where}.cxx_std: {entry['cxx_std']!r}")
+    per_platform = entry["platform_pythons"]
+    if not isinstance(per_platform, dict) or not set(per_platform) <= set(platforms):
+        raise DataError(f"{where}.platform_pythons: platform -> Python list, got {per_platform!r}")
+    return TorchRelease(
+        torch=str(entry["torch"]),
+        pythons=_versions(entry["pythons"], f"{where}.pythons"),
+        cuda=cuda,
+        pypi_cuda=entry["pypi_cuda"],
+        linux_cxx11_abi={c: c not in pre for c in x86},
+        manylinux=entry["manylinux"],
+        cxx_std=entry["cxx_std"],
+        note=str(entry["note"]),
+        platform_pythons={p: _versions(v, f"{where}.platform_pythons.{p}") for p, v in per_platform.items()},
+    )
+
+
+def _check(data: Mapping[str, Any]) -> None:
+    """Everything this module derives from ``data`` can be derived (DataError otherwise)."""
+    platforms = tuple(data["platforms"])
+    rels = [release_from_data(e, platforms) for e in data["releases"]]
+    if [_vkey(r.torch) for r in rels] != sorted({_vkey(r.torch) for r in rels}):
+        raise DataError("releases: torch versions must be distinct and oldest first")
+    for arch, table in data["default_archs"].items():
+        for cuda, archs in table.items():
+            _versions(archs, f"default_archs.{arch}.{cuda}")
+    order = None
+    for cuda, tk in data["pypi_toolkits"].items():
+        if order is None:
+            order = tuple(tk["components"])
+        if tuple(tk["components"]) != order:
+            raise DataError(f"pypi_toolkits.{cuda}: components must be {', '.join(order)} in that order")
+
+
+_DATA = read_data()
+_check(_DATA)
+
+PLATFORMS: Tuple[str, ...] = tuple(_DATA["platforms"])  # ("linux_x86_64", "linux_aarch64", "win_amd64")
+# The oldest CPython this package runs on (pyproject.toml requires-python).
+MIN_PYTHON: Tuple[int, ...] = _vkey(_DATA["min_python"])
+
+RELEASES: Tuple[TorchRelease, ...] = tuple(release_from_data(e) for e in _DATA["releases"])
 _BY_TORCH: Dict[str, TorchRelease] = {r.torch: r for r in RELEASES}
 
-# Default SASS targets per CUDA variant and platform, newest last; the newest also gets
-# PTX. PyTorch's own lists (docs/COMPAT.md §5.1), from sm_75 up like upstream causal-conv1d
-# and mamba (Pascal and Volta dropped; nvcc 13 has nothing below sm_75, docs/COMPAT.md §5.2):
-# older GPUs run the PyTorch path. aarch64 drops 7.5 and 8.6 (PyTorch's aarch64 filter)
-# and CUDA 13 adds 11.0 there. 13.2 and 13.4 are not in the lists read: they keep 13.0's.
-_X86_12 = ("7.5", "8.0", "8.6", "9.0")
-_X86_128 = ("7.5", "8.0", "8.6", "9.0", "10.0", "12.0")
-_ARCHS_X86: Dict[str, Tuple[str, ...]] = {
-    "11.8": _X86_12,
-    "12.1": _X86_12,
-    "12.4": _X86_12,
-    "12.6": _X86_12,
-    "12.8": _X86_128,
-    "12.9": _X86_128,
-    "13.0": _X86_128,
-    "13.2": _X86_128,
-    "13.4": _X86_128,
-}
+# Default SASS targets per CUDA variant, newest last (the newest also gets PTX): x86_64 for
+# Linux x86_64 and Windows, aarch64 for Linux aarch64 (docs/COMPAT.md §5.1, §5.2).
+_ARCHS_X86: Dict[str, Tuple[str, ...]] = {k: tuple(v) for k, v in _DATA["default_archs"]["x86_64"].items()}
 _ARCHS_AARCH64: Dict[str, Tuple[str, ...]] = {
-    "12.6": ("8.0", "9.0"),
-    "12.8": ("8.0", "9.0", "10.0", "12.0"),
-    "12.9": ("8.0", "9.0", "10.0", "12.0"),
-    "13.0": ("8.0", "9.0", "10.0", "11.0", "12.0"),
-    "13.2": ("8.0", "9.0", "10.0", "11.0", "12.0"),
-    "13.4": ("8.0", "9.0", "10.0", "11.0", "12.0"),
+    k: tuple(v) for k, v in _DATA["default_archs"]["aarch64"].items()
 }
 
 
@@ -287,24 +316,16 @@ class PypiToolkit:
         return [f"{pkg}=={v}" for pkg, v in self.components.items()]
 
 
-# NVIDIA publishes, for each CUDA release, a ``cuda-toolkit`` metapackage on PyPI whose
-# Requires-Dist pins every component to one build; these are those pins, restated, for the
-# newest patch release of each minor (each version below was checked to have wheels for
-# Linux x86_64, Linux aarch64 and Windows). The components are what a complete 13.x compiler
-# needs: nvcc, nvvm, the crt headers, CCCL and the runtime. CCCL left the toolkit's numbering
-# after 13.2: toolkit 13.4 pins CCCL 13.3.4.3.1, and PyPI has no CCCL 13.4.x at all. (PyPI's
-# 11.8/12.x "nvcc" wheels hold only ptxas and libnvvm, so no 12.x compiler is listed.)
-_PYPI_TOOLKIT_ORDER = ("nvidia-cuda-nvcc", "nvidia-nvvm", "nvidia-cuda-crt", "nvidia-cuda-cccl",
-                       "nvidia-cuda-runtime")
-_PYPI_TOOLKITS: Dict[str, Tuple[str, Tuple[str, str, str, str, str]]] = {
-    # cuda: (cuda-toolkit release, (nvcc, nvvm, crt, cccl, runtime))
-    "13.0": ("13.0.2", ("13.0.88", "13.0.88", "13.0.88", "13.0.85", "13.0.96")),
-    "13.2": ("13.2.2", ("13.2.86", "13.2.86", "13.2.86", "13.2.86", "13.2.86")),
-    "13.4": ("13.4.3", ("13.4.92", "13.4.92", "13.4.92", "13.3.4.3.1", "13.4.92")),
+# The pins of NVIDIA's ``cuda-toolkit`` metapackage for the newest patch of each 13.x minor
+# (docs/COMPAT.md §6): cuda -> (cuda-toolkit release, versions in _PYPI_TOOLKIT_ORDER).
+_PYPI_TOOLKIT_ORDER: Tuple[str, ...] = tuple(next(iter(_DATA["pypi_toolkits"].values()))["components"])
+_PYPI_TOOLKITS: Dict[str, Tuple[str, Tuple[str, ...]]] = {
+    cuda: (tk["release"], tuple(tk["components"].values())) for cuda, tk in _DATA["pypi_toolkits"].items()
 }
-# cuobjdump only lists what a binary holds, so one build serves every 13.x cell; PyPI has it
-# from 13.2 on. This is the one of cuda-toolkit 13.4.3.
-PYPI_CUOBJDUMP = "nvidia-cuda-cuobjdump==13.4.92"
+# cuobjdump only lists what a binary holds, so one 13.x build serves every cell (§6).
+PYPI_CUOBJDUMP: str = _DATA["pypi_cuobjdump"]
+# Full toolkit versions for NVIDIA's Windows network installer, per CUDA minor (§6).
+WINDOWS_TOOLKITS: Dict[str, str] = dict(_DATA["windows_toolkits"])
 
 
 def pypi_toolkit(cuda: str) -> PypiToolkit:
@@ -318,11 +339,30 @@ def pypi_toolkit(cuda: str) -> PypiToolkit:
     return PypiToolkit(mm, release, dict(zip(_PYPI_TOOLKIT_ORDER, versions)))
 
 
-# The Windows runners (windows-2022) carry MSVC 19.4x (Visual Studio 2022 17.10 and later).
-# nvcc before CUDA 12.4 accepts MSVC only up to 19.3x (its host_config.h stops with "unsupported
-# Microsoft Visual Studio version"), and MSVC 19.4x's own STL refuses nvcc older than 12.4
-# (error STL1002) unless _ALLOW_COMPILER_AND_STL_VERSION_MISMATCH is defined.
-NVCC_FIRST_ACCEPTING_MSVC_19_4 = "12.4"
+# MSVC (docs/COMPAT.md §7.1). The first nvcc that accepts the runners' MSVC 19.4x; the first
+# _MSC_VER each nvcc refuses; the _MSC_VER of each Windows runner image; the define that makes
+# MSVC's STL accept an older nvcc.
+NVCC_FIRST_ACCEPTING_MSVC_19_4: str = _DATA["msvc"]["nvcc_first_accepting_19_4"]
+NVCC_MSVC_REFUSES: Dict[str, int] = dict(_DATA["msvc"]["nvcc_refuses"])
+RUNNER_MSVC: Dict[str, int] = dict(_DATA["msvc"]["runner_msvc"])
+MSVC_OVERRIDE_DEFINE: str = _DATA["msvc"]["override_define"]
+
+# GCC (docs/COMPAT.md §7.2). The newest GCC each nvcc accepts; the oldest GCC that compiles
+# torch's C++20 headers with nvcc; the default GCC of each manylinux image cibuildwheel pins.
+NVCC_MAX_GCC: Dict[str, int] = dict(_DATA["gcc"]["nvcc_max"])
+CXX20_MIN_GCC: int = _DATA["gcc"]["cxx20_min"]
+IMAGE_GCC: Dict[str, int] = dict(_DATA["gcc"]["image_gcc"])
+# The gcc-toolset a CUDA release needs in the manylinux_2_28 image: where the image's GCC is
+# newer than that nvcc accepts, the newest one it does accept.
+HOST_GCC: Dict[str, int] = {
+    cuda: gcc for cuda, gcc in NVCC_MAX_GCC.items() if gcc < IMAGE_GCC["manylinux_2_28"]
+}
+
+# Libraries wheel repair leaves out: torch's and CUDA's come from the installed torch, the
+# MSVC C++ runtime from the system (docs/COMPAT.md §8).
+LINUX_EXCLUDES: Tuple[str, ...] = tuple(_DATA["wheel_excludes"]["linux"])
+WINDOWS_TORCH_CUDA_EXCLUDES: Tuple[str, ...] = tuple(_DATA["wheel_excludes"]["windows_torch_cuda"])
+MSVC_RUNTIME_EXCLUDES: Tuple[str, ...] = tuple(_DATA["wheel_excludes"]["msvc_runtime"])
 
 
 def nvcc_needs_msvc_override(cuda: str) -> bool:

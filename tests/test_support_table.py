@@ -251,3 +251,63 @@ def test_msvc_flags_for_old_nvcc():
     # windows-2022 ships MSVC 19.4x; nvcc before 12.4 rejects it and the STL refuses old nvcc.
     assert support.nvcc_needs_msvc_override("11.8") and support.nvcc_needs_msvc_override("12.1")
     assert not any(support.nvcc_needs_msvc_override(c) for c in ("12.4", "12.6", "13.0", "13.2"))
+
+
+# ----------------------------------------------------------------------------- the data file
+
+
+def test_the_facts_are_data_and_round_trip_byte_for_byte(tmp_path):
+    # mamba_kernels/support.json is read by support.py alone, and is in canonical form: read,
+    # written back, it is the same bytes (so ci/torch_watch.py's diffs show only what changed).
+    raw = support.DATA_FILE.read_bytes()
+    assert support.dump_data(support.read_data()).encode("utf-8") == raw
+    copy = tmp_path / "support.json"
+    support.write_data(support.read_data(), copy)
+    assert copy.read_bytes() == raw
+    assert support.write_data(support.read_data(copy), copy) and copy.read_bytes() == raw
+
+
+def test_every_fact_in_the_module_comes_from_the_data_file():
+    data = support.read_data()
+    assert [support.release_from_data(e) for e in data["releases"]] == list(support.RELEASES)
+    assert support.PLATFORMS == tuple(data["platforms"]) and support.MIN_PYTHON == (3, 9)
+    assert support.PYPI_CUOBJDUMP == data["pypi_cuobjdump"]
+    assert support.LINUX_EXCLUDES == tuple(data["wheel_excludes"]["linux"])
+    assert support.WINDOWS_TOOLKITS["13.0"] == "13.0.2"
+    # The gcc-toolset a CUDA release needs in manylinux_2_28 (docs/COMPAT.md §7.2): newest GCC it
+    # accepts, where the image's own GCC is newer.
+    assert support.HOST_GCC == {"11.8": 11, "12.1": 12, "12.4": 13, "12.6": 13, "12.8": 14, "12.9": 14}
+    assert {k for k in data if not k.startswith("_")} <= set(data["_about"])
+
+
+def test_every_section_of_the_data_cites_compat_md():
+    about = support.read_data()["_about"]
+    for key, text in about.items():
+        if key != "what":
+            assert "docs/COMPAT.md §" in text, key
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda d: d["releases"][0].pop("note"), "keys must be"),
+        (lambda d: d["releases"][0]["cuda"]["linux_x86_64"].reverse(), "oldest first"),
+        (lambda d: d["releases"][0].update(pypi_cuda="9.9"), "not a Linux x86_64 variant"),
+        (lambda d: d["releases"][0].update(cxx_std=23), "cxx_std"),
+        (lambda d: d["releases"].append(d["releases"][0]), "distinct and oldest first"),
+        (lambda d: d["releases"][0]["cuda"].pop("win_amd64"), "one list per platform"),
+    ],
+)
+def test_bad_data_is_refused_before_it_is_written(tmp_path, edit, message):
+    data = support.read_data()
+    edit(data)
+    with pytest.raises(support.DataError, match=message):
+        support.write_data(data, tmp_path / "support.json")
+    assert not (tmp_path / "support.json").exists()
+
+
+def test_the_data_file_ships_with_the_package():
+    tomllib = pytest.importorskip("tomllib")  # the package itself reads only JSON
+
+    pyproject = tomllib.loads((support.DATA_FILE.parent.parent / "pyproject.toml").read_text())
+    assert "support.json" in pyproject["tool"]["setuptools"]["package-data"]["mamba_kernels"]

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
+import subprocess
+import sys
 
 import pytest
 from test_workflows import ROOT, outputs, run_step, step, workflow
 
-from mamba_kernels import matrix
+from mamba_kernels import matrix, support
 
 
 def _load():
@@ -48,37 +51,77 @@ def _pypi(tmp_path=None, windows=True):
     return pypi, new, f"{major}.{minor + 1}"
 
 
-def test_finds_a_new_release_and_proposes_a_line(tmp_path):
+def test_finds_a_new_release_and_proposes_an_entry(tmp_path):
     pypi, new, mm = _pypi()
     assert torch_watch.newest_missing(pypi) == new
     f = torch_watch.facts(pypi, new)
     assert f["pythons"] == ["3.11", "3.12", "3.13", "3.14", "3.15"] and f["pypi_cuda"] == "13.2"
-    src = tmp_path / "support.py"
-    src.write_text("RELEASES: Tuple[TorchRelease, ...] = (\n    _release('2.1'),\n)\n# fmt: on\n")
-    torch_watch.apply(torch_watch.table_line(f), src)
-    text = src.read_text()
-    assert text.index(f'_release("{mm}", ("3.11", "3.15"), ("13.2",)') > text.index("'2.1'")
-    assert text.rstrip().endswith(")\n# fmt: on")
-    compile(text.replace("Tuple[TorchRelease, ...]", "tuple"), "support.py", "exec")
+    data = tmp_path / "support.json"
+    shutil.copyfile(support.DATA_FILE, data)
+    before = data.read_text()
+    assert torch_watch.apply(torch_watch.release_entry(f), data) == data
+    after = data.read_text()
+    entries = support.read_data(data)["releases"]
+    assert [e["torch"] for e in entries] == [r.torch for r in support.RELEASES] + [mm]
+    # The diff is the new entry alone: every old line is kept but the previous last entry's
+    # closing "}", which gains a comma; the rest is added lines.
+    old, new_ = before.splitlines(), after.splitlines()
+    head = next(i for i, (x, y) in enumerate(zip(old, new_)) if x != y)
+    tail = next(i for i, (x, y) in enumerate(zip(reversed(old), reversed(new_))) if x != y)
+    tail = min(tail, len(old) - head - 1)
+    assert head + tail == len(old) - 1 and (old[head], new_[head]) == ("    }", "    },")
+    added = new_[head + 1 : len(new_) - tail]
+    assert added[0] == "    {" and f'      "torch": "{mm}",' in added and len(added) < 25
+    assert support.dump_data(support.read_data(data)) == after
     assert torch_watch.newest_missing({"releases": {f"{new[:-2]}.1": pypi["releases"][new]}}) is not None
 
 
-def _release_from_line(line: str):
-    """Evaluate a proposed table line with the real _release."""
-    return eval(line.strip().rstrip(","), {"_release": torch_watch.support._release})  # noqa: S307
-
-
-def test_the_proposed_line_has_a_cell_on_every_platform_pypi_has_wheels_for():
+def test_the_proposed_entry_has_a_cell_on_every_platform_pypi_has_wheels_for():
     pypi, new, mm = _pypi()
-    rel = _release_from_line(torch_watch.table_line(torch_watch.facts(pypi, new)))
+    rel = support.release_from_data(torch_watch.release_entry(torch_watch.facts(pypi, new)))
     assert rel.torch == mm
     for platform in ("linux_x86_64", "linux_aarch64", "win_amd64"):
         assert rel.cuda[platform] == ("13.2",), platform
     assert rel.pythons_on("win_amd64") == ("3.11", "3.12", "3.13")
+    assert rel.pythons_on("linux_aarch64") == ("3.11", "3.12")
     assert rel.pythons_on("linux_x86_64")[-1] == "3.15"
     pypi, new, _ = _pypi(windows=False)
-    rel = _release_from_line(torch_watch.table_line(torch_watch.facts(pypi, new)))
+    rel = support.release_from_data(torch_watch.release_entry(torch_watch.facts(pypi, new)))
     assert rel.cuda["win_amd64"] == ()
+
+
+def _tree(root):
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts}
+
+
+def test_apply_edits_only_the_data_file_never_code(tmp_path):
+    # A copy of the package and the script, run as the workflow runs it: the one file that changes
+    # is mamba_kernels/support.json, and `changed=` names it for the commit step.
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "mamba_kernels", repo / "mamba_kernels",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyd"))
+    (repo / "ci").mkdir()
+    shutil.copyfile(ROOT / "ci" / "torch_watch.py", repo / "ci" / "torch_watch.py")
+    _, _, mm = _pypi(tmp_path)
+    before = _tree(repo)
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, str(repo / "ci" / "torch_watch.py"), "--pypi-json",
+                        str(tmp_path / "pypi.json"), "--apply", "--github-output", str(out)],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == torch_watch.NEW_RELEASE, r.stdout + r.stderr
+    after = _tree(repo)
+    assert set(after) == set(before)
+    changed = sorted(k for k in before if before[k] != after[k])
+    assert changed == ["mamba_kernels/support.json"]
+    got = dict(line.split("=", 1) for line in out.read_text().splitlines())
+    assert got["changed"] == "mamba_kernels/support.json" and got["torch"] == mm
+    # The edited table loads, has the new release, and is canonical.
+    r = subprocess.run([sys.executable, "-c", "from mamba_kernels import support as s; "
+                        "print(s.RELEASES[-1].torch, len(s.cells(torch=s.RELEASES[-1].torch)) > 0, "
+                        "s.dump_data(s.read_data()) == s.DATA_FILE.read_text())"],
+                       capture_output=True, text=True, cwd=repo)
+    assert r.stdout.split() == [mm, "True", "True"], r.stdout + r.stderr
 
 
 def test_outputs_for_the_workflow(tmp_path):
@@ -96,7 +139,7 @@ def test_outputs_for_the_workflow(tmp_path):
 @pytest.mark.parametrize("state", ["OPEN", "CLOSED", "MERGED"])
 def test_a_release_proposed_before_is_never_proposed_again(tmp_path, state, capsys):
     _, _, mm = _pypi(tmp_path)
-    before = torch_watch.SUPPORT_PY.read_text()
+    before = torch_watch.SUPPORT_DATA.read_bytes()
     prs = tmp_path / "prs.json"
     prs.write_text(json.dumps([{"number": 41, "state": state, "headRefName": f"torch-watch/torch-{mm}",
                                 "url": "https://example.invalid/pull/41"}]))
@@ -106,7 +149,7 @@ def test_a_release_proposed_before_is_never_proposed_again(tmp_path, state, caps
     assert rc == 0
     assert "new=false" in out.read_text().splitlines()
     assert "#41" in capsys.readouterr().out
-    assert torch_watch.SUPPORT_PY.read_text() == before and not (tmp_path / "body.md").exists()
+    assert torch_watch.SUPPORT_DATA.read_bytes() == before and not (tmp_path / "body.md").exists()
 
 
 def test_the_workflow_builds_one_cell_per_platform_before_proposing(tmp_path):
