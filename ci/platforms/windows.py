@@ -14,51 +14,16 @@ from mamba_kernels import support
 from . import base
 from .base import CellError, Platform, environment_string
 
-# Windows: torch's and CUDA's DLLs come from the installed torch; the MSVC C++ runtime
-# (msvcp140*, vcruntime140*, concrt140, vcomp140, vccorlib140) is the system's or the one torch
-# loads first. delvewheel 1.13 leaves out only vcruntime140*.dll by itself and would bundle
-# msvcp140.dll. delvewheel lowercases these and matches them with '*' wildcards.
-WINDOWS_TORCH_CUDA_EXCLUDES = (
-    "c10*.dll",
-    "torch*.dll",
-    "caffe2*.dll",
-    "fbgemm*.dll",
-    "asmjit*.dll",
-    "libiomp5md.dll",
-    "libomp*.dll",
-    "uv.dll",
-    "cudart64_*.dll",
-    "cuda*.dll",
-    "nvrtc*.dll",
-    "nvjitlink*.dll",
-    "nvtoolsext*.dll",
-    "cublas*.dll",
-    "cufft*.dll",
-    "curand*.dll",
-    "cusolver*.dll",
-    "cusparse*.dll",
-    "cudnn*.dll",
-    "nccl*.dll",
-)
-MSVC_RUNTIME_EXCLUDES = (
-    "msvcp140*.dll",
-    "vcruntime140*.dll",
-    "concrt140*.dll",
-    "vcomp140*.dll",
-    "vccorlib140*.dll",
-)
+# torch's and CUDA's DLLs come from the installed torch; the MSVC C++ runtime (msvcp140*,
+# vcruntime140*, concrt140, vcomp140, vccorlib140) is the system's or the one torch loads first.
+# delvewheel 1.13 leaves out only vcruntime140*.dll by itself and would bundle msvcp140.dll; it
+# lowercases these and matches them with '*' wildcards. The lists, and the full toolkit versions
+# for NVIDIA's Windows network installer, are data in mamba_kernels/support.json
+# (docs/COMPAT.md §8, §6).
+WINDOWS_TORCH_CUDA_EXCLUDES = support.WINDOWS_TORCH_CUDA_EXCLUDES
+MSVC_RUNTIME_EXCLUDES = support.MSVC_RUNTIME_EXCLUDES
 WINDOWS_EXCLUDES = WINDOWS_TORCH_CUDA_EXCLUDES + MSVC_RUNTIME_EXCLUDES
-# Full toolkit versions for NVIDIA's Windows network installer.
-WINDOWS_CUDA = {
-    "11.8": "11.8.0",
-    "12.1": "12.1.1",
-    "12.4": "12.4.1",
-    "12.6": "12.6.3",
-    "12.8": "12.8.1",
-    "12.9": "12.9.1",
-    "13.0": "13.0.2",
-    "13.2": "13.2.0",
-}
+WINDOWS_CUDA = support.WINDOWS_TOOLKITS
 
 
 def msvc_env() -> Dict[str, str]:
@@ -113,7 +78,7 @@ def windows_compiler_env(cell: support.Cell) -> Dict[str, str]:
     script has to pass them on."""
     if not WINDOWS.handles(cell) or not support.nvcc_needs_msvc_override(cell.cuda):
         return {}
-    define = "_ALLOW_COMPILER_AND_STL_VERSION_MISMATCH"
+    define = support.MSVC_OVERRIDE_DEFINE
     return {"NVCC_APPEND_FLAGS": f"-allow-unsupported-compiler -D{define}", "CL": f"/D{define}"}
 
 
