@@ -61,51 +61,13 @@ CELL_VAR = "MAMBA_KERNELS_CI_CELL"
 CIBW_CONFIG = ROOT / "ci" / "cibuildwheel.toml"
 # Where provision puts a CUDA toolkit assembled from PyPI inside the manylinux container.
 CONTAINER_TOOLKIT = "/opt/mamba-kernels-cuda"
-# Libraries the wheel must take from the installed torch and its CUDA packages (docs/COMPAT.md §8).
-LINUX_EXCLUDES = (
-    "libc10*.so*",
-    "libtorch*.so*",
-    "libcuda.so*",
-    "libcudart.so*",
-    "libnvrtc*.so*",
-    "libnvToolsExt*.so*",
-    "libcufile*.so*",
-    "libcurand*.so*",
-    "libgomp*.so*",
-)
-# Windows: torch's and CUDA's DLLs come from the installed torch; the MSVC C++ runtime
-# (msvcp140*, vcruntime140*, concrt140, vcomp140, vccorlib140) is the system's or the one torch
-# loads first. delvewheel 1.13 leaves out only vcruntime140*.dll by itself and would bundle
-# msvcp140.dll. delvewheel lowercases these and matches them with '*' wildcards.
-WINDOWS_TORCH_CUDA_EXCLUDES = (
-    "c10*.dll",
-    "torch*.dll",
-    "caffe2*.dll",
-    "fbgemm*.dll",
-    "asmjit*.dll",
-    "libiomp5md.dll",
-    "libomp*.dll",
-    "uv.dll",
-    "cudart64_*.dll",
-    "cuda*.dll",
-    "nvrtc*.dll",
-    "nvjitlink*.dll",
-    "nvtoolsext*.dll",
-    "cublas*.dll",
-    "cufft*.dll",
-    "curand*.dll",
-    "cusolver*.dll",
-    "cusparse*.dll",
-    "cudnn*.dll",
-    "nccl*.dll",
-)
-MSVC_RUNTIME_EXCLUDES = (
-    "msvcp140*.dll",
-    "vcruntime140*.dll",
-    "concrt140*.dll",
-    "vcomp140*.dll",
-    "vccorlib140*.dll",
-)
+# Libraries wheel repair leaves out (docs/COMPAT.md §8; the lists are data in
+# mamba_kernels/support.json): torch's and CUDA's come from the installed torch, the MSVC C++
+# runtime from the system (delvewheel 1.13 leaves out only vcruntime140*.dll by itself and would
+# bundle msvcp140.dll; it lowercases names and matches them with '*' wildcards).
+LINUX_EXCLUDES = support.LINUX_EXCLUDES
+WINDOWS_TORCH_CUDA_EXCLUDES = support.WINDOWS_TORCH_CUDA_EXCLUDES
+MSVC_RUNTIME_EXCLUDES = support.MSVC_RUNTIME_EXCLUDES
 WINDOWS_EXCLUDES = WINDOWS_TORCH_CUDA_EXCLUDES + MSVC_RUNTIME_EXCLUDES
 # cuobjdump (only listing, so one pinned 13.x build serves every cell): support.PYPI_CUOBJDUMP.
 PYPI_CUOBJDUMP = support.PYPI_CUOBJDUMP
@@ -114,19 +76,10 @@ PYPI_CUOBJDUMP = support.PYPI_CUOBJDUMP
 # unpacked twice (torch with its CUDA wheels takes 5 to 7 GB).
 TORCH_DIR_VAR = "MAMBA_KERNELS_TORCH_DIR"
 TORCH_PTH = "mamba_kernels_ci_torch.pth"
-# Newest GCC each CUDA release accepts as host compiler (NVIDIA's installation guides).
-HOST_GCC = {"11.8": 11, "12.1": 12, "12.4": 13, "12.6": 13, "12.8": 14, "12.9": 14}
-# Full toolkit versions for NVIDIA's Windows network installer.
-WINDOWS_CUDA = {
-    "11.8": "11.8.0",
-    "12.1": "12.1.1",
-    "12.4": "12.4.1",
-    "12.6": "12.6.3",
-    "12.8": "12.8.1",
-    "12.9": "12.9.1",
-    "13.0": "13.0.2",
-    "13.2": "13.2.0",
-}
+# The gcc-toolset each CUDA release needs in manylinux_2_28 (docs/COMPAT.md §7.2) and the full
+# toolkit versions for NVIDIA's Windows network installer (§6): data in support.json.
+HOST_GCC = support.HOST_GCC
+WINDOWS_CUDA = support.WINDOWS_TOOLKITS
 
 
 SCCACHE_VERSION = "0.16.0"  # the compiler cache on Linux cells, pinned like every CI tool
