@@ -49,26 +49,38 @@ if sys.argv[1:2] != ["check-installed"]:
 # The per-platform cell builders, ci/platforms/ (ci/ is sys.path[0] only when run as a script).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+# The names the shared steps use, and (F401) the names tests and ci/preflight.py know
+# build_cell by, from the platform modules they moved to.
 import platforms  # noqa: E402
 from platforms.base import CellError, environment_string, log, sh  # noqa: E402, F401
-from platforms.linux import assemble_pypi_toolkit, host_compiler_env, install_repo_toolkit  # noqa: E402, F401
-from platforms.windows import install_windows_toolkit, msvc_env, windows_compiler_env  # noqa: E402, F401
+from platforms.linux import (  # noqa: E402, F401
+    CONTAINER_TOOLKIT,
+    HOST_GCC,
+    SCCACHE_CACHE_SIZE,
+    SCCACHE_VERSION,
+    assemble_pypi_toolkit,
+    host_compiler_env,
+    install_repo_toolkit,
+)
+from platforms.windows import (  # noqa: E402, F401
+    WINDOWS_CUDA,
+    WINDOWS_EXCLUDES,
+    install_windows_toolkit,
+    msvc_env,
+    windows_compiler_env,
+)
 
 from mamba_kernels import build, buildinfo, index, matrix, support, variant  # noqa: E402
 from mamba_kernels.version import __version__  # noqa: E402
 
 CELL_VAR = "MAMBA_KERNELS_CI_CELL"
 CIBW_CONFIG = ROOT / "ci" / "cibuildwheel.toml"
-# Where provision puts a CUDA toolkit assembled from PyPI inside the manylinux container.
-CONTAINER_TOOLKIT = "/opt/mamba-kernels-cuda"
 # Libraries wheel repair leaves out (docs/COMPAT.md §8; the lists are data in
 # mamba_kernels/support.json): torch's and CUDA's come from the installed torch, the MSVC C++
-# runtime from the system (delvewheel 1.13 leaves out only vcruntime140*.dll by itself and would
-# bundle msvcp140.dll; it lowercases names and matches them with '*' wildcards).
+# runtime from the system. verify rejects each of them in any wheel (vendored_problems).
 LINUX_EXCLUDES = support.LINUX_EXCLUDES
 WINDOWS_TORCH_CUDA_EXCLUDES = support.WINDOWS_TORCH_CUDA_EXCLUDES
 MSVC_RUNTIME_EXCLUDES = support.MSVC_RUNTIME_EXCLUDES
-WINDOWS_EXCLUDES = WINDOWS_TORCH_CUDA_EXCLUDES + MSVC_RUNTIME_EXCLUDES
 # cuobjdump (only listing, so one pinned 13.x build serves every cell): support.PYPI_CUOBJDUMP.
 PYPI_CUOBJDUMP = support.PYPI_CUOBJDUMP
 # Where provision installs the cell's torch (and its CUDA wheels) once; the build environment
@@ -76,14 +88,7 @@ PYPI_CUOBJDUMP = support.PYPI_CUOBJDUMP
 # unpacked twice (torch with its CUDA wheels takes 5 to 7 GB).
 TORCH_DIR_VAR = "MAMBA_KERNELS_TORCH_DIR"
 TORCH_PTH = "mamba_kernels_ci_torch.pth"
-# The gcc-toolset each CUDA release needs in manylinux_2_28 (docs/COMPAT.md §7.2) and the full
-# toolkit versions for NVIDIA's Windows network installer (§6): data in support.json.
-HOST_GCC = support.HOST_GCC
-WINDOWS_CUDA = support.WINDOWS_TOOLKITS
 
-
-SCCACHE_VERSION = "0.16.0"  # the compiler cache on Linux cells, pinned like every CI tool
-SCCACHE_CACHE_SIZE = "400M"  # per cache group; about 25 groups fit GitHub's 10 GB per repository
 
 def cell_from(arg: Optional[str]) -> support.Cell:
     text = arg or os.environ.get(CELL_VAR)
