@@ -50,7 +50,10 @@ def install_windows_toolkit(cell: support.Cell) -> Path:
     """NVIDIA's network installer, silent, compiler and runtime only."""
     full = WINDOWS_CUDA.get(cell.cuda)
     if full is None:
-        raise CellError(f"no Windows installer version known for CUDA {cell.cuda}; add it to WINDOWS_CUDA")
+        raise CellError(
+            f"no Windows installer version known for CUDA {cell.cuda}; add it to windows_toolkits in "
+            "mamba_kernels/support.json"
+        )
     home = Path(WINDOWS.toolkit_home(cell))
     if (home / "bin" / "nvcc.exe").is_file():
         return home
