@@ -16,6 +16,7 @@ from .version import __version__
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
+    from . import variant
     from .environment import snapshot
 
     info = snapshot()
@@ -28,7 +29,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     if not t.get("installed"):
         print(f"torch         not importable: {t.get('error')}")
         return 0
-    abi = "cxx11" if t["cxx11_abi"] else "pre-cxx11"
+    abi = variant.abi_name(t["cxx11_abi"])
     print(f"torch         {t['version']} (CUDA {t['cuda'] or 'none'}, {abi} ABI)")
     if t["gpus"]:
         for g in t["gpus"]:

@@ -28,7 +28,7 @@ _CIBW_IMAGE = {"manylinux_2_17": "manylinux2014", "manylinux_2_28": "manylinux_2
 OS_NAMES = {"linux": ("linux_x86_64", "linux_aarch64"), "windows": ("win_amd64",)}
 ARCH_NAMES = {"x86_64": ("linux_x86_64", "win_amd64"), "aarch64": ("linux_aarch64",),
               "amd64": ("win_amd64",)}
-ABI_NAMES = {"cxx11": True, "pre-cxx11": False}
+ABI_NAMES = variant.ABI_NAMES
 TORCH_INDEX = "https://download.pytorch.org/whl/{tag}"
 # Hosted runners stop a job at 6 h; the build step stops earlier so the compiler cache is saved
 # and a re-run resumes from it.
@@ -44,7 +44,7 @@ def cell_id(cell: support.Cell) -> str:
 
 def cuda_tag(cuda: str) -> str:
     """``13.0`` -> ``cu130``: PyTorch's index folder for a CUDA variant."""
-    return variant.label("0.0", cuda).split("torch")[0]
+    return variant.cuda_tag(cuda)
 
 
 def toolkit_source(cell: support.Cell) -> str:

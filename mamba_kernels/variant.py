@@ -47,6 +47,11 @@ def minor(version: str, what: str = "torch") -> str:
     return f"{int(parts[0])}.{int(parts[1])}"
 
 
+def cuda_tag(cuda: str) -> str:
+    """``13.0`` -> ``cu130``: the CUDA part of a label (and PyTorch's index folder for it)."""
+    return _cuda_tag(cuda)
+
+
 def _cuda_tag(cuda: str) -> str:
     major, mi = minor(cuda, "cuda").split(".")
     if int(mi) > 9:
@@ -192,8 +197,14 @@ def mismatches(
     return problems
 
 
+# The names of the two C++ ABIs, as labels and command lines write them.
+ABI_NAMES = {"cxx11": True, "pre-cxx11": False}
+
+
 def abi_name(cxx11_abi: Optional[bool]) -> str:
-    return "n/a" if cxx11_abi is None else ("cxx11" if cxx11_abi else "pre-cxx11")
+    if cxx11_abi is None:
+        return "n/a"
+    return next(name for name, value in ABI_NAMES.items() if value == bool(cxx11_abi))
 
 
 def arch_runs(sass: Sequence[str], ptx: Sequence[str], capability: str) -> bool:
