@@ -37,14 +37,37 @@ class BuildInfo:
         )
 
     def describe(self) -> str:
+        archs = " ".join(self.sass + self.ptx) or "no architectures recorded"
         return (
             f"torch {self.torch_version}, CUDA {self.torch_cuda} (nvcc {self.nvcc_version}), "
-            f"{variant.abi_name(self.cxx11_abi)} ABI, {' '.join(self.sass + self.ptx)}"
+            f"{variant.abi_name(self.cxx11_abi)} ABI, {archs}, mamba-kernels {self.package_version}"
         )
 
 
+_VERSION = re.compile(r"^\d+\.\d+")  # torch_version, package_version: start with M.m
+_CUDA = re.compile(r"^\d+\.\d+$")  # torch_cuda: "13.0"
+_NVCC = re.compile(r"^\d+(\.\d+)*$")  # nvcc_version: "13.0" or "12.4.131"
+_SASS = re.compile(r"^sm_\d{2,}[af]?$")
+_PTX = re.compile(r"^compute_\d{2,}[af]?$")
+
+
+def _field(data: Dict[str, Any], key: str, pattern: re.Pattern[str], example: str) -> str:
+    value = data[key]
+    if not isinstance(value, str) or not pattern.match(value):
+        raise ValueError(f"BUILD_INFO {key} must be a string like {example!r}, got {value!r}")
+    return value
+
+
+def _arch_list(data: Dict[str, Any], key: str, pattern: re.Pattern[str], example: str) -> Tuple[str, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and pattern.match(v) for v in value):
+        raise ValueError(f"BUILD_INFO {key} must be a list of names like {example!r}, got {value!r}")
+    return tuple(value)
+
+
 def parse(text: str) -> BuildInfo:
-    """Parse a BUILD_INFO string; ValueError naming what is wrong."""
+    """Parse a BUILD_INFO string against its schema; ValueError naming what is wrong (a
+    wrongly typed or shaped field included, so nothing downstream meets a bad value)."""
     try:
         data = json.loads(text)
     except (TypeError, ValueError) as e:
@@ -57,14 +80,17 @@ def parse(text: str) -> BuildInfo:
     abi = data["cxx11_abi"]
     if abi is not None and not isinstance(abi, bool):
         raise ValueError(f"BUILD_INFO cxx11_abi must be true, false or null, got {abi!r}")
+    package_version = data.get("package_version", "unknown")
+    if package_version != "unknown":
+        package_version = _field(data, "package_version", _VERSION, "0.1.0+cu130torch2.14")
     return BuildInfo(
-        torch_version=str(data["torch_version"]),
-        torch_cuda=str(data["torch_cuda"]),
-        nvcc_version=str(data["nvcc_version"]),
+        torch_version=_field(data, "torch_version", _VERSION, "2.14.1+cu130"),
+        torch_cuda=_field(data, "torch_cuda", _CUDA, "13.0"),
+        nvcc_version=_field(data, "nvcc_version", _NVCC, "13.0"),
         cxx11_abi=abi,
-        package_version=str(data.get("package_version", "unknown")),
-        sass=tuple(data.get("sass", ())),
-        ptx=tuple(data.get("ptx", ())),
+        package_version=package_version,
+        sass=_arch_list(data, "sass", _SASS, "sm_90"),
+        ptx=_arch_list(data, "ptx", _PTX, "compute_90"),
         raw=data,
     )
 
@@ -83,6 +109,28 @@ def find_in_binary(data: bytes) -> Optional[BuildInfo]:
             continue
         if "format" in info.raw:
             return info
+    return None
+
+
+_MARKER = b'"torch_version"'
+_WINDOW = 8192  # as _C_OBJECT: BUILD_INFO is far shorter
+
+
+def find_in_file(path: str) -> Optional[BuildInfo]:
+    """BUILD_INFO read from a compiled extension file without loading it (for a binary the
+    loader refuses): only the bytes around each ``"torch_version"`` are scanned, so a fat
+    binary of hundreds of MB costs one read. None when the file holds none or cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    start = data.find(_MARKER)
+    while start != -1:
+        found = find_in_binary(data[max(0, start - _WINDOW) : start + _WINDOW])
+        if found is not None:
+            return found
+        start = data.find(_MARKER, start + 1)
     return None
 
 
@@ -108,15 +156,40 @@ def fix_command(
 
 
 def problems(
-    info: BuildInfo, torch_version: str, torch_cuda: Optional[str], cxx11_abi: Optional[bool]
+    info: BuildInfo,
+    torch_version: str,
+    torch_cuda: Optional[str],
+    cxx11_abi: Optional[bool],
+    package_version: Optional[str] = None,
 ) -> List[str]:
-    """Why a binary with ``info`` cannot run under the given torch (empty: it can)."""
+    """Why a binary with ``info`` cannot run under the given torch (empty: it can); with
+    ``package_version``, also when it comes from another release of mamba-kernels (compared
+    on the public part: the local label names the variant, checked above)."""
     found = variant.mismatches(info.variant, torch_version, torch_cuda, cxx11_abi)
     if torch_cuda and info.nvcc_version.split(".")[0] != torch_cuda.split(".")[0]:
         found.append(
             f"it was compiled by nvcc {info.nvcc_version}, another CUDA major than torch's {torch_cuda}"
         )
+    if package_version is not None:
+        built, installed = info.package_version.split("+")[0], package_version.split("+")[0]
+        if info.package_version == "unknown":
+            found.append(f"it records no mamba-kernels version, the installed package is {installed}")
+        elif built != installed:
+            found.append(f"it is from mamba-kernels {built}, the installed package is {installed}")
     return found
+
+
+def running() -> Tuple[str, Optional[str], Optional[bool]]:
+    """The running torch's version, CUDA version (None for a CPU build) and C++ ABI (None on
+    Windows, where MSVC has no ABI flag)."""
+    import torch
+
+    abi = None if sys.platform == "win32" else bool(torch._C._GLIBCXX_USE_CXX11_ABI)
+    return torch.__version__, torch.version.cuda, abi
+
+
+def describe_running(torch_version: str, torch_cuda: Optional[str], cxx11_abi: Optional[bool]) -> str:
+    return f"torch {torch_version}, CUDA {torch_cuda or 'none'}, {variant.abi_name(cxx11_abi)} ABI"
 
 
 def check_text(
@@ -124,7 +197,7 @@ def check_text(
 ) -> Optional[str]:
     """None when the extension ``name`` with BUILD_INFO ``text`` fits the running torch, else
     one message: what it was built for, what is running, and the fix."""
-    running = f"torch {torch_version}, CUDA {torch_cuda or 'none'}, {variant.abi_name(cxx11_abi)} ABI"
+    running = describe_running(torch_version, torch_cuda, cxx11_abi)
     if text is None:
         return (
             f"{name} carries no build metadata (BUILD_INFO), so it cannot be checked against the "
@@ -136,10 +209,15 @@ def check_text(
         return f"{name} has unreadable build metadata: {e}. Fix: " + fix_command(
             torch_version, torch_cuda, cxx11_abi, __version__
         )
-    found = problems(info, torch_version, torch_cuda, cxx11_abi)
+    try:
+        found = problems(info, torch_version, torch_cuda, cxx11_abi, __version__)
+    except ValueError as e:  # a value the schema let through that the rules cannot read
+        return f"{name} has unreadable build metadata: {e}. Fix: " + fix_command(
+            torch_version, torch_cuda, cxx11_abi, __version__
+        )
     if not found:
         return None
-    fix = fix_command(torch_version, torch_cuda, cxx11_abi, info.package_version)
+    fix = fix_command(torch_version, torch_cuda, cxx11_abi, __version__)
     return (
         f"{name} was built for {info.describe()}, but the running environment has {running} "
         f"({'; '.join(found)}). Fix: {fix}"
@@ -148,12 +226,43 @@ def check_text(
 
 def check_module(module: ModuleType) -> Optional[str]:
     """The dispatch hook: compare an imported extension's BUILD_INFO with the running torch."""
-    import torch
-
     text = getattr(module, "BUILD_INFO", None)
-    abi = None if sys.platform == "win32" else bool(torch._C._GLIBCXX_USE_CXX11_ABI)  # no ABI flag on MSVC
-    return check_text(
-        module.__name__, text if isinstance(text, str) else None, torch.__version__, torch.version.cuda, abi
+    return check_text(module.__name__, text if isinstance(text, str) else None, *running())
+
+
+def explain_load_failure(name: str, error: BaseException, path: Optional[str]) -> str:
+    """Why the extension ``name`` (file ``path``) could not be imported, with what the binary
+    was built for (its BUILD_INFO read from the file's bytes: the loader never got that far),
+    what is running, and the one command that fixes it."""
+    torch_version, torch_cuda, abi = running()
+    now = describe_running(torch_version, torch_cuda, abi)
+    fix = fix_command(torch_version, torch_cuda, abi, __version__)
+    what = f"{name} failed to load ({type(error).__name__}: {error})"
+    info = find_in_file(path) if path else None
+    if info is None:
+        where = f" from {path}" if path else ""
+        return f"{what}; its build metadata could not be read{where}; running {now}. Fix: {fix}"
+    try:
+        found = problems(info, torch_version, torch_cuda, abi, __version__)
+    except ValueError:
+        found = []
+    why = f" ({'; '.join(found)})" if found else ""
+    return f"{what}: it was built for {info.describe()}; running {now}{why}. Fix: {fix}"
+
+
+def arch_problem(name: str, info: BuildInfo, gpu: str, capability: str) -> Optional[str]:
+    """None when the binary ``info`` holds code a GPU of compute ``capability`` ("8.6") runs
+    (its SASS, or PTX the driver compiles), else a message naming the GPU, the binary's
+    architectures and the fix: a build for this GPU."""
+    if variant.arch_runs(info.sass, info.ptx, capability):
+        return None
+    sm = "sm_" + capability.replace(".", "")
+    return (
+        f"{name} holds no code for {gpu} (compute capability {capability}, {sm}): the binary has "
+        f"SASS {' '.join(info.sass) or 'none'} and PTX {' '.join(info.ptx) or 'none'}, and none of them "
+        f"runs on {sm}. Fix: build it for this GPU: TORCH_CUDA_ARCH_LIST={capability} "
+        "MAMBA_KERNELS_FORCE_BUILD=1 pip install --no-build-isolation --no-deps --force-reinstall "
+        "mamba-kernels"
     )
 
 

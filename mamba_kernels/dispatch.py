@@ -2,7 +2,12 @@
 
 Each kernel family (``causal_conv1d``, ``selective_scan``) has one optional compiled
 extension module. It is used when it imported, its build metadata matches the running
-torch, and the tensors are on CUDA; otherwise the pure-PyTorch path runs.
+torch and this package's version, the tensors are on CUDA, and the GPU is one the binary
+holds code for (checked once, at the first use with CUDA tensors); otherwise the
+pure-PyTorch path runs. In ``auto`` mode tensors off CUDA never import the extension.
+Whatever the import raises is caught and explained: a binary the loader refuses (a missing
+``libc10_cuda.so``, an ``undefined symbol``) is described by the BUILD_INFO read from its
+file's bytes, with the one command that fixes it.
 ``MAMBA_KERNELS_BACKEND`` chooses: ``auto`` (default) falls back and warns once per
 kernel for CUDA tensors; ``cuda`` makes a missing or mismatched extension an error;
 ``reference`` always runs PyTorch.
@@ -11,13 +16,16 @@ kernel for CUDA tensors; ``cuda`` makes a missing or mismatched extension an err
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import importlib.util
 import threading
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 from . import buildinfo, knobs
+from .version import __version__
 
 # kernel family -> import name of its compiled extension
 EXTENSIONS: Dict[str, str] = {
@@ -36,6 +44,12 @@ FIX_HINT = (
 class ExtensionStatus:
     module: Optional[ModuleType]
     reason: str  # why the module is usable, or why not
+    # Set at the first use with CUDA tensors, after every visible GPU was checked against the
+    # binary's architectures: ``cuda_ready`` (all of them run it) is all the hot path reads;
+    # ``bad_gpus`` holds (device index, why not) for the GPUs that cannot run it.
+    gpus_checked: bool = False
+    cuda_ready: bool = False
+    bad_gpus: Tuple[Tuple[int, str], ...] = ()
 
 
 # A hook the build-metadata guard registers: given the imported module, return None when
@@ -47,9 +61,18 @@ _warned: set = set()
 _lock = threading.Lock()
 
 
+def _running_fix() -> str:
+    """The one command that gets a binary for the running torch (the generic hint when even
+    that cannot be worked out)."""
+    try:
+        return buildinfo.fix_command(*buildinfo.running(), __version__)
+    except Exception:
+        return FIX_HINT
+
+
 def _with_fix(reason: str) -> str:
-    """The reason plus the generic fix, unless the reason already names a specific one."""
-    return reason if "Fix:" in reason else f"{reason}. Fix: {FIX_HINT}"
+    """The reason plus the fix for the running torch, unless the reason already names one."""
+    return reason if "Fix:" in reason else f"{reason}. Fix: {_running_fix()}"
 
 
 def register_metadata_check(check: Callable[[ModuleType], Optional[str]]) -> None:
@@ -57,18 +80,42 @@ def register_metadata_check(check: Callable[[ModuleType], Optional[str]]) -> Non
     _status.clear()
 
 
+def _extension_file(name: str) -> Optional[str]:
+    """The compiled file the import system would load for ``name``, found without loading it."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (Exception, SystemExit):  # its package fails to import as well
+        return None
+    if spec is None or not spec.has_location or not spec.origin:
+        return None
+    return spec.origin if spec.origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)) else None
+
+
+def _explain(name: str, error: BaseException) -> str:
+    try:
+        return buildinfo.explain_load_failure(name, error, _extension_file(name))
+    except Exception as e:  # the explanation must never be what breaks
+        return f"{name} failed to load ({type(error).__name__}: {error}; explaining it failed: {e!r})"
+
+
 def _load(kernel: str) -> ExtensionStatus:
+    """Import the extension and check its metadata. Never raises: whatever the import does
+    (undefined symbol, missing library, a RuntimeError from its init, SystemExit) becomes the
+    reason it is unavailable; only KeyboardInterrupt passes."""
     name = EXTENSIONS[kernel]
     try:
         module = importlib.import_module(name)
     except ModuleNotFoundError as e:
         if e.name != name:
-            return ExtensionStatus(None, f"{name} failed to import: {e}")
+            return ExtensionStatus(None, _explain(name, e))
         return ExtensionStatus(None, f"the compiled extension {name} is not part of this install")
-    except (ImportError, OSError) as e:  # undefined symbol, missing libcudart, ...
-        return ExtensionStatus(None, f"{name} failed to load: {e}")
+    except (Exception, SystemExit) as e:  # undefined symbol, missing libc10_cuda.so, ...
+        return ExtensionStatus(None, _explain(name, e))
     for check in _metadata_checks:
-        problem = check(module)
+        try:
+            problem = check(module)
+        except Exception as e:
+            problem = f"checking the build metadata of {name} failed ({type(e).__name__}: {e})"
         if problem:
             return ExtensionStatus(None, problem)
     return ExtensionStatus(module, f"{name} loaded and matches the running torch")
@@ -87,6 +134,61 @@ def extension_status(kernel: str) -> ExtensionStatus:
         return _status[kernel]
 
 
+def _check_gpus(kernel: str, status: ExtensionStatus) -> ExtensionStatus:
+    """``status`` after checking every visible GPU against the binary's SASS/PTX (run once,
+    at the first use with CUDA tensors, so CUDA is initialised already). No GPU can run it:
+    the extension is unavailable, with the reason. Some cannot: they are listed."""
+    text = getattr(status.module, "BUILD_INFO", None)
+    try:
+        info = buildinfo.parse(text) if isinstance(text, str) else None
+    except ValueError:
+        info = None  # the metadata check judged it; nothing to compare the GPUs with
+    if info is None or not (info.sass or info.ptx):
+        return replace(status, gpus_checked=True, cuda_ready=True)
+    import torch
+
+    name = EXTENSIONS[kernel]
+    bad: Dict[int, str] = {}
+    try:
+        count = torch.cuda.device_count()
+        for d in range(count):
+            cap = "{}.{}".format(*torch.cuda.get_device_capability(d))
+            problem = buildinfo.arch_problem(name, info, f"GPU cuda:{d} ({_gpu_name(d)})", cap)
+            if problem:
+                bad[d] = problem
+    except Exception:  # the GPUs cannot be asked: trust the binary, as without this check
+        return replace(status, gpus_checked=True, cuda_ready=True)
+    if bad and len(bad) == count:
+        return ExtensionStatus(None, bad[min(bad)], gpus_checked=True)
+    return replace(status, gpus_checked=True, cuda_ready=not bad, bad_gpus=tuple(sorted(bad.items())))
+
+
+def _gpu_name(device: int) -> str:
+    import torch
+
+    try:
+        return torch.cuda.get_device_name(device)
+    except Exception:
+        return "name unknown"
+
+
+def _gpu_problem(kernel: str, status: ExtensionStatus) -> Optional[str]:
+    """None when the loaded extension runs on the current GPU, else why not."""
+    if not status.gpus_checked:
+        with _lock:
+            current = _status.get(kernel, status)
+            if not current.gpus_checked:
+                current = _status[kernel] = _check_gpus(kernel, current)
+            status = current
+    if status.module is None:
+        return status.reason
+    if status.cuda_ready:
+        return None
+    import torch  # some GPUs cannot run it: ask which one is current (only on such machines)
+
+    return dict(status.bad_gpus).get(torch.cuda.current_device())
+
+
 def _decide(kernel: str, device_type: str) -> bool:
     """Whether to run ``kernel`` compiled for tensors on ``device_type``.
 
@@ -95,13 +197,27 @@ def _decide(kernel: str, device_type: str) -> bool:
     mode = knobs.backend_mode()
     if mode == "reference":
         return False
+    if device_type == "cuda":
+        status = _status.get(kernel)  # the hot path: one dict read once the checks passed
+        if status is not None and status.cuda_ready:
+            return True
+    elif mode != "cuda":
+        return False  # auto mode and no CUDA tensors: the extension is not even imported
+    return _decide_first(kernel, device_type, mode)
+
+
+def _decide_first(kernel: str, device_type: str, mode: str) -> bool:
+    """The rest of ``_decide``: the first CUDA use (import, metadata and GPU checks), the
+    fallback and its one warning, and the ``cuda`` mode errors."""
     status = extension_status(kernel)
+    why = None if status.module is not None else _with_fix(status.reason)
+    if why is None and device_type == "cuda":
+        why = _gpu_problem(kernel, status)
     if mode == "cuda":
-        if status.module is None:
+        if why is not None:
             raise RuntimeError(
                 f"{knobs.BACKEND_VAR}=cuda but the {kernel} CUDA kernel is unavailable: "
-                f"{_with_fix(status.reason)}; or unset {knobs.BACKEND_VAR} to allow "
-                "the PyTorch fallback."
+                f"{why}; or unset {knobs.BACKEND_VAR} to allow the PyTorch fallback."
             )
         if device_type != "cuda":
             raise RuntimeError(
@@ -110,18 +226,16 @@ def _decide(kernel: str, device_type: str) -> bool:
                 f"{knobs.BACKEND_VAR}."
             )
         return True
-    if device_type != "cuda":
-        return False
-    if status.module is not None:
+    if why is None:
         return True
     if kernel not in _warned:
         _warned.add(kernel)
         warnings.warn(
             f"mamba_kernels: running {kernel} on CUDA tensors with the slower PyTorch "
-            f"implementation because {_with_fix(status.reason)}. "
+            f"implementation because {why}. "
             f"Set {knobs.BACKEND_VAR}=reference to silence this or =cuda to make it an error.",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     return False
 

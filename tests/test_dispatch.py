@@ -118,3 +118,31 @@ def test_decision_does_not_break_a_torch_compile_graph(fresh):
     compiled = torch.compile(f, fullgraph=True, backend="eager")
     x = torch.zeros(3)
     assert torch.equal(compiled(x), x - 1)
+
+
+def test_first_cuda_decision_inside_torch_compile_keeps_one_graph(fresh, monkeypatch):
+    """The first CUDA use (import, metadata check, GPU architecture check) may happen while
+    torch.compile traces: it runs eagerly there and enters the graph as a constant."""
+    import json
+
+    import torch
+
+    info = json.loads(buildinfo.matching_build_info())
+    info["sass"] = ["sm_90"]
+    body = f"BUILD_INFO = {json.dumps(info)!r}\n"
+    dispatch.EXTENSIONS["causal_conv1d"] = _module(fresh, "mk_test_compile", body)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    asked = []
+    capability = lambda device=None: asked.append(device) or (9, 0)  # noqa: E731
+    monkeypatch.setattr(torch.cuda, "get_device_capability", capability)
+
+    def f(x):
+        if dispatch.use_cuda("causal_conv1d", "cuda"):
+            return x + 1
+        return x - 1
+
+    compiled = torch.compile(f, fullgraph=True, backend="eager")
+    x = torch.zeros(3)
+    assert torch.equal(compiled(x), x + 1)
+    assert torch.equal(compiled(x), x + 1)
+    assert asked == [0]  # the GPU was checked once, while tracing
