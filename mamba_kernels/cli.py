@@ -52,8 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="report the environment and the backend each kernel uses")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.set_defaults(func=_cmd_info)
-    from . import index, matrix  # release tooling: the `matrix` and `index` verbs
+    from . import index, matrix, resolve  # `matrix`, `index`: release tooling; `resolve`: users
 
+    resolve.register(sub)
     matrix.register(sub)
     index.register(sub)
     return parser

@@ -1,0 +1,491 @@
+"""Choosing the release wheel for an environment: ``python -m mamba_kernels resolve``.
+
+Reads the candidate wheels from one or more sources: our ``manifest.json`` (a path or URL; a
+directory holding one), a PEP 503 simple page or PEP 691 JSON page, a ``--find-links`` page, or
+a plain directory of wheels (by file name alone). Then it checks each candidate against the
+target environment (:func:`mamba_kernels.environment.detect`) with the rules of
+docs/COMPAT.md §9, as :mod:`mamba_kernels.variant` writes them:
+
+- the wheel's Python tag is the target's and its platform tag installs there;
+- torch major.minor equal; CUDA major equal and the wheel's CUDA minor not above torch's;
+  C++ ABI equal where the label records one;
+- every visible GPU runs the wheel: its compute capability is in the wheel's SASS or reachable
+  through its PTX. The arch list comes from the manifest when it records one, else from the
+  support table's default list for the wheel's CUDA and platform (the reason says which).
+
+Of the wheels that fit, the one with torch's exact CUDA wins, then the same major with the
+highest lower minor, then the newest package version. Every other candidate is reported with
+the reasons it was not chosen, nearest first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import html.parser
+import json
+import re
+import sys
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+from urllib.parse import unquote, urljoin, urlsplit
+
+from . import support, variant
+from .environment import Target, detect, parse_gpu_archs, tag_installs
+
+PROJECT = "mamba-kernels"
+DEFAULT_TIMEOUT = 30.0
+EXIT_NO_MATCH = 3
+_ACCEPT = ("application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.5, "
+           "text/html;q=0.2, application/json;q=0.2, */*;q=0.1")
+_MAX_FOLLOW = 2  # links followed from an HTML page without wheels (root index -> project page)
+
+
+class SourceError(ValueError):
+    """A source cannot be read; the message is one line naming it."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One wheel some source lists."""
+
+    filename: str
+    url: str  # an absolute URL or a local path
+    sha256: Optional[str] = None
+    archs: Optional[Dict[str, Dict[str, List[str]]]] = None  # as the manifest records them
+    source: str = ""
+
+
+@dataclass
+class Verdict:
+    candidate: Candidate
+    reasons: List[str] = field(default_factory=list)  # empty: it fits
+    why: List[str] = field(default_factory=list)  # what holds, for the chosen one
+    info: Optional[variant.WheelInfo] = None
+    distance: int = 0
+
+    @property
+    def fits(self) -> bool:
+        return not self.reasons
+
+
+@dataclass
+class Resolution:
+    target: Target
+    selected: Optional[Verdict]
+    rejected: List[Verdict]
+
+    def as_dict(self) -> Dict[str, Any]:
+        s = self.selected
+        return {
+            "selected": s.candidate.filename if s else None,
+            "url": s.candidate.url if s else None,
+            "sha256": s.candidate.sha256 if s else None,
+            "reason": "; ".join(s.why) if s else _no_match_line(self.target, len(self.rejected)),
+            "rejected": [{"file": v.candidate.filename, "reasons": v.reasons} for v in self.rejected],
+            "target": self.target.as_dict(),
+        }
+
+
+# ----------------------------------------------------------------------------- reading sources
+
+def _is_url(text: str) -> bool:
+    return text.startswith(("http://", "https://"))
+
+
+def _fetch(url: str, timeout: float) -> Tuple[bytes, str, str]:
+    """(body, content type, final URL) of ``url``, or a one-line SourceError."""
+    req = urllib.request.Request(url, headers={"User-Agent": "mamba-kernels-resolve", "Accept": _ACCEPT})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.read(), r.headers.get("Content-Type", ""), r.geturl()
+    except urllib.error.HTTPError as e:
+        raise SourceError(f"--index {url}: HTTP {e.code} {e.reason}") from None
+    except urllib.error.URLError as e:
+        raise SourceError(f"--index {url}: cannot be fetched: {e.reason}") from None
+    except (OSError, ValueError) as e:  # timeouts, resets, a malformed URL
+        raise SourceError(f"--index {url}: cannot be fetched: {e or type(e).__name__}") from None
+
+
+def _join(base: str, ref: str) -> str:
+    """``ref`` (an href or a manifest url) relative to ``base`` (a URL or a local file path)."""
+    ref_no_frag = ref.split("#", 1)[0]
+    if _is_url(base) or _is_url(ref_no_frag):
+        return urljoin(base, ref_no_frag)
+    if urlsplit(ref_no_frag).scheme == "file":
+        return unquote(urlsplit(ref_no_frag).path)
+    return str(Path(base).parent / unquote(ref_no_frag))
+
+
+class _Links(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.links: List[Tuple[str, str]] = []  # (href, text)
+        self._href: Optional[str] = None
+        self._text: List[str] = []
+
+    def handle_starttag(self, tag: str, attrs: List[Tuple[str, Optional[str]]]) -> None:
+        if tag == "a":
+            self._href = dict(attrs).get("href")
+            self._text = []
+
+    def handle_data(self, data: str) -> None:
+        if self._href is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a" and self._href is not None:
+            self.links.append((self._href, "".join(self._text).strip()))
+            self._href = None
+
+
+def _wheel_name_of(href: str, text: str) -> Optional[str]:
+    name = unquote(urlsplit(href).path.rsplit("/", 1)[-1])
+    if name.endswith(".whl"):
+        return name
+    return text if text.endswith(".whl") else None
+
+
+def _from_html(text: str, base: str, source: str, timeout: float, depth: int) -> List[Candidate]:
+    parser = _Links()
+    try:
+        parser.feed(text)
+        parser.close()
+    except Exception as e:  # the parser is lenient; anything it still refuses is a bad page
+        raise SourceError(f"--index {source}: not a readable HTML page ({e})") from None
+    out = []
+    for href, label in parser.links:
+        name = _wheel_name_of(href, label)
+        if name is None:
+            continue
+        frag = href.split("#", 1)[1] if "#" in href else ""
+        sha = frag[len("sha256="):] if frag.startswith("sha256=") else None
+        out.append(Candidate(name, _join(base, href), sha, None, source))
+    if out or depth >= _MAX_FOLLOW:
+        return out
+    # A page without wheels: our site's root (-> manifest.json) or a PEP 503 root (-> project).
+    for href, label in parser.links:
+        target = href.split("#", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+        if target == "manifest.json" or label.rstrip("/") in (PROJECT, variant.DIST_NAME) or target in (
+                PROJECT, variant.DIST_NAME):
+            return _read(_join(base, href), source, timeout, depth + 1)
+    return out
+
+
+def _from_json(data: Any, base: str, source: str) -> List[Candidate]:
+    if isinstance(data, dict) and data.get("project") == PROJECT and isinstance(data.get("wheels"), list):
+        out = []
+        for e in data["wheels"]:  # our manifest
+            if not isinstance(e, dict) or not isinstance(e.get("filename"), str):
+                continue
+            url = e.get("url") if isinstance(e.get("url"), str) else e["filename"]
+            archs = e.get("archs") if isinstance(e.get("archs"), dict) else None
+            sha = e.get("sha256") if isinstance(e.get("sha256"), str) else None
+            out.append(Candidate(e["filename"], _join(base, url), sha, archs, source))
+        return out
+    if isinstance(data, dict) and isinstance(data.get("files"), list):
+        out = []
+        for f in data["files"]:  # PEP 691
+            if not isinstance(f, dict) or not str(f.get("filename", "")).endswith(".whl"):
+                continue
+            hashes = f.get("hashes") if isinstance(f.get("hashes"), dict) else {}
+            out.append(Candidate(f["filename"], _join(base, str(f.get("url", f["filename"]))),
+                                 hashes.get("sha256"), None, source))
+        return out
+    raise SourceError(f"--index {source}: JSON that is neither a {PROJECT} manifest nor a PEP 691 page")
+
+
+def _read(where: str, source: str, timeout: float, depth: int = 0) -> List[Candidate]:
+    if _is_url(where):
+        body, ctype, final = _fetch(where, timeout)
+        base = final
+    else:
+        path = Path(where)
+        if path.is_dir():
+            manifest = path / "manifest.json"
+            if manifest.is_file():
+                return _read(str(manifest), source, timeout, depth)
+            return sorted((Candidate(p.name, str(p), None, None, source) for p in path.rglob("*.whl")
+                           if p.is_file()), key=lambda c: c.filename)
+        if not path.is_file():
+            raise SourceError(f"--index {where}: no such file or directory")
+        try:
+            body = path.read_bytes()
+        except OSError as e:
+            raise SourceError(f"--index {where}: cannot be read: {e.strerror or e}") from None
+        ctype, base = ("application/json" if path.suffix == ".json" else "text/html"), str(path)
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SourceError(f"--index {where}: not UTF-8 text (expected a manifest or an index page)") from None
+    if "json" in ctype or text.lstrip().startswith(("{", "[")):
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise SourceError(f"--index {where}: not valid JSON ({e})") from None
+        return _from_json(data, base, source)
+    return _from_html(text, base, source, timeout, depth)
+
+
+def read_sources(sources: Sequence[str], timeout: float = DEFAULT_TIMEOUT) -> List[Candidate]:
+    """Every candidate of every source, each file name once (the first source wins)."""
+    seen: Dict[str, Candidate] = {}
+    for s in sources:
+        if "://" in s and not _is_url(s) and not s.startswith("file://"):
+            raise SourceError(f"--index {s}: must be a path or an http(s) URL")
+        where = unquote(urlsplit(s).path) if s.startswith("file://") else s
+        for c in _read(where, s, timeout):
+            seen.setdefault(c.filename, c)
+    return list(seen.values())
+
+
+# ----------------------------------------------------------------------------- judging
+
+def _ours(filename: str) -> bool:
+    """Whether the file's distribution is ours (PEP 503 normalised name)."""
+    return re.sub(r"[-_.]+", "-", filename.split("-", 1)[0]).lower() == PROJECT
+
+
+def _version_key(version: str) -> Tuple[int, ...]:
+    """The release segment of a public version (``0.2.1`` -> (0, 2, 1)); pre-releases are not
+    published, so this orders our versions."""
+    m = re.match(r"\d+(\.\d+)*", version)
+    return tuple(int(x) for x in m.group(0).split(".")) if m else (0,)
+
+
+def _cc_key(text: str) -> Tuple[int, int]:
+    a, b = text.split(".")
+    return int(a), int(b)
+
+
+def _sm(cap: str) -> str:
+    return cap.replace(".", "")
+
+
+def _arch_lists(c: Candidate, built: variant.Variant, platform: Optional[str]
+                ) -> Tuple[List[Tuple[List[str], List[str]]], str]:
+    """[(SASS, PTX) per compiled module] and where the lists come from."""
+    if c.archs:
+        lists = [(list(m.get("sass") or []), list(m.get("ptx") or [])) for m in c.archs.values()
+                 if isinstance(m, dict)]
+        if lists:
+            return lists, "arch list from the manifest"
+    if platform is None:
+        return [], "no arch list (unknown platform)"
+    try:
+        archs = support.default_archs(built.cuda, platform)
+    except ValueError:
+        return [], f"no arch list known for CUDA {built.cuda} on {platform}"
+    how = "by file name" if c.archs is None else "the manifest records none"
+    return ([([f"sm_{_sm(a)}" for a in archs], [f"compute_{_sm(archs[-1])}"])],
+            f"arch list from the support table for CUDA {built.cuda} on {platform} ({how})")
+
+
+def _gpu_check(c: Candidate, built: variant.Variant, target: Target, platform: Optional[str]
+               ) -> Tuple[List[str], Optional[str]]:
+    """(reasons, what holds) for the target's GPUs."""
+    if not target.gpus:
+        return [], "no GPU visible: architecture not checked (give --gpu-arch to check)"
+    lists, how = _arch_lists(c, built, platform)
+    if not lists:
+        return [], f"GPU architecture not checked: {how}"
+    problems, ok = [], []
+    for cap in target.gpu_archs:
+        bad = [(s, p) for s, p in lists if not variant.arch_runs(s, p, cap)]
+        if bad:
+            s, p = bad[0]
+            problems.append(f"GPU sm {cap} is neither in its SASS ({', '.join(s) or 'none'}) nor reachable "
+                            f"through its PTX ({', '.join(p) or 'none'}); {how}")
+        else:
+            sass = lists[0][0]
+            direct = f"sm_{_sm(cap)}" in sass
+            ok.append(f"sm {cap} " + ("in SASS" if direct else "runs (same-major SASS or PTX)"))
+    return problems, f"GPU {', '.join(ok)}; {how}"
+
+
+def judge(c: Candidate, target: Target) -> Verdict:
+    """What holds and what does not for one candidate."""
+    v = Verdict(c)
+    try:
+        info = variant.parse_wheel_name(c.filename)
+    except ValueError:
+        v.reasons.append("the file name is not one of this project's wheel names")
+        v.distance = 10_000
+        return v
+    v.info = info
+    dist = 0
+    if info.variant is None:
+        v.reasons.append("no variant label: a local or source build, for no known torch")
+        v.distance = 10_000
+        return v
+    built = info.variant
+    # Python and platform
+    if info.python != target.python:
+        v.reasons.append(f"for Python {info.python}, the target is Python {target.python}")
+        dist += abs(int(info.python.split(".")[1]) - int(target.python.split(".")[1]))
+    else:
+        v.why.append(f"cp{_sm(info.python)} for Python {target.python}")
+    if not tag_installs(info.platform_tag, target.platform_tags):
+        where = target.platform or "this platform"
+        if info.platform is not None and info.platform == target.platform:
+            v.reasons.append(f"platform tag {info.platform_tag} needs a newer glibc than the target's "
+                             f"({target.platform_tags[0]})")
+        else:
+            v.reasons.append(f"built for {info.platform or info.platform_tag}, the target is {where}")
+            dist += 50
+    else:
+        v.why.append(f"{info.platform_tag} installs on {target.platform or target.platform_tags[0]}")
+    # torch, CUDA, ABI
+    if target.torch is None:
+        v.reasons.append(f"needs torch {built.torch}; the target has no torch (give --torch)")
+    else:
+        problems = variant.mismatches(built, target.torch, target.torch_cuda, target.cxx11_abi)
+        v.reasons.extend(problems)
+        try:
+            t_mm = _cc_key(variant.minor(target.torch))
+            dist += abs(t_mm[1] - _cc_key(built.torch)[1]) * 10 + abs(t_mm[0] - _cc_key(built.torch)[0]) * 100
+        except ValueError:
+            pass
+        if target.torch_cuda:
+            b, t = _cc_key(built.cuda), _cc_key(target.torch_cuda)
+            dist += abs(b[0] - t[0]) * 10 + abs(b[1] - t[1])
+        if not problems:
+            v.why.append(f"torch {built.torch} is the target's torch {target.torch}")
+            if built.cuda == target.torch_cuda:
+                v.why.append(f"CUDA {built.cuda} is torch's CUDA (exact)")
+            else:
+                v.why.append(f"CUDA {built.cuda} runs under torch's CUDA {target.torch_cuda} "
+                             "(same major, lower minor)")
+            if built.cxx11_abi is not None:
+                if target.cxx11_abi is None:
+                    v.why.append(f"C++ ABI {variant.abi_name(built.cxx11_abi)} (the target's ABI is "
+                                 "unknown: give --cxx11-abi to check)")
+                else:
+                    v.why.append(f"C++ ABI {variant.abi_name(built.cxx11_abi)} is torch's")
+    # GPU
+    problems, holds = _gpu_check(c, built, target, info.platform)
+    v.reasons.extend(problems)
+    if holds and not problems:
+        v.why.append(holds)
+    v.distance = dist + 1000 * len(v.reasons)
+    return v
+
+
+def _preference(v: Verdict, target: Target) -> Tuple:
+    assert v.info is not None and v.info.variant is not None
+    cuda = _cc_key(v.info.variant.cuda)
+    exact = v.info.variant.cuda == target.torch_cuda
+    return (exact, cuda, _version_key(v.info.version), v.candidate.filename)
+
+
+def resolve(candidates: Sequence[Candidate], target: Target) -> Resolution:
+    """The best fitting candidate and every other one with its reasons, nearest first."""
+    verdicts = [judge(c, target) for c in candidates if _ours(c.filename)]
+    fitting = sorted((v for v in verdicts if v.fits), key=lambda v: _preference(v, target), reverse=True)
+    selected = fitting[0] if fitting else None
+    if selected is not None:
+        for v in fitting[1:]:
+            assert v.info is not None and v.info.variant is not None and selected.info is not None
+            sv = selected.info.variant
+            assert sv is not None
+            if v.info.variant.cuda != sv.cuda:
+                pref = f"CUDA {sv.cuda} is closer to torch's CUDA {target.torch_cuda}"
+            else:
+                pref = f"version {selected.info.version} is newer"
+            v.reasons.append(f"fits too, but {selected.candidate.filename} is preferred: {pref}")
+            v.distance = -1
+    rejected = sorted((v for v in verdicts if v is not selected),
+                      key=lambda v: (v.distance, len(v.reasons), v.candidate.filename))
+    return Resolution(target, selected, rejected)
+
+
+def _sha256_of(path: str) -> Optional[str]:
+    try:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        return h.hexdigest()
+    except OSError:
+        return None
+
+
+def describe_target(t: Target) -> str:
+    torch = "no torch" if t.torch is None else (
+        f"torch {t.torch} (CUDA {t.torch_cuda or 'none'}, {variant.abi_name(t.cxx11_abi)} ABI)")
+    gpus = ", ".join(f"sm {c}" for c in t.gpu_archs) or "no GPU visible"
+    return f"{torch}, Python {t.python}, {t.platform or t.platform_tags[0]}, {gpus}"
+
+
+def _no_match_line(t: Target, n: int) -> str:
+    if n == 0:
+        return "no wheel of mamba-kernels in the given index"
+    return f"none of the {n} candidate wheel(s) fits {describe_target(t)}"
+
+
+# ----------------------------------------------------------------------------- CLI
+
+def _cmd_resolve(args: argparse.Namespace) -> int:
+    abi = None if args.cxx11_abi is None else args.cxx11_abi == "1"
+    archs = None if args.gpu_arch is None else parse_gpu_archs(args.gpu_arch)
+    target = detect(torch=args.torch, cuda=args.cuda, python=args.python, platform_tag=args.platform,
+                    cxx11_abi=abi, gpu_archs=archs, toolchain=False)
+    try:
+        candidates = read_sources(args.index, timeout=args.timeout)
+    except SourceError as e:
+        print(f"mamba-kernels resolve: {e}", file=sys.stderr)
+        return 2
+    res = resolve(candidates, target)
+    chosen = res.selected
+    if chosen is not None and chosen.candidate.sha256 is None and not _is_url(chosen.candidate.url):
+        chosen.candidate = replace(chosen.candidate, sha256=_sha256_of(chosen.candidate.url))
+    if args.json:
+        print(json.dumps(res.as_dict(), indent=2))
+        return 0 if res.selected else EXIT_NO_MATCH
+    if res.selected is not None:
+        c = res.selected.candidate
+        print(c.filename)
+        print(f"  url     {c.url}")
+        print(f"  sha256  {c.sha256 or 'not listed by the index'}")
+        print(f"  target  {describe_target(target)}")
+        for why in res.selected.why:
+            print(f"  why     {why}")
+        if res.rejected:
+            print(f"{len(res.rejected)} other candidate(s) not chosen; --json lists each with its reasons")
+        return 0
+    print(f"no wheel fits: {_no_match_line(target, len(res.rejected))}")
+    if res.rejected:
+        print("candidates, nearest first:")
+    for v in res.rejected:
+        print(f"  {v.candidate.filename}")
+        for r in v.reasons:
+            print(f"    - {r}")
+    print("no prebuilt wheel: build from source (pip install --no-build-isolation .) or use the "
+          "pure-PyTorch path")
+    return EXIT_NO_MATCH
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``resolve`` verb to the CLI."""
+    p = subparsers.add_parser(
+        "resolve", help="pick the release wheel for this (or another) environment, and say why",
+        description="Pick the release wheel that fits the target environment (this machine, or the "
+                    "one the options describe) from the given index, and say why; exit 3 when none "
+                    "fits, listing every candidate with its reasons, nearest first.",
+    )
+    p.add_argument("--index", action="append", required=True, metavar="URL|DIR",
+                   help="manifest.json (path or URL), a PEP 503/691 page, a find-links page, or a "
+                        "directory of wheels; repeatable")
+    p.add_argument("--torch", help="torch version, e.g. 2.4.1, 2.4.1+cu121 or 2.8.0a0+5228986c39.nv25.06")
+    p.add_argument("--cuda", help="torch's CUDA version, e.g. 12.4 (none for a CPU build)")
+    p.add_argument("--python", help="CPython version, e.g. 3.11")
+    p.add_argument("--platform", help="linux_x86_64, linux_aarch64, win_amd64, or a wheel platform tag "
+                                      "such as manylinux_2_28_x86_64")
+    p.add_argument("--cxx11-abi", choices=("0", "1"), help="torch's C++ ABI (_GLIBCXX_USE_CXX11_ABI)")
+    p.add_argument("--gpu-arch", metavar="8.0,9.0", help="GPU compute capabilities")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per network read")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_cmd_resolve)
