@@ -15,17 +15,6 @@ Tensor = torch.Tensor
 KERNEL = "selective_scan"
 
 
-def _grad_bc(grad: Tensor, original: Tensor) -> Tensor:
-    """Bring dB/dC from the scan's form back to the argument's shape and dtype."""
-    if original.dim() == 2:
-        return grad.to(original.dtype)
-    if grad.is_complex():
-        grad = torch.view_as_real(grad).flatten(-2)
-    if original.dim() == 3:
-        grad = grad.squeeze(1)
-    return grad.to(original.dtype)
-
-
 def _opt_to(t: Optional[Tensor], like: Optional[Tensor]) -> Optional[Tensor]:
     return None if t is None or like is None else t.to(like.dtype)
 
@@ -114,8 +103,8 @@ class SelectiveScanFn(torch.autograd.Function):
             du,
             ddelta,
             dA.to(A.dtype),
-            _grad_bc(dB, B),
-            _grad_bc(dC, C),
+            pytorch_scan.grad_as_given(dB, B),
+            pytorch_scan.grad_as_given(dC, C),
             _opt_to(dD, D),
             dz,
             _opt_to(ddelta_bias, delta_bias),
