@@ -42,6 +42,12 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from . import doctor
+
+    return doctor.main(as_json=args.json)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mamba-kernels",
@@ -52,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="report the environment and the backend each kernel uses")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.set_defaults(func=_cmd_info)
+    p = sub.add_parser("doctor", help="diagnose what is broken and print the one command that fixes each")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_cmd_doctor)
     from . import index, matrix, resolve  # `matrix`, `index`: release tooling; `resolve`: users
 
     resolve.register(sub)

@@ -368,3 +368,25 @@ MSVC_RUNTIME_EXCLUDES: Tuple[str, ...] = tuple(_DATA["wheel_excludes"]["msvc_run
 def nvcc_needs_msvc_override(cuda: str) -> bool:
     """True when nvcc of CUDA ``cuda`` must be told to accept the runners' MSVC 19.4x."""
     return _vkey(cuda_major_minor(cuda)) < _vkey(NVCC_FIRST_ACCEPTING_MSVC_19_4)
+
+
+# The oldest NVIDIA driver that runs code built with each CUDA major, through CUDA's minor
+# version compatibility (docs/COMPAT.md §10): {"12": {"linux": "525.60.13", "win": "528.33"}}.
+CUDA_DRIVERS: Dict[str, Dict[str, str]] = {k: dict(v) for k, v in _DATA["cuda_drivers"].items()}
+
+
+def min_driver(cuda: str, windows: bool = False) -> Optional[str]:
+    """The oldest driver that runs binaries of CUDA ``cuda`` ("12.6"), None for an unknown major."""
+    row = CUDA_DRIVERS.get(cuda.split(".")[0])
+    return None if row is None else row["win" if windows else "linux"]
+
+
+def driver_runs(driver: str, cuda: str, windows: bool = False) -> Optional[bool]:
+    """Whether NVIDIA driver ``driver`` ("550.54.14") runs CUDA ``cuda`` binaries (None: unknown)."""
+    need = min_driver(cuda, windows)
+    if need is None:
+        return None
+    try:
+        return _vkey(driver) >= _vkey(need)
+    except ValueError:
+        return None

@@ -1,0 +1,263 @@
+"""``python -m mamba_kernels doctor [--json]``: what runs, why, and the one command per fix.
+
+It reports the environment (``environment.detect``: no CUDA initialisation), each kernel's
+backend with the reason, then the problems, each as ``{what, why, fix, broken}``.
+
+Exit policy: 1 when something is broken, else 0. Broken means something that should work
+does not: an extension that is present but cannot load or does not match the running torch;
+an extension file the installed distribution lists but that is gone; another distribution
+shadowing ours; a GPU the binary has no code for; a driver too old for the binary's CUDA;
+or, with a CUDA torch and a visible GPU, no compiled extension at all. Not broken (exit 0,
+with a note saying why the fast path is unavailable): the pure-Python install on a machine
+without a CUDA torch or without a GPU, ``MAMBA_KERNELS_BACKEND=reference``, and nvcc on another
+CUDA major than torch while the extensions load (that only breaks a source build).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from typing import Any, Dict, List, Optional
+
+from . import buildinfo, dispatch, environment, knobs, support
+from .version import __version__
+
+DIST = "mamba-kernels"
+# Top-level modules another distribution could own instead of us, and strays that shadow us.
+OUR_PACKAGES = ("causal_conv1d", "selective_scan")
+STRAY_MODULES = ("causal_conv1d_cuda", "selective_scan_cuda")
+# torch's C++ namespaces, by the prefix of a demangled name: the API a missing symbol is from.
+TORCH_APIS = (
+    ("c10::cuda::", "c10::cuda (libc10_cuda, torch's CUDA core)"),
+    ("c10::", "c10 (libc10, torch's core tensor library)"),
+    ("at::", "ATen (at::, torch's tensor operators)"),
+    ("torch::", "torch:: (torch's C++ frontend and extension API)"),
+    ("pybind11::", "pybind11 (the Python binding layer)"),
+)
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _problem(what: str, why: str, fix: str, broken: bool = True) -> Dict[str, Any]:
+    return {"what": what, "why": why, "fix": fix, "broken": broken}
+
+
+def _split_fix(reason: str) -> tuple:
+    why, sep, fix = reason.partition(". Fix: ")
+    return (why, fix) if sep else (reason, dispatch._running_fix())
+
+
+def demangle(symbol: str) -> str:
+    """``symbol`` demangled by ``c++filt`` when it is there, else as it is."""
+    exe = shutil.which("c++filt")
+    if not exe or not symbol.startswith("_Z"):
+        return symbol
+    try:
+        out = subprocess.run([exe, symbol], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return symbol
+    return out.stdout.strip() or symbol
+
+
+def torch_api(demangled: str) -> Optional[str]:
+    """The torch C++ API a demangled name belongs to, None when it is not torch's."""
+    for prefix, api in TORCH_APIS:
+        if demangled.startswith(prefix) or f" {prefix}" in demangled or f"({prefix}" in demangled:
+            return api
+    return None
+
+
+def _undefined_symbol(reason: str) -> Optional[str]:
+    m = re.search(r"undefined symbol: ([A-Za-z0-9_$.@]+)", reason)
+    return m.group(1) if m else None
+
+
+def _recorded_missing(name: str) -> Optional[str]:
+    """The extension file of ``name`` that an installed distribution lists but is gone."""
+    pkg, _, mod = name.rpartition(".")
+    for dist_name in importlib.metadata.packages_distributions().get(pkg.split(".")[0], []):
+        try:
+            dist = importlib.metadata.distribution(dist_name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for f in dist.files or ():
+            parts = f.parts
+            if (len(parts) >= 2 and "/".join(parts[:-1]) == pkg.replace(".", "/")
+                    and parts[-1].startswith(mod + ".") and parts[-1].endswith((".so", ".pyd"))):
+                path = str(f.locate())
+                if not os.path.exists(path):
+                    return path
+    return None
+
+
+def _kernel(kernel: str, target: environment.Target) -> Dict[str, Any]:
+    """One kernel: its backend, why, and its problems."""
+    name = dispatch.EXTENSIONS[kernel]
+    report = dict(dispatch.backends()[kernel])
+    found: List[Dict[str, Any]] = []
+    report["problems"] = found
+    if knobs.backend_mode() == "reference":
+        return report
+    status = dispatch.extension_status(kernel)
+    path = dispatch._extension_file(name)
+    info = buildinfo.find_in_file(path) if path else None
+    running = buildinfo.running()
+    gpu_here = bool(target.gpus) and bool(running[1])
+    if status.module is None:
+        why, fix = _split_fix(status.reason)
+        if why.startswith("the compiled extension") and why.endswith("not part of this install"):
+            gone = _recorded_missing(name)
+            if gone:
+                found.append(_problem(
+                    f"{kernel}: the extension is missing",
+                    f"{gone} is listed by the installed distribution but the file is gone", fix))
+            else:
+                found.append(_problem(
+                    f"{kernel}: the extension is missing",
+                    f"{why}; the PyTorch implementation runs"
+                    + ("" if gpu_here else " (no CUDA torch or no GPU here: nothing faster could run)"),
+                    fix, broken=gpu_here))
+            return report
+        symbol = _undefined_symbol(why)
+        if symbol:
+            plain = demangle(symbol)
+            api = torch_api(plain)
+            owner = f", from torch's {api} API" if api else ""
+            found.append(_problem(
+                f"{kernel}: built for another torch",
+                f"the binary calls {plain}{owner}, which the running torch does not export: {why}",
+                fix))
+        elif info is not None and info.cxx11_abi is not None and running[2] is not None \
+                and info.cxx11_abi != running[2] and not [
+                    p for p in buildinfo.problems(info, *running) if "ABI" not in p]:
+            found.append(_problem(f"{kernel}: C++ ABI mismatch", why, fix))
+        elif "was built for" in why or "built for" in why:
+            found.append(_problem(f"{kernel}: built for another torch", why, fix))
+        else:
+            found.append(_problem(f"{kernel}: the extension cannot be used", why, fix))
+        return report
+    if info is not None and (info.sass or info.ptx):
+        for g in target.gpus:
+            gpu = f"GPU {g.index} ({g.name or 'name unknown'})"
+            bad = buildinfo.arch_problem(name, info, gpu, g.capability)
+            if bad:
+                why, fix = _split_fix(bad)
+                found.append(_problem(f"{kernel}: the GPU architecture is not in the binary", why, fix))
+    cuda = info.torch_cuda if info is not None else running[1]
+    if target.driver and cuda and target.gpus and support.driver_runs(
+            target.driver, cuda, sys.platform == "win32") is False:
+        need = support.min_driver(cuda, sys.platform == "win32")
+        found.append(_problem(
+            f"{kernel}: the driver is too old for the wheel's CUDA",
+            f"{name} was built with CUDA {cuda}, which needs NVIDIA driver {need} or newer; "
+            f"this machine has {target.driver}",
+            f"upgrade the NVIDIA driver to {need} or newer (or install the wheel for an older CUDA "
+            "together with the torch built for it)"))
+    return report
+
+
+def _shadowing() -> List[Dict[str, Any]]:
+    found: List[Dict[str, Any]] = []
+    owners = importlib.metadata.packages_distributions()
+    for pkg in OUR_PACKAGES:
+        others = sorted({d for d in owners.get(pkg, []) if _norm(d) != DIST})
+        for other in others:
+            try:
+                ver = importlib.metadata.version(other)
+            except importlib.metadata.PackageNotFoundError:
+                ver = "?"
+            found.append(_problem(
+                f"another distribution shadows ours: {other}",
+                f"the distribution {other} {ver} also installs the top-level package {pkg}, so whichever "
+                f"was installed last owns its files",
+                f"pip uninstall -y {other} && pip install --no-deps --force-reinstall {DIST}"))
+    for mod in STRAY_MODULES:
+        try:
+            spec = importlib.util.find_spec(mod)
+        except (Exception, SystemExit):
+            spec = None
+        if spec is None:
+            continue
+        origin = spec.origin or mod
+        dists = sorted(set(owners.get(mod, [])))
+        owner = f" (installed by {', '.join(dists)})" if dists else ""
+        fix = f"pip uninstall -y {' '.join(dists)}" if dists else f"rm {origin}"
+        what = ("mamba_ssm's own extension shadows ours" if any(_norm(d) == "mamba-ssm" for d in dists)
+                else f"a stray {mod} module shadows ours")
+        found.append(_problem(
+            what,
+            f"{mod} at {origin}{owner}: code that imports it (mamba_ssm) runs that binary instead of "
+            "mamba-kernels' kernels",
+            fix))
+    return found
+
+
+def _nvcc(target: environment.Target) -> List[Dict[str, Any]]:
+    if not (target.nvcc and target.torch_cuda):
+        return []
+    if target.nvcc.split(".")[0] == target.torch_cuda.split(".")[0]:
+        return []
+    return [_problem(
+        "nvcc and torch are on different CUDA majors",
+        f"nvcc at {target.cuda_home} is CUDA {target.nvcc}, torch is built with CUDA {target.torch_cuda}: "
+        "building the extensions from source would fail",
+        f"point CUDA_HOME at a CUDA {target.torch_cuda.split('.')[0]}.x toolkit, e.g. "
+        f"pip install 'nvidia-cuda-nvcc-cu{target.torch_cuda.split('.')[0]}' and set CUDA_HOME to it",
+        broken=False)]
+
+
+def diagnose(target: Optional[environment.Target] = None) -> Dict[str, Any]:
+    """The doctor's report: environment, kernels (backend, reason, problems), problems, broken."""
+    if target is None:
+        target = environment.detect()
+    kernels = {k: _kernel(k, target) for k in dispatch.EXTENSIONS}
+    found = [p for k in kernels.values() for p in k.pop("problems")]
+    found += _shadowing()
+    nvcc = _nvcc(target)
+    if nvcc and any(k["backend"] != "cuda" for k in kernels.values()):
+        nvcc[0]["broken"] = True  # the fix for the kernels is a build: it would fail
+    found += nvcc
+    return {
+        "mamba_kernels": __version__,
+        "environment": {**target.as_dict(), "backend_mode": knobs.backend_mode()},
+        "kernels": kernels,
+        "problems": found,
+        "broken": any(p["broken"] for p in found),
+    }
+
+
+def render(report: Dict[str, Any]) -> str:
+    env = report["environment"]
+    lines = [f"mamba-kernels {report['mamba_kernels']}",
+             f"python        {env['python']} ({env['platform']})",
+             f"torch         {env['torch'] or 'not installed'} (CUDA {env['torch_cuda'] or 'none'}, "
+             f"cxx11_abi {env['cxx11_abi']})",
+             f"nvcc          {env['nvcc'] or 'not found'} (CUDA_HOME {env['cuda_home'] or 'not set'})",
+             f"driver        {env['driver'] or 'none visible'}"]
+    lines += [f"gpu {g['index']}         {g['name']} (sm {g['capability']})" for g in env["gpus"]] or [
+        "gpu           none visible"]
+    lines.append(f"backend mode  {env['backend_mode']}")
+    for kernel, k in report["kernels"].items():
+        lines.append(f"{kernel:<15}{k['backend']}: {k['reason']}")
+    if not report["problems"]:
+        lines.append("no problems found")
+    for p in report["problems"]:
+        lines.append(f"{'BROKEN' if p['broken'] else 'note'}: {p['what']}")
+        lines.append(f"  why: {p['why']}")
+        lines.append(f"  fix: {p['fix']}")
+    return "\n".join(lines)
+
+
+def main(as_json: bool = False, target: Optional[environment.Target] = None) -> int:
+    import json
+
+    report = diagnose(target)
+    print(json.dumps(report, indent=2) if as_json else render(report))
+    return 1 if report["broken"] else 0

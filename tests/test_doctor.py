@@ -1,0 +1,158 @@
+# ruff: noqa: F811  (the fixture `fresh` is imported from test_runtime_guard)
+"""The doctor on real broken installs the tests make (the helpers of test_runtime_guard build
+them with gcc): an extension built with other metadata, a deleted .so, a missing
+libc10_cuda.so, an undefined torch symbol, and a shadowing distribution."""
+
+import dataclasses
+import importlib
+import json
+import sys
+
+import torch
+from test_runtime_guard import (  # noqa: F401  (fresh is a fixture)
+    BUILT_ELSEWHERE,
+    EXT_SUFFIX,
+    _package,
+    compiled_extension,
+    fresh,
+    info,
+    needs_gcc,
+    needs_python_h,
+    unloadable_extension,
+)
+
+from mamba_kernels import cli, dispatch, doctor, environment, support
+
+NO_GPU = environment.detect(toolchain=False, gpu_archs=[])
+
+
+def gpus(*caps, driver="580.65.06"):
+    return dataclasses.replace(
+        NO_GPU, gpus=tuple(environment.Gpu(i, c, f"Fake {c}") for i, c in enumerate(caps)), driver=driver
+    )
+
+
+def whats(report):
+    return [p["what"] for p in report["problems"]]
+
+
+def test_pure_python_install_without_gpu_is_not_broken(fresh, capsys):
+    _package(fresh, "mkd_none")
+    dispatch.EXTENSIONS["causal_conv1d"] = "mkd_none._cuda"
+    report = doctor.diagnose(NO_GPU)
+    assert not report["broken"] and report["kernels"]["causal_conv1d"]["backend"] == "reference"
+    p = [p for p in report["problems"] if p["what"] == "causal_conv1d: the extension is missing"][0]
+    assert not p["broken"] and "PyTorch implementation runs" in p["why"] and "pip install" in p["fix"]
+
+
+def test_pure_python_install_with_gpu_is_broken(fresh):
+    _package(fresh, "mkd_none2")
+    dispatch.EXTENSIONS["causal_conv1d"] = "mkd_none2._cuda"
+    report = doctor.diagnose(gpus("9.0"))
+    assert report["broken"] == bool(torch.version.cuda)
+
+
+@needs_python_h
+def test_extension_built_with_other_metadata(fresh, capsys, monkeypatch):
+    name = compiled_extension(fresh, "mkd_meta", info(torch_version="2.13.0+cu126", torch_cuda="12.6"))
+    dispatch.EXTENSIONS["causal_conv1d"] = name
+    monkeypatch.setattr(environment, "detect", lambda **kw: NO_GPU)
+    assert cli.main(["doctor", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert set(report) >= {"environment", "kernels", "problems"}
+    p = [p for p in report["problems"] if p["what"] == "causal_conv1d: built for another torch"][0]
+    assert "torch 2.13.0+cu126" in p["why"] and p["fix"].startswith("pip install --no-deps")
+    assert p["broken"] and report["kernels"]["causal_conv1d"]["backend"] == "reference"
+
+
+@needs_python_h
+def test_abi_mismatch(fresh):
+    name = compiled_extension(fresh, "mkd_abi", info(cxx11_abi=not torch._C._GLIBCXX_USE_CXX11_ABI))
+    dispatch.EXTENSIONS["selective_scan"] = name
+    assert "selective_scan: C++ ABI mismatch" in whats(doctor.diagnose(NO_GPU))
+
+
+@needs_python_h
+def test_deleted_so_recorded_by_the_distribution(fresh):
+    name = compiled_extension(fresh, "mkd_deleted", info())
+    dispatch.EXTENSIONS["causal_conv1d"] = name
+    dist = fresh / "mkd_deleted-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mkd-deleted\nVersion: 1.0\n")
+    (dist / "RECORD").write_text(f"mkd_deleted/__init__.py,,\nmkd_deleted/_cuda{EXT_SUFFIX},,\n")
+    (fresh / "mkd_deleted" / f"_cuda{EXT_SUFFIX}").unlink()
+    importlib.invalidate_caches()
+    report = doctor.diagnose(NO_GPU)
+    p = [p for p in report["problems"] if p["what"] == "causal_conv1d: the extension is missing"][0]
+    assert p["broken"] and report["broken"]
+    assert "file is gone" in p["why"] and f"_cuda{EXT_SUFFIX}" in p["why"]
+
+
+@needs_gcc
+def test_missing_libc10_cuda(fresh, capsys, monkeypatch):
+    name = unloadable_extension(fresh, "mkd_nolib", info(**BUILT_ELSEWHERE), needs_lib="c10_cuda_mkd_gone")
+    dispatch.EXTENSIONS["causal_conv1d"] = name
+    monkeypatch.setattr(environment, "detect", lambda **kw: NO_GPU)
+    assert cli.main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert "BROKEN: causal_conv1d: built for another torch" in out
+    assert "libc10_cuda_mkd_gone.so" in out and "fix: pip install --no-deps --force-reinstall" in out
+
+
+@needs_gcc
+def test_undefined_symbol_is_demangled_and_named(fresh):
+    name = unloadable_extension(
+        fresh, "mkd_undef", info(**BUILT_ELSEWHERE), symbol="_ZN3c1016mk_test_gone_apiEv"
+    )
+    dispatch.EXTENSIONS["selective_scan"] = name
+    p = [p for p in doctor.diagnose(NO_GPU)["problems"] if p["what"].startswith("selective_scan")][0]
+    assert p["what"] == "selective_scan: built for another torch"
+    if doctor.shutil.which("c++filt"):
+        assert "c10::mk_test_gone_api()" in p["why"] and "c10 (libc10" in p["why"]
+
+
+def test_torch_api_names():
+    assert doctor.torch_api("at::native::add(at::Tensor const&)").startswith("ATen")
+    assert doctor.torch_api("c10::cuda::getCurrentCUDAStream(signed char)").startswith("c10::cuda")
+    assert doctor.torch_api("torch::Library::def(char const*)").startswith("torch::")
+    assert doctor.torch_api("std::string::size() const") is None
+
+
+def test_shadowing_distribution_and_stray_module(fresh):
+    dist = fresh / "causal_conv1d-1.5.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: causal-conv1d\nVersion: 1.5.0\n")
+    (dist / "RECORD").write_text("causal_conv1d/__init__.py,,\ncausal_conv1d_cuda.py,,\n")
+    (fresh / "causal_conv1d_cuda.py").write_text("")
+    importlib.invalidate_caches()
+    report = doctor.diagnose(NO_GPU)
+    found = {p["what"]: p for p in report["problems"]}
+    p = found["another distribution shadows ours: causal-conv1d"]
+    assert "causal-conv1d 1.5.0" in p["why"] and p["fix"].startswith("pip uninstall -y causal-conv1d")
+    stray = found["a stray causal_conv1d_cuda module shadows ours"]
+    assert stray["fix"] == "pip uninstall -y causal-conv1d" and report["broken"]
+    sys.modules.pop("causal_conv1d_cuda", None)
+
+
+def test_nvcc_on_another_cuda_major():
+    target = dataclasses.replace(NO_GPU, torch_cuda="12.6", nvcc="13.0", cuda_home="/opt/cuda")
+    p = [p for p in doctor.diagnose(target)["problems"] if p["what"].startswith("nvcc and torch")][0]
+    assert "CUDA 13.0" in p["why"] and "CUDA_HOME" in p["fix"]
+
+
+def test_gpu_arch_not_in_binary_and_old_driver(fresh):
+    name = compiled_extension(fresh, "mkd_arch", info(sass=["sm_90"], ptx=[]))
+    dispatch.EXTENSIONS["causal_conv1d"] = name
+    report = doctor.diagnose(gpus("8.0", driver="450.80.02"))
+    w = whats(report)
+    assert "causal_conv1d: the GPU architecture is not in the binary" in w
+    if torch.version.cuda and support.driver_runs("450.80.02", torch.version.cuda) is False:
+        assert "causal_conv1d: the driver is too old for the wheel's CUDA" in w
+    assert report["broken"]
+    assert doctor.diagnose(NO_GPU)["broken"] is False or any(
+        p["broken"] for p in doctor.diagnose(NO_GPU)["problems"])
+
+
+def test_driver_table():
+    assert support.driver_runs("525.60.13", "12.8") and not support.driver_runs("470.1", "12.1")
+    assert support.min_driver("13.0") == "580.65.06" and support.driver_runs("1.0", "99.0") is None
