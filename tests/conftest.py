@@ -15,3 +15,16 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    """Isolated dispatch state, and a temp dir on sys.path for fake extensions and installs."""
+    from mamba_kernels import dispatch, knobs
+
+    monkeypatch.setattr(dispatch, "_status", {})
+    monkeypatch.setattr(dispatch, "_warned", set())
+    monkeypatch.setattr(dispatch, "EXTENSIONS", dict(dispatch.EXTENSIONS))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv(knobs.BACKEND_VAR, raising=False)
+    return tmp_path

@@ -8,17 +8,6 @@ import pytest
 from mamba_kernels import buildinfo, dispatch, knobs
 
 
-@pytest.fixture
-def fresh(monkeypatch, tmp_path):
-    """Isolated dispatch state, and a temp dir on sys.path for fake extension modules."""
-    monkeypatch.setattr(dispatch, "_status", {})
-    monkeypatch.setattr(dispatch, "_warned", set())
-    monkeypatch.setattr(dispatch, "EXTENSIONS", dict(dispatch.EXTENSIONS))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delenv(knobs.BACKEND_VAR, raising=False)
-    return tmp_path
-
-
 def _good_extension(tmp_path, name):
     """A module whose BUILD_INFO matches the running torch, as a fresh local build's does."""
     return _module(tmp_path, name, f"BUILD_INFO = {buildinfo.matching_build_info()!r}\n")

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the fixture `fresh` is imported from test_runtime_guard)
 """The doctor on real broken installs the tests make (the helpers of test_runtime_guard build
 them with gcc): an extension built with other metadata, a deleted .so, a missing
 libc10_cuda.so, an undefined torch symbol, and a shadowing distribution."""
@@ -9,12 +8,11 @@ import json
 import sys
 
 import torch
-from test_runtime_guard import (  # noqa: F401  (fresh is a fixture)
+from test_runtime_guard import (
     BUILT_ELSEWHERE,
     EXT_SUFFIX,
     _package,
     compiled_extension,
-    fresh,
     info,
     needs_gcc,
     needs_python_h,

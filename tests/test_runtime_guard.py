@@ -32,17 +32,6 @@ RUNNING = (
 RUNNING_PIN = buildinfo.fix_command(*RUNNING, __version__).split("'")[1]
 
 
-@pytest.fixture
-def fresh(monkeypatch, tmp_path):
-    """Isolated dispatch state, and a temp dir on sys.path for the fake installs."""
-    monkeypatch.setattr(dispatch, "_status", {})
-    monkeypatch.setattr(dispatch, "_warned", set())
-    monkeypatch.setattr(dispatch, "EXTENSIONS", dict(dispatch.EXTENSIONS))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delenv(knobs.BACKEND_VAR, raising=False)
-    return tmp_path
-
-
 def info(**over):
     """BUILD_INFO fields as a build for the running torch records them, with ``over``."""
     data = json.loads(buildinfo.matching_build_info())

@@ -261,49 +261,13 @@ def test_strided_views(ops, dtype):
 
 def test_dz_written_in_place_into_a_view(ops):
     inp = make_inputs(2, 8, 100, 16, torch.float32)
-    out, _, ckpt = ops.fwd(
-        inp["u"],
-        inp["delta"],
-        inp["A"],
-        inp["B"],
-        inp["C"],
-        inp["D"],
-        inp["z"],
-        inp["delta_bias"],
-        True,
-        True,
-    )
-    out_z_ref = ops.fwd(
-        inp["u"],
-        inp["delta"],
-        inp["A"],
-        inp["B"],
-        inp["C"],
-        inp["D"],
-        inp["z"],
-        inp["delta_bias"],
-        True,
-        False,
-    )[1]
+    args = [inp[k] for k in NAMES]
+    out, out_z_ref, ckpt = ops.fwd(*args, True, True)  # y kept (keep_y) and the gated output
     dout = torch.randn_like(out)
     big = torch.full((2, 16, 100), float("nan"), device="cuda")
     dz = big[:, 8:]
     keep = big[:, :8].clone()
-    grads = ops.bwd(
-        inp["u"],
-        inp["delta"],
-        inp["A"],
-        inp["B"],
-        inp["C"],
-        inp["D"],
-        inp["z"],
-        inp["delta_bias"],
-        dout,
-        ckpt,
-        out,
-        dz,
-        True,
-    )
+    grads = ops.bwd(*args, dout, ckpt, out, dz, True)
     assert torch.isfinite(dz).all()
     torch.testing.assert_close(big[:, :8], keep, equal_nan=True)
     zf = inp["z"].double()
