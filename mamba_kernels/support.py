@@ -23,6 +23,7 @@ section:
 - ``pypi_toolkits``, ``pypi_cuobjdump``, ``windows_toolkits``: §6
 - ``msvc``: §7.1; ``gcc``: §7.2 (and the runner images' compilers ci/preflight.py checks against)
 - ``wheel_excludes``: §8
+- ``stable_abi``: §11 (the stable-ABI target floor and the abi3 Python tag)
 
 A *cell* is one wheel we build: (torch major.minor, CUDA variant, CPython version,
 platform, C++ ABI). Cells are exactly the combinations torch itself shipped, intersected
@@ -189,6 +190,10 @@ _check(_DATA)
 PLATFORMS: Tuple[str, ...] = tuple(_DATA["platforms"])  # ("linux_x86_64", "linux_aarch64", "win_amd64")
 # The oldest CPython this package runs on (pyproject.toml requires-python).
 MIN_PYTHON: Tuple[int, ...] = _vkey(_DATA["min_python"])
+# PyTorch's stable ABI (docs/COMPAT.md §11): the oldest torch a stable-ABI build may target
+# (its TORCH_TARGET_VERSION), and the CPython its abi3 wheels are tagged for (cp310-abi3).
+STABLE_ABI_MIN_TORCH: str = _DATA["stable_abi"]["min_torch"]
+STABLE_ABI_PYTHON: str = _DATA["stable_abi"]["python"]
 
 RELEASES: Tuple[TorchRelease, ...] = tuple(release_from_data(e) for e in _DATA["releases"])
 _BY_TORCH: Dict[str, TorchRelease] = {r.torch: r for r in RELEASES}

@@ -1,15 +1,28 @@
 """Variant labels, wheel file names, and the rules for when a binary fits an environment.
 
-The only place the label format is written and parsed, so every writer and reader of a
-label agrees on it. No torch import.
+The only place the label grammar is written and parsed, so every writer and reader of a
+label agrees on it. No torch import. The grammar (restated in docs/INDEX.md):
 
-Label: ``cu{XYZ}torch{M.m}``, e.g. ``cu130torch2.14``, ``cu118torch2.1``: CUDA major and
-minor of the torch build (``torch.version.cuda``) and torch's major.minor. torch 2.6 is
-the one release that shipped two C++ ABIs on Linux (docs/COMPAT.md §2), so its Linux labels
-end in ``cxx11`` or ``precxx11``: ``cu126torch2.6cxx11``, ``cu124torch2.6precxx11``.
-As a PEP 440 local version that is ``0.1.0+cu126torch2.6cxx11`` (segments
-``cu126torch2`` and ``6cxx11``: letters and digits only, already in normal form, so
-METADATA and the file name agree byte for byte).
+    label   := classic | stable
+    classic := "cu" CUDA "torch" M "." m [ "cxx11" | "precxx11" ]
+    stable  := "cu" CUDA "stable" M "." m
+    CUDA    := the CUDA major followed by its one-digit minor ("118", "126", "130")
+
+Classic (per-minor binding): ``cu130torch2.14``, ``cu118torch2.1``: CUDA major and minor of
+the torch build (``torch.version.cuda``) and torch's major.minor. torch 2.6 is the one
+release that shipped two C++ ABIs on Linux (docs/COMPAT.md §2), so its Linux labels end in
+``cxx11`` or ``precxx11``: ``cu126torch2.6cxx11``, ``cu124torch2.6precxx11``.
+
+Stable (PyTorch's stable ABI): ``cu130stable2.10`` reads "stable ABI from torch 2.10,
+CUDA 13.0": the binary runs on every torch >= 2.10 built for CUDA 13.x with a minor >= 0
+(docs/COMPAT.md §11). It carries no C++ ABI marker: the stable ABI is C, so libstdc++'s ABI
+does not cross it. Its wheel is tagged ``cp310-abi3`` (any CPython >= 3.10 that is not
+free-threaded).
+
+As a PEP 440 local version a label is letters, digits and dots only, already in normal form
+(``0.1.0+cu126torch2.6cxx11``: segments ``cu126torch2`` and ``6cxx11``;
+``0.1.0+cu130stable2.10``: ``cu130stable2`` and ``10``), so METADATA and the file name agree
+byte for byte.
 """
 
 from __future__ import annotations
@@ -22,11 +35,16 @@ from . import support
 
 DIST_NAME = "mamba_kernels"  # the distribution name as it appears in wheel file names
 
-_LABEL_RE = re.compile(r"^cu(?P<cu>\d{3,4})torch(?P<tmaj>\d+)\.(?P<tmin>\d+)(?P<abi>cxx11|precxx11)?$")
+_LABEL_RE = re.compile(
+    r"^cu(?P<cu>\d{3,4})(?P<kind>torch|stable)(?P<tmaj>\d+)\.(?P<tmin>\d+)(?P<abi>cxx11|precxx11)?$"
+)
 _WHEEL_RE = re.compile(
     r"^(?P<dist>[A-Za-z0-9_]+)-(?P<public>[0-9][0-9A-Za-z.]*)(?:\+(?P<local>[0-9A-Za-z.]+))?"
-    r"-(?P<py>cp\d+)-(?P<abi>cp\d+)-(?P<plat>[A-Za-z0-9_.]+)\.whl$"
+    r"-(?P<py>cp\d+)-(?P<abi>cp\d+|abi3)-(?P<plat>[A-Za-z0-9_.]+)\.whl$"
 )
+_LABEL_FORMS = "'cu130torch2.14', 'cu126torch2.6cxx11' or 'cu130stable2.10'"
+# The Python of every stable wheel: abi3 from this CPython on (docs/COMPAT.md §11).
+STABLE_PYTHON = support.STABLE_ABI_PYTHON
 _ARCH_OF_PLATFORM = {"linux_x86_64": "x86_64", "linux_aarch64": "aarch64"}
 
 
@@ -34,9 +52,19 @@ _ARCH_OF_PLATFORM = {"linux_x86_64": "x86_64", "linux_aarch64": "aarch64"}
 class Variant:
     """What a binary was built for: torch major.minor, CUDA major.minor, C++ ABI."""
 
-    torch: str  # "2.14"
+    torch: str  # "2.14"; for a stable binary the oldest torch it runs on (its target), "2.10"
     cuda: str  # "13.0"
-    cxx11_abi: Optional[bool] = None  # None: not recorded (Windows, or a label without marker)
+    cxx11_abi: Optional[bool] = None  # None: not recorded (Windows, stable, or a label without marker)
+    stable: bool = False  # built on PyTorch's stable ABI: runs on every torch >= ``torch``
+
+    def describe(self) -> str:
+        """The label in words: "stable ABI from torch 2.10, CUDA 13.0" / "torch 2.14, CUDA 13.0"."""
+        if self.stable:
+            return f"stable ABI from torch {self.torch}, CUDA {self.cuda}"
+        text = f"torch {self.torch}, CUDA {self.cuda}"
+        if self.cxx11_abi is not None:
+            text += f", C++ ABI {abi_name(self.cxx11_abi)}"
+        return text
 
 
 def minor(version: str, what: str = "torch") -> str:
@@ -79,18 +107,56 @@ def label(torch: str, cuda: str, cxx11_abi: Optional[bool] = None) -> str:
     return text
 
 
+def stable_label(cuda: str, target_torch: str) -> str:
+    """The label of a stable-ABI build: ``stable_label("13.0", "2.10") == "cu130stable2.10"``.
+
+    ``target_torch`` is the oldest torch the binary runs on (the ``TORCH_TARGET_VERSION`` it
+    was compiled with; any M.m[.p][+x]); it must not be older than the stable ABI's first
+    usable release (docs/COMPAT.md §11).
+    """
+    mm = minor(target_torch, "target_torch")
+    if _vkey(mm) < _vkey(support.STABLE_ABI_MIN_TORCH):
+        raise ValueError(
+            f"target_torch must be at least {support.STABLE_ABI_MIN_TORCH} for a stable-ABI build "
+            f"(the first release whose stable ABI covers these kernels), got {target_torch!r}"
+        )
+    return f"{_cuda_tag(cuda)}stable{mm}"
+
+
+def variant_label(built: Variant) -> str:
+    """The label of a :class:`Variant` (inverse of :func:`parse_label`)."""
+    if built.stable:
+        return stable_label(built.cuda, built.torch)
+    return label(built.torch, built.cuda, built.cxx11_abi)
+
+
 def parse_label(text: str) -> Variant:
-    """Inverse of :func:`label`; accepts the label with or without a leading '+'."""
+    """Inverse of :func:`label` and :func:`stable_label`; accepts a leading '+'."""
     m = _LABEL_RE.match(text[1:] if text.startswith("+") else text)
     if not m:
-        raise ValueError(f"label must look like 'cu130torch2.14' (or 'cu126torch2.6cxx11'), got {text!r}")
+        raise ValueError(f"label must look like {_LABEL_FORMS}, got {text!r}")
     cu = m.group("cu")
     abi = m.group("abi")
+    stable = m.group("kind") == "stable"
+    if stable and abi is not None:
+        raise ValueError(
+            f"label must look like {_LABEL_FORMS}: a stable label has no C++ ABI marker, got {text!r}"
+        )
     return Variant(
         torch=f"{int(m.group('tmaj'))}.{int(m.group('tmin'))}",
         cuda=f"{int(cu[:-1])}.{int(cu[-1])}",
         cxx11_abi=None if abi is None else abi == "cxx11",
+        stable=stable,
     )
+
+
+def describe_label(text: str) -> str:
+    """A label in words (``cu130stable2.10`` -> "stable ABI from torch 2.10, CUDA 13.0")."""
+    return parse_label(text).describe()
+
+
+def _vkey(version: str) -> tuple:
+    return tuple(int(x) for x in version.split("."))
 
 
 def release_version(version: str, torch: str, cuda: str, cxx11_abi: Optional[bool] = None) -> str:
@@ -101,8 +167,20 @@ def release_version(version: str, torch: str, cuda: str, cxx11_abi: Optional[boo
 
 
 def torch_requirement(torch: str) -> str:
-    """The torch pin of a release wheel: ``torch==M.m.*``."""
+    """The torch pin of a classic release wheel: ``torch==M.m.*``."""
     return f"torch=={minor(torch, 'torch')}.*"
+
+
+def stable_release_version(version: str, cuda: str, target_torch: str) -> str:
+    """The version a stable release wheel carries: ``0.1.0+cu130stable2.10``."""
+    if "+" in version:
+        raise ValueError(f"version must be a public version without a local label, got {version!r}")
+    return f"{version}+{stable_label(cuda, target_torch)}"
+
+
+def stable_torch_requirement(target_torch: str) -> str:
+    """The torch requirement of a stable release wheel: ``torch>=M.m`` (its target)."""
+    return f"torch>={minor(target_torch, 'target_torch')}"
 
 
 def platform_tag(cell: support.Cell) -> str:
