@@ -1,0 +1,198 @@
+"""The contract of mamba_ssm's compiled module ``selective_scan_cuda``, on our kernels.
+
+The top-level module ``selective_scan_cuda`` (shipped in this distribution) re-exports ``fwd``
+and ``bwd`` from here, so mamba_ssm's Python code (its ``SelectiveScanFn`` and
+``MambaInnerFn``) and other direct callers run unmodified on our kernels:
+
+  fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
+      -> [out, x] or, with z, [out, x, out_z]
+  bwd(u, delta, A, B, C, D, z, delta_bias, dout, x, out, dz, delta_softplus, recompute_out_z)
+      -> [du, ddelta, dA, dB, dC, dD, ddelta_bias] (+ [dz] with z) (+ [out_z] if recompute_out_z)
+
+All arguments are positional, as in the compiled original. ``out`` is y without the z gate,
+``out_z = out * silu(z)``; dD / ddelta_bias are None without D / delta_bias; a given ``dz``
+is written in place and returned (mamba_ssm passes a view into its ``dxz``).
+
+``x``, the scan-state tensor, differs from the original's (docs/COMPAT.md, "selective_scan_cuda"):
+its shape is (batch, dim, n, 2 * dstate) in A's dtype (float32 or complex64; float64 for float64
+inputs) and ``x[:, :, -1, 1::2]`` is the state after the last step, which is all callers read
+from it; the odd slots hold the states at our kernels' own checkpoints (every 64 steps on CUDA,
+the PyTorch path's chunk ends elsewhere) and the even slots are zero, where the original keeps
+the running decay products of 2048-step chunks. It is only meant to be passed back to ``bwd``
+with the same inputs, which checks its shape.
+
+Unlike the original, CPU tensors (and float64) work too: they run the PyTorch implementation,
+which keeps the same contract. The last state with a fixed (2-D) B is the true state h, as
+``selective_scan_ref`` gives (the original kernel returns h / B there).
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import torch
+import torch.nn.functional as F
+
+from mamba_kernels import dispatch
+
+from . import _checks, chunked, pytorch_scan
+from .scan_fn import _CUDA_A_DTYPES, _CUDA_INPUT_DTYPES, KERNEL, _as_4d
+
+Tensor = torch.Tensor
+
+
+def _compiled(u: Tensor, A: Tensor) -> bool:
+    kernel_dtypes = u.dtype in _CUDA_INPUT_DTYPES and A.dtype in _CUDA_A_DTYPES
+    return kernel_dtypes and dispatch.use_cuda(KERNEL, u.device.type)
+
+
+def _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> int:
+    for name, t, optional in (
+        ("u", u, False), ("delta", delta, False), ("A", A, False), ("B", B, False), ("C", C, False),
+        ("D", D, True), ("z", z, True), ("delta_bias", delta_bias, True),
+    ):
+        _checks.require_tensor(name, t, optional)
+    _checks.require_bool("delta_softplus", delta_softplus)
+    return _checks.check_selective_scan(u, delta, A, B, C, D, z, delta_bias)
+
+
+def _interleave(states: Tensor) -> Tensor:
+    """(..., dstate) states -> (..., 2 * dstate) with the states in the odd slots, zeros in the even."""
+    x = states.new_zeros((*states.shape[:-1], 2 * states.shape[-1]))
+    x[..., 1::2] = states
+    return x
+
+
+def _pytorch_count(L: int) -> int:
+    """Entries along x's third axis on the PyTorch path: the chunk ends, then the last state."""
+    return chunked.checkpoint_count(L) + 1
+
+
+def _state_dtype(u: Tensor, A: Tensor) -> torch.dtype:
+    real = _checks.compute_dtype(u)
+    if A.is_complex():
+        return torch.complex128 if real == torch.float64 else torch.complex64
+    return real
+
+
+def _expected_x(u: Tensor, A: Tensor, compiled: bool):
+    batch, dim, L = u.shape
+    n = _as_ops_chunks(L) if compiled else _pytorch_count(L)
+    dtype = A.dtype if compiled else _state_dtype(u, A)
+    return (batch, dim, n, 2 * A.shape[1]), dtype
+
+
+def _as_ops_chunks(L: int) -> int:
+    from . import _ops
+
+    return -(-L // _ops.CHUNK)
+
+
+def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> List[Tensor]:
+    """[out, x] (+ [out_z] with z); see the module docstring."""
+    groups = _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
+    if _compiled(u, A):
+        from . import _ops
+
+        out, out_z, ckpt = _ops.fwd(u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, delta_softplus, True)
+        if A.is_complex():
+            ckpt = torch.view_as_complex(ckpt.unflatten(-1, (-1, 2)))
+        result = [out, _interleave(ckpt)]
+        return result + [out_z] if z is not None else result
+    p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, groups)
+    out, out_z, last, ckpt = pytorch_scan.forward(p, True, checkpoints=True)
+    states = torch.cat([ckpt, last.unsqueeze(0)]).permute(1, 2, 0, 3)  # (batch, dim, K + 1, dstate)
+    result = [out, _interleave(states)]
+    return result + [out_z] if z is not None else result
+
+
+def _check_x(x: Tensor, u: Tensor, A: Tensor, compiled: bool) -> None:
+    shape, dtype = _expected_x(u, A, compiled)
+    if not isinstance(x, Tensor) or tuple(x.shape) != shape or x.dtype != dtype or x.device != u.device:
+        got = f"shape {tuple(x.shape)}, dtype {x.dtype}, device {x.device}" if isinstance(x, Tensor) else x
+        raise ValueError(
+            f"selective_scan_cuda.bwd: x must be the second output of selective_scan_cuda.fwd for these "
+            f"inputs (shape {shape}, dtype {dtype}, device {u.device}), got {got}"
+        )
+
+
+def _check_like_z(name: str, t: Tensor, z: Tensor) -> None:
+    _checks.require_tensor(name, t)
+    if t.shape != z.shape or t.dtype != z.dtype or t.device != z.device:
+        raise ValueError(
+            f"selective_scan_cuda.bwd: {name} must have z's shape {tuple(z.shape)}, dtype {z.dtype} and "
+            f"device {z.device}, got shape {tuple(t.shape)}, dtype {t.dtype}, device {t.device}"
+        )
+
+
+def _gated(out: Tensor, z: Tensor) -> Tensor:
+    return (out.float() * F.silu(z.float())).to(out.dtype)
+
+
+def bwd(
+    u, delta, A, B, C, D, z, delta_bias, dout, x, out, dz, delta_softplus, recompute_out_z
+) -> List[Optional[Tensor]]:
+    """[du, ddelta, dA, dB, dC, dD, ddelta_bias] (+ [dz] with z) (+ [out_z] if recompute_out_z)."""
+    groups = _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
+    _checks.require_bool("recompute_out_z", recompute_out_z)
+    _checks.require_tensor("dout", dout)
+    if dout.shape != u.shape or dout.device != u.device:
+        raise ValueError(
+            f"selective_scan_cuda.bwd: dout must have u's shape {tuple(u.shape)} and device {u.device}, got "
+            f"shape {tuple(dout.shape)}, device {dout.device}"
+        )
+    if z is not None:
+        if out is not None:
+            _check_like_z("out", out, z)
+        if dz is not None:
+            _check_like_z("dz", dz, z)
+    compiled = _compiled(u, A)
+    if x is not None:
+        _check_x(x, u, A, compiled)
+    if compiled:
+        from . import _ops
+
+        B4, C4 = _as_4d(B), _as_4d(C)
+        if x is None or (z is not None and out is None):  # recompute what the forward would have kept
+            y, _, ckpt = _ops.fwd(u, delta, A, B4, C4, D, z, delta_bias, delta_softplus, True)
+            out = y if out is None else out
+        else:
+            ckpt = x[..., 1::2]
+            ckpt = (torch.view_as_real(ckpt).flatten(-2) if A.is_complex() else ckpt).contiguous()
+        if z is not None and dz is None:
+            dz = torch.empty_like(z)
+        du, ddelta, dA, dB, dC, dD, ddelta_bias = _ops.bwd(
+            u, delta, A, B4, C4, D, z, delta_bias, dout.to(u.dtype), ckpt, out if z is not None else None,
+            dz if z is not None else u.new_empty((0,)), delta_softplus,
+        )
+        dB = dB.squeeze(1) if B.dim() == 3 else dB
+        dC = dC.squeeze(1) if C.dim() == 3 else dC
+        out_z = _gated(out, z) if (recompute_out_z and z is not None) else None
+    else:
+        p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, groups)
+        ckpt = None
+        if x is not None:
+            ckpt = x[:, :, :-1, 1::2].permute(2, 0, 1, 3).contiguous()
+        du, ddelta, dA, dB, dC, dD, ddelta_bias, dz, out_z = pytorch_scan.backward(
+            p, dout, dz=dz, recompute_out_z=bool(recompute_out_z), checkpoints=ckpt,
+            y=out if z is not None else None,
+        )
+        dA = dA.to(A.dtype)
+        dB, dC = pytorch_scan.grad_as_given(dB, B), pytorch_scan.grad_as_given(dC, C)
+    result = [
+        du,
+        ddelta,
+        dA,
+        dB,
+        dC,
+        dD.to(D.dtype) if D is not None else None,
+        ddelta_bias.to(delta_bias.dtype) if delta_bias is not None else None,
+    ]
+    if z is not None:
+        result.append(dz)
+    if recompute_out_z:
+        result.append(out_z)
+    return result
+
+
+__all__ = ["fwd", "bwd"]
