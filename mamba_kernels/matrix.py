@@ -4,6 +4,12 @@ The facts (which torch / CUDA / Python / platform / ABI combinations exist, arch
 labels, wheel names) come from :mod:`support` and :mod:`variant`; this module adds only the
 CI plumbing of a cell (runner, cibuildwheel identifier and image, torch index, where the
 CUDA toolkit comes from, time limit) and the ``matrix`` CLI verb.
+
+Two kinds of cell (docs/COMPAT.md §11): classic cells, one per torch minor, CUDA variant and
+CPython, for the releases below the stable-ABI floor (2.1 to 2.9); and stable cells, one per
+CUDA variant with its own architecture list and platform, each a cp310-abi3 wheel serving
+every torch from 2.10 on. A new torch release needs a smoke test of the stable wheels
+(ci/torch_watch.py), not new cells.
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ OS_NAMES = {"linux": ("linux_x86_64", "linux_aarch64"), "windows": ("win_amd64",
 ARCH_NAMES = {"x86_64": ("linux_x86_64", "win_amd64"), "aarch64": ("linux_aarch64",),
               "amd64": ("win_amd64",)}
 ABI_NAMES = variant.ABI_NAMES
+# The binding a cell's build is forced to (the build knob MAMBA_KERNELS_BINDING).
+BINDINGS = ("classic", "stable")
+BINDING_VAR = "MAMBA_KERNELS_BINDING"
 TORCH_INDEX = "https://download.pytorch.org/whl/{tag}"
 # Hosted runners stop a job at 6 h; the build step stops earlier so the compiler cache is saved
 # and a re-run resumes from it.
@@ -37,9 +46,14 @@ BUILD_TIMEOUT_MINUTES = 320
 
 
 def cell_id(cell: support.Cell) -> str:
-    """A unique, file-name-safe name of a cell: ``cu130torch2.14-cp311-linux_x86_64``."""
-    lab = variant.label(cell.torch, cell.cuda, cell.cxx11_abi)
-    return f"{lab}-{variant.python_tag(cell.python)}-{cell.platform}"
+    """A unique, file-name-safe name of a cell: ``cu128torch2.8-cp311-linux_x86_64``, or
+    ``cu130stable2.10-cp310-linux_x86_64`` for a stable cell."""
+    return f"{variant.cell_label(cell)}-{variant.python_tag(cell.python)}-{cell.platform}"
+
+
+def binding(cell: support.Cell) -> str:
+    """The binding the cell's build uses: ``stable`` or ``classic``."""
+    return BINDINGS[cell.stable]
 
 
 def cuda_tag(cuda: str) -> str:
@@ -73,8 +87,20 @@ def cibuildwheel_identifier(cell: support.Cell) -> str:
     return f"{py}-manylinux_{_CIBW_ARCH[cell.platform]}"
 
 
+def torch_index(cuda: str) -> str:
+    """PyTorch's index of the torch builds for CUDA ``cuda``."""
+    return TORCH_INDEX.format(tag=cuda_tag(cuda))
+
+
 def ci_fields(cell: support.Cell, version: str = __version__) -> Dict[str, Any]:
-    """Everything the workflow and ci/build_cell.py need to know about one cell."""
+    """Everything the workflow and ci/build_cell.py need to know about one cell.
+
+    ``torch`` is the torch the wheel is for (a stable cell's target); ``build_torch`` and
+    ``test_torch`` (with their CUDA variants and indexes) are the ones the build and the smoke
+    test install: the same for a classic cell, the newest headers and the target for a
+    stable one. ``torch_requirement`` is the wheel's own requirement on torch."""
+    build_torch, build_cuda = cell.build_with
+    test_torch, test_cuda = cell.test_with
     return {
         "id": cell_id(cell),
         "torch": cell.torch,
@@ -86,11 +112,20 @@ def ci_fields(cell: support.Cell, version: str = __version__) -> Dict[str, Any]:
         "cxx_std": cell.cxx_std,
         "archs": list(cell.archs),
         "arch_list": arch_list(cell),
-        "label": variant.label(cell.torch, cell.cuda, cell.cxx11_abi),
+        "stable": cell.stable,
+        "binding": binding(cell),
+        "label": variant.cell_label(cell),
+        "describe": variant.parse_label(variant.cell_label(cell)).describe(),
         "wheel": variant.wheel_name(version, cell),
+        "wheel_tags": variant.wheel_tags(cell),
         "platform_tag": variant.platform_tag(cell),
-        "torch_requirement": variant.torch_requirement(cell.torch),
-        "torch_index": TORCH_INDEX.format(tag=cuda_tag(cell.cuda)),
+        "torch_requirement": variant.cell_torch_requirement(cell),
+        "torch_index": torch_index(build_cuda),
+        "build_torch": build_torch,
+        "build_torch_cuda": build_cuda,
+        "test_torch": test_torch,
+        "test_torch_cuda": test_cuda,
+        "test_torch_index": torch_index(test_cuda),
         "toolkit": toolkit_source(cell),
         "runner": RUNNERS[cell.platform],
         "cibw_platform": _CIBW_PLATFORM[cell.platform],
@@ -117,10 +152,14 @@ def select(
     arch: Optional[str] = None,
     platform: Optional[str] = None,
     abi: Optional[str] = None,
+    binding: Optional[str] = None,
 ) -> List[support.Cell]:
     """The cells matching every given filter (``None`` = any). Values are exact, as printed by
     the ``matrix`` verb: torch ``2.14``, cuda ``13.0``, python ``3.11``, os ``linux``/``windows``,
-    arch ``x86_64``/``aarch64``/``amd64``, platform ``linux_x86_64``..., abi ``cxx11``/``pre-cxx11``."""
+    arch ``x86_64``/``aarch64``/``amd64``, platform ``linux_x86_64``..., abi ``cxx11``/``pre-cxx11``,
+    binding ``classic``/``stable``. torch and python keep the cells whose wheels serve that
+    release / CPython: ``--torch 2.14`` gives the stable cells (support.cells)."""
+    _choice("binding", binding, BINDINGS)
     _choice("os", os, OS_NAMES)
     _choice("arch", arch, ARCH_NAMES)
     _choice("platform", platform, support.PLATFORMS)
@@ -143,6 +182,8 @@ def select(
             continue
         if arch is not None and cell.platform not in ARCH_NAMES[arch]:
             continue
+        if binding is not None and cell.stable != (binding == "stable"):
+            continue
         out.append(cell)
     return out
 
@@ -153,7 +194,8 @@ def find_cell(cell_id_text: str) -> support.Cell:
         if cell_id(cell) == cell_id_text:
             return cell
     raise ValueError(
-        f"cell must be a cell id such as 'cu130torch2.14-cp311-linux_x86_64' "
+        f"cell must be a cell id such as 'cu128torch2.8-cp311-linux_x86_64' or "
+        f"'cu130stable2.10-cp310-linux_x86_64' "
         f"(see `python -m mamba_kernels matrix`), got {cell_id_text!r}"
     )
 
@@ -176,16 +218,25 @@ def counts(cells: List[support.Cell]) -> Dict[str, int]:
     return out
 
 
+def _served(cell: support.Cell) -> str:
+    """The torch column of a cell: ``2.8``, or ``2.10 and newer (stable ABI)`` for a stable cell."""
+    return f"{cell.torch} and newer (stable ABI)" if cell.stable else cell.torch
+
+
 def markdown_table(cells: List[support.Cell]) -> str:
-    """Wheels per torch release and platform, with the CUDA variants and Pythons: README's table."""
+    """Wheels per torch release and platform, with the CUDA variants and Pythons: README's table.
+    Stable cells are one row per platform, for every torch from their target on."""
     rows = ["| torch | platform | CUDA | Python | C++ ABI | wheels |", "| --- " * 6 + "|"]
     groups: Dict[tuple, List[support.Cell]] = {}
     for cell in cells:
-        groups.setdefault((cell.torch, cell.platform), []).append(cell)
+        groups.setdefault((_served(cell), cell.platform), []).append(cell)
     for (torch, plat), group in groups.items():
         cudas = ", ".join(dict.fromkeys(c.cuda for c in group))
         pys = [c.python for c in group]
-        py_range = f"{pys[0]}–{max(pys, key=lambda v: int(v.split('.')[1]))}"
+        if group[0].stable:
+            py_range = f"{pys[0]} and newer (abi3)"
+        else:
+            py_range = f"{pys[0]}–{max(pys, key=lambda v: int(v.split('.')[1]))}"
         abis = ", ".join(dict.fromkeys(variant.abi_name(c.cxx11_abi) for c in group))
         rows.append(f"| {torch} | {plat} | {cudas} | {py_range} | {abis} | {len(group)} |")
     n = counts(cells)
@@ -197,8 +248,10 @@ def markdown_table(cells: List[support.Cell]) -> str:
 def _text_table(cells: List[support.Cell]) -> str:
     lines = [f"{'torch':<6} {'cuda':<5} {'python':<7} {'platform':<14} {'abi':<10} archs"]
     for c in cells:
-        lines.append(f"{c.torch:<6} {c.cuda:<5} {c.python:<7} {c.platform:<14} "
-                     f"{variant.abi_name(c.cxx11_abi):<10} {arch_list(c)}")
+        torch = f"{c.torch}+" if c.stable else c.torch
+        py = f"{c.python}+" if c.stable else c.python
+        abi = "stable" if c.stable else variant.abi_name(c.cxx11_abi)
+        lines.append(f"{torch:<6} {c.cuda:<5} {py:<7} {c.platform:<14} {abi:<10} {arch_list(c)}")
     n = counts(cells)
     lines.append(f"{n['total']} cells: " + ", ".join(f"{p} {n[p]}" for p in support.PLATFORMS))
     return "\n".join(lines)
@@ -206,7 +259,7 @@ def _text_table(cells: List[support.Cell]) -> str:
 
 def _cmd_matrix(args: argparse.Namespace) -> int:
     cells = select(torch=args.torch, cuda=args.cuda, python=args.python, os=args.os, arch=args.arch,
-                   platform=args.platform, abi=args.abi)
+                   platform=args.platform, abi=args.abi, binding=args.binding)
     version = args.package_version
     if args.github:
         print(json.dumps(github_matrix(cells, version), separators=(",", ":")))
@@ -247,7 +300,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--os", help="linux or windows")
     p.add_argument("--arch", help="x86_64, aarch64 or amd64")
     p.add_argument("--platform", help="linux_x86_64, linux_aarch64 or win_amd64")
-    p.add_argument("--abi", help="cxx11 or pre-cxx11 (Linux C++ ABI)")
+    p.add_argument("--abi", help="cxx11 or pre-cxx11 (Linux C++ ABI; classic cells only)")
+    p.add_argument("--binding", help="classic (per torch minor) or stable (stable ABI, torch >= 2.10)")
     p.add_argument("--package-version", default=__version__,
                    help=f"public version for the wheel names (default {__version__})")
     p.set_defaults(func=_cmd_matrix)

@@ -246,23 +246,67 @@ def default_archs(cuda: str, platform: str) -> Tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Cell:
-    """One wheel of the build matrix."""
+    """One wheel of the build matrix.
 
-    torch: str  # "2.14"
-    cuda: str  # "13.0"
-    python: str  # "3.11"
+    A classic cell (torch below the stable-ABI floor) is one torch minor, CUDA variant and
+    CPython: it builds and tests with that torch. A stable cell (``stable=True``) is one CUDA
+    variant and platform for every torch from ``torch`` (its target) on: it builds with
+    ``build_torch`` (the newest headers), tests with ``test_torch`` (its target) and is tagged
+    cp310-abi3 (docs/COMPAT.md §11).
+    """
+
+    torch: str  # "2.14"; stable: the target, the oldest torch the wheel runs on ("2.10")
+    cuda: str  # "13.0": the CUDA the binary is compiled with (torch's variant, for classic)
+    python: str  # "3.11"; stable: the abi3 floor, "3.10"
     platform: str  # one of PLATFORMS
-    cxx11_abi: Optional[bool]  # None on Windows
+    cxx11_abi: Optional[bool]  # None on Windows, and for stable cells (a C ABI: no libstdc++ ABI)
     manylinux: Optional[str]  # "manylinux_2_28" on Linux, None on Windows
     cxx_std: int
+    stable: bool = False
+    # stable only: the (torch release, torch CUDA variant) the build environment installs
+    # and the one the smoke test installs; a classic cell uses (torch, cuda) for both.
+    build_torch: Optional[Tuple[str, str]] = None
+    test_torch: Optional[Tuple[str, str]] = None
 
     @property
     def archs(self) -> Tuple[str, ...]:
         return default_archs(self.cuda, self.platform)
 
+    @property
+    def build_with(self) -> Tuple[str, str]:
+        """(torch release, its CUDA variant) installed in the build environment."""
+        return self.build_torch or (self.torch, self.cuda)
+
+    @property
+    def test_with(self) -> Tuple[str, str]:
+        """(torch release, its CUDA variant) installed in the smoke test's environment."""
+        return self.test_torch or (self.torch, self.cuda)
+
+    def serves_torch(self, torch: str) -> bool:
+        """Whether this cell's wheel is meant for torch release ``torch`` ("2.12")."""
+        if self.stable:
+            return _vkey(torch) >= _vkey(self.torch)
+        return torch == self.torch
+
+    def serves_python(self, python: str) -> bool:
+        """Whether this cell's wheel installs on CPython ``python`` ("3.12", not free-threaded)."""
+        if self.stable:
+            return _vkey(python) >= _vkey(self.python)
+        return python == self.python
+
 
 def _matches(value: str, wanted: Optional[str]) -> bool:
     return wanted is None or value == wanted
+
+
+def classic_releases() -> Tuple[TorchRelease, ...]:
+    """The releases served by per-minor (classic) cells: those below the stable-ABI floor."""
+    return tuple(r for r in RELEASES if _vkey(r.torch) < _vkey(STABLE_ABI_MIN_TORCH))
+
+
+def stable_releases() -> Tuple[TorchRelease, ...]:
+    """The releases served by the stable cells: the stable-ABI floor and every newer one."""
+    return tuple(r for r in RELEASES if _vkey(r.torch) >= _vkey(STABLE_ABI_MIN_TORCH))
 
 
 def cells(
@@ -272,12 +316,23 @@ def cells(
     platform: Optional[str] = None,
     cxx11_abi: Optional[bool] = None,
 ) -> List[Cell]:
-    """Every build cell, oldest torch first, optionally filtered (exact matches)."""
+    """Every build cell (classic ones oldest torch first, then the stable ones), optionally
+    filtered: ``torch`` and ``python`` keep the cells whose wheels serve that torch release /
+    CPython (a stable cell serves every torch from its target on and every CPython from 3.10
+    on), the others are exact; a ``cxx11_abi`` filter keeps classic cells only."""
     if platform is not None and platform not in PLATFORMS:
         raise ValueError(f"platform must be one of {', '.join(PLATFORMS)}, got {platform!r}")
     if torch is not None:
-        torch_release(torch)  # a clear error for an unknown release
-    return list(_iter_cells(torch, cuda, python, platform, cxx11_abi))
+        torch = torch_release(torch).torch  # a clear error for an unknown release
+    out = list(_iter_cells(torch, cuda, python, platform, cxx11_abi))
+    if cxx11_abi is None:
+        out += [
+            c for c in stable_cells(platform)
+            if _matches(c.cuda, cuda)
+            and (torch is None or c.serves_torch(torch))
+            and (python is None or c.serves_python(python))
+        ]
+    return out
 
 
 def _iter_cells(
@@ -287,7 +342,7 @@ def _iter_cells(
     platform: Optional[str],
     cxx11_abi: Optional[bool],
 ) -> Iterator[Cell]:
-    for rel in RELEASES:
+    for rel in classic_releases():
         if not _matches(rel.torch, torch):
             continue
         for plat in PLATFORMS:
@@ -304,6 +359,63 @@ def _iter_cells(
                         continue
                     ml = None if plat == "win_amd64" else rel.manylinux
                     yield Cell(rel.torch, cu, py, plat, abi, ml, rel.cxx_std)
+
+
+def _major(cuda: str) -> str:
+    return cuda.split(".")[0]
+
+
+def _closest_variant(variants: Tuple[str, ...], cuda: str) -> Optional[str]:
+    """Of ``variants``, the same-major one nearest ``cuda``: the newest not above it, else the
+    oldest above it (a build only needs torch's CUDA major to equal nvcc's)."""
+    same = [v for v in variants if _major(v) == _major(cuda)]
+    below = [v for v in same if _vkey(v) <= _vkey(cuda)]
+    if below:
+        return max(below, key=_vkey)
+    return min(same, key=_vkey) if same else None
+
+
+def stable_cells(platform: Optional[str] = None) -> List[Cell]:
+    """The stable cells (docs/COMPAT.md §11): per platform and CUDA major, one cell per
+    distinct default architecture list among the CUDA variants the served releases ship, at
+    the oldest minor with that list (a build's CUDA minor must not be above torch's, so the
+    oldest minor serves every later one; a new list, such as Blackwell's from 12.8, needs its
+    own cell). Each builds with the newest served release that has a CUDA variant of its
+    major and a wheel for the abi3 Python, and smoke-tests with the oldest served release
+    that ships a variant of its major not below its own (the target, while it ships one)."""
+    served = stable_releases()
+    out: List[Cell] = []
+    for plat in PLATFORMS:
+        if not _matches(plat, platform):
+            continue
+        variants = sorted({c for r in served for c in r.cuda[plat]}, key=_vkey)
+        last: Dict[str, Tuple[str, ...]] = {}
+        for cu in variants:
+            archs = default_archs(cu, plat)
+            if last.get(_major(cu)) == archs:
+                continue
+            last[_major(cu)] = archs
+            builders = [r for r in served if STABLE_ABI_PYTHON in r.pythons_on(plat)
+                        and _closest_variant(r.cuda[plat], cu)]
+            testers = [r for r in served if STABLE_ABI_PYTHON in r.pythons_on(plat)
+                       and any(_major(v) == _major(cu) and _vkey(v) >= _vkey(cu) for v in r.cuda[plat])]
+            if not builders or not testers:
+                raise DataError(
+                    f"stable cell CUDA {cu} on {plat}: no served torch release ships a CUDA {_major(cu)}.x "
+                    f"variant with a CPython {STABLE_ABI_PYTHON} wheel to build or test with"
+                )
+            build = builders[-1]
+            test = testers[0]
+            test_cuda = min((v for v in test.cuda[plat] if _major(v) == _major(cu) and _vkey(v) >= _vkey(cu)),
+                            key=_vkey)
+            out.append(Cell(
+                torch=STABLE_ABI_MIN_TORCH, cuda=cu, python=STABLE_ABI_PYTHON, platform=plat,
+                cxx11_abi=None, manylinux=None if plat == "win_amd64" else build.manylinux,
+                cxx_std=build.cxx_std, stable=True,
+                build_torch=(build.torch, _closest_variant(build.cuda[plat], cu)),
+                test_torch=(test.torch, test_cuda),
+            ))
+    return out
 
 
 # ----------------------------------------------------------------------------- toolchains

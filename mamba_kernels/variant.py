@@ -199,11 +199,35 @@ def python_tag(python: str) -> str:
     return "cp" + minor(python, "python").replace(".", "")
 
 
+def cell_label(cell: support.Cell) -> str:
+    """The label of a cell's wheel (stable or classic)."""
+    if cell.stable:
+        return stable_label(cell.cuda, cell.torch)
+    return label(cell.torch, cell.cuda, cell.cxx11_abi)
+
+
+def cell_release_version(version: str, cell: support.Cell) -> str:
+    """The version a cell's release wheel carries in METADATA and its file name."""
+    if cell.stable:
+        return stable_release_version(version, cell.cuda, cell.torch)
+    return release_version(version, cell.torch, cell.cuda, cell.cxx11_abi)
+
+
+def cell_torch_requirement(cell: support.Cell) -> str:
+    """The torch requirement of a cell's release wheel: ``torch>=2.10`` (stable) or ``torch==M.m.*``."""
+    return stable_torch_requirement(cell.torch) if cell.stable else torch_requirement(cell.torch)
+
+
+def wheel_tags(cell: support.Cell) -> str:
+    """The interpreter and ABI tags of a cell's wheel: ``cp311-cp311``, or ``cp310-abi3`` (stable)."""
+    py = python_tag(cell.python)
+    return f"{py}-abi3" if cell.stable else f"{py}-{py}"
+
+
 def wheel_name(version: str, cell: support.Cell) -> str:
     """The exact file name of the repaired release wheel CI produces for ``cell``."""
-    full = release_version(version, cell.torch, cell.cuda, cell.cxx11_abi)
-    py = python_tag(cell.python)
-    return f"{DIST_NAME}-{full}-{py}-{py}-{platform_tag(cell)}.whl"
+    full = cell_release_version(version, cell)
+    return f"{DIST_NAME}-{full}-{wheel_tags(cell)}-{platform_tag(cell)}.whl"
 
 
 @dataclass(frozen=True)
@@ -213,9 +237,10 @@ class WheelInfo:
     dist: str
     version: str  # public version, "0.1.0"
     variant: Optional[Variant]  # None for an unlabelled wheel
-    python: str  # "3.11"
+    python: str  # "3.11"; for an abi3 wheel the oldest CPython it installs on
     platform_tag: str  # as in the file name
     platform: Optional[str]  # one of support.PLATFORMS, or None for a tag we do not build
+    abi3: bool = False  # tagged cpXY-abi3: any CPython >= python that is not free-threaded
 
 
 def _platform_of_tag(tag: str) -> Optional[str]:
@@ -230,20 +255,29 @@ def _platform_of_tag(tag: str) -> Optional[str]:
 def parse_wheel_name(filename: str) -> WheelInfo:
     """Parse a wheel file name of this project (labelled or not)."""
     m = _WHEEL_RE.match(filename)
-    if not m or m.group("py") != m.group("abi"):
+    abi3 = bool(m) and m.group("abi") == "abi3"
+    if not m or (m.group("py") != m.group("abi") and not abi3):
         raise ValueError(
             f"filename must look like '{DIST_NAME}-0.1.0+cu130torch2.14-cp311-cp311-"
+            f"manylinux_2_28_x86_64.whl' or '{DIST_NAME}-0.1.0+cu130stable2.10-cp310-abi3-"
             f"manylinux_2_28_x86_64.whl', got {filename!r}"
         )
     local = m.group("local")
+    built = None if local is None else parse_label(local)
+    if built is not None and built.stable != abi3:
+        raise ValueError(
+            f"filename must pair a stable label with the cpXY-abi3 tags and a classic label with "
+            f"cpXY-cpXY, got {filename!r}"
+        )
     digits = m.group("py")[2:]
     return WheelInfo(
         dist=m.group("dist"),
         version=m.group("public"),
-        variant=None if local is None else parse_label(local),
+        variant=built,
         python=f"{digits[0]}.{digits[1:]}",
         platform_tag=m.group("plat"),
         platform=_platform_of_tag(m.group("plat")),
+        abi3=abi3,
     )
 
 
@@ -252,12 +286,18 @@ def mismatches(
 ) -> List[str]:
     """Why a binary built for ``built`` cannot run with the given torch; empty when it can.
 
-    Rules (why each holds: docs/COMPAT.md §9): torch major.minor equal; CUDA major equal and
-    the binary's CUDA minor not above torch's; C++ ABI equal (where both are known).
+    Rules (why each holds: docs/COMPAT.md §9, §11): torch major.minor equal (stable: torch at
+    least the target); CUDA major equal and the binary's CUDA minor not above torch's; C++ ABI
+    equal where both are known (never for stable: its ABI is C).
     """
     problems: List[str] = []
     running_mm = minor(torch_version, "torch_version")
-    if built.torch != running_mm:
+    if built.stable:
+        if _vkey(running_mm) < _vkey(built.torch):
+            problems.append(
+                f"it needs torch >= {built.torch} (stable ABI), the running torch is {running_mm}"
+            )
+    elif built.torch != running_mm:
         problems.append(f"torch {built.torch} != running torch {running_mm}")
     if torch_cuda is None:
         problems.append(f"it needs a CUDA {built.cuda} build of torch, the running torch has no CUDA")
@@ -268,7 +308,8 @@ def mismatches(
             problems.append(f"CUDA {built.cuda} has another major version than torch's CUDA {torch_cuda}")
         elif b_minor > r_minor:
             problems.append(f"CUDA {built.cuda} is newer than torch's CUDA {torch_cuda}")
-    if built.cxx11_abi is not None and torch_cxx11_abi is not None and built.cxx11_abi != torch_cxx11_abi:
+    if (not built.stable and built.cxx11_abi is not None and torch_cxx11_abi is not None
+            and built.cxx11_abi != torch_cxx11_abi):
         problems.append(
             f"C++ ABI {abi_name(built.cxx11_abi)} != running torch's {abi_name(torch_cxx11_abi)}"
         )

@@ -27,12 +27,12 @@ def test_every_cell_has_a_unique_id_and_wheel_name():
     assert len(set(ids)) == len(ids) == len(cells)
     assert len(set(wheels)) == len(wheels)
     for i in ids:
-        assert re.fullmatch(r"cu\d{3}torch\d+\.\d+(cxx11|precxx11)?-cp3\d+-"
+        assert re.fullmatch(r"cu\d{3}(torch\d+\.\d+(cxx11|precxx11)?-cp3\d+|stable2\.10-cp310)-"
                             r"(linux_x86_64|linux_aarch64|win_amd64)", i)
 
 
 def test_find_cell_round_trips_and_rejects_unknown_ids():
-    for c in matrix.select(torch="2.6"):
+    for c in matrix.select(torch="2.6") + matrix.select(binding="stable"):
         assert matrix.find_cell(matrix.cell_id(c)) == c
     with pytest.raises(ValueError, match=r"cell must be a cell id.*'cu999torch9.9-cp311-linux_x86_64'"):
         matrix.find_cell("cu999torch9.9-cp311-linux_x86_64")
@@ -43,6 +43,7 @@ def test_wheel_names_parse_back_to_their_cell():
         info = variant.parse_wheel_name(variant.wheel_name("0.1.0", c))
         assert (info.variant.torch, info.variant.cuda, info.python, info.platform) == (
             c.torch, c.cuda, c.python, c.platform)
+        assert info.variant.stable == info.abi3 == c.stable
 
 
 # (torch, platform) -> (CUDA variants, number of CPython versions >= 3.9): docs/COMPAT.md §1, with
@@ -54,10 +55,21 @@ PINNED = {
     ("2.7", "linux_aarch64"): (("12.8",), 5),
     ("2.8", "win_amd64"): (("12.6", "12.8", "12.9"), 5),
     ("2.9", "linux_aarch64"): (("12.6", "12.8", "13.0"), 5),  # 3.10-3.14
-    ("2.12", "linux_x86_64"): (("12.6", "13.0", "13.2"), 5),
-    ("2.14", "linux_x86_64"): (("12.6", "13.0", "13.2", "13.4"), 5),
-    ("2.14", "win_amd64"): (("12.6", "13.0", "13.2"), 5),
 }
+# From torch 2.10 on (docs/COMPAT.md §11) every release is served by the same stable cells:
+# one cp310-abi3 wheel per platform for CUDA 12.6 (no Blackwell SASS), 12.8 (with it) and
+# 13.0 (every 13.x minor has its list).
+STABLE_CUDAS = ("12.6", "12.8", "13.0")
+
+
+@pytest.mark.parametrize("torch", ["2.10", "2.12", "2.14", "2.15"])
+@pytest.mark.parametrize("platform", support.PLATFORMS)
+def test_releases_from_2_10_are_served_by_the_stable_cells(torch, platform):
+    cells = matrix.select(torch=torch, platform=platform)
+    assert tuple(c.cuda for c in cells) == STABLE_CUDAS
+    assert all(c.stable and c.torch == "2.10" and c.python == "3.10" for c in cells)
+    assert [matrix.cell_id(c) for c in cells] == [
+        f"cu{cu.replace('.', '')}stable2.10-cp310-{platform}" for cu in STABLE_CUDAS]
 
 
 @pytest.mark.parametrize("key", sorted(PINNED))
@@ -83,7 +95,11 @@ def test_filters_combine_and_validate():
     assert {c.platform for c in matrix.select(os="windows")} == {"win_amd64"}
     assert {c.platform for c in matrix.select(arch="aarch64")} == {"linux_aarch64"}
     assert not [c for c in matrix.select(os="windows") if c.cuda == "13.4"]  # docs/COMPAT.md §1.1
-    assert {c.python for c in matrix.select(torch="2.14")} == {"3.10", "3.11", "3.12", "3.13", "3.14"}
+    assert {c.python for c in matrix.select(torch="2.9")} == {"3.10", "3.11", "3.12", "3.13", "3.14"}
+    assert {c.python for c in matrix.select(torch="2.14")} == {"3.10"}  # cp310-abi3
+    assert len(matrix.select(torch="2.14", python="3.13")) == 9  # abi3 serves 3.13 too
+    assert len(matrix.select(binding="stable")) == 9
+    assert not [c for c in matrix.select(binding="classic") if c.stable or c.torch == "2.10"]
     for kwargs, message in [
         ({"os": "macos"}, r"os must be one of linux, windows, got 'macos'"),
         ({"arch": "ppc64le"}, r"arch must be one of .*got 'ppc64le'"),
@@ -91,25 +107,54 @@ def test_filters_combine_and_validate():
         ({"python": "3.8"}, r"python must be one of .*got '3.8'"),
         ({"torch": "1.13"}, r"torch must be one of .*got '1.13'"),
         ({"abi": "cxx98"}, r"abi must be one of cxx11, pre-cxx11, got 'cxx98'"),
+        ({"binding": "abi3"}, r"binding must be one of classic, stable, got 'abi3'"),
     ]:
         with pytest.raises(ValueError, match=message):
             matrix.select(**kwargs)
 
 
 def test_ci_fields_of_one_linux_cell():
-    (cell,) = matrix.select(torch="2.14", cuda="13.0", python="3.11", platform="linux_x86_64")
+    (cell,) = matrix.select(torch="2.9", cuda="13.0", python="3.11", platform="linux_x86_64")
     f = matrix.ci_fields(cell, "0.1.0")
-    assert f["id"] == "cu130torch2.14-cp311-linux_x86_64"
-    assert f["wheel"] == "mamba_kernels-0.1.0+cu130torch2.14-cp311-cp311-manylinux_2_28_x86_64.whl"
-    assert f["label"] == "cu130torch2.14"
+    assert f["id"] == "cu130torch2.9-cp311-linux_x86_64"
+    assert f["wheel"] == "mamba_kernels-0.1.0+cu130torch2.9-cp311-cp311-manylinux_2_28_x86_64.whl"
+    assert (f["label"], f["binding"], f["stable"], f["wheel_tags"]) == (
+        "cu130torch2.9", "classic", False, "cp311-cp311")
     # PyTorch's cu130 list (docs/COMPAT.md §5.1), from sm_75, PTX for the newest.
     assert f["arch_list"] == "7.5;8.0;8.6;9.0;10.0;12.0+PTX"
-    assert f["torch_index"] == "https://download.pytorch.org/whl/cu130"
-    assert f["torch_requirement"] == "torch==2.14.*"
+    assert f["torch_index"] == f["test_torch_index"] == "https://download.pytorch.org/whl/cu130"
+    assert (f["build_torch"], f["build_torch_cuda"], f["test_torch"], f["test_torch_cuda"]) == (
+        "2.9", "13.0", "2.9", "13.0")
+    assert f["torch_requirement"] == "torch==2.9.*"
     assert (f["runner"], f["cibw_build"], f["cibw_archs"], f["cibw_image"]) == (
         "ubuntu-24.04", "cp311-manylinux_x86_64", "x86_64", "manylinux_2_28")
     assert f["toolkit"] == "pypi"
     assert f["build_timeout_minutes"] < f["timeout_minutes"] <= 360  # hosted runners stop at 6 h
+
+
+def test_ci_fields_of_the_stable_cells():
+    (cell,) = matrix.select(binding="stable", cuda="12.8", platform="linux_x86_64")
+    f = matrix.ci_fields(cell, "0.1.0")
+    assert f["id"] == "cu128stable2.10-cp310-linux_x86_64"
+    assert f["wheel"] == "mamba_kernels-0.1.0+cu128stable2.10-cp310-abi3-manylinux_2_28_x86_64.whl"
+    assert (f["label"], f["binding"], f["stable"], f["wheel_tags"]) == (
+        "cu128stable2.10", "stable", True, "cp310-abi3")
+    assert f["describe"] == "stable ABI from torch 2.10, CUDA 12.8"
+    assert f["torch_requirement"] == "torch>=2.10"
+    # Built with nvcc 12.8 against torch 2.14's headers (its cu126 build: 2.14 has no cu128 and
+    # a build only needs the same CUDA major), smoke-tested on torch 2.10's cu128 build.
+    assert (f["build_torch"], f["build_torch_cuda"], f["torch_index"]) == (
+        "2.14", "12.6", "https://download.pytorch.org/whl/cu126")
+    assert (f["test_torch"], f["test_torch_cuda"], f["test_torch_index"]) == (
+        "2.10", "12.8", "https://download.pytorch.org/whl/cu128")
+    assert (f["cibw_build"], f["cibw_image"], f["toolkit"]) == (
+        "cp310-manylinux_x86_64", "manylinux_2_28", "nvidia-repo")
+    assert f["arch_list"] == "7.5;8.0;8.6;9.0;10.0;12.0+PTX"  # Blackwell from CUDA 12.8
+    (win,) = matrix.select(binding="stable", cuda="13.0", platform="win_amd64")
+    f = matrix.ci_fields(win, "0.1.0")
+    assert f["wheel"] == "mamba_kernels-0.1.0+cu130stable2.10-cp310-abi3-win_amd64.whl"
+    assert (f["cibw_build"], f["toolkit"], f["build_torch"], f["test_torch"]) == (
+        "cp310-win_amd64", "nvidia-installer", "2.14", "2.10")
 
 
 def test_ci_fields_of_old_linux_aarch64_and_windows_cells():
@@ -118,15 +163,15 @@ def test_ci_fields_of_old_linux_aarch64_and_windows_cells():
     assert f["cibw_image"] == "manylinux2014"  # glibc 2.17 baseline for torch <= 2.5 (docs/COMPAT.md §3)
     assert f["wheel"].endswith("-cp39-cp39-manylinux_2_17_x86_64.manylinux2014_x86_64.whl")
     assert f["toolkit"] == "nvidia-repo" and f["torch_index"].endswith("/cu121")
-    (arm,) = matrix.select(torch="2.13", cuda="13.0", python="3.12", platform="linux_aarch64")
+    (arm,) = matrix.select(torch="2.9", cuda="13.0", python="3.12", platform="linux_aarch64")
     f = matrix.ci_fields(arm, "0.1.0")
     assert (f["runner"], f["cibw_build"], f["arch_list"]) == (
         "ubuntu-24.04-arm", "cp312-manylinux_aarch64", "8.0;9.0;10.0;11.0;12.0+PTX")
-    (win,) = matrix.select(torch="2.13", cuda="12.6", python="3.13", platform="win_amd64")
+    (win,) = matrix.select(torch="2.9", cuda="12.6", python="3.13", platform="win_amd64")
     f = matrix.ci_fields(win, "0.1.0")
     assert (f["runner"], f["cibw_build"], f["cibw_image"], f["toolkit"]) == (
         "windows-2022", "cp313-win_amd64", None, "nvidia-installer")
-    assert f["wheel"] == "mamba_kernels-0.1.0+cu126torch2.13-cp313-cp313-win_amd64.whl"
+    assert f["wheel"] == "mamba_kernels-0.1.0+cu126torch2.9-cp313-cp313-win_amd64.whl"
 
 
 def test_github_matrix_fits_per_platform_and_refuses_oversize():
@@ -135,16 +180,20 @@ def test_github_matrix_fits_per_platform_and_refuses_oversize():
         m = matrix.github_matrix(cells)
         assert len(m["include"]) == len(cells) <= matrix.GITHUB_MATRIX_LIMIT
     everything = matrix.select()
-    assert len(everything) > matrix.GITHUB_MATRIX_LIMIT
+    assert len(everything) == 249 <= matrix.GITHUB_MATRIX_LIMIT
     with pytest.raises(ValueError, match="at most 256 cells"):
-        matrix.github_matrix(everything)
+        matrix.github_matrix(everything + everything)
 
 
 def test_cli_wheels_with_filters(capsys):
+    code, out, _ = run(capsys, "--wheels", "--torch", "2.9", "--cuda", "13.0", "--python", "3.11",
+                       "--os", "linux", "--arch", "x86_64")
+    assert code == 0
+    assert out.splitlines() == ["mamba_kernels-0.1.0+cu130torch2.9-cp311-cp311-manylinux_2_28_x86_64.whl"]
     code, out, _ = run(capsys, "--wheels", "--torch", "2.14", "--cuda", "13.0", "--python", "3.11",
                        "--os", "linux", "--arch", "x86_64")
     assert code == 0
-    assert out.splitlines() == ["mamba_kernels-0.1.0+cu130torch2.14-cp311-cp311-manylinux_2_28_x86_64.whl"]
+    assert out.splitlines() == ["mamba_kernels-0.1.0+cu130stable2.10-cp310-abi3-manylinux_2_28_x86_64.whl"]
 
 
 def test_cli_github_output_is_one_line_of_json(capsys):
@@ -163,11 +212,19 @@ def test_cli_json_and_counts_agree(capsys):
 
 
 def test_cli_table_and_markdown(capsys):
-    code, out, _ = run(capsys, "--torch", "2.14", "--os", "windows")
+    code, out, _ = run(capsys, "--torch", "2.9", "--os", "windows")
     assert code == 0 and out.splitlines()[-1] == "15 cells: linux_x86_64 0, linux_aarch64 0, win_amd64 15"
-    code, out, _ = run(capsys, "--markdown", "--torch", "2.14")
-    assert "| 2.14 | win_amd64 | 12.6, 13.0, 13.2 | 3.10–3.14 | n/a | 15 |" in out
-    assert out.strip().splitlines()[-1].endswith("**55** |")
+    code, out, _ = run(capsys, "--torch", "2.14", "--os", "windows")
+    assert code == 0 and out.splitlines()[-1] == "3 cells: linux_x86_64 0, linux_aarch64 0, win_amd64 3"
+    assert "2.10+  12.8  3.10+   win_amd64      stable" in out
+    code, out, _ = run(capsys, "--markdown", "--torch", "2.9")
+    assert "| 2.9 | win_amd64 | 12.6, 12.8, 13.0 | 3.10–3.14 | n/a | 15 |" in out
+    assert out.strip().splitlines()[-1].endswith("**45** |")
+    code, out, _ = run(capsys, "--markdown")
+    assert ("| 2.10 and newer (stable ABI) | win_amd64 | 12.6, 12.8, 13.0 | 3.10 and newer (abi3) "
+            "| n/a | 3 |") in out
+    assert out.strip().splitlines()[-1] == (
+        "| **total** | linux_x86_64 112, linux_aarch64 28, win_amd64 109 | | | | **249** |")
 
 
 def test_cli_errors(capsys):

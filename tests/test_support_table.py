@@ -156,28 +156,80 @@ def test_default_archs_bad_input():
 
 
 def test_cells_enumerate_exactly_what_torch_shipped():
-    cells = support.cells()
+    cells = [c for c in support.cells() if not c.stable]
     assert len(cells) == len(set(cells))
-    # Independent count: per release, per platform, CUDA variants x Pythons >= 3.9.
+    # Independent count: per classic release (below the stable-ABI floor 2.10), per platform,
+    # CUDA variants x Pythons >= 3.9.
     expected = 0
     for torch, xs in CUDA_X86.items():
+        if tuple(int(x) for x in torch.split(".")) >= (2, 10):
+            continue
         lo, hi = (int(v.split(".")[1]) for v in PYTHONS[torch])
         pys = len([m for m in range(lo, hi + 1) if m >= 9])
         win = () if torch == "2.15" else tuple(c for c in xs if c != "13.4")
         lo_w, hi_w = (int(v.split(".")[1]) for v in WIN_PYTHONS.get(torch, PYTHONS[torch]))
         pys_w = len([m for m in range(lo_w, hi_w + 1) if m >= 9])
         expected += pys * (len(xs) + len(CUDA_AARCH64.get(torch, ()))) + pys_w * len(win)
-    assert len(cells) == expected
+    assert len(cells) == expected == 240
     assert all(c.python != "3.8" for c in cells)  # this package needs Python >= 3.9
 
 
+# docs/COMPAT.md §11: the stable cells, derived independently from the tables above. Per
+# platform and CUDA major, one cell per distinct default architecture list (12.6 without
+# Blackwell, 12.8 with it; every 13.x minor shares 13.0's list), at its oldest minor; built
+# with torch 2.14 (the newest release with a cp310 wheel: 2.15 starts at 3.11, and has no
+# CUDA 12), smoke-tested with torch 2.10 (the target).
+STABLE = {
+    (plat, cuda): (build, ("2.10", cuda))
+    for plat in ("linux_x86_64", "linux_aarch64", "win_amd64")
+    for cuda, build in (("12.6", ("2.14", "12.6")), ("12.8", ("2.14", "12.6")), ("13.0", ("2.14", "13.0")))
+}
+
+
+def test_stable_cells():
+    cells = support.stable_cells()
+    assert {(c.platform, c.cuda): (c.build_with, c.test_with) for c in cells} == STABLE
+    assert len(cells) == 9
+    for c in cells:
+        assert (c.torch, c.python, c.cxx11_abi, c.stable, c.cxx_std) == ("2.10", "3.10", None, True, 20)
+        assert c.manylinux == (None if c.platform == "win_amd64" else "manylinux_2_28")
+    # 485 cells before the stable ABI: the 245 of torch 2.10 to 2.15 gave way to 9.
+    assert len(support.cells()) == 240 + 9 == 485 - 245 + 9
+
+
+def test_the_stable_floor_splits_the_releases():
+    assert support.STABLE_ABI_MIN_TORCH == "2.10" and support.STABLE_ABI_PYTHON == "3.10"
+    assert [r.torch for r in support.classic_releases()][-1] == "2.9"
+    assert [r.torch for r in support.stable_releases()] == ["2.10", "2.11", "2.12", "2.13", "2.14", "2.15"]
+    assert not [c for c in support.cells() if not c.stable and c.torch in ("2.10", "2.14", "2.15")]
+
+
+def test_stable_cells_serve_every_newer_torch_and_python():
+    (cell,) = support.cells(torch="2.15", cuda="13.0", platform="linux_x86_64")
+    assert cell.stable and cell.serves_torch("2.15") and cell.serves_torch("2.10")
+    assert not cell.serves_torch("2.9") and cell.serves_python("3.14") and not cell.serves_python("3.9")
+    assert {c.cuda for c in support.cells(torch="2.12", platform="win_amd64")} == {"12.6", "12.8", "13.0"}
+    assert support.cells(torch="2.12", python="3.9") == []  # 3.9 is below the abi3 floor
+    assert support.cells(torch="2.12", cxx11_abi=True) == []  # stable cells have no C++ ABI
+    assert all(not c.stable for c in support.cells(torch="2.9"))
+
+
+def test_a_new_architecture_list_makes_a_new_stable_cell():
+    # A CUDA minor whose list differs from the one before it (as 12.8 added Blackwell) gets a
+    # cell; one with the same list (13.2 after 13.0) is served by the older minor's cell.
+    x86 = [c.cuda for c in support.stable_cells("linux_x86_64")]
+    assert x86 == ["12.6", "12.8", "13.0"]
+    assert support.default_archs("12.6", "linux_x86_64") != support.default_archs("12.8", "linux_x86_64")
+    assert support.default_archs("13.2", "linux_x86_64") == support.default_archs("13.0", "linux_x86_64")
+
+
 def test_cell_filters():
-    cells = support.cells(torch="2.14", cuda="13.0", python="3.11", platform="linux_x86_64")
+    cells = support.cells(torch="2.9", cuda="13.0", python="3.11", platform="linux_x86_64")
     assert cells == [
-        support.Cell("2.14", "13.0", "3.11", "linux_x86_64", True, "manylinux_2_28", 20)
+        support.Cell("2.9", "13.0", "3.11", "linux_x86_64", True, "manylinux_2_28", 17)
     ]
     assert {c.cuda for c in support.cells(torch="2.6", cxx11_abi=False)} == {"11.8", "12.4"}
-    assert {c.platform for c in support.cells(cuda="13.4")} == {"linux_x86_64", "linux_aarch64"}
+    assert support.cells(cuda="13.4") == []  # served by the 13.0 stable cells
     assert support.cells(torch="2.1", platform="linux_aarch64") == []
     win = support.cells(platform="win_amd64")
     assert win and all(c.cxx11_abi is None and c.manylinux is None for c in win)
@@ -202,7 +254,7 @@ def test_python_range_per_platform(torch):
         lo, hi = WIN_PYTHONS.get(torch, PYTHONS[torch]) if plat == "win_amd64" else PYTHONS[torch]
         pys = rel.pythons_on(plat)
         assert (pys[0], pys[-1]) == (lo, hi)
-        cells = support.cells(torch=torch, platform=plat)
+        cells = [c for c in support.cells(torch=torch, platform=plat) if not c.stable]
         assert {c.python for c in cells} <= set(pys)
 
 

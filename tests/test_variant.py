@@ -124,3 +124,75 @@ def test_arch_runs():
     assert variant.arch_runs(["sm_90"], ["compute_90"], "12.0")  # PTX JIT upwards
     assert not variant.arch_runs(["sm_120"], ["compute_120"], "9.0")
     assert variant.arch_runs(["sm_90a"], [], "9.0") and not variant.arch_runs(["sm_90a"], [], "10.0")
+
+
+# ----------------------------------------------------------------------------- stable labels
+
+
+@pytest.mark.parametrize(
+    "cuda, target, expected",
+    [("13.0", "2.10", "cu130stable2.10"), ("12.8", "2.10.1+cu128", "cu128stable2.10"),
+     ("12.6", "2.13", "cu126stable2.13")],
+)
+def test_stable_label_round_trip(cuda, target, expected):
+    text = variant.stable_label(cuda, target)
+    assert text == expected
+    back = variant.parse_label("+" + text)
+    assert back == variant.Variant(variant.minor(target), cuda, None, stable=True)
+    assert variant.variant_label(back) == text
+    assert back.describe() == f"stable ABI from torch {variant.minor(target)}, CUDA {cuda}"
+
+
+def test_describe_both_kinds():
+    assert variant.describe_label("cu130stable2.10") == "stable ABI from torch 2.10, CUDA 13.0"
+    assert variant.describe_label("+cu126torch2.6precxx11") == "torch 2.6, CUDA 12.6, C++ ABI pre-cxx11"
+    assert variant.describe_label("cu126torch2.12") == "torch 2.12, CUDA 12.6"
+
+
+def test_bad_stable_labels():
+    for bad in ("cu130stable2", "cu13stable2.10", "cu130stable", "cu130-stable2.10", "cu130Stable2.10",
+                "cu130stable2.10abi3"):
+        with pytest.raises(ValueError, match=r"label must look like .*'cu130stable2.10'"):
+            variant.parse_label(bad)
+    with pytest.raises(ValueError, match="a stable label has no C\\+\\+ ABI marker"):
+        variant.parse_label("cu130stable2.10cxx11")
+    with pytest.raises(ValueError, match="target_torch must be at least 2.10 .* got '2.9.1'"):
+        variant.stable_label("13.0", "2.9.1")
+    with pytest.raises(ValueError, match="target_torch must look like"):
+        variant.stable_label("13.0", "newest")
+    with pytest.raises(ValueError, match="cuda minor must be a single digit"):
+        variant.stable_label("12.10", "2.10")
+
+
+def test_stable_release_version_and_requirement():
+    full = variant.stable_release_version("0.1.0", "13.0", "2.10")
+    assert full == "0.1.0+cu130stable2.10" and str(Version(full)) == full
+    assert variant.stable_torch_requirement("2.10.0") == "torch>=2.10"
+    with pytest.raises(ValueError, match="version must be a public version"):
+        variant.stable_release_version("0.1.0+x", "13.0", "2.10")
+
+
+def test_stable_wheel_names():
+    cell = support.Cell("2.10", "12.8", "3.10", "linux_aarch64", None, "manylinux_2_28", 20, stable=True)
+    name = variant.wheel_name("0.1.0", cell)
+    assert name == "mamba_kernels-0.1.0+cu128stable2.10-cp310-abi3-manylinux_2_28_aarch64.whl"
+    _, version, _, tags = parse_wheel_filename(name)
+    assert str(version) == "0.1.0+cu128stable2.10"
+    assert {(t.interpreter, t.abi) for t in tags} == {("cp310", "abi3")}
+    info = variant.parse_wheel_name(name)
+    assert info.abi3 and info.python == "3.10" and info.variant.stable and info.platform == "linux_aarch64"
+    assert variant.cell_torch_requirement(cell) == "torch>=2.10"
+    for bad in ("mamba_kernels-0.1.0+cu128stable2.10-cp310-cp310-win_amd64.whl",
+                "mamba_kernels-0.1.0+cu128torch2.8-cp310-abi3-win_amd64.whl"):
+        with pytest.raises(ValueError, match="pair a stable label with the cpXY-abi3 tags"):
+            variant.parse_wheel_name(bad)
+
+
+def test_mismatches_of_a_stable_binary():
+    built = variant.parse_label("cu128stable2.10")
+    assert variant.mismatches(built, "2.10.0+cu128", "12.8", True) == []
+    assert variant.mismatches(built, "2.15.0", "12.9", False) == []  # any newer torch, either C++ ABI
+    assert variant.mismatches(built, "2.9.1", "12.8", True) == [
+        "it needs torch >= 2.10 (stable ABI), the running torch is 2.9"]
+    assert variant.mismatches(built, "2.14.1", "12.6", True) == ["CUDA 12.8 is newer than torch's CUDA 12.6"]
+    assert "another major version" in variant.mismatches(built, "2.14.1", "13.0", True)[0]
