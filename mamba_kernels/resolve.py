@@ -434,7 +434,8 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
     target = detect(torch=args.torch, cuda=args.cuda, python=args.python, platform_tag=args.platform,
                     cxx11_abi=abi, gpu_archs=archs, toolchain=False)
     try:
-        candidates = read_sources(args.index, timeout=args.timeout)
+        sources = args.index or default_sources()
+        candidates = read_sources(sources, timeout=args.timeout)
     except SourceError as e:
         print(f"mamba-kernels resolve: {e}", file=sys.stderr)
         return 2
@@ -476,9 +477,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "one the options describe) from the given index, and say why; exit 3 when none "
                     "fits, listing every candidate with its reasons, nearest first.",
     )
-    p.add_argument("--index", action="append", required=True, metavar="URL|DIR",
+    p.add_argument("--index", action="append", metavar="URL|DIR",
                    help="manifest.json (path or URL), a PEP 503/691 page, a find-links page, or a "
-                        "directory of wheels; repeatable")
+                        "directory of wheels; repeatable (default: $MAMBA_KERNELS_INDEX, else the "
+                        "release index)")
     p.add_argument("--torch", help="torch version, e.g. 2.4.1, 2.4.1+cu121 or 2.8.0a0+5228986c39.nv25.06")
     p.add_argument("--cuda", help="torch's CUDA version, e.g. 12.4 (none for a CPU build)")
     p.add_argument("--python", help="CPython version, e.g. 3.11")
@@ -489,3 +491,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per network read")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_resolve)
+
+
+def default_sources() -> List[str]:
+    """The indexes read when none is given: $MAMBA_KERNELS_INDEX, else the release index
+    (mamba_kernels/release_index.py)."""
+    from . import release_index
+
+    return list(release_index.default_indexes()[0])
