@@ -6,6 +6,14 @@ Forward: split xz into x and z (channel views), causal conv1d + SiLU on x, proje
 and delta, the selective scan gated by z, and the output projection.
 Backward allocates ``dxz = empty_like(xz)`` and writes dz (scan backward) and dx (conv
 backward) in place into its two channel views, as mamba_ssm does.
+
+Every projection is composed as mamba_ssm 2.3.2 composes it: the same products in the same
+operand order and the same layouts (delta and the output gradient are (dim, batch*L) products
+seen as (batch, dim, L), so dim is their slowest axis), the same casts under autocast. With the
+same scan, results agree with mamba_ssm's to the last bit of the matmuls; tests whose tolerances
+assume that composition (large outputs from random weights) pass. Deliberate differences: the
+output-bias gradient is the sum over tokens (mamba_ssm's sums it to a scalar), and the gradient
+flows through the non-learnable RMS norms (mamba_ssm's backward skips their Jacobian).
 """
 
 from __future__ import annotations
@@ -29,6 +37,16 @@ Tensor = torch.Tensor
 def _rows(t: Tensor) -> Tensor:
     """(batch, d, L) -> (batch*L, d)."""
     return t.transpose(1, 2).reshape(-1, t.shape[1])
+
+
+def _cols(t: Tensor) -> Tensor:
+    """(batch, d, L) -> (d, batch*L) (a view when d is the slowest axis, as for delta)."""
+    return t.transpose(0, 1).reshape(t.shape[1], -1)
+
+
+def _uncols(t: Tensor, batch: int) -> Tensor:
+    """(d, batch*L) -> (batch, d, L), a view with d the slowest axis."""
+    return t.view(t.shape[0], batch, -1).transpose(0, 1)
 
 
 def _unrows(t: Tensor, batch: int) -> Tensor:
@@ -85,11 +103,13 @@ class _Projected:
     ):
         dt_rank = delta_proj_weight.shape[1]
         d_state = A.shape[1] * (2 if A.is_complex() else 1)
-        self.delta_pre = x_dbl[:, :dt_rank] @ delta_proj_weight.t()  # (b*L, d_inner)
-        rows = self.delta_pre
-        if dt_rms_weight is not None:
-            rows = rms_norm_forward(rows, dt_rms_weight, None, eps)
-        self.delta = _unrows(rows, batch)
+        delta_cols = delta_proj_weight @ x_dbl[:, :dt_rank].t()  # (d_inner, b*L)
+        self.delta_pre = delta_cols.t()  # (b*L, d_inner): what the dt norm sees
+        if dt_rms_weight is None:
+            self.delta = _uncols(delta_cols, batch)
+        else:
+            rows = rms_norm_forward(self.delta_pre.contiguous(), dt_rms_weight, None, eps)
+            self.delta = _unrows(rows, batch).contiguous()
         self.B_pre = self.C_pre = None
         self.B, self.C = B, C
         if B is None:
@@ -272,8 +292,10 @@ class MambaInnerFn(torch.autograd.Function):
             delta = proj.delta
         dxz = torch.empty_like(xz)
         dx, dz = dxz.chunk(2, dim=1)
-        dout_rows = dout.reshape(-1, dout.shape[-1])  # (b*L, d_model)
-        dout_y = _unrows(dout_rows @ out_proj_weight.to(dout_rows.dtype), batch)
+        if dout.stride(-1) != 1:
+            dout = dout.contiguous()
+        dout_cols = dout.reshape(-1, dout.shape[-1]).t()  # (d_model, b*L)
+        dout_y = _uncols(out_proj_weight.t().to(dout_cols.dtype) @ dout_cols, batch)
         # dz is written in place into its view of dxz
         if ctx.cuda:
             from . import _ops
@@ -291,30 +313,34 @@ class MambaInnerFn(torch.autograd.Function):
             dconv1d_out, ddelta, dA, dB, dC, dD, ddelta_bias, _, out_z = pytorch_scan.backward(
                 p, dout_y, dz=dz, recompute_out_z=True, checkpoints=ckpt, y=y
             )
-        dout_proj_weight = dout_rows.t() @ _rows(out_z).to(dout_rows.dtype)
-        dout_proj_bias = dout_rows.sum(0) if ctx.has_out_proj_bias else None
+        dout_proj_weight = torch.einsum("eB,dB->ed", dout_cols, _cols(out_z).to(dout_cols.dtype))
+        dout_proj_bias = dout_cols.sum(1) if ctx.has_out_proj_bias else None
         dx_dbl = torch.zeros_like(x_dbl)
         dB_proj_bias = dC_proj_bias = None
         if B is None:
             dpre = _through_norm(proj.B_pre, b_rms_weight, eps, _var_bc_rows(dB))
-            dx_dbl[:, dt_rank : dt_rank + d_state] += dpre
+            dx_dbl[:, dt_rank : dt_rank + d_state] = dpre
             dB_proj_bias = dpre.sum(0).to(ctx.proj_bias_dtypes[0]) if B_proj_bias is not None else None
             dB = None
         else:  # a given B: back to its own shape (3-D without the group axis, or real pairs)
             dB = pytorch_scan.grad_as_given(dB, B)
         if C is None:
             dpre = _through_norm(proj.C_pre, c_rms_weight, eps, _var_bc_rows(dC))
-            dx_dbl[:, x_dbl.shape[1] - d_state :] += dpre
+            dx_dbl[:, x_dbl.shape[1] - d_state :] = dpre
             dC_proj_bias = dpre.sum(0).to(ctx.proj_bias_dtypes[1]) if C_proj_bias is not None else None
             dC = None
         else:
             dC = pytorch_scan.grad_as_given(dC, C)
-        ddelta_pre = _through_norm(proj.delta_pre, dt_rms_weight, eps, _rows(ddelta))  # (b*L, d_inner)
-        ddelta_proj_weight = ddelta_pre.t() @ x_dbl[:, :dt_rank]
-        dx_dbl[:, :dt_rank] += ddelta_pre @ delta_proj_weight
-        conv_rows = _rows(conv1d_out)
-        dx_proj_weight = dx_dbl.t() @ conv_rows.to(dx_dbl.dtype)
-        dconv1d_out = dconv1d_out + _unrows(dx_dbl @ x_proj_weight, batch).to(dconv1d_out.dtype)
+        if dt_rms_weight is None:
+            ddelta_cols = _cols(ddelta)  # (d_inner, b*L)
+        else:
+            ddelta_cols = rms_norm_backward(proj.delta_pre, dt_rms_weight, eps, _rows(ddelta)).t()
+        ddelta_proj_weight = torch.einsum("dB,Br->dr", ddelta_cols, x_dbl[:, :dt_rank])
+        dx_dbl[:, :dt_rank] = torch.einsum("dB,dr->Br", ddelta_cols, delta_proj_weight)
+        dconv_cols = _cols(dconv1d_out).to(dx_dbl.dtype)
+        dx_proj_weight = torch.einsum("Br,Bd->rd", dx_dbl, _rows(conv1d_out).to(dx_dbl.dtype))
+        dconv_cols = torch.addmm(dconv_cols, x_proj_weight.t(), dx_dbl.t(), out=dconv_cols)
+        dconv1d_out = _uncols(dconv_cols, batch)
         # dx is written in place into its view of dxz
         _, dweight, dconv1d_bias, _ = causal_conv1d_bwd_function(
             x, weight, conv1d_bias, dconv1d_out, None, None, None, dx, False, True
@@ -423,7 +449,7 @@ def mamba_inner_ref(
     x, z = xz.chunk(2, dim=1)
     x = causal_conv1d_fn(x, conv1d_weight[:, 0], conv1d_bias, activation="silu")
     x_dbl = F.linear(_rows(x), x_proj_weight)
-    delta = _unrows(x_dbl[:, :dt_rank] @ delta_proj_weight.t(), batch)
+    delta = _uncols(delta_proj_weight @ x_dbl[:, :dt_rank].t(), batch)
 
     def variable(rows: Tensor, bias: Optional[Tensor]) -> Tensor:
         if bias is not None:

@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 from test_selective_scan_loops import loop_scan, silu
 
-from selective_scan import mamba_inner_fn, mamba_inner_ref
+from causal_conv1d import causal_conv1d_fn
+from selective_scan import mamba_inner_fn, mamba_inner_ref, pytorch_scan, selective_scan_fn
 
 F64 = torch.float64
 ARG_NAMES = (
@@ -303,3 +304,67 @@ def test_given_variable_b_c_get_gradients_in_their_own_shape(given, groups, comp
 def test_delta_softplus_must_be_a_bool(fn, flag):
     with pytest.raises(TypeError, match=f"delta_softplus must be a bool .*got {type(flag).__name__}"):
         fn(*make(seed=14), delta_softplus=flag)
+
+
+def mamba_ssm_order(xz, conv_w, conv_b, x_proj_w, delta_proj_w, out_proj_w, out_proj_b, A, B, C, D, dt_bias):
+    """The block composed in mamba_ssm 2.3.2's order and layouts, in the inputs' dtype, with our
+    public conv and scan: x_dbl = (b*L, d) @ x_proj^T; delta = delta_proj @ x_dbl[:, :rank]^T, a
+    (d, b*L) product seen as (b, d, L); variable B/C as contiguous (b, 1, n, L)."""
+    batch, _, L = xz.shape
+    rank = delta_proj_w.shape[1]
+    ds = A.shape[1] * (2 if A.is_complex() else 1)
+    x, z = xz.chunk(2, dim=1)
+    xc = causal_conv1d_fn(x, conv_w[:, 0], conv_b, activation="silu")
+    x_dbl = F.linear(xc.transpose(1, 2).reshape(-1, xc.shape[1]), x_proj_w)
+    delta = (delta_proj_w @ x_dbl[:, :rank].t()).view(-1, batch, L).transpose(0, 1)
+
+    def variable(cols):
+        return cols.view(batch, L, -1).permute(0, 2, 1).unsqueeze(1).contiguous()
+
+    B = variable(x_dbl[:, rank : rank + ds]) if B is None else B
+    C = variable(x_dbl[:, -ds:]) if C is None else C
+    y = selective_scan_fn(xc, delta, A, B, C, D, z, dt_bias, delta_softplus=True)
+    return F.linear(y.transpose(1, 2), out_proj_w, out_proj_b)
+
+
+@pytest.mark.parametrize("fixed_b", [False, True])
+def test_composition_is_mamba_ssms(fixed_b, monkeypatch):
+    # float32 with large values (randn weights, as mamba_ssm's own test uses): any other order
+    # of the projections changes the output by far more than float32 rounding of this order
+    monkeypatch.setenv("MAMBA_KERNELS_BACKEND", "reference")
+    g = torch.Generator().manual_seed(21)
+    batch, d, L, n, rank = 2, 64, 48, 4, 8
+    f32 = torch.float32
+    xz = torch.randn(batch, 2 * d, L, generator=g)
+    conv_w, conv_b = torch.randn(d, 1, 3, generator=g), torch.randn(d, generator=g)
+    x_proj_w = torch.randn(rank + n * (1 if fixed_b else 2), d, generator=g)
+    delta_proj_w = torch.randn(d, rank, generator=g)
+    out_proj_w = torch.randn(d // 2, d, generator=g)
+    A = -0.5 * torch.rand(d, n, generator=g)
+    B = torch.randn(d, n, generator=g) if fixed_b else None
+    D, delta_bias = torch.randn(d, generator=g), 0.5 * torch.rand(d, generator=g)
+    args = [xz, conv_w, conv_b, x_proj_w, delta_proj_w, out_proj_w, None, A, B, None, D, delta_bias]
+    # the layouts the scan sees decide which GEMM and scan variants run on a GPU: record them
+    seen = {}
+    make_problem, backward = pytorch_scan.make_problem, pytorch_scan.backward
+
+    def recording_make_problem(u, delta, *rest):
+        seen.setdefault("delta", delta.stride())
+        return make_problem(u, delta, *rest)
+
+    def recording_backward(p, dout, *rest, **kw):
+        seen["dout"] = dout.stride()
+        return backward(p, dout, *rest, **kw)
+
+    monkeypatch.setattr(pytorch_scan, "make_problem", recording_make_problem)
+    monkeypatch.setattr(pytorch_scan, "backward", recording_backward)
+    leaves = [t.clone().requires_grad_() if t is not None else None for t in args]
+    out = mamba_inner_fn(*leaves)
+    out.backward(torch.randn(out.shape, generator=g))
+    assert seen == {"delta": (L, batch * L, 1), "dout": (L, batch * L, 1)}  # (d, b*L) products
+    want = mamba_ssm_order(*args)
+    assert out.dtype == f32 and out.abs().max() > 1e3
+    torch.testing.assert_close(out.detach(), want, rtol=1e-6, atol=1e-6 * want.abs().max().item())
+    # the same block in float64 (the truth): both float32 compositions are as close to it
+    truth = mamba_ssm_order(*[t.to(F64) if t is not None else None for t in args])
+    assert (out.to(F64) - truth).abs().max() <= 1e-3 * truth.abs().max()
