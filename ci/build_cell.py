@@ -17,12 +17,18 @@ and, called by cibuildwheel inside its build environment (the cell from $MAMBA_K
                     and report the expected build metadata
 
 CELL is a cell id as ``python -m mamba_kernels matrix --json`` prints it, e.g.
-``cu130torch2.14-cp311-linux_x86_64``. verify checks: the file name is exactly the one the
-matrix predicts (label, Python tag, platform tag); METADATA carries the same version and pins
-``torch==M.m.*``; the WHEEL tags agree; no torch or CUDA library (nor any other library) is
-vendored; each extension's BUILD_INFO names the cell's torch, CUDA, C++ ABI and architectures;
-and the architectures really in the binary (read by cuobjdump, and by our fat-binary reader)
-are exactly the cell's.
+``cu128torch2.8-cp311-linux_x86_64`` or ``cu130stable2.10-cp310-linux_x86_64``. verify checks:
+the file name is exactly the one the matrix predicts (label, Python and ABI tags, platform
+tag); METADATA carries the same version and requires ``torch==M.m.*`` (classic) or
+``torch>=2.10`` (stable); the WHEEL tags agree (``cp310-abi3`` for a stable cell); no torch or
+CUDA library (nor any other library) is vendored; each extension's BUILD_INFO names the cell's
+torch, CUDA, C++ ABI and architectures (stable: the binding, the target torch, the CUDA major
+and nvcc's CUDA); and the architectures really in the binary (read by cuobjdump, and by our
+fat-binary reader) are exactly the cell's.
+
+A stable cell (docs/COMPAT.md §11) builds with MAMBA_KERNELS_BINDING=stable against the newest
+torch headers (the cell's build torch) and runs its smoke test on its target torch, which the
+test environment installs in place of the build's torch (one torch on disk at a time).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 if sys.argv[1:2] != ["check-installed"]:
@@ -102,7 +108,7 @@ def cell_of_wheel(path: Path) -> support.Cell:
     info = variant.parse_wheel_name(path.name)
     if info.variant is None or info.platform is None:
         raise CellError(f"{path.name} is not a release wheel of a known platform")
-    label = variant.label(info.variant.torch, info.variant.cuda, info.variant.cxx11_abi)
+    label = variant.variant_label(info.variant)
     return matrix.find_cell(f"{label}-{variant.python_tag(info.python)}-{info.platform}")
 
 
@@ -133,10 +139,24 @@ def find_cuobjdump(cuda_home: Optional[str]) -> Optional[str]:
 # ----------------------------------------------------------------------------- steps
 
 
-def torch_install_args(cell: support.Cell, torch_index: Optional[str]) -> List[str]:
-    """pip arguments installing the newest patch of the cell's torch for its CUDA variant."""
-    index_url = torch_index or matrix.ci_fields(cell)["torch_index"]
-    spec = variant.torch_requirement(cell.torch)
+# Which of a cell's two torches a step means: the one it builds with or the one its smoke test
+# runs on (the same for a classic cell; the newest headers and the target for a stable one).
+BUILD, TEST = "build", "test"
+
+
+def torch_of(cell: support.Cell, which: str = BUILD) -> Tuple[str, str]:
+    """(torch release, CUDA variant) of the cell's build or test torch."""
+    if which not in (BUILD, TEST):
+        raise ValueError(f"which must be {BUILD!r} or {TEST!r}, got {which!r}")
+    return cell.build_with if which == BUILD else cell.test_with
+
+
+def torch_install_args(cell: support.Cell, torch_index: Optional[str], which: str = BUILD) -> List[str]:
+    """pip arguments installing the newest patch of the cell's build (or test) torch for its
+    CUDA variant, from PyTorch's index of that variant unless ``torch_index`` says otherwise."""
+    torch, cuda = torch_of(cell, which)
+    index_url = torch_index or matrix.torch_index(cuda)
+    spec = variant.torch_requirement(torch)
     if index_url == "pypi":
         return [spec]
     return [spec, "--index-url", index_url, "--extra-index-url", "https://pypi.org/simple"]
@@ -150,8 +170,9 @@ def torch_env() -> Dict[str, str]:
     return env
 
 
-def check_torch(cell: support.Cell, python: str) -> None:
-    """The installed torch must be the cell's release and CUDA variant."""
+def check_torch(cell: support.Cell, python: str, which: str = BUILD) -> None:
+    """The installed torch must be the cell's build (or test) release and CUDA variant."""
+    want_torch, want_cuda = torch_of(cell, which)
     out = subprocess.run(
         [python, "-c", "import torch; print(torch.__version__, torch.version.cuda)"],
         capture_output=True,
@@ -159,10 +180,10 @@ def check_torch(cell: support.Cell, python: str) -> None:
         env=torch_env(),
     )
     version, cuda = (out.stdout.split() + ["", ""])[:2]
-    if variant.minor(version) != cell.torch or cuda != cell.cuda:
+    if variant.minor(version) != want_torch or cuda != want_cuda:
         raise CellError(
-            f"installed torch {version} (CUDA {cuda}) is not the cell's torch {cell.torch} "
-            f"with CUDA {cell.cuda}: {out.stderr.strip()[-300:]}"
+            f"installed torch {version} (CUDA {cuda}) is not the cell's {which} torch {want_torch} "
+            f"with CUDA {want_cuda}: {out.stderr.strip()[-300:]}"
         )
     log(f"torch {version} (CUDA {cuda})")
 
@@ -192,18 +213,33 @@ def link_torch(python: str, torch_dir: Path) -> None:
     log(f"{pth} -> {torch_dir}")
 
 
+# Beside the shared torch folder: which (torch, CUDA) it holds, so the test of a stable cell
+# sees that the build's torch is not its own.
+TORCH_STAMP = "mamba_kernels_ci_torch.txt"
+
+
 def install_shared_torch(
-    cell: support.Cell, python: str, torch_dir: Path, torch_index: Optional[str]
+    cell: support.Cell, python: str, torch_dir: Path, torch_index: Optional[str], which: str = BUILD
 ) -> None:
-    """Install the cell's torch and its dependencies into ``torch_dir`` (once), no pip cache."""
+    """Install the cell's build (or test) torch and its dependencies into ``torch_dir`` (once),
+    no pip cache. A folder holding another torch (the build's, when a stable cell's test needs
+    its target) is emptied first: the runner has room for one torch with its CUDA wheels."""
+    want = " ".join(torch_of(cell, which))
+    stamp = torch_dir / TORCH_STAMP
     if (torch_dir / "torch").is_dir():
-        log(f"torch already in {torch_dir}")
-        return
+        held = stamp.read_text().strip() if stamp.is_file() else want
+        if held == want:
+            log(f"torch {want} already in {torch_dir}")
+            return
+        log(f"{torch_dir} holds torch {held}; replacing it with torch {want}")
+        shutil.rmtree(torch_dir)
     sh(
         [python, "-m", "pip", "install", "--quiet", "--no-cache-dir", "--target", str(torch_dir)]
-        + torch_install_args(cell, torch_index),
+        + torch_install_args(cell, torch_index, which),
         env=torch_env(),
     )
+    torch_dir.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(want + "\n")
 
 
 def provision_toolkit(cell: support.Cell, python: str) -> None:
@@ -216,7 +252,8 @@ def provision(
     torch_index: Optional[str] = None,
     torch_dir: Optional[Path] = None,
 ) -> None:
-    """Build environment: build tools, the cell's torch (shared with the test), the toolkit."""
+    """Build environment: build tools, the cell's build torch (shared with the test of a
+    classic cell), the toolkit."""
     tools = ["setuptools>=77", "wheel", "packaging>=23", "ninja"] + platforms.for_cell(cell).build_tools()
     sh([python, "-m", "pip", "install", "--quiet", "--no-cache-dir"] + tools)
     torch_dir = torch_dir or shared_torch_dir(cell)
@@ -229,13 +266,15 @@ def provision(
 def provision_test(
     cell: support.Cell, python: str = sys.executable, torch_dir: Optional[Path] = None
 ) -> None:
-    """Test environment (fresh, before the wheel is installed): the torch the build used."""
+    """Test environment (fresh, before the wheel is installed): the cell's test torch, which
+    is the one the build used for a classic cell (installed once, shared) and the target for
+    a stable cell (replacing the build's)."""
     torch_dir = torch_dir or shared_torch_dir(cell)
-    if not (torch_dir / "torch").is_dir():
-        # Not after our provision (a test run on its own): install it there once.
-        install_shared_torch(cell, python, torch_dir, None)
+    # After our provision this is a no-op for a classic cell; a test run on its own, or a
+    # stable cell's test, installs its torch there.
+    install_shared_torch(cell, python, torch_dir, None, TEST)
     link_torch(python, torch_dir)
-    check_torch(cell, python)
+    check_torch(cell, python, TEST)
 
 
 def repair(
@@ -298,14 +337,13 @@ def verify(
     if wheel.name != want_name:
         problems.append(f"file name {wheel.name!r} != expected {want_name!r}")
     meta = index.wheel_metadata(wheel)
-    want_version = variant.release_version(version, cell.torch, cell.cuda, cell.cxx11_abi)
+    want_version = variant.cell_release_version(version, cell)
     if meta["version"] != want_version:
         problems.append(f"METADATA Version {meta['version']!r} != {want_version!r}")
     pin = index.torch_pin(meta["requires_dist"])
-    if pin != variant.torch_requirement(cell.torch):
-        problems.append(f"METADATA torch requirement {pin!r} != {variant.torch_requirement(cell.torch)!r}")
-    py = variant.python_tag(cell.python)
-    want_tags = {f"{py}-{py}-{t}" for t in plat_tag.split(".")}
+    if pin != variant.cell_torch_requirement(cell):
+        problems.append(f"METADATA torch requirement {pin!r} != {variant.cell_torch_requirement(cell)!r}")
+    want_tags = {f"{variant.wheel_tags(cell)}-{t}" for t in plat_tag.split(".")}
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         wheel_files = [n for n in names if n.endswith(".dist-info/WHEEL") and n.count("/") == 1]
@@ -328,26 +366,7 @@ def verify(
             if info is None:
                 problems.append(f"{ext[0]}: no BUILD_INFO found in the binary")
             else:
-                want = {
-                    "torch": cell.torch,
-                    "torch_cuda": cell.cuda,
-                    "cxx11_abi": cell.cxx11_abi,
-                    "release": True,
-                    "package_version": want_version,
-                    "sass": want_sass,
-                    "ptx": want_ptx,
-                    "platform": cell.platform,
-                }
-                got = {
-                    "torch": found.variant.torch,
-                    "torch_cuda": info.get("torch_cuda"),
-                    "cxx11_abi": info.get("cxx11_abi"),
-                    "release": info.get("release"),
-                    "package_version": info.get("package_version"),
-                    "sass": info.get("sass"),
-                    "ptx": info.get("ptx"),
-                    "platform": info.get("platform"),
-                }
+                want, got = build_info_expectations(cell, found, want_version, want_sass, want_ptx)
                 for k in want:
                     if got[k] != want[k]:
                         problems.append(f"{ext[0]}: BUILD_INFO {k} {got[k]!r} != {want[k]!r}")
@@ -384,6 +403,39 @@ def verify(
     return problems
 
 
+# The BUILD_INFO keys a stable build adds (mamba_kernels/build.py writes them): the binding,
+# the torch it targets and the CUDA major it needs.
+STABLE_INFO_KEYS = ("binding", "target_torch", "cuda_major")
+
+
+def build_info_expectations(
+    cell: support.Cell, found: Any, want_version: str, want_sass: List[str], want_ptx: List[str]
+) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """(expected, found) BUILD_INFO values of one extension of the cell's wheel. A classic
+    binary names the cell's torch, torch's CUDA and C++ ABI; a stable one the stable binding,
+    the target torch, the CUDA major and nvcc's CUDA (its build torch, the newest headers, is
+    not the wheel's contract and may have another CUDA minor)."""
+    info = found.raw
+    want: Dict[str, Any] = {
+        "release": True,
+        "package_version": want_version,
+        "sass": want_sass,
+        "ptx": want_ptx,
+        "platform": cell.platform,
+    }
+    got: Dict[str, Any] = {k: info.get(k) for k in want}
+    if cell.stable:
+        want.update(binding="stable", target_torch=cell.torch, cuda_major=int(cell.cuda.split(".")[0]),
+                    nvcc=cell.cuda)
+        got.update({k: info.get(k) for k in STABLE_INFO_KEYS})
+        got["nvcc"] = ".".join(str(info.get("nvcc_version", "")).split(".")[:2])
+    else:
+        want.update(torch=cell.torch, torch_cuda=cell.cuda, cxx11_abi=cell.cxx11_abi)
+        got.update(torch=found.variant.torch, torch_cuda=info.get("torch_cuda"),
+                   cxx11_abi=info.get("cxx11_abi"))
+    return want, got
+
+
 def check_installed(cell: support.Cell) -> List[str]:
     """Run in a clean environment with the wheel and torch installed: import and compare."""
     import importlib
@@ -393,8 +445,9 @@ def check_installed(cell: support.Cell) -> List[str]:
     from mamba_kernels import buildinfo
 
     problems = []
-    if variant.minor(torch.__version__) != cell.torch:
-        problems.append(f"installed torch {torch.__version__} is not the cell's {cell.torch}")
+    test_torch = torch_of(cell, TEST)[0]
+    if variant.minor(torch.__version__) != test_torch:
+        problems.append(f"installed torch {torch.__version__} is not the cell's test torch {test_torch}")
     want_sass, want_ptx = expected_targets(cell)
     for kernel in ("causal_conv1d", "selective_scan"):
         try:
@@ -437,7 +490,10 @@ def cibuildwheel_env(cell: support.Cell, sccache_dir: Optional[str] = None) -> D
     home = toolkit_home(cell)
     # No pip cache: every download is installed once (torch in shared_torch_dir), so a cache
     # would only hold a second copy of several GB on a runner with about 14 GB free.
-    extra = {"MAMBA_KERNELS_RELEASE": "1", "CUDA_HOME": home, "PIP_NO_CACHE_DIR": "1"}
+    # The binding is forced, not left to the build's automatic choice, so a cell can only
+    # produce the kind of wheel its label promises.
+    extra = {"MAMBA_KERNELS_RELEASE": "1", matrix.BINDING_VAR: f["binding"], "CUDA_HOME": home,
+             "PIP_NO_CACHE_DIR": "1"}
     host_cache = sccache_dir or str(ROOT / ".sccache")
     env.update(platforms.for_cell(cell).cibuildwheel_env(cell, extra, compiler_env(cell), host_cache))
     return env
@@ -492,6 +548,7 @@ def local(cell: support.Cell, args: argparse.Namespace) -> Path:
         sh([vpy, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(tools), PYPI_CUOBJDUMP])
         os.environ["CUOBJDUMP"] = str(tools / "nvidia" / "cu13" / "bin" / "cuobjdump")
     env = dict(os.environ, CUDA_HOME=home, PATH=f"{home}/bin:{os.environ['PATH']}", MAMBA_KERNELS_RELEASE="1")
+    env[matrix.BINDING_VAR] = matrix.binding(cell)
     env.pop("TORCH_CUDA_ARCH_LIST", None)  # release builds take the support table's list
     raw = work / "dist"
     os.environ["PATH"] = f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"  # auditwheel of the build venv
@@ -553,10 +610,10 @@ def _finish_local(
         sh([py, "-m", "venv", str(test_venv)])
         tpy = str(test_venv / "bin" / "python")
         sh(
-            [tpy, "-m", "pip", "install", "--quiet"] + torch_install_args(cell, args.torch_index),
+            [tpy, "-m", "pip", "install", "--quiet"] + torch_install_args(cell, args.torch_index, TEST),
             env=torch_env(),
         )
-        check_torch(cell, tpy)
+        check_torch(cell, tpy, TEST)
         sh([tpy, "-m", "pip", "install", "--quiet", str(wheel)])
         sh(
             [tpy, str(Path(__file__).resolve()), "check-installed", matrix.cell_id(cell)],

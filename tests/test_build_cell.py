@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import fnmatch
 import importlib.util
+import json
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from mamba_kernels import matrix, support
+from mamba_kernels import matrix, support, variant
 
 ROOT = Path(__file__).resolve().parent.parent
 environment = pytest.importorskip("cibuildwheel.environment")
@@ -51,6 +53,7 @@ def test_windows_environment_as_cibuildwheel_parses_it(cell):
     assert got["CUDA_PATH"] == home
     assert got["PATH"] == home + r"\bin;" + WIN_PATH
     assert got["MAMBA_KERNELS_RELEASE"] == "1"
+    assert got["MAMBA_KERNELS_BINDING"] == ("stable" if cell.stable else "classic")
     assert got["DISTUTILS_USE_SDK"] == "1"
     assert got["PIP_NO_CACHE_DIR"] == "1"
     old = cell.cuda in ("11.8", "12.1")
@@ -84,7 +87,18 @@ def test_linux_environment_as_cibuildwheel_parses_it(cell):
     assert got["PYTORCH_NVCC"] == f"sccache {home}/bin/nvcc"
     assert got["SCCACHE_DIR"] == "/sccache"
     assert got["MAMBA_KERNELS_RELEASE"] == "1"
+    assert got["MAMBA_KERNELS_BINDING"] == ("stable" if cell.stable else "classic")
     assert got["PIP_NO_CACHE_DIR"] == "1"
+
+
+@pytest.mark.parametrize("cell", matrix.select(binding="stable"), ids=matrix.cell_id)
+def test_stable_cells_force_the_stable_binding_and_build_cp310_only(cell):
+    env = build_cell.cibuildwheel_env(cell, "/tmp/cache")
+    assert env["CIBW_BUILD"] in ("cp310-manylinux_x86_64", "cp310-manylinux_aarch64", "cp310-win_amd64")
+    value = env.get("CIBW_ENVIRONMENT_LINUX") or env["CIBW_ENVIRONMENT_WINDOWS"]
+    got = _parsed(value, LINUX_PATH)
+    assert got["MAMBA_KERNELS_BINDING"] == "stable"
+    assert got["CUDA_HOME"] == build_cell.toolkit_home(cell)
 
 
 def test_environment_quoting_survives_awkward_values():
@@ -113,7 +127,9 @@ def _captured_sh(monkeypatch):
 
 @pytest.mark.parametrize("cuda", ["13.0", "13.2", "13.4"])
 def test_pypi_toolkit_installs_exact_existing_versions(cuda, monkeypatch, tmp_path):
-    (cell,) = matrix.select(torch="2.14", cuda=cuda, python="3.12", platform="linux_aarch64")
+    # 13.2 and 13.4 are no cell's toolkit since the stable cells (13.0 serves them); the local
+    # driver still assembles them (--toolkit pypi).
+    cell = support.Cell("2.14", cuda, "3.12", "linux_aarch64", True, "manylinux_2_28", 20)
     calls = _captured_sh(monkeypatch)
     with pytest.raises(build_cell.CellError):  # nothing really installed: nvcc is missing
         build_cell.assemble_pypi_toolkit(cell, tmp_path)
@@ -135,7 +151,7 @@ MUST_NOT_BUNDLE = [
 
 
 def test_windows_repair_excludes_msvc_runtime_torch_and_cuda(monkeypatch, tmp_path):
-    (cell,) = matrix.select(torch="2.14", cuda="13.0", python="3.12", platform="win_amd64")
+    (cell,) = matrix.select(torch="2.14", cuda="13.0", platform="win_amd64")
     calls = []
 
     def fake_sh(cmd, env=None, cwd=None):
@@ -169,9 +185,9 @@ def test_verify_accepts_our_extensions_and_names_each_vendored_library():
 
 
 def test_a_cell_installs_torch_once_without_a_pip_cache(monkeypatch, tmp_path):
-    (cell,) = matrix.select(torch="2.14", cuda="13.0", python="3.12", platform="linux_x86_64")
+    (cell,) = matrix.select(torch="2.9", cuda="13.0", python="3.12", platform="linux_x86_64")
     calls = _captured_sh(monkeypatch)
-    monkeypatch.setattr(build_cell, "check_torch", lambda cell, python: None)
+    monkeypatch.setattr(build_cell, "check_torch", lambda cell, python, which="build": None)
     monkeypatch.setattr(build_cell, "provision_toolkit", lambda cell, python: None)
     shared = tmp_path / "torch"
     build_site, test_site = tmp_path / "build-site", tmp_path / "test-site"
@@ -188,6 +204,90 @@ def test_a_cell_installs_torch_once_without_a_pip_cache(monkeypatch, tmp_path):
     for site in (build_site, test_site):
         (pth,) = site.glob("*.pth")
         assert pth.read_text().strip() == str(shared)
+
+
+def test_a_stable_cell_builds_on_the_newest_torch_and_tests_on_its_target(monkeypatch, tmp_path):
+    (cell,) = matrix.select(binding="stable", cuda="12.8", platform="linux_x86_64")
+    calls = _captured_sh(monkeypatch)
+    checked = []
+    monkeypatch.setattr(build_cell, "check_torch", lambda cell, python, which="build": checked.append(which))
+    monkeypatch.setattr(build_cell, "provision_toolkit", lambda cell, python: None)
+    monkeypatch.setattr(build_cell, "site_packages", lambda python: str(tmp_path))
+    shared = tmp_path / "torch"
+    build_cell.provision(cell, "build-python", torch_dir=shared)
+    (shared / "torch").mkdir(parents=True)  # what the build's install left
+    (shared / "stale-build-file").write_text("x")
+    build_cell.provision_test(cell, "test-python", torch_dir=shared)
+    installs = [c for c in calls if any(a.startswith("torch==") for a in c)]
+    # torch 2.14's cu126 build for the headers (2.14 has no cu128; the CUDA major is what a
+    # build needs), then torch 2.10's cu128 build for the smoke test, in place of the first.
+    got = [(c[c.index("--index-url") + 1], next(a for a in c if a.startswith("torch=="))) for c in installs]
+    assert got == [
+        ("https://download.pytorch.org/whl/cu126", "torch==2.14.*"),
+        ("https://download.pytorch.org/whl/cu128", "torch==2.10.*"),
+    ]
+    assert not (shared / "stale-build-file").exists()
+    assert (shared / build_cell.TORCH_STAMP).read_text().split() == ["2.10", "12.8"]
+    assert checked == ["build", "test"]
+
+
+STABLE_BUILD_INFO = {
+    "format": 1, "torch_version": "2.14.1+cu126", "torch_cuda": "12.6", "nvcc_version": "12.8.93",
+    "cxx11_abi": True, "release": True, "package_version": "0.1.0+cu128stable2.10",
+    "sass": ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"], "ptx": ["compute_120"],
+    "platform": "linux_x86_64", "binding": "stable", "target_torch": "2.10", "cuda_major": 12,
+}
+
+
+def _fatbin(sass, ptx) -> bytes:
+    """A fat-binary container (16-byte header, 64-byte entry headers) holding these targets."""
+    body = b""
+    for kind, arch in [(2, int(a[3:])) for a in sass] + [(1, int(a[8:])) for a in ptx]:
+        head = bytearray(64)
+        head[0:2] = kind.to_bytes(2, "little")
+        head[4:8] = (64).to_bytes(4, "little")
+        head[28:32] = arch.to_bytes(4, "little")
+        body += bytes(head)
+    return (0xBA55ED50).to_bytes(4, "little") + (1).to_bytes(2, "little") + (16).to_bytes(2, "little") + \
+        len(body).to_bytes(8, "little") + body
+
+
+def _stable_wheel(folder: Path, cell, info: dict, tags: str = "cp310-abi3", requires: str = "torch>=2.10"):
+    name = variant.wheel_name("0.1.0", cell)
+    version = variant.cell_release_version("0.1.0", cell)
+    di = f"mamba_kernels-{version}.dist-info"
+    plat = variant.platform_tag(cell)
+    ext = (json.dumps(info).encode() + b"\x00" + _fatbin(info["sass"], info["ptx"]))
+    files = {
+        f"{di}/METADATA": f"Metadata-Version: 2.1\nName: mamba-kernels\nVersion: {version}\n"
+                          f"Requires-Dist: {requires}\n\n",
+        f"{di}/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {tags}-{plat}\n",
+        "causal_conv1d/_cuda.abi3.so": ext,
+        "selective_scan/_cuda.abi3.so": ext,
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(folder / name, "w") as zf:
+        for n, d in files.items():
+            zf.writestr(n, d)
+    return folder / name
+
+
+def test_verify_accepts_a_stable_wheel_and_names_each_wrong_field(tmp_path):
+    (cell,) = matrix.select(binding="stable", cuda="12.8", platform="linux_x86_64")
+    good = _stable_wheel(tmp_path / "good", cell, STABLE_BUILD_INFO)
+    assert build_cell.verify(cell, good, "0.1.0", require_cuobjdump=False) == []
+    assert build_cell.cell_of_wheel(good) == cell
+    classic = dict(STABLE_BUILD_INFO, binding="classic", target_torch=None, nvcc_version="12.6.85")
+    bad = _stable_wheel(tmp_path / "bad", cell, classic, tags="cp310-cp310", requires="torch==2.14.*")
+    problems = build_cell.verify(cell, bad, "0.1.0", require_cuobjdump=False)
+    text = "\n".join(problems)
+    assert "METADATA torch requirement 'torch==2.14.*' != 'torch>=2.10'" in text
+    assert "WHEEL tags ['cp310-cp310-manylinux_2_28_x86_64'] != ['cp310-abi3-manylinux_2_28_x86_64']" in text
+    for kernel in ("causal_conv1d", "selective_scan"):
+        assert f"{kernel}/_cuda.abi3.so: BUILD_INFO binding 'classic' != 'stable'" in text
+        assert f"{kernel}/_cuda.abi3.so: BUILD_INFO target_torch None != '2.10'" in text
+        assert f"{kernel}/_cuda.abi3.so: BUILD_INFO nvcc '12.6' != '12.8'" in text
+    assert len(problems) == 2 + 2 * 3
 
 
 # ----------------------------------------------------------------------------- platforms

@@ -548,6 +548,7 @@ def _cibw_env_cases():
             env["CIBW_ARCHS"],
             env.get("CIBW_MANYLINUX_X86_64_IMAGE"),
             env.get("CIBW_MANYLINUX_AARCH64_IMAGE"),
+            cell.stable,  # a stable cell's cp310 identifier is checked on its own
         )
         seen.setdefault(key, (cell, env))
     return list(seen.values())
@@ -555,7 +556,7 @@ def _cibw_env_cases():
 
 def test_cibuildwheel_selects_exactly_each_cells_python():
     cases = _cibw_env_cases()
-    assert len(cases) >= 10
+    assert len(cases) >= 10 and len([c for c, _ in cases if c.stable]) == 3  # one per platform
     cibw = tool("cibuildwheel")
     base = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}
     for cell, env in cases:
@@ -588,20 +589,34 @@ def test_cibuildwheel_env_of_a_cell():
     linux = parse_environment(env["CIBW_ENVIRONMENT_LINUX"]).as_dictionary({"PATH": "/usr/bin"})
     assert linux["CUDA_HOME"] == "/usr/local/cuda-11.8" and linux["MAMBA_KERNELS_RELEASE"] == "1"
     assert env["CIBW_CONTAINER_ENGINE"] == "docker; create_args: --volume /tmp/cache:/sccache"
-    (win,) = matrix.select(torch="2.14", cuda="13.2", python="3.12", platform="win_amd64")
+    assert linux["MAMBA_KERNELS_BINDING"] == "classic"
+    (win,) = matrix.select(torch="2.14", cuda="12.8", python="3.12", platform="win_amd64")
     wenv = build_cell.cibuildwheel_env(win)
-    assert wenv["CIBW_BUILD"] == "cp312-win_amd64" and "CIBW_ENVIRONMENT_LINUX" not in wenv
+    assert wenv["CIBW_BUILD"] == "cp310-win_amd64" and "CIBW_ENVIRONMENT_LINUX" not in wenv
     windows = parse_environment(wenv["CIBW_ENVIRONMENT_WINDOWS"]).as_dictionary({"PATH": r"C:\Windows"})
-    assert windows["CUDA_PATH"] == r"C:\Program Files\NVIDIA GPU Computing Toolkit\CUDA\v13.2"
+    assert windows["CUDA_PATH"] == r"C:\Program Files\NVIDIA GPU Computing Toolkit\CUDA\v12.8"
+    assert windows["MAMBA_KERNELS_BINDING"] == "stable"
 
 
 def test_build_cell_cli_env_and_bad_cell():
     r = subprocess.run(
-        [sys.executable, str(ROOT / "ci" / "build_cell.py"), "env", "cu130torch2.14-cp311-linux_x86_64"],
+        [sys.executable, str(ROOT / "ci" / "build_cell.py"), "env", "cu130torch2.9-cp311-linux_x86_64"],
         capture_output=True,
         text=True,
     )
     assert r.returncode == 0 and json.loads(r.stdout)["CIBW_BUILD"] == "cp311-manylinux_x86_64"
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "ci" / "build_cell.py"), "env", "cu130stable2.10-cp310-linux_aarch64"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0 and json.loads(r.stdout)["CIBW_BUILD"] == "cp310-manylinux_aarch64"
+    r = subprocess.run(  # torch 2.14 is served by the stable cells, not a cell of its own
+        [sys.executable, str(ROOT / "ci" / "build_cell.py"), "env", "cu130torch2.14-cp311-linux_x86_64"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 1 and "cell must be a cell id" in r.stderr
     r = subprocess.run(
         [sys.executable, str(ROOT / "ci" / "build_cell.py"), "env", "cu130torch9.9-cp311-linux_x86_64"],
         capture_output=True,
