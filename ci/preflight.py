@@ -15,7 +15,11 @@ Checks, per cell:
   cibuildwheel's own parser, gives the intended CUDA_HOME, PATH, CUDA_PATH, PYTORCH_NVCC...;
   the cell's build identifier is one cibuildwheel builds (its own platform list and build
   selector, with ci/cibuildwheel.toml's skip list) and its manylinux image is one it pins.
-- ``python``: the cell's Python is in the support table's range for its platform.
+- ``python``: the cell's Python is in the support table's range for its platform (a stable
+  cell: CPython 3.10, which its build torch and its test torch both ship for the platform).
+- ``stable`` (stable cells, docs/COMPAT.md §11): the cell targets the stable-ABI floor; its
+  build torch is a release that ships a CUDA variant of the cell's major on the platform; its
+  test torch ships a variant of that major with a minor not below the cell's.
 - ``compiler``: the host compiler nvcc will meet (the runner's MSVC; the image's GCC, or the
   gcc-toolset CC/CXX/-ccbin name) is one that CUDA release accepts, or the environment carries
   the flags that make it accept it.
@@ -25,7 +29,9 @@ Checks, per cell:
 - ``disk``: an estimate of the disk a cell uses at its peak, against the runner's free disk.
 
 and per job matrix (release.yml runs one build job, with one matrix, per platform): at most
-256 jobs, GitHub's limit for one matrix, with the headroom reported.
+256 jobs, GitHub's limit for one matrix, with the headroom reported. Over the stable cells of
+each platform: every CUDA variant every release from 2.10 on ships there is served by one of
+them (same CUDA major, the cell's minor not above the variant's).
 """
 
 from __future__ import annotations
@@ -337,7 +343,7 @@ def check_environment(cell: support.Cell, report: CellReport, env: Optional[Mapp
         return None
     kind = _platform_kind(cell)
     home = build_cell.toolkit_home(cell)
-    want = {"CUDA_HOME": home, "MAMBA_KERNELS_RELEASE": "1"}
+    want = {"CUDA_HOME": home, "MAMBA_KERNELS_RELEASE": "1", matrix.BINDING_VAR: matrix.binding(cell)}
     if kind == "windows":
         want.update(CUDA_PATH=home, DISTUTILS_USE_SDK="1", PATH=f"{home}\\bin;{RUNNER_PATH[kind]}")
     else:
@@ -368,14 +374,67 @@ def check_environment(cell: support.Cell, report: CellReport, env: Optional[Mapp
 
 
 def check_python(cell: support.Cell, report: CellReport) -> None:
-    rel = support.torch_release(cell.torch)
-    allowed = rel.pythons_on(cell.platform)
-    if cell.python not in allowed:
-        report.fail("python", f"torch {cell.torch} on {cell.platform} covers Python "
-                              f"{', '.join(allowed) or 'none'}, not {cell.python}")
+    if cell.stable and cell.python != support.STABLE_ABI_PYTHON:
+        report.fail("python", f"a stable cell is CPython {support.STABLE_ABI_PYTHON} (cp"
+                              f"{support.STABLE_ABI_PYTHON.replace('.', '')}-abi3), not {cell.python}")
+    # A classic cell builds and tests with its own torch; a stable one with two others.
+    torches = {"torch": cell.torch} if not cell.stable else {
+        "build torch": cell.build_with[0], "test torch": cell.test_with[0]}
+    for what, torch in torches.items():
+        allowed = support.torch_release(torch).pythons_on(cell.platform)
+        if cell.python not in allowed:
+            report.fail("python", f"{what} {torch} on {cell.platform} covers Python "
+                                  f"{', '.join(allowed) or 'none'}, not {cell.python}")
     if tuple(int(x) for x in cell.python.split(".")) < support.MIN_PYTHON:
         report.fail("python", f"{cell.python} is older than this package's minimum "
                               f"{'.'.join(map(str, support.MIN_PYTHON))}")
+
+
+def _major(cuda: str) -> str:
+    return cuda.split(".")[0]
+
+
+def _vkey(version: str) -> Tuple[int, ...]:
+    return tuple(int(x) for x in version.split("."))
+
+
+def check_stable(cell: support.Cell, report: CellReport) -> None:
+    """A stable cell's target, build torch and test torch fit its CUDA (nothing for a classic one)."""
+    if not cell.stable:
+        return
+    if cell.torch != support.STABLE_ABI_MIN_TORCH:
+        report.fail("stable", f"targets torch {cell.torch}, the stable-ABI floor is "
+                              f"{support.STABLE_ABI_MIN_TORCH}")
+    build, build_cuda = cell.build_with
+    if build_cuda not in support.torch_release(build).cuda[cell.platform]:
+        report.fail("stable", f"build torch {build} has no CUDA {build_cuda} build for {cell.platform}")
+    elif _major(build_cuda) != _major(cell.cuda):
+        report.fail("stable", f"build torch {build}'s CUDA {build_cuda} is not nvcc {cell.cuda}'s major "
+                              "(torch's extension builder refuses another major)")
+    test, test_cuda = cell.test_with
+    if test_cuda not in support.torch_release(test).cuda[cell.platform]:
+        report.fail("stable", f"test torch {test} has no CUDA {test_cuda} build for {cell.platform}")
+    elif _major(test_cuda) != _major(cell.cuda) or _vkey(test_cuda) < _vkey(cell.cuda):
+        report.fail("stable", f"test torch {test}'s CUDA {test_cuda} cannot run a CUDA {cell.cuda} binary "
+                              "(same major, minor not below the binary's)")
+    if _vkey(test) < _vkey(cell.torch):
+        report.fail("stable", f"test torch {test} is older than the target {cell.torch}")
+
+
+def check_stable_coverage(cells: Sequence[support.Cell]) -> List[str]:
+    """One line per CUDA variant of a release from the stable-ABI floor on that no stable cell
+    in ``cells`` serves, on each platform that has stable cells there."""
+    problems = []
+    for plat in support.PLATFORMS:
+        stable = [c for c in cells if c.stable and c.platform == plat]
+        if not stable:
+            continue
+        for rel in support.stable_releases():
+            for cuda in rel.cuda[plat]:
+                if not any(_major(c.cuda) == _major(cuda) and _vkey(c.cuda) <= _vkey(cuda) for c in stable):
+                    problems.append(f"FAIL stable {plat}: torch {rel.torch} with CUDA {cuda} has no stable "
+                                    f"cell (CUDA {_major(cuda)}.x with a minor not above {cuda})")
+    return problems
 
 
 _TOOLSET = re.compile(r"/opt/rh/(?:gcc-toolset|devtoolset)-(\d+)/root/usr/bin/(?:gcc|g\+\+|cc|c\+\+)$")
@@ -474,7 +533,8 @@ def torch_from_pypi(cell: support.Cell) -> bool:
 
 def torch_on_pypi_is_same_build(cell: support.Cell) -> bool:
     """PyPI's Linux x86_64 torch is the build of the release's default CUDA variant."""
-    return cell.platform == "linux_x86_64" and cell.cuda == support.torch_release(cell.torch).pypi_cuda
+    torch, cuda = cell.build_with
+    return cell.platform == "linux_x86_64" and cuda == support.torch_release(torch).pypi_cuda
 
 
 def _exact_version(req: Requirement) -> Optional[str]:
@@ -510,18 +570,20 @@ def check_registry(cell: support.Cell, report: CellReport, registry: Registry) -
         unreadable.append(str(e))
         releases = None
     else:
-        spec = SpecifierSet(f"=={cell.torch}.*")
-        found = False
-        for v, files in (releases or {}).items():
-            try:
-                ver = Version(v)
-            except InvalidVersion:
-                continue
-            if not ver.is_prerelease and ver in spec and _wheel_fits(files, tags):
-                found = True
-                break
-        if not found:
-            report.fail("registry", f"PyPI has no torch {cell.torch}.* wheel for {where}")
+        # The torch the build installs and the one the test installs (one for a classic cell).
+        for torch in dict.fromkeys([cell.build_with[0], cell.test_with[0]]):
+            spec = SpecifierSet(f"=={torch}.*")
+            found = False
+            for v, files in (releases or {}).items():
+                try:
+                    ver = Version(v)
+                except InvalidVersion:
+                    continue
+                if not ver.is_prerelease and ver in spec and _wheel_fits(files, tags):
+                    found = True
+                    break
+            if not found:
+                report.fail("registry", f"PyPI has no torch {torch}.* wheel for {where}")
     if unreadable:
         more = f" (and {len(unreadable) - 1} more projects)" if len(unreadable) > 1 else ""
         report.fail("registry", unreadable[0] + more)
@@ -560,6 +622,7 @@ def check_cell(cell: support.Cell, registry: Optional[Registry] = None,
     report = CellReport(matrix.cell_id(cell))
     parsed = check_environment(cell, report, env)
     check_python(cell, report)
+    check_stable(cell, report)
     if parsed is not None:
         check_compiler(cell, report, parsed)
         check_disk(cell, report, parsed, free_gb)
@@ -621,6 +684,7 @@ def preflight(
             rep.fail("preflight", f"{type(e).__name__}: {e}")
         reports.append(rep)
     matrix_problems, jobs = check_matrices(cells, limit, workflow)
+    matrix_problems += check_stable_coverage(cells)
     for rep in reports:
         if rep.problems:
             print(f"FAIL {rep.cell_id}: " + "; ".join(rep.problems), file=out)
@@ -659,7 +723,8 @@ def main(argv: Optional[List[str]] = None, fetcher: Optional[Fetcher] = None) ->
     p.add_argument("--registry-url", default=REGISTRY_URL, help=f"PyPI's JSON API (default {REGISTRY_URL})")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds per registry request (default 15)")
     p.add_argument("--platform", choices=support.PLATFORMS, help="only the cells of this platform")
-    p.add_argument("--torch", help="only the cells of this torch release, e.g. 2.14")
+    p.add_argument("--torch", help="only the cells serving this torch release, e.g. 2.8 (2.10 and newer: "
+                                   "the stable cells)")
     args = p.parse_args(argv)
     try:
         cells = matrix.select(platform=args.platform, torch=args.torch)

@@ -38,10 +38,12 @@ def _cell(cell_id: str) -> support.Cell:
     return matrix.find_cell(cell_id)
 
 
-LINUX_13 = "cu130torch2.14-cp312-linux_x86_64"
-LINUX_12 = "cu126torch2.14-cp312-linux_x86_64"
+LINUX_13 = "cu130torch2.9-cp312-linux_x86_64"
+LINUX_12 = "cu126torch2.9-cp312-linux_x86_64"
 WIN_OLD = "cu121torch2.4-cp311-win_amd64"
-WIN_NEW = "cu130torch2.14-cp312-win_amd64"
+WIN_NEW = "cu130torch2.9-cp312-win_amd64"
+STABLE_12 = "cu128stable2.10-cp310-linux_x86_64"
+STABLE_13 = "cu130stable2.10-cp310-linux_x86_64"
 
 
 def _wheel(name: str) -> dict:
@@ -258,7 +260,7 @@ def test_linux_mismatched_or_unreadable_compiler_names_fail():
 
 
 def test_linux_cxx20_needs_gcc_10(monkeypatch):
-    cell = _cell(LINUX_13)  # torch 2.14: C++20
+    cell = _cell(STABLE_13)  # built with torch 2.14's headers: C++20
     monkeypatch.setitem(pf.IMAGE_GCC, "manylinux_2_28", 9)
     rep = pf.CellReport("x")
     pf.check_compiler(cell, rep, pf.cibw_environment(cell))
@@ -273,7 +275,8 @@ def test_pinned_toolkit_version_missing_from_the_registry_fails(monkeypatch):
     registry = pf.Registry(_fake_pypi())  # PyPI as it is: every real pin
     release, versions = support._PYPI_TOOLKITS["13.4"]
     monkeypatch.setitem(support._PYPI_TOOLKITS, "13.4", (release, versions[:3] + ("13.4.92",) + versions[4:]))
-    cell = _cell("cu134torch2.14-cp312-linux_x86_64")
+    # No cell builds with CUDA 13.4 since the stable cells; its pins are still checked alike.
+    cell = support.Cell("2.14", "13.4", "3.12", "linux_x86_64", True, "manylinux_2_28", 20)
     rep = pf.check_cell(cell, registry)
     assert rep.problems == ["registry: PyPI has no nvidia-cuda-cccl 13.4.92"]
 
@@ -282,8 +285,8 @@ def test_pin_without_a_wheel_for_the_platform_fails():
     cuo, version = support.PYPI_CUOBJDUMP.split("==")
     only_x86 = {version: [_wheel(f"nvidia_cuda_cuobjdump-{version}-py3-none-manylinux_2_17_x86_64.whl")]}
     registry = pf.Registry(_fake_pypi(**{cuo: only_x86}))
-    assert pf.check_cell(_cell("cu130torch2.14-cp312-linux_x86_64"), registry).problems == []
-    rep = pf.check_cell(_cell("cu130torch2.14-cp312-linux_aarch64"), registry)
+    assert pf.check_cell(_cell("cu130torch2.9-cp312-linux_x86_64"), registry).problems == []
+    rep = pf.check_cell(_cell("cu130torch2.9-cp312-linux_aarch64"), registry)
     assert rep.problems == [f"registry: PyPI's {cuo} {version} has no wheel for linux_aarch64 cp312"]
 
 
@@ -341,7 +344,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def json_server():
-    _Handler.projects = {"torch": {"2.14.0": [_wheel("torch-2.14.0-cp312-cp312-win_amd64.whl")]}}
+    _Handler.projects = {"torch": {"2.9.0": [_wheel("torch-2.9.0-cp312-cp312-win_amd64.whl")]}}
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -352,14 +355,14 @@ def json_server():
 
 def test_http_fetcher_against_a_local_json_server(json_server):
     fetch = pf.http_fetcher(json_server, timeout=5)
-    assert fetch("torch")["releases"]["2.14.0"]
+    assert fetch("torch")["releases"]["2.9.0"]
     assert fetch("no-such-project") is None
     with pytest.raises(pf.RegistryError, match=r"HTTP 500 \(2 tries\)"):
         fetch("broken")
     rep = pf.check_cell(_cell(WIN_NEW), pf.Registry(fetch))
     assert rep.problems == []
-    rep = pf.check_cell(_cell("cu130torch2.14-cp313-win_amd64"), pf.Registry(fetch))
-    assert rep.problems == ["registry: PyPI has no torch 2.14.* wheel for win_amd64 cp313"]
+    rep = pf.check_cell(_cell("cu130torch2.9-cp313-win_amd64"), pf.Registry(fetch))
+    assert rep.problems == ["registry: PyPI has no torch 2.9.* wheel for win_amd64 cp313"]
 
 
 def test_http_fetcher_unreachable_is_one_line():
@@ -404,3 +407,75 @@ def test_disk_estimate_counts_a_pip_cache_and_fails_over_the_free_disk():
     rep3 = pf.CellReport("x")
     pf.check_disk(cell, rep3, parsed, free_gb=5.0)
     assert rep3.problems and "5.0 GB free" in rep3.problems[0]
+
+
+# ----------------------------------------------------------------------------- stable cells
+
+
+def test_the_stable_cells_pass_and_force_their_binding():
+    cells = matrix.select(binding="stable")
+    rc, lines = _run(cells, pf.Registry(_fake_pypi()))
+    assert rc == 0, "\n".join(lines)
+    assert lines[-1].startswith("preflight passed: 9 cells, 9 pass, 0 fail;")
+    cell = _cell(STABLE_12)
+    env = build_cell.cibuildwheel_env(cell)
+    broken = dict(env, CIBW_ENVIRONMENT_LINUX=env["CIBW_ENVIRONMENT_LINUX"].replace(
+        'MAMBA_KERNELS_BINDING="stable"', 'MAMBA_KERNELS_BINDING="classic"'))
+    rep = pf.CellReport("x")
+    pf.check_environment(cell, rep, broken)
+    assert rep.problems == [
+        "environment: cibuildwheel reads MAMBA_KERNELS_BINDING='classic', intended 'stable'"]
+
+
+def test_a_stable_cell_with_the_wrong_torches_fails():
+    cell = _cell(STABLE_12)
+    rep = pf.CellReport("x")
+    pf.check_stable(cell, rep)
+    assert rep.problems == []
+    bad = dataclasses.replace(cell, torch="2.9", build_torch=("2.15", "13.2"), test_torch=("2.12", "12.6"))
+    rep = pf.CellReport("x")
+    pf.check_stable(bad, rep)
+    assert rep.problems == [
+        "stable: targets torch 2.9, the stable-ABI floor is 2.10",
+        "stable: build torch 2.15's CUDA 13.2 is not nvcc 12.8's major (torch's extension builder "
+        "refuses another major)",
+        "stable: test torch 2.12's CUDA 12.6 cannot run a CUDA 12.8 binary (same major, minor not below "
+        "the binary's)",
+    ]
+    rep = pf.CellReport("x")
+    pf.check_stable(dataclasses.replace(cell, test_torch=("2.12", "12.8")), rep)
+    assert rep.problems == ["stable: test torch 2.12 has no CUDA 12.8 build for linux_x86_64"]
+
+
+def test_a_stable_cell_is_cp310_and_both_its_torches_ship_it():
+    cell = _cell(STABLE_13)
+    rep = pf.CellReport("x")
+    pf.check_python(dataclasses.replace(cell, python="3.11"), rep)
+    assert rep.problems == ["python: a stable cell is CPython 3.10 (cp310-abi3), not 3.11"]
+    rep = pf.CellReport("x")
+    pf.check_python(dataclasses.replace(cell, build_torch=("2.15", "13.2")), rep)
+    assert rep.problems == ["python: build torch 2.15 on linux_x86_64 covers Python 3.11, 3.12, 3.13, 3.14, "
+                            "3.15, not 3.10"]
+
+
+def test_every_cuda_variant_from_2_10_on_needs_a_stable_cell():
+    cells = matrix.select(binding="stable")
+    assert pf.check_stable_coverage(cells) == []
+    without = [c for c in cells if (c.platform, c.cuda) != ("linux_x86_64", "12.6")]
+    problems = pf.check_stable_coverage(without)
+    # torch 2.10 to 2.14 ship cu126 on Linux x86_64; the 12.8 cell cannot serve them.
+    assert problems == [f"FAIL stable linux_x86_64: torch 2.{m} with CUDA 12.6 has no stable cell (CUDA 12.x "
+                        f"with a minor not above 12.6)" for m in range(10, 15)]
+    rc, lines = _run(without)
+    assert rc == 1 and lines[-2].startswith("FAIL stable linux_x86_64: torch 2.14 with CUDA 12.6")
+
+
+def test_a_stable_cell_checks_the_registry_for_its_build_and_its_test_torch():
+    torch = dict(_fake_pypi()("torch")["releases"])
+    del torch["2.10.0"]
+    rep = pf.check_cell(_cell(STABLE_13), pf.Registry(_fake_pypi(torch=torch)))
+    assert rep.problems == ["registry: PyPI has no torch 2.10.* wheel for linux_x86_64 cp310"]
+    del torch["2.14.0"]
+    rep = pf.check_cell(_cell(STABLE_13), pf.Registry(_fake_pypi(torch=torch)))
+    assert rep.problems == ["registry: PyPI has no torch 2.14.* wheel for linux_x86_64 cp310",
+                            "registry: PyPI has no torch 2.10.* wheel for linux_x86_64 cp310"]
