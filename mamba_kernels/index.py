@@ -10,9 +10,11 @@ can serve:
     OUT_DIR/<label>/find-links.html                 the same links as a flat ``--find-links`` page
     OUT_DIR/wheels/<file>                           wheels linked relatively (no --asset-url)
 
-``<label>`` is the variant label (``cu130torch2.14``); one index per label, because a wheel
-pins ``torch==M.m.*`` and an index mixing torch releases would invite the installer to replace
-the user's torch.
+``<label>`` is the variant label (``cu128torch2.8``, or ``cu130stable2.10`` for a stable-ABI
+wheel; grammar in mamba_kernels/variant.py); one index per label, because a classic wheel pins
+``torch==M.m.*`` and an index mixing torch releases would invite the installer to replace the
+user's torch. A stable label's index holds the cp310-abi3 wheels (one per platform) that
+require ``torch>=2.10`` and serve every torch from 2.10 on built for that CUDA major.
 
 Every release adds to the index: ``--previous`` (the published manifest.json, a path or an
 http(s) URL) brings every wheel listed there into the new index with its recorded URL and
@@ -23,9 +25,15 @@ place, so an interrupted run leaves the old index as it was. docs/INDEX.md has t
 
 Every wheel is checked before it is listed: a regular file, a readable zip; the distribution
 ``mamba_kernels`` by its file name (exactly so written) and by METADATA ``Name``; the label in its
-file name equal to the one in its METADATA; and a torch pin ``torch==M.m.*`` of its label that
-holds on every install of the wheel (environment markers evaluated for the wheel's Python and
-platform). Any problem is a :class:`IndexInputError` naming the file and the reason.
+file name equal to the one in its METADATA; and a torch requirement of its label that holds on
+every install of the wheel (environment markers evaluated for the wheel's Python and platform):
+``torch==M.m.*`` for a classic label, ``torch>=M.m`` (the target) for a stable one. Any problem
+is a :class:`IndexInputError` naming the file and the reason.
+
+Each manifest entry records the label and what it means: ``binding`` (``classic`` or
+``stable``), ``torch`` (a stable wheel's target, the oldest torch it runs on), ``cuda`` and
+``cuda_major``, ``abi3``, and ``describe`` (the label in words). Entries of older manifests
+without these keys get them from their label when carried over.
 """
 
 from __future__ import annotations
@@ -217,9 +225,12 @@ def _check_torch_pin(
     where: str, requires_dist: List[str], info: variant.WheelInfo
 ) -> Tuple[str, Optional[str]]:
     """The wheel's pin and the marker(s) it was written under; raises when it does not pin
-    exactly its label's torch release for every install."""
+    exactly its label's torch release (stable: at least its target) for every install."""
     assert info.variant is not None and info.platform is not None
-    want = variant.torch_requirement(info.variant.torch)
+    if info.variant.stable:
+        want = variant.stable_torch_requirement(info.variant.torch)
+    else:
+        want = variant.torch_requirement(info.variant.torch)
     env = target_environment(info.python, info.platform)
     try:
         reqs = _torch_requirements(requires_dist)
@@ -312,8 +323,7 @@ def describe_wheel(path: Path) -> Dict[str, Any]:
         "filename": path.name,
         "version": meta["version"],
         "label": local.split("+", 1)[1],
-        "torch": info.variant.torch,
-        "cuda": info.variant.cuda,
+        **label_fields(info),
         "cxx11_abi": info.variant.cxx11_abi,
         "python": info.python,
         "platform": info.platform,
@@ -324,6 +334,20 @@ def describe_wheel(path: Path) -> Dict[str, Any]:
         "sha256": _sha256(path),
         "size": path.stat().st_size,
         "archs": archs,
+    }
+
+
+def label_fields(info: variant.WheelInfo) -> Dict[str, Any]:
+    """What a wheel's label and tags say, as manifest fields (one writer for new and carried
+    entries): binding, torch (a stable wheel's target), cuda, cuda_major, abi3, describe."""
+    assert info.variant is not None
+    return {
+        "binding": "stable" if info.variant.stable else "classic",
+        "torch": info.variant.torch,
+        "cuda": info.variant.cuda,
+        "cuda_major": int(info.variant.cuda.split(".")[0]),
+        "abi3": info.abi3,
+        "describe": info.variant.describe(),
     }
 
 
@@ -402,7 +426,8 @@ def load_previous(source: str, allow_missing: bool = False) -> List[Dict[str, An
         entry = dict(e)
         entry["label"] = label
         assert info.variant is not None
-        entry.setdefault("torch", info.variant.torch)
+        for k, v in label_fields(info).items():
+            entry.setdefault(k, v)
         entry.setdefault("requires_python", None)
         if not _is_url(url):
             if _is_url(source) or urlsplit(url).scheme or url.startswith("/"):
@@ -701,7 +726,8 @@ def _cmd_index(args: argparse.Namespace) -> int:
     else:
         for label in manifest["variants"]:
             n = sum(1 for w in manifest["wheels"] if w["label"] == label)
-            print(f"{label}: {n} wheel(s): pip install {PROJECT} --index-url <OUT_DIR URL>/{label}/simple/")
+            print(f"{label} ({variant.describe_label(label)}): {n} wheel(s): "
+                  f"pip install {PROJECT} --index-url <OUT_DIR URL>/{label}/simple/")
         n_wheels, n_variants = len(manifest["wheels"]), len(manifest["variants"])
         print(f"wrote {args.out_dir} ({n_wheels} wheels, {n_variants} variants; "
               f"{n_previous} from the previous manifest)")

@@ -142,8 +142,14 @@ def parse_label(text: str) -> Variant:
         raise ValueError(
             f"label must look like {_LABEL_FORMS}: a stable label has no C++ ABI marker, got {text!r}"
         )
+    torch = f"{int(m.group('tmaj'))}.{int(m.group('tmin'))}"
+    if stable and _vkey(torch) < _vkey(support.STABLE_ABI_MIN_TORCH):
+        raise ValueError(
+            f"label {text!r}: a stable label's target_torch must be at least "
+            f"{support.STABLE_ABI_MIN_TORCH} (the first release whose stable ABI covers these kernels)"
+        )
     return Variant(
-        torch=f"{int(m.group('tmaj'))}.{int(m.group('tmin'))}",
+        torch=torch,
         cuda=f"{int(cu[:-1])}.{int(cu[-1])}",
         cxx11_abi=None if abi is None else abi == "cxx11",
         stable=stable,

@@ -40,9 +40,12 @@ def make_wheel(
     dist: str = "mamba_kernels",
     meta_name: str = "mamba-kernels",
     more_requires: tuple = (),
+    abi: str = "",
 ) -> Path:
-    """A minimal valid wheel of this project (installable with --no-deps)."""
-    name = f"{dist}-{version}-{py}-{py}-{plat}.whl"
+    """A minimal valid wheel of this project (installable with --no-deps); ``abi`` "abi3" makes
+    a stable-ABI wheel's tags (cp310-abi3)."""
+    abi = abi or py
+    name = f"{dist}-{version}-{py}-{abi}-{plat}.whl"
     di = f"{dist}-{version}.dist-info"
     more = "".join(f"Requires-Dist: {r}\n" for r in more_requires)
     files = {
@@ -53,7 +56,7 @@ def make_wheel(
             "Requires-Dist: packaging>=23\n\n"
         ).encode(),
         f"{di}/WHEEL": (
-            f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {py}-{py}-{plat}\n"
+            f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {py}-{abi}-{plat}\n"
         ).encode(),
     }
     if payload:
@@ -187,6 +190,50 @@ def test_index_files_manifest_and_hashes(tmp_path):
     assert "cu126torch2.6cxx11/simple/" in (out / "index.html").read_text()
 
 
+STABLE = {"version": "0.1.0+cu130stable2.10", "py": "cp310", "abi": "abi3", "requires": "torch>=2.10"}
+
+
+def test_stable_wheels_get_their_own_variant_index_and_manifest_fields(tmp_path, capsys):
+    wheels = tmp_path / "in"
+    lin = make_wheel(wheels, **STABLE)
+    win = make_wheel(wheels, plat="win_amd64", **STABLE)
+    classic = make_wheel(wheels, version="0.1.0+cu128torch2.8", requires="torch==2.8.*")
+    assert cli.main(["index", str(wheels), str(tmp_path / "site")]) == 0
+    assert ("cu130stable2.10 (stable ABI from torch 2.10, CUDA 13.0): 2 wheel(s)"
+            in capsys.readouterr().out)
+    m = json.loads((tmp_path / "site" / "manifest.json").read_text())
+    assert m["variants"] == ["cu128torch2.8", "cu130stable2.10"]
+    by = {e["filename"]: e for e in m["wheels"]}
+    e = by[lin.name]
+    assert lin.name == "mamba_kernels-0.1.0+cu130stable2.10-cp310-abi3-manylinux_2_28_x86_64.whl"
+    assert {k: e[k] for k in ("label", "binding", "torch", "cuda", "cuda_major", "abi3", "python",
+                              "platform", "requires_torch", "describe")} == {
+        "label": "cu130stable2.10", "binding": "stable", "torch": "2.10", "cuda": "13.0", "cuda_major": 13,
+        "abi3": True, "python": "3.10", "platform": "linux_x86_64", "requires_torch": "torch>=2.10",
+        "describe": "stable ABI from torch 2.10, CUDA 13.0"}
+    assert by[win.name]["platform"] == "win_amd64"
+    c = by[classic.name]
+    assert (c["binding"], c["abi3"], c["cuda_major"], c["describe"]) == (
+        "classic", False, 12, "torch 2.8, CUDA 12.8")
+    page = (tmp_path / "site" / "cu130stable2.10" / "simple" / "mamba-kernels" / "index.html").read_text()
+    assert lin.name in page and win.name in page and classic.name not in page
+    assert "cu130stable2.10/simple/" in (tmp_path / "site" / "index.html").read_text()
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"requires": "torch==2.10.*"}, "Requires-Dist must pin 'torch>=2.10', got 'torch==2.10.\\*'"),
+        ({"abi": "cp310"}, "must pair a stable label with the cpXY-abi3 tags"),
+        ({"version": "0.1.0+cu130stable2.9"}, "target_torch must be at least 2.10"),
+    ],
+)
+def test_inconsistent_stable_wheels_are_refused(tmp_path, kwargs, message):
+    make_wheel(tmp_path / "in", **dict(STABLE, **kwargs))
+    with pytest.raises(ValueError, match=message):
+        index.write_index(tmp_path / "in", tmp_path / "site")
+
+
 def test_base_url_links_release_assets_without_copying(tmp_path):
     w = make_wheel(tmp_path / "in")
     m = index.write_index(tmp_path / "in", tmp_path / "site", base_url="https://example.invalid/dl/v0.1.0")
@@ -230,7 +277,7 @@ def test_bad_directories_are_refused(tmp_path):
 def test_cli_index_verb(tmp_path, capsys):
     make_wheel(tmp_path / "in")
     assert cli.main(["index", str(tmp_path / "in"), str(tmp_path / "site")]) == 0
-    assert "cu130torch2.14: 1 wheel(s)" in capsys.readouterr().out
+    assert "cu130torch2.14 (torch 2.14, CUDA 13.0): 1 wheel(s)" in capsys.readouterr().out
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("x")
     assert cli.main(["index", str(tmp_path / "in"), str(tmp_path / "full")]) == 2
@@ -652,6 +699,22 @@ def test_every_earlier_release_and_variant_stays(tmp_path, capsys):
     assert "releases/download/v0.2.0/mamba_kernels-0.2.0%2Bcu130torch2.14" in page
     assert (tmp_path / "site" / "cu126torch2.6cxx11" / "find-links.html").exists()
     assert not (tmp_path / "site" / "wheels").exists()
+
+
+def test_a_previous_manifest_without_the_label_fields_gets_them(tmp_path):
+    # Manifests written before the stable wheels lack binding, cuda_major, abi3 and describe.
+    make_wheel(tmp_path / "v1")
+    m = index.write_index(tmp_path / "v1", tmp_path / "site", asset_url=REL.format(tag="v0.1.0"))
+    added = ("binding", "cuda_major", "abi3", "describe")
+    old = dict(m, wheels=[{k: v for k, v in e.items() if k not in added} for e in m["wheels"]])
+    (tmp_path / "published").mkdir()
+    (tmp_path / "published" / "manifest.json").write_text(json.dumps(old))
+    make_wheel(tmp_path / "v2", **dict(STABLE, version="0.2.0+cu130stable2.10"))
+    m2 = index.write_index(tmp_path / "v2", tmp_path / "site", asset_url=REL.format(tag="v0.2.0"),
+                           previous=str(tmp_path / "published" / "manifest.json"))
+    carried = next(e for e in m2["wheels"] if e["label"] == "cu130torch2.14")
+    assert (carried["binding"], carried["cuda_major"], carried["abi3"]) == ("classic", 13, False)
+    assert m2["variants"] == ["cu130stable2.10", "cu130torch2.14"]
 
 
 def test_a_published_file_name_with_new_content_is_an_error(tmp_path, capsys):

@@ -154,6 +154,8 @@ def test_bad_stable_labels():
                 "cu130stable2.10abi3"):
         with pytest.raises(ValueError, match=r"label must look like .*'cu130stable2.10'"):
             variant.parse_label(bad)
+    with pytest.raises(ValueError, match="a stable label's target_torch must be at least 2.10"):
+        variant.parse_label("cu130stable2.9")
     with pytest.raises(ValueError, match="a stable label has no C\\+\\+ ABI marker"):
         variant.parse_label("cu130stable2.10cxx11")
     with pytest.raises(ValueError, match="target_torch must be at least 2.10 .* got '2.9.1'"):
