@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 import sys
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from .version import __version__
 
@@ -20,6 +20,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
     from .environment import snapshot
 
     info = snapshot()
+    info["build"] = _installed_build()
+    info["index"] = _serving_index(info["torch"])
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
         return 0
@@ -36,10 +38,87 @@ def _cmd_info(args: argparse.Namespace) -> int:
             print(f"gpu {g['index']}         {g['name']} (sm {g['capability']})")
     else:
         print("gpu           none visible")
+    b = info["build"]
+    print(f"build         {b['label'] or 'no variant label'} ({b['how']})")
+    ix = info["index"]
+    print(f"index         {' '.join(ix['indexes'])} ({ix['from']})")
+    if ix["url"]:
+        print(f"wheels here   {ix['url']} (label {ix['label']})")
+    else:
+        print(f"wheels here   {ix['why']}")
     print(f"backend mode  {info['backend_mode']}")
     for kernel, b in info["backends"].items():
         print(f"{kernel:<15}{b['backend']}: {b['reason']}")
     return 0
+
+
+def _installed_build() -> Dict[str, Any]:
+    """The installed build's variant label: from the distribution's version (a release wheel
+    carries it), else from the compiled extensions' BUILD_INFO (a local build), else none."""
+    from importlib import metadata
+
+    from . import buildinfo, dispatch, variant
+
+    try:
+        version = metadata.version("mamba-kernels")
+    except metadata.PackageNotFoundError:
+        version = None
+    if version and "+" in version:
+        text = version.split("+", 1)[1]
+        try:
+            variant.parse_label(text)
+            return {"label": text, "version": version,
+                    "how": f"the installed distribution's version {version}"}
+        except ValueError:
+            pass
+    for kernel, name in dispatch.EXTENSIONS.items():
+        path = dispatch._extension_file(name)
+        found = buildinfo.find_in_file(path) if path else None
+        if found is not None:
+            try:
+                text = variant.label(found.torch_version, found.torch_cuda, found.cxx11_abi)
+            except ValueError:
+                continue
+            return {"label": text, "version": version,
+                    "how": f"a local build: BUILD_INFO of {kernel}'s extension ({found.describe()})"}
+    return {"label": None, "version": version, "how": f"mamba-kernels {version or __version__} without a "
+            "compiled extension: the PyTorch path runs"}
+
+
+def _serving_index(torch_facts: Dict[str, Any]) -> Dict[str, Any]:
+    """The index ``install`` reads and, for the running torch, the label of the release wheel and
+    its PEP 503 index URL (the resolver's own choice among the wheels the matrix builds)."""
+    from . import environment, matrix, release_index, resolve, variant
+
+    indexes, origin = release_index.default_indexes()
+    out: Dict[str, Any] = {"indexes": list(indexes), "from": origin, "label": None, "url": None, "why": ""}
+    if not torch_facts.get("installed"):
+        out["why"] = "no torch: no wheel to choose"
+        return out
+    if not torch_facts.get("cuda"):
+        out["why"] = f"torch {torch_facts['version']} is a CPU build: no release wheel serves it"
+        return out
+    target = environment.detect(torch=torch_facts["version"], cuda=torch_facts["cuda"],
+                                cxx11_abi=torch_facts["cxx11_abi"],
+                                gpu_archs=[g["capability"] for g in torch_facts.get("gpus", [])],
+                                toolchain=False)
+    try:
+        cells = matrix.select(torch=variant.minor(target.torch or ""), python=target.python,
+                              platform=target.platform)
+    except ValueError as e:
+        out["why"] = f"no release wheel known for this environment ({e})"
+        return out
+    names = [variant.wheel_name(__version__, c) for c in cells]
+    res = resolve.resolve([resolve.Candidate(n, n) for n in names], target)
+    if res.selected is None or res.selected.info is None or res.selected.info.variant is None:
+        out["why"] = f"the release matrix has no wheel for {resolve.describe_target(target)}"
+        return out
+    label = variant.variant_label(res.selected.info.variant)
+    out["label"] = label
+    out["url"] = next((u for u in (release_index.variant_index_url(i, label) for i in indexes) if u), None)
+    if out["url"] is None:
+        out["why"] = f"label {label}; {' '.join(indexes)} is not a site with per-variant index pages"
+    return out
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -61,9 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="diagnose what is broken and print the one command that fixes each")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_doctor)
-    from . import index, matrix, resolve  # `matrix`, `index`: release tooling; `resolve`: users
+    from . import index, install, matrix, resolve  # `matrix`, `index`: release tooling; the rest: users
 
     resolve.register(sub)
+    install.register(sub)
     matrix.register(sub)
     index.register(sub)
     return parser

@@ -1,0 +1,561 @@
+"""Getting the chosen release wheel onto a machine: ``python -m mamba_kernels install`` and
+``python -m mamba_kernels download``.
+
+``install`` resolves for the target interpreter (``--python-exe``, default: the running one),
+downloads the chosen wheel, verifies it, and installs that exact file with
+``<python> -m pip install --no-deps --no-index --force-reinstall <file>`` (``uv pip install``
+when the target has no pip). ``--no-deps`` means torch is never installed, upgraded,
+downgraded or replaced; a target without torch is refused, since no wheel can be matched
+against it. ``download`` fills a wheelhouse for another machine the overrides describe.
+
+What is verified before anything is kept (docs/INSTALL.md has the rules):
+
+- the sha256 the index lists (manifest, ``#sha256=`` fragment, PEP 691 hashes). A remote file
+  without a listed hash is refused. A wheel in a local directory that lists none is hashed as
+  read (the user chose that file) and the hash is printed;
+- the byte count the server announced (a short read is a truncated download);
+- the wheel itself: our distribution, the version of its file name, and a torch requirement
+  that the target's torch satisfies (the installed one for ``install``).
+
+Atomic: the bytes go to a hidden ``.part`` file next to the destination, which is renamed into
+place only after every check; on any failure or interrupt the partial file is deleted, and
+nothing is installed. Indexes are tried in the order given: an index that cannot be read, has
+no fitting wheel, or whose download fails or does not verify is reported in one line and the
+next one is tried.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import http.client
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Dict, List, Optional, Sequence, Tuple
+from urllib.parse import unquote, urlsplit
+
+from . import environment, index, release_index, resolve, variant
+from .resolve import Candidate, Resolution, SourceError
+
+EXIT_OK = 0
+EXIT_USAGE = 2  # bad arguments or MAMBA_KERNELS_INDEX
+EXIT_NO_MATCH = resolve.EXIT_NO_MATCH  # 3: no index lists a wheel that fits
+EXIT_FETCH = 4  # no index could be read, or the download failed (network, timeout, truncated)
+EXIT_VERIFY = 5  # the file did not verify: sha256, no known hash, not our wheel, torch pin
+EXIT_TARGET = 6  # the target cannot take it: no torch, no installer, the installer failed
+EXIT_INTERRUPTED = 130
+PROBE_TIMEOUT = 300.0  # importing a CUDA torch from a cold disk can take a while
+_CHUNK = 1 << 16
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+class Failure(Exception):
+    """One step failed; ``line`` says what and why in one line, ``code`` is the exit status."""
+
+    def __init__(self, line: str, code: int) -> None:
+        super().__init__(line)
+        self.line = line
+        self.code = code
+
+
+# ----------------------------------------------------------------------------- fetching
+
+def _is_url(text: str) -> bool:
+    return text.startswith(("http://", "https://"))
+
+
+def _local_path(where: str) -> str:
+    return unquote(urlsplit(where).path) if where.startswith("file://") else where
+
+
+class _Progress:
+    """A plain progress line on stderr: redrawn in place on a terminal, else one line at the
+    start and one at the end (logs stay readable)."""
+
+    def __init__(self, name: str, total: Optional[int], stream: IO[str]) -> None:
+        self.name, self.total, self.stream = name, total, stream
+        self.tty = stream.isatty()
+        self.last = 0.0
+        size = f" ({total / 1e6:.1f} MB)" if total else ""
+        if not self.tty:
+            print(f"downloading {name}{size}", file=stream, flush=True)
+
+    def update(self, done: int) -> None:
+        now = time.monotonic()
+        if not self.tty or now - self.last < 0.1:
+            return
+        self.last = now
+        if self.total:
+            width = 30
+            filled = int(width * done / self.total)
+            bar = "#" * filled + "-" * (width - filled)
+            text = f"\r  [{bar}] {100 * done / self.total:5.1f}% {done / 1e6:.1f}/{self.total / 1e6:.1f} MB"
+        else:
+            text = f"\r  {done / 1e6:.1f} MB"
+        self.stream.write(text)
+        self.stream.flush()
+
+    def close(self, done: int, ok: bool) -> None:
+        if self.tty:
+            self.stream.write("\r" + " " * 70 + "\r")
+        if ok:
+            print(f"  {done / 1e6:.1f} MB received", file=self.stream, flush=True)
+
+
+def _open_source(c: Candidate, timeout: float) -> Tuple[IO[bytes], Optional[int]]:
+    """(a readable stream of the wheel's bytes, their announced length)."""
+    if _is_url(c.url):
+        req = urllib.request.Request(c.url, headers={"User-Agent": "mamba-kernels-install"})
+        try:
+            r = urllib.request.urlopen(req, timeout=timeout)
+        except urllib.error.HTTPError as e:
+            raise Failure(f"{c.url}: HTTP {e.code} {e.reason}", EXIT_FETCH) from None
+        except urllib.error.URLError as e:
+            raise Failure(f"{c.url}: cannot be fetched: {e.reason}", EXIT_FETCH) from None
+        except (OSError, ValueError) as e:
+            raise Failure(f"{c.url}: cannot be fetched: {e or type(e).__name__}", EXIT_FETCH) from None
+        length = r.headers.get("Content-Length")
+        return r, int(length) if length and length.isdigit() else None
+    path = _local_path(c.url)
+    try:
+        f = open(path, "rb")
+        return f, os.fstat(f.fileno()).st_size
+    except OSError as e:
+        raise Failure(f"{path}: cannot be read: {e.strerror or e}", EXIT_FETCH) from None
+
+
+def fetch(c: Candidate, dest: Path, timeout: float, stream: IO[str] = sys.stderr) -> Tuple[Path, str]:
+    """Copy or download ``c`` to ``dest/<filename>`` and verify its sha256; (the path, the
+    sha256). The file appears under its name only once it is complete and verified; on any
+    failure, or an interrupt, the partial file is removed and :class:`Failure` (or the
+    interrupt) propagates."""
+    expected = c.sha256.lower() if c.sha256 else None
+    if expected is not None and not _SHA256_RE.match(expected):
+        raise Failure(f"{c.filename}: the index lists sha256 {c.sha256!r}, which is not 64 hex digits",
+                      EXIT_VERIFY)
+    if expected is None and _is_url(c.url):
+        raise Failure(f"{c.filename}: the index lists no sha256 for {c.url}: refusing a download that "
+                      "cannot be verified (our manifest.json and index pages list one)", EXIT_VERIFY)
+    dest.mkdir(parents=True, exist_ok=True)
+    final = dest / c.filename
+    fd, tmp_name = tempfile.mkstemp(dir=dest, prefix=f".{c.filename}.", suffix=".part")
+    tmp = Path(tmp_name)
+    done = 0
+    progress: Optional[_Progress] = None
+    try:
+        with os.fdopen(fd, "wb") as out:
+            src, total = _open_source(c, timeout)
+            h = hashlib.sha256()
+            with src:
+                progress = _Progress(c.filename, total, stream)
+                read = getattr(src, "read1", src.read)  # what has arrived, for the progress line
+                while True:
+                    try:
+                        chunk = read(_CHUNK)
+                    except (OSError, ValueError, http.client.HTTPException) as e:  # timeouts, short reads
+                        timed_out = isinstance(e, (TimeoutError, socket.timeout))
+                        why = "timed out" if timed_out else (str(e) or type(e).__name__)
+                        raise Failure(f"{c.url}: download failed after {done} of {total or '?'} bytes: "
+                                      f"{why}", EXIT_FETCH) from None
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    h.update(chunk)
+                    done += len(chunk)
+                    progress.update(done)
+            out.flush()
+            os.fsync(out.fileno())
+        if total is not None and done != total:
+            raise Failure(f"{c.url}: truncated download: {done} of the {total} bytes announced", EXIT_FETCH)
+        digest = h.hexdigest()
+        if expected is not None and digest != expected:
+            raise Failure(f"{c.filename}: sha256 mismatch: the index lists {expected}, the file "
+                          f"from {c.url} has {digest}", EXIT_VERIFY)
+        os.replace(tmp, final)
+        progress.close(done, True)
+        return final, digest
+    except BaseException:
+        if progress is not None:
+            progress.close(done, False)
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------------------- checking the wheel
+
+def _requirement_class() -> Any:
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:  # pip carries a copy; install needs pip (or uv) anyway
+        try:
+            from pip._vendor.packaging.requirements import Requirement  # type: ignore[no-redef]
+        except ImportError:
+            raise Failure("checking a wheel's torch requirement needs the 'packaging' library: "
+                          "pip install packaging", EXIT_TARGET) from None
+    return Requirement
+
+
+def check_wheel(path: Path, torch_version: str, python: str, platform: Optional[str]) -> str:
+    """Raise :class:`Failure` unless ``path`` is this project's wheel of the version its file
+    name says, with a torch requirement that ``torch_version`` satisfies on a ``python`` /
+    ``platform`` install; else return that requirement (for the report)."""
+    try:
+        meta = index.wheel_metadata(path)
+    except Exception as e:  # zipfile raises several kinds on a damaged archive
+        raise Failure(f"{path.name}: not a readable wheel ({e})", EXIT_VERIFY) from None
+    name = re.sub(r"[-_.]+", "-", meta["name"]).lower()
+    if name != resolve.PROJECT:
+        raise Failure(f"{path.name}: its METADATA names {meta['name']!r}, not {resolve.PROJECT}", EXIT_VERIFY)
+    info = variant.parse_wheel_name(path.name)
+    in_name = info.version + (f"+{path.name.split('+', 1)[1].split('-', 1)[0]}" if "+" in path.name else "")
+    if meta["version"] != in_name:
+        raise Failure(f"{path.name}: METADATA Version {meta['version']!r} is not the file name's "
+                      f"{in_name!r}", EXIT_VERIFY)
+    requirement = _requirement_class()
+    env = index.target_environment(python, platform) if platform else None
+    pins = []
+    for text in meta["requires_dist"]:
+        try:
+            req = requirement(text)
+        except Exception as e:
+            raise Failure(f"{path.name}: Requires-Dist {text!r} cannot be read ({e})", EXIT_VERIFY) from None
+        if re.sub(r"[-_.]+", "-", req.name).lower() != "torch":
+            continue
+        if req.marker is not None and (env is None or not req.marker.evaluate(dict(env))):
+            continue
+        pins.append(req)
+    if not pins:
+        raise Failure(f"{path.name}: it requires no torch release, so it cannot be checked against "
+                      f"torch {torch_version}: not a release wheel", EXIT_VERIFY)
+    for req in pins:
+        if not req.specifier.contains(torch_version, prereleases=True):
+            raise Failure(f"{path.name} requires {req} but the target's torch is {torch_version}: refused "
+                          "(the choice and the wheel disagree; report this with `resolve --json`)",
+                          EXIT_VERIFY)
+    return " and ".join(str(r) for r in pins)
+
+
+# ----------------------------------------------------------------------------- the target
+
+@dataclass
+class Interpreter:
+    """The environment ``install`` writes into."""
+
+    executable: str
+    facts: Dict[str, Any]
+
+    @property
+    def torch(self) -> Optional[Dict[str, Any]]:
+        return self.facts.get("torch")
+
+
+def probe(executable: Optional[str]) -> Interpreter:
+    """What ``executable`` (None: the running interpreter) has installed."""
+    from . import target_probe
+
+    if executable is None:
+        return Interpreter(sys.executable, target_probe.facts())
+    # Always asked, never compared by path: a venv's python is a link to its base interpreter.
+    if not (os.path.isfile(executable) and os.access(executable, os.X_OK)):
+        raise Failure(f"--python-exe {executable}: not an executable file", EXIT_USAGE)
+    code = Path(target_probe.__file__).read_text(encoding="utf-8")
+    try:
+        r = subprocess.run([executable, "-c", code], capture_output=True, text=True, timeout=PROBE_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise Failure(f"--python-exe {executable}: cannot be run: {e}", EXIT_TARGET) from None
+    try:
+        facts = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        err = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        raise Failure(f"--python-exe {executable}: not a Python that can report its packages ({err})",
+                      EXIT_TARGET) from None
+    return Interpreter(executable, facts)
+
+
+def _overrides(args: argparse.Namespace) -> Dict[str, Any]:
+    return {
+        "torch": args.torch, "cuda": args.cuda, "python": args.python, "platform_tag": args.platform,
+        "cxx11_abi": None if args.cxx11_abi is None else args.cxx11_abi == "1",
+        "gpu_archs": None if args.gpu_arch is None else list(environment.parse_gpu_archs(args.gpu_arch)),
+    }
+
+
+def install_target(args: argparse.Namespace, interp: Interpreter) -> Tuple[environment.Target, str]:
+    """(the target to resolve for, the installed torch's version): the interpreter's Python and
+    torch, with any override given on the command line."""
+    t = interp.torch
+    if t is None:
+        raise Failure(f"torch is not installed in {interp.executable}: install the torch you want first "
+                      "(mamba-kernels never installs or changes torch), or use `download` for another "
+                      "machine", EXIT_TARGET)
+    if "error" in t:
+        raise Failure(f"torch in {interp.executable} cannot be imported ({t['error']}): repair torch first",
+                      EXIT_TARGET)
+    o = _overrides(args)
+    here = environment.platform_name(sys.platform, platform.machine())
+    theirs = environment.platform_name(interp.facts["sys_platform"], interp.facts["machine"])
+    if o["platform_tag"] is None and theirs != here:
+        o["platform_tag"] = theirs or f"{interp.facts['sys_platform']}_{interp.facts['machine']}"
+    o["python"] = o["python"] or interp.facts["python"]
+    if o["torch"] is None:
+        o["torch"] = t["version"]
+        o["cuda"] = o["cuda"] or (t["cuda"] or "none")
+        if o["cxx11_abi"] is None:
+            o["cxx11_abi"] = t["cxx11_abi"]
+    target = environment.detect(toolchain=False, **o)
+    return target, t["version"]
+
+
+# ----------------------------------------------------------------------------- choosing and fetching
+
+@dataclass
+class Obtained:
+    path: Optional[Path]  # None on a dry run
+    sha256: Optional[str]
+    resolution: Resolution
+    source: str
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _warn(verb: str, text: str) -> None:
+    print(f"mamba-kernels {verb}: {text}", file=sys.stderr, flush=True)
+
+
+def _describe_choice(res: Resolution, source: str) -> None:
+    assert res.selected is not None
+    c = res.selected.candidate
+    _say(f"chosen  {c.filename}")
+    _say(f"  from    {source}")
+    _say(f"  url     {c.url}")
+    _say(f"  sha256  {c.sha256 or 'not listed (a local file: computed when read)'}")
+    for why in res.selected.why:
+        _say(f"  why     {why}")
+    if res.rejected:
+        _say(f"  ({len(res.rejected)} other candidate(s) not chosen; `resolve --json` lists each with its "
+             "reasons)")
+
+
+def _report_no_match(target: environment.Target, rejected: List[resolve.Verdict]) -> None:
+    _say(f"no wheel fits: {resolve._no_match_line(target, len(rejected))}")
+    if rejected:
+        _say("candidates, nearest first:")
+    for v in sorted(rejected, key=lambda v: (v.distance, len(v.reasons), v.candidate.filename)):
+        _say(f"  {v.candidate.filename}")
+        for r in v.reasons:
+            _say(f"    - {r}")
+
+
+def obtain(verb: str, sources: Sequence[str], target: environment.Target, dest: Optional[Path],
+           timeout: float, pin_torch: str) -> Obtained:
+    """Try each index in order: read it, choose, fetch into ``dest`` (None: a dry run, nothing is
+    fetched) and check the wheel against ``pin_torch``. The first index that delivers a verified
+    wheel wins; each failure is one line on stderr. Raises :class:`Failure` when none does."""
+    last: Optional[Failure] = None
+    rejected: Dict[str, resolve.Verdict] = {}
+    read_any = False
+    for i, source in enumerate(sources):
+        more = "; trying the next index" if i + 1 < len(sources) else ""
+        try:
+            candidates = resolve.read_sources([source], timeout=timeout)
+        except SourceError as e:
+            _warn(verb, f"{e}{more}")
+            last = Failure(str(e), EXIT_FETCH)
+            continue
+        read_any = True
+        res = resolve.resolve(candidates, target)
+        if res.selected is None:
+            for v in res.rejected:
+                rejected.setdefault(v.candidate.filename, v)
+            if more:
+                _warn(verb, f"--index {source}: no wheel fits{more}")
+            continue
+        _describe_choice(res, source)
+        c = res.selected.candidate
+        if dest is None:
+            if c.sha256 is None and _is_url(c.url):
+                failure = Failure(f"{c.filename}: the index lists no sha256 for {c.url}: it would be "
+                                  "refused", EXIT_VERIFY)
+                _warn(verb, failure.line + more)
+                last = failure
+                continue
+            return Obtained(None, c.sha256, res, source)
+        try:
+            path, digest = fetch(c, dest, timeout)
+            if c.sha256 is None:
+                _say(f"  sha256  {digest} (computed: the local index lists none)")
+            else:
+                _say("  sha256 verified")
+            try:
+                pin = check_wheel(path, pin_torch, target.python, res.selected.info.platform
+                                  if res.selected.info else None)
+            except Failure:
+                path.unlink(missing_ok=True)
+                raise
+            _say(f"  checked {pin} holds for torch {pin_torch}")
+            return Obtained(path, digest, res, source)
+        except Failure as e:
+            _warn(verb, e.line + more)
+            last = e
+    if not read_any:
+        raise Failure(f"no index could be read ({len(sources)} tried)", EXIT_FETCH)
+    if last is None:
+        _report_no_match(target, list(rejected.values()))
+        raise Failure("no wheel fits; build from source (pip install --no-build-isolation .) or use the "
+                      "pure-PyTorch path", EXIT_NO_MATCH)
+    raise last
+
+
+# ----------------------------------------------------------------------------- installing
+
+def installer_command(interp: Interpreter, wheel: Path) -> List[str]:
+    """pip of the target, or uv aimed at it when it has no pip; never resolving dependencies."""
+    if interp.facts.get("pip"):
+        return [interp.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall",
+                "--disable-pip-version-check", "--no-input", str(wheel)]
+    uv = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
+    if uv is None:
+        raise Failure(f"{interp.executable} has no pip and uv is not on PATH: install either one "
+                      f"({interp.executable} -m ensurepip)", EXIT_TARGET)
+    return [uv, "pip", "install", "--python", interp.executable, "--no-deps", "--no-index",
+            "--reinstall-package", resolve.PROJECT, str(wheel)]
+
+
+def _sources(args: argparse.Namespace) -> Tuple[Tuple[str, ...], str]:
+    if args.index:
+        return tuple(args.index), "--index"
+    return release_index.default_indexes()
+
+
+def _cmd_install(args: argparse.Namespace) -> int:
+    try:
+        sources, origin = _sources(args)
+        interp = probe(args.python_exe)
+        target, installed_torch = install_target(args, interp)
+        _say(f"target  {interp.executable}: {resolve.describe_target(target)}")
+        _say(f"index   {' '.join(sources)} ({origin})")
+        with tempfile.TemporaryDirectory(prefix="mamba-kernels-install-") as tmp:
+            got = obtain("install", sources, target, None if args.dry_run else Path(tmp), args.timeout,
+                         installed_torch)
+            assert got.resolution.selected is not None
+            name = got.resolution.selected.candidate.filename
+            cmd = installer_command(interp, got.path or Path(tmp) / name)
+            if args.dry_run:
+                _say(f"dry run: would download and verify {name}, then run:")
+                _say("  " + shlex.join(cmd))
+                return EXIT_OK
+            _say("running " + shlex.join(cmd))
+            r = subprocess.run(cmd)
+            if r.returncode != 0:
+                raise Failure(f"the installer exited with status {r.returncode}; the environment is as "
+                              "the installer left it (pip rolls back a failed install)", EXIT_TARGET)
+        _say(f"installed {name} into {interp.facts.get('prefix', interp.executable)}; torch "
+             f"{installed_torch} untouched (--no-deps)")
+        return EXIT_OK
+    except Failure as e:
+        _warn("install", e.line)
+        return e.code
+    except KeyboardInterrupt:
+        _warn("install", "interrupted: the partial download was removed and nothing was installed")
+        return EXIT_INTERRUPTED
+
+
+def _cmd_download(args: argparse.Namespace) -> int:
+    dest = Path(args.dest)
+    try:
+        sources, origin = _sources(args)
+        target = environment.detect(toolchain=False, **_overrides(args))
+        if target.torch is None:
+            raise Failure("no torch to match: give --torch (and --cuda) for the machine the wheel is for",
+                          EXIT_USAGE)
+        _say(f"target  {resolve.describe_target(target)}")
+        _say(f"index   {' '.join(sources)} ({origin})")
+        if dest.exists() and not dest.is_dir():
+            raise Failure(f"--dest {dest}: exists and is not a directory", EXIT_USAGE)
+        got = obtain("download", sources, target, None if args.dry_run else dest, args.timeout, target.torch)
+        assert got.resolution.selected is not None
+        name = got.resolution.selected.candidate.filename
+        if args.dry_run:
+            _say(f"dry run: would write {dest / name}")
+            return EXIT_OK
+        _say(f"wrote {got.path}")
+        version = name.split("-")[1]
+        _say("on the machine it is for, from a copy of that directory (DIR):")
+        _say("  python -m mamba_kernels install --index DIR")
+        _say(f"  python -m pip install --no-deps --no-index --find-links DIR 'mamba-kernels=={version}'")
+        return EXIT_OK
+    except Failure as e:
+        _warn("download", e.line)
+        return e.code
+    except KeyboardInterrupt:
+        _warn("download", "interrupted: the partial download was removed")
+        return EXIT_INTERRUPTED
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--index", action="append", metavar="URL|DIR",
+                   help="manifest.json (path or URL), a PEP 503/691 page, a find-links page, or a directory "
+                        "of wheels; repeatable, tried in order (default: $MAMBA_KERNELS_INDEX, else "
+                        f"{release_index.RELEASE_INDEX})")
+    p.add_argument("--torch", help="torch version, e.g. 2.4.1, 2.4.1+cu121 or 2.8.0a0+5228986c39.nv25.06")
+    p.add_argument("--cuda", help="torch's CUDA version, e.g. 12.4 (none for a CPU build)")
+    p.add_argument("--python", help="CPython version, e.g. 3.11")
+    p.add_argument("--platform", help="linux_x86_64, linux_aarch64, win_amd64, or a wheel platform tag "
+                                      "such as manylinux_2_28_x86_64")
+    p.add_argument("--cxx11-abi", choices=("0", "1"), help="torch's C++ ABI (_GLIBCXX_USE_CXX11_ABI)")
+    p.add_argument("--gpu-arch", metavar="8.0,9.0", help="GPU compute capabilities")
+    p.add_argument("--timeout", type=float, default=resolve.DEFAULT_TIMEOUT,
+                   help="seconds each network connect or read may wait (default %(default)s)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="choose and print what would be done; fetch nothing")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``install`` and ``download`` verbs to the CLI."""
+    codes = ("exit status: 0 done, 2 bad arguments, 3 no wheel fits, 4 no index or download could be read "
+             "(network, timeout, truncated, malformed page), 5 the file did not verify (sha256, no hash, "
+             "not our wheel, torch pin), 6 the target cannot take it (no torch, no pip/uv, installer "
+             "failed), 130 interrupted")
+    p = subparsers.add_parser(
+        "install", help="choose, download, verify and install the release wheel for this environment",
+        description="Choose the release wheel for the target interpreter's torch, download it, verify "
+                    "its sha256 and install that exact file with pip --no-deps (torch is never "
+                    "changed). " + codes,
+    )
+    _common(p)
+    p.add_argument("--python-exe", metavar="PATH",
+                   help="the interpreter whose environment gets the wheel (default: this one); its torch "
+                        "decides the wheel")
+    p.set_defaults(func=_cmd_install)
+    p = subparsers.add_parser(
+        "download", help="fill a wheelhouse with the verified release wheel for another machine",
+        description="Choose the release wheel for the machine the options describe (this one where "
+                    "not given), download and verify it into --dest, and print how to install it "
+                    "there. " + codes,
+    )
+    p.add_argument("--dest", required=True, metavar="DIR", help="the wheelhouse directory (created)")
+    _common(p)
+    p.set_defaults(func=_cmd_download)
