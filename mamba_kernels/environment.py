@@ -6,6 +6,7 @@ import os
 import platform
 import re
 import sys
+import sysconfig
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -93,6 +94,7 @@ class Target:
     cuda_home_how: Optional[str] = None
     nvcc: Optional[str] = None  # CUDA version of nvcc, "13.0"
     sources: Mapping[str, str] = field(default_factory=dict)
+    free_threaded: bool = False  # a free-threaded CPython ("3.13t"): no abi3 or cpXY-cpXY wheel loads
 
     @property
     def gpu_archs(self) -> Tuple[str, ...]:
@@ -111,6 +113,7 @@ class Target:
             "gpus": [{"index": g.index, "capability": g.capability, "name": g.name} for g in self.gpus],
             "driver": self.driver, "cuda_home": self.cuda_home, "cuda_home_how": self.cuda_home_how,
             "nvcc": self.nvcc, "ngc": self.ngc, "sources": dict(self.sources),
+            "free_threaded": self.free_threaded,
         }
 
 
@@ -301,10 +304,12 @@ def detect(
 
     # Python and platform
     if python is not None:
-        py = variant.minor(python, "--python")
+        free_threaded = python.strip().endswith("t")  # "3.13t", as the wheel tag cp313t writes it
+        py = variant.minor(python.strip()[:-1] if free_threaded else python, "--python")
         src["python"] = "given"
     else:
         py = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
         src["python"] = "detected"
     if platform_tag is not None:
         plat, ptags = platform_tags_for(platform_tag)
@@ -393,7 +398,7 @@ def detect(
                 nvcc = build_toolchain.parse_nvcc_version(out) if rc == 0 else None
     return Target(python=py, platform=plat, platform_tags=tuple(ptags), torch=tv, torch_cuda=tcuda,
                   cxx11_abi=abi, gpus=tuple(gpus), driver=driver, cuda_home=home, cuda_home_how=how,
-                  nvcc=nvcc, sources=src)
+                  nvcc=nvcc, sources=src, free_threaded=free_threaded)
 
 
 def _table_cuda(torch: str, platform: Optional[str]) -> Tuple[Optional[str], str]:
