@@ -69,3 +69,42 @@ def test_output_into_a_closed_pipe_stops_quietly():
     err = p.stderr.read().decode()
     p.wait()
     assert "Traceback" not in err
+
+
+def test_info_shows_the_build_label_and_the_index(tmp_path):
+    from mamba_kernels import release_index, variant
+
+    r = _run("info", "--json", env={release_index.ENV_VAR: f"{tmp_path} https://mirror.example/x/"})
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["index"]["indexes"] == [str(tmp_path), "https://mirror.example/x/"]
+    assert d["index"]["from"] == release_index.ENV_VAR
+    if d["index"]["label"] is not None:  # the per-variant page of the first site root that has one
+        assert d["index"]["url"] == f"https://mirror.example/x/{d['index']['label']}/simple/"
+    else:
+        assert d["index"]["why"]
+    b = d["build"]
+    if b["label"] is None:
+        assert "without a compiled extension" in b["how"]
+    else:
+        variant.parse_label(b["label"])
+    env = dict(os.environ)
+    env.pop(release_index.ENV_VAR, None)
+    r = subprocess.run([sys.executable, "-m", "mamba_kernels", "info"], capture_output=True, text=True,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    assert f"index         {release_index.RELEASE_INDEX} (the release index)" in r.stdout
+    assert "\nbuild         " in r.stdout and "\nwheels here   " in r.stdout
+
+
+def test_install_and_download_document_their_exit_codes():
+    for verb in ("install", "download"):
+        r = _run(verb, "--help")
+        assert r.returncode == 0
+        text = " ".join(r.stdout.split())
+        assert "3 no wheel fits" in text and "5 the file did not verify" in text and "--dry-run" in text
+
+
+def test_download_needs_a_destination():
+    r = _run("download", "--torch", "2.14.1")
+    assert r.returncode == 2 and "--dest" in r.stderr
