@@ -8,6 +8,9 @@ Knobs (booleans as mamba_kernels.knobs parses them):
   MAMBA_KERNELS_FORCE_BUILD      build or fail with a plain error (no silent pure-Python install)
   MAMBA_KERNELS_SKIP_CUDA_BUILD  never build the extensions
   MAMBA_KERNELS_FORCE_CXX11_ABI  compile with _GLIBCXX_USE_CXX11_ABI=1 whatever torch reports
+  MAMBA_KERNELS_BINDING          auto | stable | classic: which torch binding the extensions use
+                                 (docs/STABLE_ABI.md); auto: stable when the build torch is at
+                                 least the stable ABI target (support.STABLE_ABI_MIN_TORCH)
   MAMBA_KERNELS_RELEASE          a release wheel: version label + torch pin, the support table's
                                  architectures, stripped binaries; implies FORCE_BUILD
   TORCH_CUDA_ARCH_LIST           architectures, e.g. "8.0;9.0+PTX" (see build_archs)
@@ -60,6 +63,7 @@ class BuildKnobs:
     arch_list: Optional[str] = None
     max_jobs: Optional[int] = None
     nvcc_threads: Optional[int] = None
+    binding: str = "auto"
 
     @property
     def must_build(self) -> bool:
@@ -85,6 +89,7 @@ def read_knobs(environ: Mapping[str, str]) -> BuildKnobs:
         arch_list=environ.get(build_archs.ARCH_LIST_VAR) or None,
         max_jobs=_positive_int(environ, MAX_JOBS_VAR),
         nvcc_threads=_positive_int(environ, NVCC_THREADS_VAR),
+        binding=knobs.binding_choice(environ),
     )
     if k.skip and k.must_build:
         other = RELEASE_VAR if k.release else FORCE_BUILD_VAR
@@ -171,6 +176,53 @@ def cuda_major_problem(nvcc_version: str, torch_cuda: str, home: str) -> Optiona
     return None
 
 
+# ----------------------------------------------------------------------------- binding
+
+STABLE = "stable"
+CLASSIC = "classic"
+# The torch release a stable-ABI build targets: the binary runs on it and every later torch.
+STABLE_TARGET = support.STABLE_ABI_MIN_TORCH
+
+
+def _mm(version: str) -> Tuple[int, int]:
+    major, minor_ = variant.minor(version).split(".")
+    return int(major), int(minor_)
+
+
+def choose_binding(knob: str, torch_version: str) -> str:
+    """The binding to compile: ``stable`` (PyTorch's stable ABI, one binary for every torch from
+    STABLE_TARGET on) or ``classic`` (the C++ API, tied to the build torch's minor). ``auto``
+    takes stable whenever the build torch has the target's stable API; forcing stable with an
+    older torch is a ValueError (its headers lack that API)."""
+    has_stable = _mm(torch_version) >= _mm(STABLE_TARGET)
+    if knob == CLASSIC or (knob == "auto" and not has_stable):
+        return CLASSIC
+    if not has_stable:
+        raise ValueError(
+            f"{knobs.BINDING_VAR}=stable needs torch >= {STABLE_TARGET} to build against (the first release "
+            f"whose stable ABI covers these kernels), the build torch is {torch_version}: install a newer "
+            f"torch or set {knobs.BINDING_VAR}=classic"
+        )
+    return STABLE
+
+
+def target_version_macro(target: str) -> str:
+    """TORCH_TARGET_VERSION for torch ``target`` ("2.10" -> 0x020a000000000000): major in the top
+    byte, minor in the next, patch and ABI tag zero (torch/csrc/stable/version.h's encoding)."""
+    major, minor_ = _mm(target)
+    return f"0x{major:02x}{minor_:02x}000000000000"
+
+
+def binding_defines(binding: str) -> List[str]:
+    """Defines of a binding's compile (cxx and nvcc alike). Stable: the target version, so every
+    stable API newer than STABLE_TARGET is compiled out (and the non-stable torch headers
+    refuse to compile), and USE_CUDA, under which the stable shim declares its CUDA entry
+    points (the current stream)."""
+    if binding != STABLE:
+        return []
+    return [f"-DTORCH_TARGET_VERSION={target_version_macro(STABLE_TARGET)}", "-DUSE_CUDA"]
+
+
 # ----------------------------------------------------------------------------- jobs and flags
 
 
@@ -215,6 +267,7 @@ def compile_flags(
     nvcc_threads: int,
     release: bool,
     cxx11_abi: Optional[bool],
+    binding: str = CLASSIC,
 ) -> Dict[str, List[str]]:
     """{'cxx': [...], 'nvcc': [...], 'link': [...]} for every extension."""
     nvcc_v = tuple(int(x) for x in nvcc_version.split("."))
@@ -242,6 +295,8 @@ def compile_flags(
             nvcc.append("--compress-mode=size")
     else:
         nvcc.append("-lineinfo")
+    cxx += binding_defines(binding)
+    nvcc += binding_defines(binding)
     return {"cxx": cxx, "nvcc": nvcc, "link": link}
 
 
@@ -282,8 +337,13 @@ def build_info(
     revision: str,
     release: bool,
     version: str = __version__,
+    binding: str = CLASSIC,
 ) -> Dict[str, Any]:
-    """The metadata compiled into each extension (read back by mamba_kernels.buildinfo)."""
+    """The metadata compiled into each extension (read back by mamba_kernels.buildinfo).
+    ``binding`` and ``stable_target`` (the oldest torch a stable binary runs on; null for
+    classic) decide which rule the runtime guard applies; ``cuda_major`` is the CUDA runtime
+    major the binary links (libcudart.so.<major>), which the stable ABI does not cover."""
+    assert torch.cuda is not None
     return {
         "format": 1,
         "package_version": version,
@@ -298,6 +358,9 @@ def build_info(
         "platform": platform,
         "source_revision": revision,
         "release": release,
+        "binding": binding,
+        "stable_target": STABLE_TARGET if binding == STABLE else None,
+        "cuda_major": int(nvcc_version.split(".")[0]),
     }
 
 
@@ -323,14 +386,18 @@ def write_if_changed(path: str, text: str) -> None:
         f.write(text)
 
 
-def kernel_sources(root: str) -> Dict[str, List[str]]:
-    """kernel -> its .cpp/.cu sources relative to ``root`` (kernels without sources omitted)."""
+def kernel_sources(root: str, binding: str = CLASSIC) -> Dict[str, List[str]]:
+    """kernel -> its sources relative to ``root`` (kernels without sources omitted): the
+    kernels and the host code both bindings share (csrc/<kernel>/*.cu, *.cpp), the binding's
+    own files (csrc/<kernel>/<binding>/*.cpp) and its error hook (csrc/common/<binding>/*.cpp)."""
     found: Dict[str, List[str]] = {}
+    common = glob.glob(os.path.join(root, "csrc", "common", binding, "*.cpp"))
     for kernel in KERNELS:
         files = []
         for ext in ("*.cpp", "*.cu"):
             files += glob.glob(os.path.join(root, "csrc", kernel, ext))
         if files:
+            files += glob.glob(os.path.join(root, "csrc", kernel, binding, "*.cpp")) + common
             found[kernel] = sorted(os.path.relpath(f, root).replace(os.sep, "/") for f in files)
     return found
 
@@ -353,11 +420,13 @@ class Plan:
     env: Dict[str, str] = field(default_factory=dict)  # environment for torch's build_ext
     force_cxx11_abi: bool = False
     info: Dict[str, Any] = field(default_factory=dict)
+    binding: str = CLASSIC
 
 
-def install_requires(release_torch: Optional[str] = None) -> List[str]:
-    """The wheel's Requires-Dist: torch only. A release wheel pins the torch release it was
-    built against (``torch==2.14.*``), any other build needs torch >= MIN_TORCH.
+def install_requires(release_torch: Optional[str] = None, binding: str = CLASSIC) -> List[str]:
+    """The wheel's Requires-Dist: torch only. A classic release wheel pins the torch release it
+    was built against (``torch==2.14.*``), a stable one needs its target or newer
+    (``torch>=2.10``), any other build needs torch >= MIN_TORCH.
 
     Nothing else belongs here: at run time the packages import only torch and the standard
     library, and the install commands in README.md resolve our wheel from a variant index that
@@ -365,6 +434,8 @@ def install_requires(release_torch: Optional[str] = None) -> List[str]:
     requirement would make those commands fail (tests/test_install_commands.py installs from a
     served index and checks the imports against this list)."""
     if release_torch is not None:
+        if binding == STABLE:
+            return [variant.stable_torch_requirement(STABLE_TARGET)]
         return [variant.torch_requirement(release_torch)]
     return [f"torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}"]
 
@@ -389,8 +460,7 @@ def make_plan(root: str, environ: Mapping[str, str]) -> Plan:
     k = read_knobs(environ)
     if k.skip:
         return _pure(k, f"{SKIP_BUILD_VAR} is on")
-    sources = kernel_sources(root)
-    if not sources:
+    if not kernel_sources(root):
         return _pure(k, f"no kernel sources in {os.path.join(root, 'csrc')}")
     torch, why = gather_torch_facts()
     if torch is None:
@@ -398,6 +468,8 @@ def make_plan(root: str, environ: Mapping[str, str]) -> Plan:
     problem = torch_problem(torch)
     if problem:
         return _pure(k, problem)
+    binding = choose_binding(k.binding, torch.version)
+    sources = kernel_sources(root, binding)
     assert torch.cuda is not None
     platform = current_platform()
     site = [p for p in sys.path if p.endswith("site-packages")]
@@ -437,23 +509,27 @@ def make_plan(root: str, environ: Mapping[str, str]) -> Plan:
     )
     flags = compile_flags(
         platform=platform, cxx_std=cxx_std, nvcc_version=nvcc_version, arch_plan=arch_plan,
-        nvcc_threads=threads, release=k.release, cxx11_abi=cxx11_abi,
+        nvcc_threads=threads, release=k.release, cxx11_abi=cxx11_abi, binding=binding,
     )
     compiler_text = " ".join(compiler) if compiler else cxx
     version = __version__
     requires = install_requires()
-    if k.release:
+    if k.release and binding == STABLE:
+        version = variant.stable_release_version(__version__, torch.cuda, STABLE_TARGET)
+        requires = install_requires(release_torch=torch.version, binding=binding)
+    elif k.release:
         version = variant.release_version(__version__, torch.version, torch.cuda, cxx11_abi)
         requires = install_requires(release_torch=torch.version)
     info = build_info(
         torch=torch, nvcc_version=nvcc_version, cxx11_abi=cxx11_abi, host_compiler=compiler_text,
         cxx_std=cxx_std, arch_plan=arch_plan, platform=platform, revision=source_revision(root),
-        release=k.release, version=version,
+        release=k.release, version=version, binding=binding,
     )
     progress = (
         f"mamba-kernels: building {', '.join(k_ + '._cuda' for k_ in sources)} for {arch_plan.describe()}; "
         f"nvcc {nvcc_version} ({home.path}, {home.how}), {compiler_text}, c++{cxx_std}, "
-        f"torch {torch.version} ({variant.abi_name(cxx11_abi)} ABI); {jobs} jobs x {threads} nvcc threads; "
+        f"torch {torch.version} ({variant.abi_name(cxx11_abi)} ABI); {binding_text(binding)}; "
+        f"{jobs} jobs x {threads} nvcc threads; "
         f"{'release' if k.release else 'development'} flags: nvcc {' '.join(flags['nvcc'])}; "
         f"cxx {' '.join(flags['cxx'])}; link {' '.join(flags['link']) or '-'}"
     )
@@ -467,8 +543,15 @@ def make_plan(root: str, environ: Mapping[str, str]) -> Plan:
     return Plan(
         version, requires, build=True, progress=progress, sources=sources, flags=flags,
         include_dirs=[os.path.join(root, "csrc", "common"), gen], env=env,
-        force_cxx11_abi=k.force_cxx11_abi, info=info,
+        force_cxx11_abi=k.force_cxx11_abi, info=info, binding=binding,
     )
+
+
+def binding_text(binding: str) -> str:
+    if binding == STABLE:
+        tag = variant.python_tag(support.STABLE_ABI_PYTHON)
+        return f"stable-ABI binding for torch >= {STABLE_TARGET} ({tag}-abi3 module)"
+    return "classic binding for this torch minor"
 
 
 # ----------------------------------------------------------------------------- setup.py glue
@@ -528,16 +611,22 @@ def setup_kwargs(root: str, environ: Optional[Mapping[str, str]] = None) -> Dict
     cpp_extension.CUDA_HOME = plan.env["CUDA_HOME"]
     if plan.force_cxx11_abi:
         torch._C._GLIBCXX_USE_CXX11_ABI = True  # BuildExtension reads it for -D_GLIBCXX_USE_CXX11_ABI
+    stable = plan.binding == STABLE
     ext_modules = [
         cpp_extension.CUDAExtension(
             name=f"{kernel}._cuda",
             sources=files,
             include_dirs=plan.include_dirs,
-            extra_compile_args={"cxx": plan.flags["cxx"], "nvcc": plan.flags["nvcc"]},
+            extra_compile_args={"cxx": list(plan.flags["cxx"]), "nvcc": list(plan.flags["nvcc"])},
             extra_link_args=plan.flags["link"],
+            # Stable: the module object uses Python's limited API only (no libtorch_python), so
+            # one binary loads on every CPython >= STABLE_ABI_PYTHON.
+            py_limited_api=stable,
         )
         for kernel, files in plan.sources.items()
     ]
     cmdclass["build_ext"] = _build_ext_class(plan.progress)
     kwargs.update(ext_modules=ext_modules, cmdclass=cmdclass)
+    if stable:  # the wheel's tags: cp310-abi3-<platform>
+        kwargs["options"] = {"bdist_wheel": {"py_limited_api": variant.python_tag(support.STABLE_ABI_PYTHON)}}
     return kwargs

@@ -14,6 +14,8 @@ _FALSE = {"0", "false", "no", "off"}
 
 BACKEND_VAR = "MAMBA_KERNELS_BACKEND"
 BACKENDS = ("auto", "cuda", "reference")
+BINDING_VAR = "MAMBA_KERNELS_BINDING"
+BINDINGS = ("auto", "stable", "classic")
 
 
 def parse_bool(name: str, value: str) -> bool:
@@ -46,5 +48,20 @@ def backend_mode(environ: Optional[Mapping[str, str]] = None) -> str:
     if raw not in BACKENDS:
         raise ValueError(
             f"{BACKEND_VAR}={env.get(BACKEND_VAR)!r} is not a backend: use one of {', '.join(BACKENDS)}"
+        )
+    return raw
+
+
+def binding_choice(environ: Optional[Mapping[str, str]] = None) -> str:
+    """``MAMBA_KERNELS_BINDING`` (a build knob): auto (default: the stable-ABI binding when the
+    build torch has it, else the classic one), stable or classic."""
+    env = os.environ if environ is None else environ
+    raw = env.get(BINDING_VAR, "").strip().lower()
+    if raw == "":
+        return "auto"
+    if raw not in BINDINGS:
+        raise ValueError(
+            f"{BINDING_VAR}={env.get(BINDING_VAR)!r} is not a binding: use one of {', '.join(BINDINGS)} "
+            "(auto: stable when the build torch is at least the stable ABI's target, else classic)"
         )
     return raw

@@ -1,36 +1,56 @@
-// Error messages for the torch bindings: MK_CHECK(cond, parts...) raises torch's error with the
-// parts concatenated. Shared by every binding.cpp.
+// Error messages of the bindings, shared by both (classic and stable): MK_CHECK(cond, parts...)
+// raises with the parts concatenated through mamba_kernels::fail, the one error hook each
+// binding defines (csrc/common/<binding>/errors.cpp). No torch here.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <c10/util/Exception.h>
-
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 namespace mamba_kernels {
 
-// Error messages are built with std::string and std::to_string only: TORCH_CHECK's own
-// formatting of numbers goes through iostreams inlined from the compile-time libstdc++, which
-// crashed (SIGSEGV in num_put) on the GPU image whose runtime libstdc++ differs.
+// kValue: a bad value or shape (Python RuntimeError); kType: a wrong dtype (Python TypeError
+// where the binding can raise one: the classic binding; the stable ABI raises RuntimeError).
+enum class ErrorKind : int { kValue = 0, kType = 1 };
+
+// Defined once per extension by its binding; throws the binding's error type.
+[[noreturn]] void fail(ErrorKind kind, const std::string& message);
+
+// A list of sizes or strides as torch prints them: "[2, 3, 4]".
+struct IntList {
+  const int64_t* data;
+  int64_t size;
+};
+
+// Messages are built with std::string and std::to_string only: formatting numbers through
+// iostreams inlined from the compile-time libstdc++ crashed (SIGSEGV in num_put) on a GPU
+// image whose runtime libstdc++ differs.
 inline std::string part(const char* s) { return s; }
 inline std::string part(const std::string& s) { return s; }
 inline std::string part(int64_t v) { return std::to_string(v); }
 inline std::string part(int v) { return std::to_string(v); }
-inline std::string part(at::IntArrayRef a) {
+inline std::string part(IntList a) {
   std::string r = "[";
-  for (size_t i = 0; i < a.size(); ++i) r += (i ? ", " : "") + std::to_string(a[i]);
+  for (int64_t i = 0; i < a.size; ++i) r += (i ? ", " : "") + std::to_string(a.data[i]);
   return r + "]";
 }
-inline std::string part(c10::ScalarType t) { return c10::toString(t); }
-inline std::string part(const c10::Device& d) { return d.str(); }
+inline std::string part(std::initializer_list<int64_t> a) {
+  return part(IntList{a.begin(), static_cast<int64_t>(a.size())});
+}
 template <typename... A>
 std::string msg(const A&... a) {
   std::string r;
   ((r += part(a)), ...);
   return r;
 }
-#define MK_CHECK(cond, ...) TORCH_CHECK(cond, ::mamba_kernels::msg(__VA_ARGS__))
-#define MK_CHECK_TYPE(cond, ...) TORCH_CHECK_TYPE(cond, ::mamba_kernels::msg(__VA_ARGS__))
 
 }  // namespace mamba_kernels
+
+#define MK_CHECK(cond, ...)                                                                       \
+  do {                                                                                            \
+    if (!(cond)) ::mamba_kernels::fail(::mamba_kernels::ErrorKind::kValue, ::mamba_kernels::msg(__VA_ARGS__)); \
+  } while (0)
+#define MK_CHECK_TYPE(cond, ...)                                                                  \
+  do {                                                                                            \
+    if (!(cond)) ::mamba_kernels::fail(::mamba_kernels::ErrorKind::kType, ::mamba_kernels::msg(__VA_ARGS__)); \
+  } while (0)

@@ -1,0 +1,223 @@
+// Shared host code of the selective-scan ops (see scan_host.h): the same checks, messages and
+// parameter fills for the classic and the stable binding.
+#include "scan_host.h"
+
+#include <cstdint>
+
+#include "check_msg.h"
+
+namespace mamba_kernels {
+namespace selective_scan {
+namespace {
+
+constexpr int64_t kMaxDstate = 256;
+
+DType to_dtype(const TensorRef& t) {
+  switch (t.scalar) {
+    case Scalar::kFloat32: return DType::kFloat32;
+    case Scalar::kFloat16: return DType::kFloat16;
+    case Scalar::kBFloat16: return DType::kBFloat16;
+    default:
+      MK_CHECK_TYPE(false, "selective_scan: u must be float32, float16 or bfloat16, got ", t.dtype_name);
+  }
+  return DType::kFloat32;
+}
+
+void check_device(const TensorRef& t, const TensorRef& u, const char* name) {
+  MK_CHECK(t.is_cuda && t.same_device(u), "selective_scan: ", name, " must be on u's device ", u.device, ", got ",
+           t.device);
+}
+
+void check_like_u(const TensorRef& t, const TensorRef& u, const char* name) {
+  check_device(t, u, name);
+  MK_CHECK(t.same_shape(u), "selective_scan: ", name, " must have shape ", u.shape(), " (like u), got ", t.shape());
+  MK_CHECK_TYPE(t.scalar == u.scalar, "selective_scan: ", name, " must have u's dtype ", u.dtype_name, ", got ",
+                t.dtype_name);
+}
+
+Strides3 strides3(const TensorRef& t) { return Strides3{t.stride(0), t.stride(1), t.stride(2)}; }
+
+// A (dim, dstate) real or complex, or a fixed B/C in A's dtype.
+void check_params(const TensorRef& t, const TensorRef& u, int64_t dim, int64_t dstate, bool is_complex,
+                  const char* name) {
+  check_device(t, u, name);
+  MK_CHECK(t.dim == 2 && t.size(0) == dim && t.size(1) == dstate, "selective_scan: ", name, " must have shape [", dim,
+           ", ", dstate, "], got ", t.shape());
+  const Scalar want = is_complex ? Scalar::kComplex64 : Scalar::kFloat32;
+  MK_CHECK_TYPE(t.scalar == want, "selective_scan: ", name, " must be ", is_complex ? "ComplexFloat" : "Float",
+                ", got ", t.dtype_name);
+}
+
+// D or delta_bias: float32 (dim,).
+void check_vec(const TensorRef& t, const TensorRef& u, int64_t dim, const char* name) {
+  if (!t.present) return;
+  check_device(t, u, name);
+  MK_CHECK(t.dim == 1 && t.size(0) == dim, "selective_scan: ", name, " must have shape [", dim, "], got ", t.shape());
+  MK_CHECK_TYPE(t.scalar == Scalar::kFloat32, "selective_scan: ", name, " must be float32, got ", t.dtype_name);
+}
+
+void check_launch(cudaError_t err, const char* what) {
+  MK_CHECK(err == cudaSuccess, "selective_scan: ", what, " kernel launch failed: ", cudaGetErrorString(err));
+}
+
+}  // namespace
+
+ScanParams prepare(const TensorRef& u, const TensorRef& delta, const TensorRef& A, const TensorRef& B,
+                   const TensorRef& C, const TensorRef& D, const TensorRef& z, const TensorRef& delta_bias,
+                   bool softplus) {
+  MK_CHECK(u.is_cuda, "selective_scan: u must be a CUDA tensor, got device ", u.device);
+  MK_CHECK(u.dim == 3, "selective_scan: u must be 3-D (batch, dim, L), got shape ", u.shape());
+  ScanParams p;
+  p.dtype = to_dtype(u);
+  p.batch = u.size(0);
+  p.dim = u.size(1);
+  p.seqlen = u.size(2);
+  p.softplus = softplus;
+  check_like_u(delta, u, "delta");
+  MK_CHECK(A.dim == 2, "selective_scan: A must be 2-D (dim, dstate), got shape ", A.shape());
+  p.dstate = A.size(1);
+  MK_CHECK(p.dstate >= 1 && p.dstate <= kMaxDstate, "selective_scan: dstate (A.shape[1]) must be between 1 and ",
+           kMaxDstate, ", got ", p.dstate);
+  p.is_complex = A.is_complex;
+  check_params(A, u, p.dim, p.dstate, p.is_complex, "A");
+  const int64_t lf = p.seqlen * (p.is_complex ? 2 : 1);
+  int64_t groups = -1;
+  auto bc = [&](const TensorRef& t, BCParams& out, const char* name) {
+    if (t.dim == 2) {
+      check_params(t, u, p.dim, p.dstate, p.is_complex, name);
+      out.variable = false;  // the binding passes its fp32 copy to set_f32_params
+      return;
+    }
+    check_device(t, u, name);
+    MK_CHECK(t.dim == 4 && t.size(0) == p.batch && t.size(1) >= 1 && t.size(2) == p.dstate && t.size(3) == lf,
+             "selective_scan: variable ", name, " must have shape [", p.batch, ", ngroups, ", p.dstate, ", ", lf,
+             "], got ", t.shape());
+    MK_CHECK_TYPE(t.scalar == u.scalar, "selective_scan: variable ", name, " must have u's dtype ", u.dtype_name,
+                  ", got ", t.dtype_name);
+    MK_CHECK(groups < 0 || groups == t.size(1), "selective_scan: B and C must have the same ngroups, got ", groups,
+             " and ", t.size(1));
+    groups = t.size(1);
+    out.ptr = t.data;
+    out.variable = true;
+    out.s_b = t.stride(0);
+    out.s_g = t.stride(1);
+    out.s_n = t.stride(2);
+    out.s_l = t.stride(3);
+  };
+  bc(B, p.B, "B");
+  bc(C, p.C, "C");
+  p.ngroups = groups > 0 ? groups : 1;
+  MK_CHECK(p.dim % p.ngroups == 0, "selective_scan: dim must be divisible by ngroups, got dim=", p.dim,
+           " and ngroups=", p.ngroups);
+  check_vec(D, u, p.dim, "D");
+  check_vec(delta_bias, u, p.dim, "delta_bias");
+  p.u = u.data;
+  p.u_s = strides3(u);
+  p.delta = delta.data;
+  p.delta_s = strides3(delta);
+  if (z.present) {
+    check_like_u(z, u, "z");
+    p.z = z.data;
+    p.z_s = strides3(z);
+  }
+  return p;
+}
+
+void set_f32_params(ScanParams& p, const TensorRef& A32, const TensorRef& B32, const TensorRef& C32,
+                    const TensorRef& D32, const TensorRef& bias32) {
+  p.A = static_cast<const float*>(A32.data);
+  if (!p.B.variable) p.B.ptr = B32.data;
+  if (!p.C.variable) p.C.ptr = C32.data;
+  p.D = D32.present ? static_cast<const float*>(D32.data) : nullptr;
+  p.delta_bias = bias32.present ? static_cast<const float*>(bias32.data) : nullptr;
+}
+
+int64_t fwd_workspace_floats(const ScanParams& p) {
+  const int64_t nseg = fwd_segments(p);
+  return nseg > 1 ? p.batch * p.dim * nseg * (state_floats(p) + 1) : 0;
+}
+
+void set_fwd_outputs(ScanParams& p, const TensorRef& out, const TensorRef& out_z, float* ckpt) {
+  if (out.present) {
+    p.out = out.data;
+    p.out_s = strides3(out);
+  }
+  if (out_z.present) {
+    p.out_z = out_z.data;
+    p.out_z_s = strides3(out_z);
+  }
+  p.ckpt = ckpt;
+}
+
+void launch_fwd_checked(const ScanParams& p, float* workspace, cudaStream_t stream) {
+  check_launch(launch_fwd(p, workspace, stream), "selective_scan_fwd");
+}
+
+void set_bwd_inputs(ScanParams& p, const TensorRef& u, const TensorRef& z, const TensorRef& dout,
+                    const TensorRef& ckpt, const TensorRef& y, const TensorRef& dz) {
+  check_like_u(dout, u, "dout");
+  const int64_t nf = state_floats(p);
+  check_device(ckpt, u, "ckpt");
+  const int64_t nc = n_chunks(p.seqlen);
+  // torch's default contiguity, for the 4-D shape the check below requires: every axis of
+  // size > 1 has the row-major stride (an empty tensor is contiguous).
+  bool contiguous = true;
+  if (ckpt.dim == 4 && p.batch * p.dim * nc * nf != 0) {
+    const int64_t dense[4] = {p.dim * nc * nf, nc * nf, nf, 1};
+    for (int i = 0; i < 4; ++i) contiguous = contiguous && (ckpt.size(i) <= 1 || ckpt.stride(i) == dense[i]);
+  }
+  MK_CHECK(ckpt.scalar == Scalar::kFloat32 && contiguous && ckpt.has_shape({p.batch, p.dim, nc, nf}),
+           "selective_scan: ckpt must be the forward's contiguous float32 states of shape [", p.batch, ", ", p.dim,
+           ", ", nc, ", ", nf, "], got ", ckpt.shape());
+  if (z.present) {
+    MK_CHECK(y.present, "selective_scan: y (the forward's ungated output) is required with z");
+    check_like_u(y, u, "y");
+    check_like_u(dz, u, "dz");
+    for (int i = 0; i < 3; ++i) {
+      MK_CHECK(dz.stride(i) != 0 || dz.size(i) <= 1, "selective_scan: dz must not overlap itself (stride 0 in dim ",
+               i, "), got strides ", dz.stride_list());
+    }
+    p.y = y.data;
+    p.y_s = strides3(y);
+    p.dz = dz.data;
+    p.dz_s = strides3(dz);
+  }
+  p.dout = dout.data;
+  p.dout_s = strides3(dout);
+  p.ckpt = static_cast<float*>(ckpt.data);
+}
+
+int part_shape(const ScanParams& p, const BCParams& bc, int64_t dims[5]) {
+  if (bc.variable) {
+    dims[0] = p.batch;
+    dims[1] = p.ngroups;
+    dims[2] = bwd_row_blocks(p);
+    dims[3] = p.dstate;
+    dims[4] = p.seqlen * (p.is_complex ? 2 : 1);
+    return 5;
+  }
+  dims[0] = p.batch;
+  dims[1] = p.dim;
+  dims[2] = state_floats(p);
+  return 3;
+}
+
+void set_bwd_outputs(ScanParams& p, const TensorRef& du, const TensorRef& ddelta, float* dA_part, float* dD_part,
+                     float* dbias_part, float* dB_part, float* dC_part) {
+  p.du = du.data;
+  p.du_s = strides3(du);
+  p.ddelta = ddelta.data;
+  p.ddelta_s = strides3(ddelta);
+  p.dA_part = dA_part;
+  p.dD_part = dD_part;
+  p.dbias_part = dbias_part;
+  p.dB_part = dB_part;
+  p.dC_part = dC_part;
+}
+
+void launch_bwd_checked(const ScanParams& p, cudaStream_t stream) {
+  check_launch(launch_bwd(p, stream), "selective_scan_bwd");
+}
+
+}  // namespace selective_scan
+}  // namespace mamba_kernels

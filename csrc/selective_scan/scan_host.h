@@ -1,0 +1,61 @@
+// The host side of the selective-scan ops that both bindings share: every precondition check
+// (with its message), the parameter fills, the sizes of what the binding allocates, and the
+// launches. The bindings (classic/, stable/) only turn their tensors into TensorRefs,
+// allocate, convert and reduce. No torch here.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "selective_scan.h"
+#include "state_update.h"
+#include "tensor_ref.h"
+
+namespace mamba_kernels {
+namespace selective_scan {
+
+// ---- selective_scan_fwd / selective_scan_bwd
+
+// Checks u, delta, A, B, C, D, z and delta_bias and fills everything but the parameters the
+// kernels read as contiguous fp32 copies (A, fixed B/C, D, delta_bias): the binding makes
+// those (A complex: its real view of the resolved conjugate) and passes them to set_f32_params.
+// B or C is fixed when 2-D (dim, dstate), variable when 4-D.
+ScanParams prepare(const TensorRef& u, const TensorRef& delta, const TensorRef& A, const TensorRef& B,
+                   const TensorRef& C, const TensorRef& D, const TensorRef& z, const TensorRef& delta_bias,
+                   bool softplus);
+void set_f32_params(ScanParams& p, const TensorRef& A32, const TensorRef& B32, const TensorRef& C32,
+                    const TensorRef& D32, const TensorRef& bias32);
+
+inline int64_t n_chunks(int64_t seqlen) { return (seqlen + kChunk - 1) / kChunk; }
+// State floats per (batch, channel): dstate, twice that for complex A.
+inline int64_t state_floats(const ScanParams& p) { return p.dstate * (p.is_complex ? 2 : 1); }
+// Floats of the forward's segment workspace (0: one pass, none needed).
+int64_t fwd_workspace_floats(const ScanParams& p);
+
+// Forward outputs: out (null when not wanted), out_z (null without z), ckpt; then the launch.
+void set_fwd_outputs(ScanParams& p, const TensorRef& out, const TensorRef& out_z, float* ckpt);
+// workspace: fwd_workspace_floats(p) floats, or null when that is 0.
+void launch_fwd_checked(const ScanParams& p, float* workspace, cudaStream_t stream);
+
+// Backward: dout, ckpt, and with z also y and dz checked and filled.
+void set_bwd_inputs(ScanParams& p, const TensorRef& u, const TensorRef& z, const TensorRef& dout,
+                    const TensorRef& ckpt, const TensorRef& y, const TensorRef& dz);
+// The shape of the dB / dC partial sums (5-D variable, 3-D fixed) into dims; returns the rank.
+int part_shape(const ScanParams& p, const BCParams& bc, int64_t dims[5]);
+void set_bwd_outputs(ScanParams& p, const TensorRef& du, const TensorRef& ddelta, float* dA_part, float* dD_part,
+                     float* dbias_part, float* dB_part, float* dC_part);
+void launch_bwd_checked(const ScanParams& p, cudaStream_t stream);
+
+// ---- selective_state_update
+
+// Every check and fill but the output (set_update_output after allocating it like x).
+StateUpdateParams prepare_state_update(const TensorRef& state, const TensorRef& x, const TensorRef& dt,
+                                       const TensorRef& A, const TensorRef& B, const TensorRef& C,
+                                       const TensorRef& D, const TensorRef& z, const TensorRef& dt_bias,
+                                       bool dt_softplus, const TensorRef& state_batch_indices);
+void launch_state_update_checked(StateUpdateParams& p, const TensorRef& state, const TensorRef& out,
+                                 cudaStream_t stream);
+
+}  // namespace selective_scan
+}  // namespace mamba_kernels
