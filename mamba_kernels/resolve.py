@@ -6,16 +6,21 @@ a plain directory of wheels (by file name alone). Then it checks each candidate 
 target environment (:func:`mamba_kernels.environment.detect`) with the rules of
 docs/COMPAT.md §9, as :mod:`mamba_kernels.variant` writes them:
 
-- the wheel's Python tag is the target's and its platform tag installs there;
-- torch major.minor equal; CUDA major equal and the wheel's CUDA minor not above torch's;
-  C++ ABI equal where the label records one;
+- the wheel's Python tag is the target's (a ``cp310-abi3`` stable wheel: any CPython from 3.10
+  on; no wheel of ours loads on a free-threaded CPython) and its platform tag installs there;
+- torch major.minor equal (a stable wheel, label ``cu<XY>stable<M.m>``: torch at least its
+  target M.m, docs/COMPAT.md §11); CUDA major equal and the wheel's CUDA minor not above
+  torch's; C++ ABI equal where the label records one (never for a stable wheel);
 - every visible GPU runs the wheel: its compute capability is in the wheel's SASS or reachable
   through its PTX. The arch list comes from the manifest when it records one, else from the
   support table's default list for the wheel's CUDA and platform (the reason says which).
 
 Of the wheels that fit, the one with torch's exact CUDA wins, then the same major with the
-highest lower minor, then the newest package version. Every other candidate is reported with
-the reasons it was not chosen, nearest first.
+highest lower minor, then the newest package version, then a per-minor (classic) wheel over a
+stable one (it skips the stable ABI's few-microsecond call shim). From torch 2.10 on the
+matrix builds only stable wheels, so the last rule matters only for an index that still lists
+older per-minor releases of the same version. Every other candidate is reported with the
+reasons it was not chosen, nearest first.
 """
 
 from __future__ import annotations
@@ -323,11 +328,11 @@ def judge(c: Candidate, target: Target) -> Verdict:
         return v
     built = info.variant
     # Python and platform
-    if info.python != target.python:
-        v.reasons.append(f"for Python {info.python}, the target is Python {target.python}")
-        dist += abs(int(info.python.split(".")[1]) - int(target.python.split(".")[1]))
-    else:
-        v.why.append(f"cp{_sm(info.python)} for Python {target.python}")
+    py_problems, py_dist, py_why = _python_check(info, target)
+    v.reasons.extend(py_problems)
+    dist += py_dist
+    if py_why:
+        v.why.append(py_why)
     if not tag_installs(info.platform_tag, target.platform_tags):
         where = target.platform or "this platform"
         if info.platform is not None and info.platform == target.platform:
@@ -340,20 +345,26 @@ def judge(c: Candidate, target: Target) -> Verdict:
         v.why.append(f"{info.platform_tag} installs on {target.platform or target.platform_tags[0]}")
     # torch, CUDA, ABI
     if target.torch is None:
-        v.reasons.append(f"needs torch {built.torch}; the target has no torch (give --torch)")
+        need = f">= {built.torch} (stable ABI)" if built.stable else built.torch
+        v.reasons.append(f"needs torch {need}; the target has no torch (give --torch)")
     else:
         problems = variant.mismatches(built, target.torch, target.torch_cuda, target.cxx11_abi)
         v.reasons.extend(problems)
         try:
-            t_mm = _cc_key(variant.minor(target.torch))
-            dist += abs(t_mm[1] - _cc_key(built.torch)[1]) * 10 + abs(t_mm[0] - _cc_key(built.torch)[0]) * 100
+            t_mm, b_mm = _cc_key(variant.minor(target.torch)), _cc_key(built.torch)
+            if not built.stable or t_mm < b_mm:  # a stable wheel is as near to every newer torch
+                dist += abs(t_mm[1] - b_mm[1]) * 10 + abs(t_mm[0] - b_mm[0]) * 100
         except ValueError:
             pass
         if target.torch_cuda:
             b, t = _cc_key(built.cuda), _cc_key(target.torch_cuda)
             dist += abs(b[0] - t[0]) * 10 + abs(b[1] - t[1])
         if not problems:
-            v.why.append(f"torch {built.torch} is the target's torch {target.torch}")
+            if built.stable:
+                v.why.append(f"torch {target.torch} is at least {built.torch}: {built.describe()} serves "
+                             f"every torch from {built.torch} on")
+            else:
+                v.why.append(f"torch {built.torch} is the target's torch {target.torch}")
             if built.cuda == target.torch_cuda:
                 v.why.append(f"CUDA {built.cuda} is torch's CUDA (exact)")
             else:
@@ -374,11 +385,30 @@ def judge(c: Candidate, target: Target) -> Verdict:
     return v
 
 
+def _python_check(info: variant.WheelInfo, target: Target) -> Tuple[List[str], int, Optional[str]]:
+    """(reasons, distance, what holds) for the wheel's Python tags against the target's."""
+    want = f"Python {target.python}" + (" (free-threaded)" if target.free_threaded else "")
+    tag = f"cp{_sm(info.python)}" + ("-abi3" if info.abi3 else "")
+    gap = abs(int(info.python.split(".")[1]) - int(target.python.split(".")[1]))
+    if target.free_threaded:
+        why = ("the stable ABI (abi3) does not load on a free-threaded CPython" if info.abi3 else
+               "a free-threaded CPython loads only cpXYt wheels")
+        return [f"{tag} cannot serve {want}: {why}; no wheel of ours is built for it"], gap + 1, None
+    if info.abi3:
+        if _cc_key(target.python) < _cc_key(info.python):
+            return [f"{tag} needs CPython >= {info.python}, the target is {want}"], gap, None
+        return [], 0, f"{tag} serves {want} (CPython >= {info.python})"
+    if info.python != target.python:
+        return [f"for Python {info.python}, the target is {want}"], gap, None
+    return [], 0, f"{tag} for {want}"
+
+
 def _preference(v: Verdict, target: Target) -> Tuple:
     assert v.info is not None and v.info.variant is not None
     cuda = _cc_key(v.info.variant.cuda)
     exact = v.info.variant.cuda == target.torch_cuda
-    return (exact, cuda, _version_key(v.info.version), v.candidate.filename)
+    classic = not v.info.variant.stable
+    return (exact, cuda, _version_key(v.info.version), classic, v.candidate.filename)
 
 
 def resolve(candidates: Sequence[Candidate], target: Target) -> Resolution:
@@ -393,8 +423,12 @@ def resolve(candidates: Sequence[Candidate], target: Target) -> Resolution:
             assert sv is not None
             if v.info.variant.cuda != sv.cuda:
                 pref = f"CUDA {sv.cuda} is closer to torch's CUDA {target.torch_cuda}"
-            else:
+            elif v.info.version != selected.info.version:
                 pref = f"version {selected.info.version} is newer"
+            elif v.info.variant.stable != sv.stable:
+                pref = "a per-minor build skips the stable ABI's call shim"
+            else:
+                pref = "the same build (listed twice)"
             v.reasons.append(f"fits too, but {selected.candidate.filename} is preferred: {pref}")
             v.distance = -1
     rejected = sorted((v for v in verdicts if v is not selected),
@@ -417,7 +451,8 @@ def describe_target(t: Target) -> str:
     torch = "no torch" if t.torch is None else (
         f"torch {t.torch} (CUDA {t.torch_cuda or 'none'}, {variant.abi_name(t.cxx11_abi)} ABI)")
     gpus = ", ".join(f"sm {c}" for c in t.gpu_archs) or "no GPU visible"
-    return f"{torch}, Python {t.python}, {t.platform or t.platform_tags[0]}, {gpus}"
+    py = f"Python {t.python}" + ("t (free-threaded)" if t.free_threaded else "")
+    return f"{torch}, {py}, {t.platform or t.platform_tags[0]}, {gpus}"
 
 
 def _no_match_line(t: Target, n: int) -> str:
@@ -483,7 +518,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "release index)")
     p.add_argument("--torch", help="torch version, e.g. 2.4.1, 2.4.1+cu121 or 2.8.0a0+5228986c39.nv25.06")
     p.add_argument("--cuda", help="torch's CUDA version, e.g. 12.4 (none for a CPU build)")
-    p.add_argument("--python", help="CPython version, e.g. 3.11")
+    p.add_argument("--python", help="CPython version, e.g. 3.11 (3.13t: free-threaded)")
     p.add_argument("--platform", help="linux_x86_64, linux_aarch64, win_amd64, or a wheel platform tag "
                                       "such as manylinux_2_28_x86_64")
     p.add_argument("--cxx11-abi", choices=("0", "1"), help="torch's C++ ABI (_GLIBCXX_USE_CXX11_ABI)")

@@ -71,24 +71,49 @@ TABLE = [
     # Linux aarch64
     (("2.9.0+cu130", None, "3.12", "linux_aarch64", None, ("9.0",)),
      "mamba_kernels-0.1.0+cu130torch2.9-cp312-cp312-manylinux_2_28_aarch64.whl"),
-    # same CUDA major, lower minor: torch's CUDA 13.1 has no wheel, 13.0 runs
-    (("2.10.0", "13.1", "3.12", "linux_aarch64", None, ("10.0",)),
-     "mamba_kernels-0.1.0+cu130torch2.10-cp312-cp312-manylinux_2_28_aarch64.whl"),
+    # torch 2.9: the newest per-minor wheels (a stable wheel needs torch >= 2.10)
+    (("2.9.1+cu130", None, "3.12", "linux_x86_64", None, ("9.0",)),
+     "mamba_kernels-0.1.0+cu130torch2.9-cp312-cp312-manylinux_2_28_x86_64.whl"),
     # an NGC container (torch 2.8 pre-release build, CUDA 12.9, cxx11)
     (("2.8.0a0+5228986c39.nv25.06", "12.9", "3.12", "linux_x86_64", None, ("9.0",)),
      "mamba_kernels-0.1.0+cu129torch2.8-cp312-cp312-manylinux_2_28_x86_64.whl"),
+    # From torch 2.10 on: the stable wheels (cp310-abi3, one per platform and CUDA 12.6/12.8/13.0).
+    # same CUDA major, lower minor: torch's CUDA 13.1 has no wheel, 13.0 runs
+    (("2.10.0", "13.1", "3.12", "linux_aarch64", None, ("10.0",)),
+     "mamba_kernels-0.1.0+cu130stable2.10-cp310-abi3-manylinux_2_28_aarch64.whl"),
+    (("2.10.0+cu126", None, "3.10", "linux_aarch64", None, ("9.0",)),
+     "mamba_kernels-0.1.0+cu126stable2.10-cp310-abi3-manylinux_2_28_aarch64.whl"),
+    # torch's cu128 build: the 12.8 wheel (Blackwell SASS) over the 12.6 one
+    (("2.11.0+cu128", None, "3.13", "linux_x86_64", None, ("10.0",)),
+     "mamba_kernels-0.1.0+cu128stable2.10-cp310-abi3-manylinux_2_28_x86_64.whl"),
+    # torch's cu126 build: the 12.8 wheel is too new a minor; 12.6's PTX (compute_90) runs on sm 12.0
+    (("2.12.0+cu126", None, "3.11", "win_amd64", None, ("12.0",)),
+     "mamba_kernels-0.1.0+cu126stable2.10-cp310-abi3-win_amd64.whl"),
+    (("2.13.0+cu132", None, "3.12", "win_amd64", None, ("8.6",)),
+     "mamba_kernels-0.1.0+cu130stable2.10-cp310-abi3-win_amd64.whl"),
     # the newest: Python 3.14, torch 2.14 / 2.15, CUDA 13.x
     (("2.14.1+cu130", None, "3.14", "linux_x86_64", None, ("12.0",)),
-     "mamba_kernels-0.1.0+cu130torch2.14-cp314-cp314-manylinux_2_28_x86_64.whl"),
-    (("2.15.0", None, "3.14", "linux_x86_64", None, ("9.0",)),  # PyPI torch: CUDA from the table
-     "mamba_kernels-0.1.0+cu132torch2.15-cp314-cp314-manylinux_2_28_x86_64.whl"),
+     "mamba_kernels-0.1.0+cu130stable2.10-cp310-abi3-manylinux_2_28_x86_64.whl"),
+    (("2.14.1+cu134", None, "3.12", "linux_aarch64", None, ("11.0",)),
+     "mamba_kernels-0.1.0+cu130stable2.10-cp310-abi3-manylinux_2_28_aarch64.whl"),
+    (("2.15.0", None, "3.14", "linux_x86_64", None, ("9.0",)),  # PyPI torch: CUDA 13.2 from the table
+     "mamba_kernels-0.1.0+cu130stable2.10-cp310-abi3-manylinux_2_28_x86_64.whl"),
+    # a torch newer than the support table, on a Python newer than any wheel's tag: abi3 serves it
+    (("2.16.0", "13.0", "3.15", "linux_x86_64", None, ("9.0",)),
+     "mamba_kernels-0.1.0+cu130stable2.10-cp310-abi3-manylinux_2_28_x86_64.whl"),
+    # an NGC container of a 2.10 pre-release (CUDA 13.1)
+    (("2.10.0a0+b558c986e8.nv25.12", "13.1", "3.12", "linux_x86_64", None, ("9.0",)),
+     "mamba_kernels-0.1.0+cu130stable2.10-cp310-abi3-manylinux_2_28_x86_64.whl"),
     # a GPU whose SASS is absent but runs the same-major binary (8.9 on sm_86)
     (("2.14.1+cu130", None, "3.11", "linux_x86_64", None, ("8.9",)),
-     "mamba_kernels-0.1.0+cu130torch2.14-cp311-cp311-manylinux_2_28_x86_64.whl"),
+     "mamba_kernels-0.1.0+cu130stable2.10-cp310-abi3-manylinux_2_28_x86_64.whl"),
     # no GPU visible: the architecture is not checked
     (("2.14.1+cu130", None, "3.11", "linux_x86_64", None, ()),
-     "mamba_kernels-0.1.0+cu130torch2.14-cp311-cp311-manylinux_2_28_x86_64.whl"),
+     "mamba_kernels-0.1.0+cu130stable2.10-cp310-abi3-manylinux_2_28_x86_64.whl"),
     # nothing fits
+    (("2.14.1+cu130", None, "3.14t", "linux_x86_64", None, ("9.0",)), None),  # free-threaded: no abi3
+    (("2.10.0+cu128", None, "3.9", "linux_x86_64", None, ("9.0",)), None),  # abi3 from CPython 3.10
+    (("2.16.0", "14.0", "3.12", "linux_x86_64", None, ("9.0",)), None),  # a CUDA major with no wheel
     (("2.6.0+cu124", None, "3.12", "linux_x86_64", True, ("8.0",)), None),  # cu124 was pre-cxx11 only
     (("2.14.1+cu130", None, "3.11", "linux_x86_64", None, ("6.0",)), None),  # Pascal: not in any list
     (("2.1.2+cu121", None, "3.14", "linux_x86_64", None, ("8.0",)), None),  # torch 2.1 had no cp314
@@ -99,7 +124,7 @@ TABLE = [
 
 
 def test_the_index_is_the_matrix(candidates):
-    assert len(candidates) == len(WHEELS) > 400
+    assert len(candidates) == len(WHEELS) == 249
     assert {c.filename for c in candidates} == set(WHEELS)
     plats = {variant.parse_wheel_name(w).platform for w in WHEELS}
     assert plats == {"linux_x86_64", "linux_aarch64", "win_amd64"}
@@ -134,10 +159,67 @@ def test_why_and_nearest_first(candidates):
     assert counts[:2] == [1, 1] and max(counts) > 1
 
     res = resolve.resolve(candidates, _target("2.14.1+cu130", None, "3.11", "linux_x86_64", None, ("6.0",)))
-    assert res.rejected[0].candidate.filename.startswith("mamba_kernels-0.1.0+cu130torch2.14-cp311-cp311-")
+    assert res.rejected[0].candidate.filename.startswith("mamba_kernels-0.1.0+cu130stable2.10-cp310-abi3-")
     (reason,) = res.rejected[0].reasons
     assert "GPU sm 6.0 is neither in its SASS" in reason and "compute_120" in reason
     assert "support table for CUDA 13.0 on linux_x86_64 (by file name)" in reason
+
+
+def _reasons(res, fragment):
+    """The reasons of the one rejected candidate whose file name holds ``fragment``."""
+    (v,) = [v for v in res.rejected if fragment in v.candidate.filename]
+    return v.reasons
+
+
+def test_stable_wheels_say_why_they_fit(candidates):
+    res = resolve.resolve(candidates, _target("2.12.0+cu130", None, "3.13", "linux_x86_64", None, ("9.0",)))
+    why = "; ".join(res.selected.why)
+    assert "cp310-abi3 serves Python 3.13 (CPython >= 3.10)" in why
+    assert ("torch 2.12.0+cu130 is at least 2.10: stable ABI from torch 2.10, CUDA 13.0 serves every "
+            "torch from 2.10 on") in why
+    assert "CUDA 13.0 is torch's CUDA (exact)" in why and "C++ ABI" not in why
+
+
+def test_stable_wheels_are_rejected_with_clear_reasons(candidates):
+    lin = "+{}stable2.10-cp310-abi3-manylinux_2_28_x86_64"
+    # torch 2.9: every stable wheel needs torch >= 2.10; the per-minor wheels are the answer
+    res = resolve.resolve(candidates, _target("2.9.1+cu128", None, "3.12", "linux_x86_64", None, ("9.0",)))
+    assert "+cu128torch2.9-cp312" in res.selected.candidate.filename
+    assert _reasons(res, lin.format("cu128")) == [
+        "it needs torch >= 2.10 (stable ABI), the running torch is 2.9"]
+    # torch's CUDA 12.6: the 12.8 wheel's minor is too new, the 13.0 one's major differs
+    res = resolve.resolve(candidates, _target("2.14.0+cu126", None, "3.12", "linux_x86_64", None, ("9.0",)))
+    assert lin.format("cu126") in res.selected.candidate.filename
+    assert _reasons(res, lin.format("cu128")) == ["CUDA 12.8 is newer than torch's CUDA 12.6"]
+    assert _reasons(res, lin.format("cu130")) == [
+        "CUDA 13.0 has another major version than torch's CUDA 12.6"]
+    # Python below the abi3 floor, and a free-threaded Python
+    res = resolve.resolve(candidates, _target("2.10.0+cu130", None, "3.9", "linux_x86_64", None, ("9.0",)))
+    assert res.selected is None
+    assert _reasons(res, lin.format("cu130")) == [
+        "cp310-abi3 needs CPython >= 3.10, the target is Python 3.9"]
+    assert res.rejected[0].candidate.filename.endswith(lin.format("cu130") + ".whl")  # nearest first
+    res = resolve.resolve(candidates, _target("2.14.1+cu130", None, "3.14t", "linux_x86_64", None, ("9.0",)))
+    assert _reasons(res, lin.format("cu130")) == [
+        "cp310-abi3 cannot serve Python 3.14 (free-threaded): the stable ABI (abi3) does not load on a "
+        "free-threaded CPython; no wheel of ours is built for it"]
+    assert "Python 3.14t (free-threaded)" in resolve.describe_target(res.target)
+
+
+def test_a_per_minor_wheel_of_the_same_version_is_preferred_to_the_stable_one():
+    # The matrix builds no per-minor wheel for torch >= 2.10; an index may still list one (an
+    # older release, or a local build). Same CUDA and version: the classic one wins; a newer
+    # version wins over either.
+    stable = "mamba_kernels-0.1.0+cu130stable2.10-cp310-abi3-manylinux_2_28_x86_64.whl"
+    classic = "mamba_kernels-0.1.0+cu130torch2.14-cp312-cp312-manylinux_2_28_x86_64.whl"
+    cands = [resolve.Candidate(n, n) for n in (stable, classic)]
+    res = resolve.resolve(cands, _target("2.14.1+cu130", None, "3.12"))
+    assert res.selected.candidate.filename == classic
+    assert res.rejected[0].reasons == [
+        f"fits too, but {classic} is preferred: a per-minor build skips the stable ABI's call shim"]
+    newer = resolve.Candidate(stable.replace("0.1.0+", "0.2.0+"), "x")
+    res = resolve.resolve(cands + [newer], _target("2.14.1+cu130", None, "3.12"))
+    assert res.selected.candidate is newer
 
 
 def test_exact_cuda_first_then_the_closest_lower_minor(tmp_path):
@@ -200,7 +282,7 @@ def test_cli_text_json_and_exit_codes(manifest, capsys):
     rc, out, _ = _cli(base + ["--torch", "2.14.1+cu130", "--json"], capsys)
     d = json.loads(out)
     assert rc == 0 and d["sha256"] == FAKE_SHA
-    assert d["selected"].endswith("cp312-cp312-manylinux_2_28_x86_64.whl")
+    assert d["selected"].endswith("+cu130stable2.10-cp310-abi3-manylinux_2_28_x86_64.whl")
     assert set(d) >= {"selected", "url", "sha256", "reason", "rejected"}
 
     rc, _, err = _cli(base + ["--torch", "2.14", "--gpu-arch", "volta"], capsys)
