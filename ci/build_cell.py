@@ -405,7 +405,7 @@ def verify(
 
 # The BUILD_INFO keys a stable build adds (mamba_kernels/build.py writes them): the binding,
 # the torch it targets and the CUDA major it needs.
-STABLE_INFO_KEYS = ("binding", "target_torch", "cuda_major")
+STABLE_INFO_KEYS = ("binding", "stable_target", "cuda_major")
 
 
 def build_info_expectations(
@@ -413,8 +413,8 @@ def build_info_expectations(
 ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """(expected, found) BUILD_INFO values of one extension of the cell's wheel. A classic
     binary names the cell's torch, torch's CUDA and C++ ABI; a stable one the stable binding,
-    the target torch, the CUDA major and nvcc's CUDA (its build torch, the newest headers, is
-    not the wheel's contract and may have another CUDA minor)."""
+    the target torch, the CUDA major, and the cell's CUDA as torch's and as nvcc's (its build
+    torch, the newest headers, is not the wheel's contract, so neither is its version)."""
     info = found.raw
     want: Dict[str, Any] = {
         "release": True,
@@ -425,9 +425,10 @@ def build_info_expectations(
     }
     got: Dict[str, Any] = {k: info.get(k) for k in want}
     if cell.stable:
-        want.update(binding="stable", target_torch=cell.torch, cuda_major=int(cell.cuda.split(".")[0]),
-                    nvcc=cell.cuda)
+        want.update(binding="stable", stable_target=cell.torch, cuda_major=int(cell.cuda.split(".")[0]),
+                    nvcc=cell.cuda, torch_cuda=cell.cuda)
         got.update({k: info.get(k) for k in STABLE_INFO_KEYS})
+        got["torch_cuda"] = info.get("torch_cuda")
         got["nvcc"] = ".".join(str(info.get("nvcc_version", "")).split(".")[:2])
     else:
         want.update(torch=cell.torch, torch_cuda=cell.cuda, cxx11_abi=cell.cxx11_abi)

@@ -380,9 +380,10 @@ def stable_cells(platform: Optional[str] = None) -> List[Cell]:
     distinct default architecture list among the CUDA variants the served releases ship, at
     the oldest minor with that list (a build's CUDA minor must not be above torch's, so the
     oldest minor serves every later one; a new list, such as Blackwell's from 12.8, needs its
-    own cell). Each builds with the newest served release that has a CUDA variant of its
-    major and a wheel for the abi3 Python, and smoke-tests with the oldest served release
-    that ships a variant of its major not below its own (the target, while it ships one)."""
+    own cell). Each builds with the newest served release that has a wheel for the abi3 Python
+    and a build for exactly its CUDA (else the nearest of its major), and smoke-tests with the
+    oldest served release that ships a variant of its major not below its own (the target,
+    while it ships one)."""
     served = stable_releases()
     out: List[Cell] = []
     for plat in PLATFORMS:
@@ -395,8 +396,11 @@ def stable_cells(platform: Optional[str] = None) -> List[Cell]:
             if last.get(_major(cu)) == archs:
                 continue
             last[_major(cu)] = archs
-            builders = [r for r in served if STABLE_ABI_PYTHON in r.pythons_on(plat)
-                        and _closest_variant(r.cuda[plat], cu)]
+            # The newest release with a build for exactly this CUDA, so that torch's CUDA (which
+            # the build writes into the label) is nvcc's; else the nearest of the same major.
+            builders = [r for r in served if STABLE_ABI_PYTHON in r.pythons_on(plat) and cu in r.cuda[plat]]
+            builders = builders or [r for r in served if STABLE_ABI_PYTHON in r.pythons_on(plat)
+                                    and _closest_variant(r.cuda[plat], cu)]
             testers = [r for r in served if STABLE_ABI_PYTHON in r.pythons_on(plat)
                        and any(_major(v) == _major(cu) and _vkey(v) >= _vkey(cu) for v in r.cuda[plat])]
             if not builders or not testers:

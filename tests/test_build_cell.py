@@ -219,11 +219,11 @@ def test_a_stable_cell_builds_on_the_newest_torch_and_tests_on_its_target(monkey
     (shared / "stale-build-file").write_text("x")
     build_cell.provision_test(cell, "test-python", torch_dir=shared)
     installs = [c for c in calls if any(a.startswith("torch==") for a in c)]
-    # torch 2.14's cu126 build for the headers (2.14 has no cu128; the CUDA major is what a
-    # build needs), then torch 2.10's cu128 build for the smoke test, in place of the first.
+    # torch 2.11's cu128 build for the headers (the newest with a cu128 build), then torch
+    # 2.10's cu128 build for the smoke test, in place of the first.
     got = [(c[c.index("--index-url") + 1], next(a for a in c if a.startswith("torch=="))) for c in installs]
     assert got == [
-        ("https://download.pytorch.org/whl/cu126", "torch==2.14.*"),
+        ("https://download.pytorch.org/whl/cu128", "torch==2.11.*"),
         ("https://download.pytorch.org/whl/cu128", "torch==2.10.*"),
     ]
     assert not (shared / "stale-build-file").exists()
@@ -232,10 +232,10 @@ def test_a_stable_cell_builds_on_the_newest_torch_and_tests_on_its_target(monkey
 
 
 STABLE_BUILD_INFO = {
-    "format": 1, "torch_version": "2.14.1+cu126", "torch_cuda": "12.6", "nvcc_version": "12.8.93",
+    "format": 1, "torch_version": "2.11.0+cu128", "torch_cuda": "12.8", "nvcc_version": "12.8.93",
     "cxx11_abi": True, "release": True, "package_version": "0.1.0+cu128stable2.10",
     "sass": ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"], "ptx": ["compute_120"],
-    "platform": "linux_x86_64", "binding": "stable", "target_torch": "2.10", "cuda_major": 12,
+    "platform": "linux_x86_64", "binding": "stable", "stable_target": "2.10", "cuda_major": 12,
 }
 
 
@@ -277,7 +277,8 @@ def test_verify_accepts_a_stable_wheel_and_names_each_wrong_field(tmp_path):
     good = _stable_wheel(tmp_path / "good", cell, STABLE_BUILD_INFO)
     assert build_cell.verify(cell, good, "0.1.0", require_cuobjdump=False) == []
     assert build_cell.cell_of_wheel(good) == cell
-    classic = dict(STABLE_BUILD_INFO, binding="classic", target_torch=None, nvcc_version="12.6.85")
+    classic = dict(STABLE_BUILD_INFO, binding="classic", stable_target=None, nvcc_version="12.6.85",
+                   torch_cuda="12.6")
     bad = _stable_wheel(tmp_path / "bad", cell, classic, tags="cp310-cp310", requires="torch==2.14.*")
     problems = build_cell.verify(cell, bad, "0.1.0", require_cuobjdump=False)
     text = "\n".join(problems)
@@ -285,9 +286,10 @@ def test_verify_accepts_a_stable_wheel_and_names_each_wrong_field(tmp_path):
     assert "WHEEL tags ['cp310-cp310-manylinux_2_28_x86_64'] != ['cp310-abi3-manylinux_2_28_x86_64']" in text
     for kernel in ("causal_conv1d", "selective_scan"):
         assert f"{kernel}/_cuda.abi3.so: BUILD_INFO binding 'classic' != 'stable'" in text
-        assert f"{kernel}/_cuda.abi3.so: BUILD_INFO target_torch None != '2.10'" in text
+        assert f"{kernel}/_cuda.abi3.so: BUILD_INFO stable_target None != '2.10'" in text
         assert f"{kernel}/_cuda.abi3.so: BUILD_INFO nvcc '12.6' != '12.8'" in text
-    assert len(problems) == 2 + 2 * 3
+        assert f"{kernel}/_cuda.abi3.so: BUILD_INFO torch_cuda '12.6' != '12.8'" in text
+    assert len(problems) == 2 + 2 * 4
 
 
 # ----------------------------------------------------------------------------- platforms

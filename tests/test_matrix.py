@@ -141,10 +141,10 @@ def test_ci_fields_of_the_stable_cells():
         "cu128stable2.10", "stable", True, "cp310-abi3")
     assert f["describe"] == "stable ABI from torch 2.10, CUDA 12.8"
     assert f["torch_requirement"] == "torch>=2.10"
-    # Built with nvcc 12.8 against torch 2.14's headers (its cu126 build: 2.14 has no cu128 and
-    # a build only needs the same CUDA major), smoke-tested on torch 2.10's cu128 build.
+    # Built with nvcc 12.8 against torch 2.11's cu128 build (the newest release with one: the
+    # build writes torch's CUDA into the label), smoke-tested on torch 2.10's cu128 build.
     assert (f["build_torch"], f["build_torch_cuda"], f["torch_index"]) == (
-        "2.14", "12.6", "https://download.pytorch.org/whl/cu126")
+        "2.11", "12.8", "https://download.pytorch.org/whl/cu128")
     assert (f["test_torch"], f["test_torch_cuda"], f["test_torch_index"]) == (
         "2.10", "12.8", "https://download.pytorch.org/whl/cu128")
     assert (f["cibw_build"], f["cibw_image"], f["toolkit"]) == (

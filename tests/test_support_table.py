@@ -177,12 +177,13 @@ def test_cells_enumerate_exactly_what_torch_shipped():
 # docs/COMPAT.md §11: the stable cells, derived independently from the tables above. Per
 # platform and CUDA major, one cell per distinct default architecture list (12.6 without
 # Blackwell, 12.8 with it; every 13.x minor shares 13.0's list), at its oldest minor; built
-# with torch 2.14 (the newest release with a cp310 wheel: 2.15 starts at 3.11, and has no
-# CUDA 12), smoke-tested with torch 2.10 (the target).
+# with the newest release that has a cp310 wheel (2.15 starts at 3.11) and a build of exactly
+# that CUDA (torch 2.14 for 12.6 and 13.0; 2.11 is the last with a cu128 build), smoke-tested
+# with torch 2.10 (the target).
 STABLE = {
     (plat, cuda): (build, ("2.10", cuda))
     for plat in ("linux_x86_64", "linux_aarch64", "win_amd64")
-    for cuda, build in (("12.6", ("2.14", "12.6")), ("12.8", ("2.14", "12.6")), ("13.0", ("2.14", "13.0")))
+    for cuda, build in (("12.6", ("2.14", "12.6")), ("12.8", ("2.11", "12.8")), ("13.0", ("2.14", "13.0")))
 }
 
 
@@ -191,7 +192,8 @@ def test_stable_cells():
     assert {(c.platform, c.cuda): (c.build_with, c.test_with) for c in cells} == STABLE
     assert len(cells) == 9
     for c in cells:
-        assert (c.torch, c.python, c.cxx11_abi, c.stable, c.cxx_std) == ("2.10", "3.10", None, True, 20)
+        assert (c.torch, c.python, c.cxx11_abi, c.stable) == ("2.10", "3.10", None, True)
+        assert c.cxx_std == support.torch_release(c.build_with[0]).cxx_std  # the build torch's headers
         assert c.manylinux == (None if c.platform == "win_amd64" else "manylinux_2_28")
     # 485 cells before the stable ABI: the 245 of torch 2.10 to 2.15 gave way to 9.
     assert len(support.cells()) == 240 + 9 == 485 - 245 + 9
