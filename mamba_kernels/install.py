@@ -81,6 +81,10 @@ def _local_path(where: str) -> str:
     return unquote(urlsplit(where).path) if where.startswith("file://") else where
 
 
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
+
+
 class _Progress:
     """A plain progress line on stderr: redrawn in place on a terminal, else one line at the
     start and one at the end (logs stay readable)."""
@@ -89,7 +93,7 @@ class _Progress:
         self.name, self.total, self.stream = name, total, stream
         self.tty = stream.isatty()
         self.last = 0.0
-        size = f" ({total / 1e6:.1f} MB)" if total else ""
+        size = f" ({_size(total)})" if total else ""
         if not self.tty:
             print(f"downloading {name}{size}", file=stream, flush=True)
 
@@ -102,9 +106,9 @@ class _Progress:
             width = 30
             filled = int(width * done / self.total)
             bar = "#" * filled + "-" * (width - filled)
-            text = f"\r  [{bar}] {100 * done / self.total:5.1f}% {done / 1e6:.1f}/{self.total / 1e6:.1f} MB"
+            text = f"\r  [{bar}] {100 * done / self.total:5.1f}% {_size(done)} of {_size(self.total)}"
         else:
-            text = f"\r  {done / 1e6:.1f} MB"
+            text = f"\r  {_size(done)}"
         self.stream.write(text)
         self.stream.flush()
 
@@ -112,7 +116,7 @@ class _Progress:
         if self.tty:
             self.stream.write("\r" + " " * 70 + "\r")
         if ok:
-            print(f"  {done / 1e6:.1f} MB received", file=self.stream, flush=True)
+            print(f"  {_size(done)} received", file=self.stream, flush=True)
 
 
 def _open_source(c: Candidate, timeout: float) -> Tuple[IO[bytes], Optional[int]]:
@@ -462,7 +466,7 @@ def _cmd_install(args: argparse.Namespace) -> int:
                          installed_torch)
             assert got.resolution.selected is not None
             name = got.resolution.selected.candidate.filename
-            cmd = installer_command(interp, got.path or Path(tmp) / name)
+            cmd = installer_command(interp, got.path or Path(name))
             if args.dry_run:
                 _say(f"dry run: would download and verify {name}, then run:")
                 _say("  " + shlex.join(cmd))
