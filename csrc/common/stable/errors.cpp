@@ -1,0 +1,44 @@
+// The stable-ABI binding's error hook, and the one torch setting the stable ABI does not
+// expose. Errors are std::runtime_error (RuntimeError in Python, message kept): the stable ABI
+// has no way to raise torch's TypeError, so a wrong dtype is a RuntimeError here. The message is
+// thrown as built, not through STD_TORCH_CHECK, whose location suffix is formatted with
+// iostreams (see check_msg.h for why numbers avoid them).
+#include <Python.h>  // limited API (Py_LIMITED_API is set for the stable build)
+
+#include <stdexcept>
+#include <string>
+
+#include "check_msg.h"
+#include "stable/tensor.h"
+
+namespace mamba_kernels {
+
+void fail(ErrorKind kind, const std::string& message) {
+  (void)kind;
+  throw std::runtime_error(message);
+}
+
+namespace stable {
+
+bool deterministic_algorithms() {
+  if (!Py_IsInitialized()) return false;
+  // Ops run with the GIL released (and the backward on autograd's own threads): take it.
+  const PyGILState_STATE gil = PyGILState_Ensure();
+  int enabled = -1;
+  PyObject* torch = PyImport_ImportModule("torch");  // already imported: a sys.modules lookup
+  if (torch != nullptr) {
+    PyObject* result = PyObject_CallMethod(torch, "are_deterministic_algorithms_enabled", nullptr);
+    if (result != nullptr) {
+      enabled = PyObject_IsTrue(result);
+      Py_DECREF(result);
+    }
+    Py_DECREF(torch);
+  }
+  if (enabled < 0) PyErr_Clear();
+  PyGILState_Release(gil);
+  MK_CHECK(enabled >= 0, "mamba_kernels: torch.are_deterministic_algorithms_enabled() could not be read");
+  return enabled == 1;
+}
+
+}  // namespace stable
+}  // namespace mamba_kernels
