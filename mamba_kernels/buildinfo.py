@@ -4,18 +4,26 @@ a wheel paired with the wrong torch is refused with a reason instead of failing 
 (the rules: docs/COMPAT.md §9).
 
 Each extension exposes ``BUILD_INFO``: the JSON string mamba_kernels/build.py compiled in.
+
+Two rules, by the binary's ``binding`` (docs/STABLE_ABI.md): a classic binary needs the torch
+minor it was built against; a stable-ABI binary runs on every torch from its ``stable_target``
+on, but not with another CUDA major (the stable ABI does not cover the CUDA runtime it links)
+and not on a free-threaded CPython (it is an abi3 module).
 """
 
 from __future__ import annotations
 
+import glob
 import json
+import os
 import re
 import sys
+import sysconfig
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import variant
+from . import support, variant
 from .version import __version__
 
 
@@ -29,15 +37,30 @@ class BuildInfo:
     sass: Tuple[str, ...]
     ptx: Tuple[str, ...]
     raw: Dict[str, Any]
+    binding: str = "classic"  # "stable": PyTorch's stable ABI (absent in older metadata: classic)
+    stable_target: Optional[str] = None  # stable: the oldest torch it runs on, "2.10"
+
+    @property
+    def stable(self) -> bool:
+        return self.binding == "stable"
 
     @property
     def variant(self) -> variant.Variant:
+        if self.stable:
+            assert self.stable_target is not None
+            return variant.Variant(self.stable_target, self.torch_cuda, None, stable=True)
         return variant.Variant(
             variant.minor(self.torch_version), self.torch_cuda, self.cxx11_abi
         )
 
     def describe(self) -> str:
         archs = " ".join(self.sass + self.ptx) or "no architectures recorded"
+        if self.stable:
+            return (
+                f"the stable ABI from torch {self.stable_target} (built against torch {self.torch_version}), "
+                f"CUDA {self.torch_cuda} (nvcc {self.nvcc_version}), {archs}, "
+                f"mamba-kernels {self.package_version}"
+            )
         return (
             f"torch {self.torch_version}, CUDA {self.torch_cuda} (nvcc {self.nvcc_version}), "
             f"{variant.abi_name(self.cxx11_abi)} ABI, {archs}, mamba-kernels {self.package_version}"
@@ -83,6 +106,12 @@ def parse(text: str) -> BuildInfo:
     package_version = data.get("package_version", "unknown")
     if package_version != "unknown":
         package_version = _field(data, "package_version", _VERSION, "0.1.0+cu130torch2.14")
+    binding = data.get("binding", "classic")
+    if binding not in ("classic", "stable"):
+        raise ValueError(f"BUILD_INFO binding must be 'classic' or 'stable', got {binding!r}")
+    stable_target = None
+    if binding == "stable":
+        stable_target = _field(data, "stable_target", _CUDA, "2.10")  # M.m, like torch_cuda
     return BuildInfo(
         torch_version=_field(data, "torch_version", _VERSION, "2.14.1+cu130"),
         torch_cuda=_field(data, "torch_cuda", _CUDA, "13.0"),
@@ -92,6 +121,8 @@ def parse(text: str) -> BuildInfo:
         sass=_arch_list(data, "sass", _SASS, "sm_90"),
         ptx=_arch_list(data, "ptx", _PTX, "compute_90"),
         raw=data,
+        binding=binding,
+        stable_target=stable_target,
     )
 
 
@@ -135,18 +166,32 @@ def find_in_file(path: str) -> Optional[BuildInfo]:
 
 
 def fix_command(
-    torch_version: str, torch_cuda: Optional[str], cxx11_abi: Optional[bool], version: str
+    torch_version: str,
+    torch_cuda: Optional[str],
+    cxx11_abi: Optional[bool],
+    version: str,
+    is_free_threaded: bool = False,
 ) -> str:
-    """The commands that get a binary matching the running torch."""
+    """The commands that get a binary matching the running torch (on a free-threaded CPython,
+    which loads no abi3 wheel: a classic build)."""
     rebuild = (
         "MAMBA_KERNELS_FORCE_BUILD=1 pip install --no-build-isolation --no-deps --force-reinstall "
         "mamba-kernels"
     )
+    if is_free_threaded:
+        return (
+            "use a CPython build with the GIL (the stable-ABI wheels are abi3), or build the classic "
+            f"binding for this interpreter: MAMBA_KERNELS_BINDING=classic {rebuild}"
+        )
     if not torch_cuda:
         return f"install a CUDA build of torch, then rebuild: {rebuild}"
     public = version.split("+")[0]
     try:
-        wanted = variant.release_version(public, torch_version, torch_cuda, cxx11_abi)
+        if _at_least(variant.minor(torch_version), support.STABLE_ABI_MIN_TORCH):
+            # torch >= the stable target is served by the stable wheel of its CUDA major
+            wanted = variant.stable_release_version(public, torch_cuda, support.STABLE_ABI_MIN_TORCH)
+        else:
+            wanted = variant.release_version(public, torch_version, torch_cuda, cxx11_abi)
     except ValueError:
         return f"rebuild against the running torch: {rebuild}"
     return (
@@ -155,17 +200,34 @@ def fix_command(
     )
 
 
+def _at_least(mm: str, floor: str) -> bool:
+    return tuple(int(x) for x in mm.split(".")) >= tuple(int(x) for x in floor.split("."))
+
+
+def free_threaded() -> bool:
+    """Whether this CPython is a free-threaded build (3.13t and later), which loads no abi3 module."""
+    return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+FREE_THREADED_REASON = "it is a stable-ABI (abi3) module, which a free-threaded CPython cannot load"
+
+
 def problems(
     info: BuildInfo,
     torch_version: str,
     torch_cuda: Optional[str],
     cxx11_abi: Optional[bool],
     package_version: Optional[str] = None,
+    is_free_threaded: bool = False,
 ) -> List[str]:
     """Why a binary with ``info`` cannot run under the given torch (empty: it can); with
     ``package_version``, also when it comes from another release of mamba-kernels (compared
-    on the public part: the local label names the variant, checked above)."""
+    on the public part: the local label names the variant, checked above). A stable binary is
+    refused on a torch older than its target, with another CUDA major, and on a free-threaded
+    CPython (``is_free_threaded``); any newer torch minor is fine."""
     found = variant.mismatches(info.variant, torch_version, torch_cuda, cxx11_abi)
+    if info.stable and is_free_threaded:
+        found.append(FREE_THREADED_REASON)
     if torch_cuda and info.nvcc_version.split(".")[0] != torch_cuda.split(".")[0]:
         found.append(
             f"it was compiled by nvcc {info.nvcc_version}, another CUDA major than torch's {torch_cuda}"
@@ -210,14 +272,14 @@ def check_text(
             torch_version, torch_cuda, cxx11_abi, __version__
         )
     try:
-        found = problems(info, torch_version, torch_cuda, cxx11_abi, __version__)
+        found = problems(info, torch_version, torch_cuda, cxx11_abi, __version__, free_threaded())
     except ValueError as e:  # a value the schema let through that the rules cannot read
         return f"{name} has unreadable build metadata: {e}. Fix: " + fix_command(
             torch_version, torch_cuda, cxx11_abi, __version__
         )
     if not found:
         return None
-    fix = fix_command(torch_version, torch_cuda, cxx11_abi, __version__)
+    fix = fix_command(torch_version, torch_cuda, cxx11_abi, __version__, info.stable and free_threaded())
     return (
         f"{name} was built for {info.describe()}, but the running environment has {running} "
         f"({'; '.join(found)}). Fix: {fix}"
@@ -243,11 +305,31 @@ def explain_load_failure(name: str, error: BaseException, path: Optional[str]) -
         where = f" from {path}" if path else ""
         return f"{what}; its build metadata could not be read{where}; running {now}. Fix: {fix}"
     try:
-        found = problems(info, torch_version, torch_cuda, abi, __version__)
+        found = problems(info, torch_version, torch_cuda, abi, __version__, free_threaded())
     except ValueError:
         found = []
     why = f" ({'; '.join(found)})" if found else ""
     return f"{what}: it was built for {info.describe()}; running {now}{why}. Fix: {fix}"
+
+
+def abi3_refusal(name: str, package_dir: Optional[str]) -> Optional[str]:
+    """On a free-threaded CPython, the import system skips abi3 files, so a stable-ABI binary
+    looks absent: the sentence saying so (with its BUILD_INFO and the fix) when ``package_dir``
+    holds one for ``name``, else None."""
+    if not free_threaded() or not package_dir:
+        return None
+    stem = name.rsplit(".", 1)[-1]
+    found = sorted(glob.glob(os.path.join(package_dir, f"{stem}.abi3.so")) +
+                   glob.glob(os.path.join(package_dir, f"{stem}.pyd")))
+    for path in found:
+        info = find_in_file(path)
+        if info is not None and info.stable:
+            torch_version, torch_cuda, abi = running()
+            fix = fix_command(torch_version, torch_cuda, abi, __version__, True)
+            return (
+                f"{name} ({path}) was built for {info.describe()}, but {FREE_THREADED_REASON}. Fix: {fix}"
+            )
+    return None
 
 
 def arch_problem(name: str, info: BuildInfo, gpu: str, capability: str) -> Optional[str]:

@@ -91,6 +91,16 @@ def _extension_file(name: str) -> Optional[str]:
     return spec.origin if spec.origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)) else None
 
 
+def _package_dir(name: str) -> Optional[str]:
+    """The directory of the package holding the extension ``name``, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(name.rsplit(".", 1)[0])
+    except (Exception, SystemExit):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    return locations[0] if locations else None
+
+
 def _explain(name: str, error: BaseException) -> str:
     try:
         return buildinfo.explain_load_failure(name, error, _extension_file(name))
@@ -108,6 +118,9 @@ def _load(kernel: str) -> ExtensionStatus:
     except ModuleNotFoundError as e:
         if e.name != name:
             return ExtensionStatus(None, _explain(name, e))
+        refusal = buildinfo.abi3_refusal(name, _package_dir(name))  # free-threaded: abi3 is skipped
+        if refusal:
+            return ExtensionStatus(None, refusal)
         return ExtensionStatus(None, f"the compiled extension {name} is not part of this install")
     except (Exception, SystemExit) as e:  # undefined symbol, missing libc10_cuda.so, ...
         return ExtensionStatus(None, _explain(name, e))

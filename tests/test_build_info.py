@@ -25,6 +25,80 @@ def sample_info(**over):
     return info
 
 
+def stable_info(**over):
+    plan = build_archs.ArchPlan(*build_archs.parse_arch_list("9.0"), "x")
+    facts = build.TorchFacts("2.14.1+cu130", "13.0", True, "/nowhere")
+    info = build.build_info(
+        torch=facts, nvcc_version="13.0", cxx11_abi=True, host_compiler="gcc 12.2.0", cxx_std=20,
+        arch_plan=plan, platform="linux_x86_64", revision="abc123", release=True,
+        version="0.1.0+cu130stable2.10", binding="stable",
+    )
+    info.update(over)
+    return json.dumps(info)
+
+
+def test_build_info_records_binding_target_and_cuda_major():
+    classic = sample_info()
+    assert (classic["binding"], classic["stable_target"], classic["cuda_major"]) == ("classic", None, 13)
+    stable = json.loads(stable_info())
+    assert (stable["binding"], stable["stable_target"], stable["cuda_major"]) == ("stable", "2.10", 13)
+    parsed = buildinfo.parse(stable_info())
+    assert parsed.stable and parsed.stable_target == "2.10"
+    assert parsed.variant.stable and parsed.variant.torch == "2.10"
+    assert "the stable ABI from torch 2.10 (built against torch 2.14.1+cu130)" in parsed.describe()
+
+
+@pytest.mark.parametrize("running", ["2.10.0+cu130", "2.11.0+cu130", "2.14.1+cu130", "2.15.0+cu132"])
+def test_stable_binary_runs_on_every_torch_from_its_target(running):
+    """No torch-minor rule for a stable binary: any torch >= its target with its CUDA major."""
+    cuda = "13.2" if running.endswith("cu132") else "13.0"
+    assert buildinfo.check_text("causal_conv1d._cuda", stable_info(), running, cuda, True) is None
+    # the stable ABI is C: the C++ ABI does not matter
+    assert buildinfo.check_text("causal_conv1d._cuda", stable_info(), running, cuda, False) is None
+
+
+def test_stable_binary_refuses_a_torch_older_than_its_target():
+    msg = buildinfo.check_text("causal_conv1d._cuda", stable_info(), "2.9.1+cu130", "13.0", True)
+    assert "causal_conv1d._cuda was built for the stable ABI from torch 2.10" in msg
+    assert "it needs torch >= 2.10 (stable ABI), the running torch is 2.9" in msg
+    assert "'mamba-kernels==0.1.0+cu130torch2.9'" in msg  # the classic wheel serves torch 2.9
+
+
+def test_stable_binary_refuses_another_cuda_major():
+    msg = buildinfo.check_text("selective_scan._cuda", stable_info(), "2.11.0+cu128", "12.8", True)
+    assert "CUDA 13.0 has another major version than torch's CUDA 12.8" in msg
+    assert "'mamba-kernels==0.1.0+cu128stable2.10'" in msg
+
+
+def test_stable_binary_refuses_free_threaded_python(monkeypatch):
+    monkeypatch.setattr(buildinfo, "free_threaded", lambda: True)
+    msg = buildinfo.check_text("causal_conv1d._cuda", stable_info(), "2.14.1+cu130", "13.0", True)
+    assert "it is a stable-ABI (abi3) module, which a free-threaded CPython cannot load" in msg
+    assert "Fix: use a CPython build with the GIL" in msg and "MAMBA_KERNELS_BINDING=classic" in msg
+    # a classic binary is not an abi3 module: free threading is no reason to refuse it
+    assert buildinfo.check_text("m", json.dumps(sample_info()), "2.14.1+cu130", "13.0", True) is None
+
+
+def test_classic_binary_keeps_the_exact_minor_rule():
+    msg = buildinfo.check_text("m", json.dumps(sample_info()), "2.15.0+cu130", "13.0", True)
+    assert "torch 2.14 != running torch 2.15" in msg
+
+
+@pytest.mark.parametrize(
+    "over, error",
+    [
+        ({"binding": "pybind"}, "binding must be 'classic' or 'stable'"),
+        ({"stable_target": None}, "stable_target must be a string like '2.10'"),
+        ({"stable_target": "2"}, "stable_target must be a string like '2.10'"),
+    ],
+)
+def test_stable_metadata_schema(over, error):
+    data = json.loads(stable_info())
+    data.update(over)
+    with pytest.raises(ValueError, match=error):
+        buildinfo.parse(json.dumps(data))
+
+
 def test_build_info_fields():
     info = sample_info()
     assert info["torch_version"] == "2.14.1+cu130" and info["torch_cuda"] == "13.0"
@@ -90,7 +164,10 @@ def test_torch_mismatch_names_built_running_and_fix():
     assert "causal_conv1d._cuda was built for torch 2.14.1+cu130, CUDA 13.0 (nvcc 13.0), cxx11 ABI" in msg
     assert "running environment has torch 2.13.0+cu130, CUDA 13.0, cxx11 ABI" in msg
     assert "torch 2.14 != running torch 2.13" in msg
-    assert "pip install --no-deps --force-reinstall 'mamba-kernels==0.1.0+cu130torch2.13'" in msg
+    # torch >= 2.10 is served by the stable-ABI wheel of its CUDA major
+    assert "pip install --no-deps --force-reinstall 'mamba-kernels==0.1.0+cu130stable2.10'" in msg
+    msg = buildinfo.check_text("m", json.dumps(sample_info()), "2.9.1+cu128", "12.8", True)
+    assert "'mamba-kernels==0.1.0+cu128torch2.9'" in msg
     assert "MAMBA_KERNELS_FORCE_BUILD=1 pip install --no-build-isolation" in msg
 
 
@@ -98,7 +175,7 @@ def test_cuda_and_abi_mismatches():
     text = json.dumps(sample_info())
     msg = buildinfo.check_text("m", text, "2.14.1+cu126", "12.6", True)
     assert "another major version" in msg and "another CUDA major than torch's 12.6" in msg
-    assert "'mamba-kernels==0.1.0+cu126torch2.14'" in msg
+    assert "'mamba-kernels==0.1.0+cu126stable2.10'" in msg
     msg = buildinfo.check_text("m", json.dumps(sample_info(torch_cuda="13.2")), "2.14.1", "13.0", True)
     assert "CUDA 13.2 is newer than torch's CUDA 13.0" in msg
     msg = buildinfo.check_text("m", text, "2.14.1", "13.0", False)

@@ -401,3 +401,75 @@ def test_build_info_is_read_from_a_file_without_loading_it(tmp_path):
     found = buildinfo.find_in_file(str(tmp_path / "x.so"))
     assert found is not None and found.raw == info()
     assert buildinfo.find_in_file(str(tmp_path / "absent.so")) is None
+
+
+# ----------------------------------------------------------------------------- stable-ABI binaries
+
+
+def stable_info(**over):
+    """BUILD_INFO of a stable-ABI build for the running torch's CUDA, with ``over``."""
+    return info(**{"binding": "stable", "stable_target": "2.10", **over})
+
+
+@needs_python_h
+def test_stable_binary_needing_a_newer_torch_falls_back_with_the_reason(fresh, monkeypatch):
+    """A real compiled stable-ABI extension whose target is newer than the running torch is
+    refused in one sentence and the PyTorch path runs (a warning once); with
+    MAMBA_KERNELS_BACKEND=cuda it is an error with the same reason."""
+    name = compiled_extension(fresh, "mkg_stable_new", stable_info(stable_target="2.99"))
+    dispatch.EXTENSIONS["causal_conv1d"] = name
+    with pytest.warns(RuntimeWarning) as record:
+        assert dispatch.use_cuda("causal_conv1d", "cuda") is False
+    msg = str(record[0].message)
+    assert f"{name} was built for the stable ABI from torch 2.99" in msg
+    running = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    assert f"it needs torch >= 2.99 (stable ABI), the running torch is {running}" in msg
+    monkeypatch.setenv(knobs.BACKEND_VAR, "cuda")
+    dispatch._status.clear()
+    with pytest.raises(RuntimeError, match=r"needs torch >= 2.99 \(stable ABI\)"):
+        dispatch.use_cuda("causal_conv1d", "cuda")
+
+
+@needs_python_h
+def test_stable_binary_for_another_cuda_major_is_refused(fresh):
+    other = "12.8" if (torch.version.cuda or "13").split(".")[0] != "12" else "13.0"
+    name = compiled_extension(fresh, "mkg_stable_cuda", stable_info(torch_cuda=other, nvcc_version=other))
+    dispatch.EXTENSIONS["selective_scan"] = name
+    reason = dispatch.backends()["selective_scan"]["reason"]
+    assert f"CUDA {other} has another major version than torch's CUDA {torch.version.cuda}" in reason
+    assert dispatch.backends()["selective_scan"]["backend"] == "reference"
+
+
+@needs_python_h
+def test_stable_binary_on_the_running_torch_is_used(fresh):
+    """Same CUDA major, running torch >= target, GIL build: the stable binary is accepted
+    whatever torch minor it was compiled against."""
+    name = compiled_extension(fresh, "mkg_stable_ok", stable_info(torch_version="2.10.0+cu130"))
+    dispatch.EXTENSIONS["causal_conv1d"] = name
+    assert dispatch.backends()["causal_conv1d"]["backend"] == "cuda"
+
+
+@needs_gcc
+def test_free_threaded_python_refuses_the_abi3_binary_it_cannot_see(fresh, monkeypatch):
+    """A free-threaded CPython's import system skips abi3 files, so the stable binary looks
+    absent: the guard finds it next to the package and says why it cannot load, with the fix."""
+    pkg = _package(fresh, "mkg_stable_ft")
+    src = pkg / "ext.c"
+    text = _c_string(json.dumps(stable_info()))
+    src.write_text(f"__attribute__((used)) static const char build_info[] = {text};\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", str(src), "-o", str(pkg / "_cuda.abi3.so")], check=True)
+    name = "mkg_stable_ft._cuda"
+    monkeypatch.setattr(buildinfo, "free_threaded", lambda: True)
+
+    def import_module(n):  # what a free-threaded interpreter's import system does with abi3
+        raise ModuleNotFoundError(f"No module named {n!r}", name=n)
+
+    monkeypatch.setattr(dispatch.importlib, "import_module", import_module)
+    dispatch.EXTENSIONS["causal_conv1d"] = name
+    reason = dispatch.backends()["causal_conv1d"]["reason"]
+    assert f"{name} ({pkg / '_cuda.abi3.so'}) was built for the stable ABI from torch 2.10" in reason
+    assert "which a free-threaded CPython cannot load" in reason
+    assert "Fix: use a CPython build with the GIL" in reason
+    monkeypatch.setattr(buildinfo, "free_threaded", lambda: False)
+    dispatch._status.clear()
+    assert "is not part of this install" in dispatch.backends()["causal_conv1d"]["reason"]
