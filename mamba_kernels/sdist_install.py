@@ -201,10 +201,10 @@ def installer_command(environ: Mapping[str, str] = os.environ,
     if p and p[0]:
         cmd = list(p[0])
         script = os.path.basename(cmd[1]) if len(cmd) > 1 else ""
-        if script == "__pip-runner__.py" or script.startswith("pip"):  # the pip script, or pip --python
-            cmd = ["pip"] + cmd[2:]
-        elif os.path.basename(cmd[0]).startswith("uv"):
+        if os.path.basename(cmd[0]).startswith("uv"):
             cmd = ["uv"] + cmd[1:]
+        elif script == "__pip-runner__.py" or script.startswith("pip"):  # the pip script, or pip --python
+            cmd = ["pip"] + cmd[2:]
         return shlex.join(cmd)
     return "uv pip install mamba-kernels" if environ.get("UV") else "pip install mamba-kernels"
 
@@ -482,13 +482,18 @@ def build_from_source(python: str, root: str, out_dir: str, environ: Mapping[str
 # ----------------------------------------------------------------------------- telling the user
 
 
-def tell(line: str) -> None:
+def tell(line: str, environ: Mapping[str, str] = os.environ) -> None:
     """Show one line to the user. pip and uv hide a successful build's output, so the line goes
-    to the controlling terminal when there is one; else to stderr (shown with -v)."""
+    to the controlling terminal when there is one; else to stderr (shown with -v).
+
+    On its own line: pip's spinner is mid-line. uv redraws a live region of a line per build plus
+    a progress line by moving the cursor up over the rows it drew last; the blank rows after the
+    line take that redraw, so the line stays on screen (tests/test_sdist.py checks the screen)."""
     tty = "CONOUT$" if sys.platform == "win32" else "/dev/tty"
+    pad = "\n\n" if environ.get("UV") else ""
     try:
         with open(tty, "w") as f:
-            f.write(line + "\n")
+            f.write("\n" + line + "\n" + pad)
         return
     except OSError:
         pass
@@ -560,7 +565,8 @@ def build_wheel(root: str, wheel_directory: str, pure_build: Callable[[str], str
         if knobs.force:
             reasons.append(f"{build.FORCE_BUILD_VAR} is on, so no prebuilt wheel is used")
         elif target.torch is None:
-            reasons.append(f"no prebuilt wheel: there is no torch in the target environment {where}")
+            reasons.append(f"there is no torch in the target environment {where}; install torch, then "
+                           "mamba-kernels again (--force-reinstall --no-deps) for the CUDA kernels")
         else:
             got, why = prebuilt(target, indexes, os.path.join(tmp, "prebuilt"), _timeout(environ))
             reasons += [f"no prebuilt wheel: {w}" for w in why]
@@ -575,7 +581,7 @@ def build_wheel(root: str, wheel_directory: str, pure_build: Callable[[str], str
                     out = None
                     reasons.append(f"the prebuilt wheel {c.filename} is unusable ({e})")
         # 2. a source build
-        if out is None:
+        if out is None and target.torch is not None:
             ok, why = source_build_decision(target, environ)
             if ok:
                 start = time.monotonic()
@@ -599,13 +605,16 @@ def build_wheel(root: str, wheel_directory: str, pure_build: Callable[[str], str
                                       f"extensions cannot be built: {why}")
                 reasons.append(f"no source build: {why}")
         # 3. pure Python
+        if out is None and knobs.force:
+            raise StopInstall(f"{PREFIX}error: {build.FORCE_BUILD_VAR} is on but the CUDA extensions cannot "
+                              f"be built: {'; '.join(reasons)}")
         if out is None:
             line = (f"{PREFIX}installed without the CUDA extensions, the PyTorch path runs: "
                     f"{'; '.join(reasons)}. `python -m mamba_kernels doctor` shows this again")
             out = Outcome("pure", line, reasons, target=facts)
             pure = pure_build(os.path.join(tmp, "pure"))
             name = finish_wheel(pure, wheel_directory, version, out.record(found.how, version))
-    tell(out.line)
+    tell(out.line, environ)
     return name
 
 
