@@ -437,8 +437,10 @@ def build_info_expectations(
     return want, got
 
 
-def check_installed(cell: support.Cell) -> List[str]:
-    """Run in a clean environment with the wheel and torch installed: import and compare."""
+def check_installed(cell: support.Cell, torch_release: Optional[str] = None) -> List[str]:
+    """Run in a clean environment with the wheel and torch installed: import and compare.
+    ``torch_release`` ("2.16"): the torch expected instead of the cell's test torch (a stable
+    wheel smoke-tested on a newer torch, ci/torch_watch.py)."""
     import importlib
 
     import torch
@@ -446,7 +448,9 @@ def check_installed(cell: support.Cell) -> List[str]:
     from mamba_kernels import buildinfo
 
     problems = []
-    test_torch = torch_of(cell, TEST)[0]
+    test_torch = torch_release or torch_of(cell, TEST)[0]
+    if torch_release is not None and not cell.serves_torch(torch_release):
+        problems.append(f"the cell's wheel does not serve torch {torch_release} ({variant.cell_label(cell)})")
     if variant.minor(torch.__version__) != test_torch:
         problems.append(f"installed torch {torch.__version__} is not the cell's test torch {test_torch}")
     want_sass, want_ptx = expected_targets(cell)
@@ -670,6 +674,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     vp.add_argument("--no-cuobjdump", action="store_true", help="check archs with the fat-binary reader only")
     kp = sub.add_parser("check-installed")
     kp.add_argument("cell", nargs="?")
+    kp.add_argument("--torch", help="the torch release installed (default: the cell's test torch), e.g. 2.16")
     args = p.parse_args(argv)
     try:
         if args.cmd == "local":
@@ -723,7 +728,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 return 1
             print(f"OK {wheel.name}")
         elif args.cmd == "check-installed":
-            problems = check_installed(cell_from(args.cell))
+            problems = check_installed(cell_from(args.cell), args.torch)
             for pr in problems:
                 print(f"FAIL {pr}")
             if problems:

@@ -19,10 +19,20 @@ reads the repository's pull requests (``gh pr list --state all --json
 number,state,headRefName,url``); a release whose branch already had a pull request, open,
 closed or merged, is not proposed again.
 
+A release from the stable-ABI floor (torch 2.10) on needs no new cells: the stable wheels
+already published serve it (docs/COMPAT.md §11). What it needs is a smoke test: on each platform
+and each CUDA variant it ships, install that torch, install the stable wheel the resolver picks
+for it from the release index, and import both extensions (ci/build_cell.py check-installed
+--torch). Only a CUDA variant no stable cell serves (a new CUDA major, or a minor with a new
+architecture list) makes new stable cells, which are built (from the proposal branch) like a
+release's; a release below the floor would make classic cells, built alike. :func:`plan` says
+which.
+
 Exit 0 with nothing to propose, 10 when a new release was found and should be proposed (so the
 workflow knows to push the branch and open the pull request). --github-output appends
 ``new``, ``torch``, ``branch`` and ``changed`` (the data file --apply edited, relative to the
-repository) for the workflow.
+repository), and for a new release ``smoke`` / ``n_smoke`` (a job matrix of smoke tests, one
+line of JSON) and ``build`` / ``n_build`` (a JSON list of the cell ids to build) for the workflow.
 """
 
 from __future__ import annotations
@@ -38,7 +48,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mamba_kernels import support  # noqa: E402
+from mamba_kernels import matrix, support, variant  # noqa: E402
 
 SUPPORT_DATA = support.DATA_FILE
 PYPI_URL = "https://pypi.org/pypi/torch/json"
@@ -125,6 +135,53 @@ def release_entry(f: Dict[str, Any]) -> Dict[str, Any]:
     return entry
 
 
+def _serving(cells: List[support.Cell], platform: str, cuda: str) -> Optional[support.Cell]:
+    """The stable cell whose wheel the resolver picks for torch's CUDA ``cuda`` on ``platform``:
+    the same major, the highest minor not above torch's (mamba_kernels/resolve.py)."""
+    fits = [c for c in cells if c.platform == platform and c.cuda.split(".")[0] == cuda.split(".")[0]
+            and _mm(c.cuda) <= _mm(cuda)]
+    return max(fits, key=lambda c: _mm(c.cuda)) if fits else None
+
+
+def plan(entry: Dict[str, Any]) -> Dict[str, Any]:
+    """What the release of ``entry`` (a ``releases`` entry) needs before merge.
+
+    ``build``: the ids of the cells the table gains (every cell of a release below the
+    stable-ABI floor; otherwise the stable cells a CUDA variant no existing one serves adds).
+    ``smoke``: for a release from the floor on, one test per platform and CUDA variant it
+    ships that an existing (published) stable wheel serves: that torch from PyTorch's index
+    with the wheel the resolver picks, on the newest CPython the release has there.
+    """
+    new = support.release_from_data(entry)
+    if _mm(new.torch + ".0") < _mm(support.STABLE_ABI_MIN_TORCH + ".0"):
+        cells = support.release_cells(new)
+        return {"torch": new.torch, "build": [matrix.cell_id(c) for c in cells], "smoke": []}
+    # By id: a newer build torch for an existing cell makes no new wheel.
+    before = {matrix.cell_id(c) for c in support.stable_cells()}
+    after = support.stable_cells(releases=tuple(support.RELEASES) + (new,))
+    built = [c for c in after if matrix.cell_id(c) not in before]
+    smoke = []
+    for plat in support.PLATFORMS:
+        pythons = [py for py in new.pythons_on(plat) if _mm(py) >= _mm(support.STABLE_ABI_PYTHON)]
+        for cuda in new.cuda[plat]:
+            cell = _serving(after, plat, cuda)
+            if cell is None or cell in built or not pythons:
+                continue  # a new cell: its build tests it
+            smoke.append({
+                "id": f"smoke-torch{new.torch}-{variant.cuda_tag(cuda)}-{plat}",
+                "torch": new.torch,
+                "torch_cuda": cuda,
+                "torch_requirement": variant.torch_requirement(new.torch),
+                "torch_index": matrix.torch_index(cuda),
+                "python": pythons[-1],
+                "platform": plat,
+                "runner": matrix.RUNNERS[plat],
+                "cell": matrix.cell_id(cell),
+                "label": variant.cell_label(cell),
+            })
+    return {"torch": new.torch, "build": [matrix.cell_id(c) for c in built], "smoke": smoke}
+
+
 def apply(entry: Dict[str, Any], path: Path = SUPPORT_DATA) -> Path:
     """Append ``entry`` as the newest release of the data file at ``path`` (checked, then
     written canonically); the file it edited."""
@@ -187,23 +244,39 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0
     f = facts(pypi, version)
     entry = release_entry(f)
+    try:
+        todo = plan(entry)
+    except ValueError as e:  # e.g. a CUDA major the architecture table does not know yet
+        todo = {"torch": mm, "build": [], "smoke": [], "problem": f"the matrix cannot place it: {e}"}
     print(json.dumps(f, indent=2))
     print(json.dumps(entry, indent=2))
+    print(f"torch {mm}: {len(todo['smoke'])} smoke test(s) of the published stable wheels, "
+          f"{len(todo['build'])} new cell(s) to build: {', '.join(todo['build']) or 'none'}")
     changed = ""
     if args.apply:
         edited = apply(entry, data_file)
         changed = edited.relative_to(ROOT).as_posix() if ROOT in edited.parents else str(edited)
     if args.body:
+        served = ("- served by the published stable wheels, smoke-tested before merge: "
+                  + (", ".join(f"{t['platform']} CUDA {t['torch_cuda']} with {t['label']}"
+                               for t in todo["smoke"]) or "none") + "\n"
+                  + f"- new cells to build: {', '.join(todo['build']) or 'none'}\n"
+                  + (f"- **{todo['problem']}**: complete mamba_kernels/support.json before merging\n"
+                     if todo.get("problem") else ""))
         Path(args.body).write_text(
             f"torch {version} is on PyPI and not in the support table.\n\n"
             f"- CPython wheels: {', '.join(f['pythons'])} (Requires-Python `{f['requires_python']}`)\n"
             f"- CUDA of the default PyPI wheel: {f['pypi_cuda'] or 'not found in its requirements'}\n"
-            f"- platforms with wheels: {', '.join(f['platforms'])}\n\n"
+            f"- platforms with wheels: {', '.join(f['platforms'])}\n" + served + "\n"
             "Before merging: confirm the CUDA variants on PyTorch's index (Linux x86_64, aarch64, "
             "Windows), the C++ ABI and standard, and the architecture lists, then run "
             f"`python -m mamba_kernels matrix --torch {mm}`.\n"
         )
-    _github_output(args.github_output, new="true", torch=mm, branch=branch, changed=changed)
+    smoke = json.dumps({"include": todo["smoke"]}, separators=(",", ":"))
+    _github_output(args.github_output, new="true", torch=mm, branch=branch, changed=changed,
+                   smoke=smoke, n_smoke=str(len(todo["smoke"])),
+                   build=json.dumps(todo["build"], separators=(",", ":")), n_build=str(len(todo["build"])),
+                   problem=todo.get("problem", ""))
     return NEW_RELEASE
 
 

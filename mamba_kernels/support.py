@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 DATA_FILE = Path(__file__).resolve().with_name("support.json")
 # The keys of one entry of ``releases``, in the order the data file keeps them.
@@ -345,20 +345,23 @@ def _iter_cells(
     for rel in classic_releases():
         if not _matches(rel.torch, torch):
             continue
-        for plat in PLATFORMS:
-            if not _matches(plat, platform):
-                continue
-            for cu in rel.cuda[plat]:
-                if not _matches(cu, cuda):
-                    continue
-                abi = rel.cxx11_abi(cu, plat)
-                if cxx11_abi is not None and abi is not cxx11_abi:
-                    continue
-                for py in rel.pythons_on(plat):
-                    if _vkey(py) < MIN_PYTHON or not _matches(py, python):
-                        continue
+        for cell in release_cells(rel):
+            if (_matches(cell.platform, platform) and _matches(cell.cuda, cuda)
+                    and _matches(cell.python, python) and (cxx11_abi is None or cell.cxx11_abi is cxx11_abi)):
+                yield cell
+
+
+def release_cells(rel: TorchRelease) -> List[Cell]:
+    """The per-minor (classic) cells of one release: its CUDA variants x CPythons >= ours, per
+    platform (for a release below the stable-ABI floor these are its cells in the matrix)."""
+    out = []
+    for plat in PLATFORMS:
+        for cu in rel.cuda[plat]:
+            for py in rel.pythons_on(plat):
+                if _vkey(py) >= MIN_PYTHON:
                     ml = None if plat == "win_amd64" else rel.manylinux
-                    yield Cell(rel.torch, cu, py, plat, abi, ml, rel.cxx_std)
+                    out.append(Cell(rel.torch, cu, py, plat, rel.cxx11_abi(cu, plat), ml, rel.cxx_std))
+    return out
 
 
 def _major(cuda: str) -> str:
@@ -375,7 +378,9 @@ def _closest_variant(variants: Tuple[str, ...], cuda: str) -> Optional[str]:
     return min(same, key=_vkey) if same else None
 
 
-def stable_cells(platform: Optional[str] = None) -> List[Cell]:
+def stable_cells(
+    platform: Optional[str] = None, releases: Optional[Sequence[TorchRelease]] = None
+) -> List[Cell]:
     """The stable cells (docs/COMPAT.md §11): per platform and CUDA major, one cell per
     distinct default architecture list among the CUDA variants the served releases ship, at
     the oldest minor with that list (a build's CUDA minor must not be above torch's, so the
@@ -383,8 +388,10 @@ def stable_cells(platform: Optional[str] = None) -> List[Cell]:
     own cell). Each builds with the newest served release that has a wheel for the abi3 Python
     and a build for exactly its CUDA (else the nearest of its major), and smoke-tests with the
     oldest served release that ships a variant of its major not below its own (the target,
-    while it ships one)."""
-    served = stable_releases()
+    while it ships one). ``releases`` replaces the table's (ci/torch_watch.py asks what a new
+    release would change)."""
+    served = stable_releases() if releases is None else tuple(
+        r for r in releases if _vkey(r.torch) >= _vkey(STABLE_ABI_MIN_TORCH))
     out: List[Cell] = []
     for plat in PLATFORMS:
         if not _matches(plat, platform):

@@ -1,5 +1,6 @@
 """ci/torch_watch.py and .github/workflows/torch-watch.yml: a new torch release is noticed,
-built on every platform before merge, and proposed once."""
+smoke-tested with the published stable wheels (or, when it adds cells, built) on every platform
+before merge, and proposed once."""
 
 from __future__ import annotations
 
@@ -133,7 +134,63 @@ def test_outputs_for_the_workflow(tmp_path):
                            "--github-output", str(out)])
     assert rc == torch_watch.NEW_RELEASE
     got = dict(line.split("=", 1) for line in out.read_text().splitlines())
-    assert got == {"new": "true", "torch": mm, "branch": f"torch-watch/torch-{mm}", "changed": ""}
+    smoke = json.loads(got.pop("smoke"))["include"]
+    assert got == {"new": "true", "torch": mm, "branch": f"torch-watch/torch-{mm}", "changed": "",
+                   "n_smoke": str(len(smoke)), "build": "[]", "n_build": "0", "problem": ""}
+    # PyPI's CUDA 13.2 build on each platform it has wheels for, served by the 13.0 stable wheel
+    assert [(t["platform"], t["torch_cuda"], t["cell"]) for t in smoke] == [
+        (p, "13.2", f"cu130stable2.10-cp310-{p}") for p in ("linux_x86_64", "linux_aarch64", "win_amd64")]
+
+
+def test_a_release_from_2_10_on_needs_a_smoke_test_not_new_cells():
+    pypi, new, mm = _pypi()
+    entry = torch_watch.release_entry(torch_watch.facts(pypi, new))
+    entry["cuda"] = {"linux_x86_64": ["12.6", "12.9", "13.2"], "linux_aarch64": ["13.0"], "win_amd64": []}
+    todo = torch_watch.plan(entry)
+    assert todo["build"] == []
+    got = [(t["platform"], t["torch_cuda"], t["label"], t["python"], t["torch_index"]) for t in todo["smoke"]]
+    assert got == [
+        ("linux_x86_64", "12.6", "cu126stable2.10", "3.15", "https://download.pytorch.org/whl/cu126"),
+        ("linux_x86_64", "12.9", "cu128stable2.10", "3.15", "https://download.pytorch.org/whl/cu129"),
+        ("linux_x86_64", "13.2", "cu130stable2.10", "3.15", "https://download.pytorch.org/whl/cu132"),
+        ("linux_aarch64", "13.0", "cu130stable2.10", "3.12", "https://download.pytorch.org/whl/cu130"),
+    ]
+    assert all(t["torch_requirement"] == f"torch=={mm}.*" for t in todo["smoke"])
+    assert all(matrix.find_cell(t["cell"]).stable for t in todo["smoke"])
+
+
+def test_a_cuda_variant_with_a_new_architecture_list_adds_a_stable_cell(monkeypatch):
+    pypi, new, mm = _pypi()
+    entry = torch_watch.release_entry(torch_watch.facts(pypi, new))
+    entry["cuda"] = {"linux_x86_64": ["13.0", "13.6"], "linux_aarch64": [], "win_amd64": []}
+    entry["pypi_cuda"] = "13.0"
+    entry["pythons"] = ["3.10"] + entry["pythons"]  # a stable cell builds on cp310
+    # A CUDA 13.6 that adds an architecture (as 12.8 added Blackwell) needs its own wheel.
+    table = dict(support._ARCHS_X86, **{"13.6": support._ARCHS_X86["13.4"] + ("13.0",)})
+    monkeypatch.setattr(support, "_ARCHS_X86", table)
+    todo = torch_watch.plan(entry)
+    assert todo["build"] == ["cu136stable2.10-cp310-linux_x86_64"]
+    assert [(t["torch_cuda"], t["label"]) for t in todo["smoke"]] == [("13.0", "cu130stable2.10")]
+
+
+def test_a_release_below_2_10_would_build_its_classic_cells():
+    entry = dict(support.read_data()["releases"][8])  # torch 2.9
+    todo = torch_watch.plan(entry)
+    assert todo["smoke"] == [] and todo["build"] == [matrix.cell_id(c) for c in matrix.select(torch="2.9")]
+
+
+def test_an_unknown_cuda_major_is_reported_not_a_crash(tmp_path):
+    pypi, new, mm = _pypi(tmp_path)
+    pypi["info"]["requires_dist"] = ["cuda-toolkit[cudart]==14.0.1; platform_system == 'Linux'"]
+    (tmp_path / "pypi.json").write_text(json.dumps(pypi))
+    out, body = tmp_path / "out", tmp_path / "body.md"
+    rc = torch_watch.main(["--pypi-json", str(tmp_path / "pypi.json"), "--github-output", str(out),
+                           "--body", str(body)])
+    assert rc == torch_watch.NEW_RELEASE
+    got = dict(line.split("=", 1) for line in out.read_text().splitlines())
+    assert got["n_smoke"] == got["n_build"] == "0"
+    assert got["problem"].startswith("the matrix cannot place it: no default architecture list for CUDA 14.0")
+    assert "complete mamba_kernels/support.json before merging" in body.read_text()
 
 
 @pytest.mark.parametrize("state", ["OPEN", "CLOSED", "MERGED"])
@@ -152,21 +209,45 @@ def test_a_release_proposed_before_is_never_proposed_again(tmp_path, state, caps
     assert torch_watch.SUPPORT_DATA.read_bytes() == before and not (tmp_path / "body.md").exists()
 
 
-def test_the_workflow_builds_one_cell_per_platform_before_proposing(tmp_path):
+def test_the_workflow_builds_only_the_cells_a_release_adds(tmp_path):
     wf = workflow("torch-watch.yml")
     jobs = wf["jobs"]
     assert jobs["build"]["uses"] == "./.github/workflows/build-cells.yml"
     assert jobs["build"]["with"] == {"matrix": "${{ needs.plan.outputs.matrix }}",
                                      "ref": "${{ needs.watch.outputs.branch }}"}
-    assert "build" in jobs["propose"]["needs"]
+    assert "needs.watch.outputs.n_build != '0'" in jobs["plan"]["if"]
+    assert {"build", "smoke"} <= set(jobs["propose"]["needs"])
     checkout = jobs["plan"]["steps"][0]
     assert checkout["with"]["ref"] == "${{ needs.watch.outputs.branch }}"
-    newest = max((r.torch for r in torch_watch.support.RELEASES), key=_vkey)
-    r = run_step(step(wf, "plan", "plan"), tmp_path, {"TORCH": newest})
+    ids = ["cu130stable2.10-cp310-linux_x86_64", "cu118torch2.4-cp39-win_amd64",
+           "cu118torch2.4-cp312-win_amd64"]
+    r = run_step(step(wf, "plan", "plan"), tmp_path, {"TORCH": "2.16", "BUILD": json.dumps(ids)})
     assert r.returncode == 0, r.stdout + r.stderr
     cells = json.loads(outputs(tmp_path)["matrix"])["include"]
-    assert sorted(c["platform"] for c in cells) == sorted({c.platform for c in matrix.select(torch=newest)})
-    assert all(c["torch"] == newest for c in cells)
+    # one per platform and CUDA variant: the newest Python of the classic ones
+    assert sorted(c["id"] for c in cells) == [
+        "cu118torch2.4-cp312-win_amd64", "cu130stable2.10-cp310-linux_x86_64"]
+    assert cells == [matrix.ci_fields(matrix.find_cell(c["id"])) for c in cells]
+
+
+def test_the_workflow_smoke_tests_the_published_stable_wheels_on_the_new_torch():
+    wf = workflow("torch-watch.yml")
+    smoke = wf["jobs"]["smoke"]
+    assert smoke["strategy"]["matrix"] == "${{ fromJSON(needs.watch.outputs.smoke) }}"
+    assert "needs.watch.outputs.n_smoke != '0'" in smoke["if"]
+    assert smoke["runs-on"] == "${{ matrix.runner }}"
+    assert smoke["steps"][0]["with"]["ref"] == "${{ needs.watch.outputs.branch }}"
+    run = smoke["steps"][-1]["run"]
+    env = smoke["steps"][-1]["env"]
+    assert env["TORCH_INDEX"] == "${{ matrix.torch_index }}" and env["CELL"] == "${{ matrix.cell }}"
+    assert '"torch==${TORCH}.*" --index-url="$TORCH_INDEX"' in run
+    assert 'python -m mamba_kernels install --python-exe "$py"' in run  # the release index, verified
+    assert 'check-installed "$CELL" --torch "$TORCH"' in run
+    assert run.index("cd \"$RUNNER_TEMP\"") < run.index("check-installed")  # the installed package
+    watch_outputs = wf["jobs"]["watch"]["outputs"]
+    assert {"smoke", "n_smoke", "build", "n_build", "problem"} <= set(watch_outputs)
+    opener = step(wf, "propose", "Open the pull request")
+    assert opener["env"]["SMOKE"] == "${{ needs.smoke.result }}" and "$PROBLEM" in opener["run"]
 
 
 def test_the_pull_request_uses_the_app_token_when_configured():
