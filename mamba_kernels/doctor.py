@@ -28,9 +28,10 @@ from . import buildinfo, dispatch, environment, knobs, support
 from .version import __version__
 
 DIST = "mamba-kernels"
-# Top-level modules another distribution could own instead of us, and strays that shadow us.
+# Top-level names we install: our packages, and the compatibility modules named like the originals'
+# compiled extensions (another file of that name found first, e.g. mamba_ssm's own build, shadows ours).
 OUR_PACKAGES = ("causal_conv1d", "selective_scan")
-STRAY_MODULES = ("causal_conv1d_cuda", "selective_scan_cuda")
+COMPAT_MODULES = ("causal_conv1d_cuda", "selective_scan_cuda")
 # torch's C++ namespaces, by the prefix of a demangled name: the API a missing symbol is from.
 TORCH_APIS = (
     ("c10::cuda::", "c10::cuda (libc10_cuda, torch's CUDA core)"),
@@ -163,39 +164,73 @@ def _kernel(kernel: str, target: environment.Target) -> Dict[str, Any]:
     return report
 
 
+def _our_compat_file(mod: str) -> Optional[str]:
+    """Where our compatibility module ``mod`` lives: next to our selective_scan package."""
+    try:
+        spec = importlib.util.find_spec("selective_scan")
+    except (Exception, SystemExit):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    return os.path.join(os.path.dirname(os.path.dirname(spec.origin)), f"{mod}.py")
+
+
+def _file_owners(path: str) -> List[str]:
+    """Distributions whose RECORD lists ``path`` as a top-level file (packages_distributions()
+    infers top-level names from .py files only on older Pythons, so an extension module is missed)."""
+    name = os.path.basename(path)
+    found = []
+    for dist in importlib.metadata.distributions():
+        files = dist.files or []
+        if any(len(f.parts) == 1 and f.name == name for f in files):
+            found.append(dist.metadata["Name"])
+    return [d for d in found if d and _norm(d) != DIST]
+
+
 def _shadowing() -> List[Dict[str, Any]]:
     found: List[Dict[str, Any]] = []
     owners = importlib.metadata.packages_distributions()
-    for pkg in OUR_PACKAGES:
-        others = sorted({d for d in owners.get(pkg, []) if _norm(d) != DIST})
-        for other in others:
-            try:
-                ver = importlib.metadata.version(other)
-            except importlib.metadata.PackageNotFoundError:
-                ver = "?"
-            found.append(_problem(
-                f"another distribution shadows ours: {other}",
-                f"the distribution {other} {ver} also installs the top-level package {pkg}, so whichever "
-                f"was installed last owns its files",
-                f"pip uninstall -y {other} && pip install --no-deps --force-reinstall {DIST}"))
-    for mod in STRAY_MODULES:
+    clashes: Dict[str, List[str]] = {}
+    for name in OUR_PACKAGES + COMPAT_MODULES:
+        for other in sorted({d for d in owners.get(name, []) if _norm(d) != DIST}):
+            clashes.setdefault(other, []).append(name)
+    for other, names in clashes.items():
+        try:
+            ver = importlib.metadata.version(other)
+        except importlib.metadata.PackageNotFoundError:
+            ver = "?"
+        found.append(_problem(
+            f"another distribution shadows ours: {other}",
+            f"the distribution {other} {ver} also installs the top-level {', '.join(names)}, so whichever "
+            f"was installed last owns those files",
+            f"pip uninstall -y {other} && pip install --no-deps --force-reinstall {DIST}"))
+    for mod in COMPAT_MODULES:
         try:
             spec = importlib.util.find_spec(mod)
         except (Exception, SystemExit):
             spec = None
+        ours = _our_compat_file(mod)
         if spec is None:
+            found.append(_problem(
+                f"the compatibility module {mod} is missing",
+                f"no {mod} is importable, so code that imports it (mamba_ssm, older forks) fails at import",
+                f"pip install --no-deps --force-reinstall {DIST}", broken=False))
             continue
         origin = spec.origin or mod
-        dists = sorted(set(owners.get(mod, [])))
+        if ours is not None and os.path.realpath(origin) == os.path.realpath(ours):
+            continue
+        dists = sorted({d for d in owners.get(mod, []) if _norm(d) != DIST} or _file_owners(origin))
         owner = f" (installed by {', '.join(dists)})" if dists else ""
         fix = f"pip uninstall -y {' '.join(dists)}" if dists else f"rm {origin}"
-        what = ("mamba_ssm's own extension shadows ours" if any(_norm(d) == "mamba-ssm" for d in dists)
-                else f"a stray {mod} module shadows ours")
+        mamba = any(_norm(d) == "mamba-ssm" for d in dists)
+        if mamba:
+            fix = ("MAMBA_SKIP_CUDA_BUILD=TRUE MAMBA_FORCE_BUILD=TRUE pip install --no-build-isolation "
+                   "--no-deps --force-reinstall mamba-ssm (its Python only; our kernels then serve it)")
         found.append(_problem(
-            what,
-            f"{mod} at {origin}{owner}: code that imports it (mamba_ssm) runs that binary instead of "
-            "mamba-kernels' kernels",
-            fix))
+            "mamba_ssm's own extension shadows ours" if mamba else f"a stray {mod} module shadows ours",
+            f"{mod} at {origin}{owner} is found before ours ({ours or 'not installed'}): code that imports "
+            f"it (mamba_ssm) runs that binary instead of mamba-kernels' kernels",
+            fix, broken=not mamba))
     return found
 
 

@@ -154,3 +154,18 @@ def test_gpu_arch_not_in_binary_and_old_driver(fresh):
 def test_driver_table():
     assert support.driver_runs("525.60.13", "12.8") and not support.driver_runs("470.1", "12.1")
     assert support.min_driver("13.0") == "580.65.06" and support.driver_runs("1.0", "99.0") is None
+
+
+def test_compat_modules_ours_are_not_reported_and_mamba_ssms_build_is(fresh):
+    report = doctor.diagnose(NO_GPU)
+    assert not [w for w in whats(report) if "selective_scan_cuda" in w or "shadows ours" in w]
+    dist = fresh / "mamba_ssm-2.3.2.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mamba-ssm\nVersion: 2.3.2\n")
+    (dist / "RECORD").write_text(f"mamba_ssm/__init__.py,,\nselective_scan_cuda{EXT_SUFFIX},,\n")
+    (fresh / f"selective_scan_cuda{EXT_SUFFIX}").write_bytes(b"")
+    importlib.invalidate_caches()
+    found = {p["what"]: p for p in doctor.diagnose(NO_GPU)["problems"]}
+    p = found["mamba_ssm's own extension shadows ours"]
+    assert not p["broken"] and "MAMBA_SKIP_CUDA_BUILD=TRUE" in p["fix"] and str(fresh) in p["why"]
+    sys.modules.pop("selective_scan_cuda", None)
