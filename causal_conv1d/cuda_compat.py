@@ -3,7 +3,7 @@
 The top-level module ``causal_conv1d_cuda`` (shipped in this distribution) re-exports these
 three functions for code that calls the extension directly (mamba_ssm up to 2.2.4 and forks of
 it). Their positional signature changed between causal-conv1d releases; every form has its own
-number of arguments, so each call is recognised by its arity (docs/COMPAT.md,
+number of arguments, so each call is recognised by its arity (docs/CLIENTS.md,
 "causal_conv1d_cuda"):
 
 causal_conv1d_fwd

@@ -13,7 +13,7 @@ All arguments are positional, as in the compiled original. ``out`` is y without 
 ``out_z = out * silu(z)``; dD / ddelta_bias are None without D / delta_bias; a given ``dz``
 is written in place and returned (mamba_ssm passes a view into its ``dxz``).
 
-``x``, the scan-state tensor, differs from the original's (docs/COMPAT.md, "selective_scan_cuda"):
+``x``, the scan-state tensor, differs from the original's (docs/CLIENTS.md, "selective_scan_cuda"):
 its shape is (batch, dim, n, 2 * dstate) in A's dtype (float32 or complex64; float64 for float64
 inputs) and ``x[:, :, -1, 1::2]`` is the state after the last step, which is all callers read
 from it; the odd slots hold the states at our kernels' own checkpoints (every 64 steps on CUDA,
