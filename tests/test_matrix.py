@@ -232,3 +232,15 @@ def test_cli_errors(capsys):
     assert code == 2 and "os must be one of linux, windows, got 'solaris'" in err
     code, _, err = run(capsys, "--torch", "2.4", "--cuda", "13.0")
     assert code == 1 and "no cell matches" in err
+
+
+def test_releasing_shows_the_generated_table_and_readme_the_counts():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    assert matrix.markdown_table(matrix.select()) in (root / "docs" / "RELEASING.md").read_text()
+    readme = (root / "README.md").read_text()
+    n = matrix.counts(matrix.select())
+    assert (f"| **total** | linux_x86_64 {n['linux_x86_64']}, linux_aarch64 {n['linux_aarch64']}, "
+            f"win_amd64 {n['win_amd64']} | **{n['total']}** |") in readme
+    assert "| **2.10 and newer** | linux_x86_64, linux_aarch64, win_amd64 | 3 + 3 + 3 |" in readme
