@@ -15,6 +15,7 @@ CUDA major than torch while the extensions load (that only breaks a source build
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import os
@@ -205,8 +206,8 @@ def _shadowing() -> List[Dict[str, Any]]:
             f"was installed last owns those files",
             f"pip uninstall -y {other} && pip install --no-deps --force-reinstall {DIST}"))
     for mod in COMPAT_MODULES:
-        try:
-            spec = importlib.util.find_spec(mod)
+        try:  # the file a fresh process would import (sys.path order), whatever this one imported
+            spec = importlib.machinery.PathFinder.find_spec(mod)
         except (Exception, SystemExit):
             spec = None
         ours = _our_compat_file(mod)
