@@ -196,7 +196,10 @@ def test_pull_requests_get_no_write_permissions_or_secrets():
     data = workflow("release.yml")
     assert "${{ secrets." not in (WORKFLOW_DIR / "release.yml").read_text()
     writers = {n for n, j in data["jobs"].items() if "write" in (j.get("permissions") or {}).values()}
-    assert writers == {"publish", "pages"}
+    assert writers == {"publish", "pages", "publish-testpypi", "publish-pypi"}
+    for name in ("publish-testpypi", "publish-pypi"):  # trusted publishing: the OIDC token only
+        assert data["jobs"][name]["permissions"] == {"id-token": "write"}
+        assert "startsWith(github.ref, 'refs/tags/v')" in data["jobs"][name]["if"]
     assert "startsWith(github.ref, 'refs/tags/v')" in data["jobs"]["publish"]["if"]
     assert data["jobs"]["pages"]["needs"] == "publish"
     assert "needs.publish.result == 'success'" in data["jobs"]["pages"]["if"]
