@@ -19,11 +19,13 @@ Knobs (booleans as mamba_kernels.knobs parses them):
 
 from __future__ import annotations
 
+import argparse
 import glob
 import json
 import os
 import subprocess
 import sys
+import sysconfig
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -630,3 +632,68 @@ def setup_kwargs(root: str, environ: Optional[Mapping[str, str]] = None) -> Dict
     if stable:  # the wheel's tags: cp310-abi3-<platform>
         kwargs["options"] = {"bdist_wheel": {"py_limited_api": variant.python_tag(support.STABLE_ABI_PYTHON)}}
     return kwargs
+
+
+# ----------------------------------------------------------------------------- binding-only compile
+
+
+def binding_only_sources(root: str, binding: str) -> List[str]:
+    """The translation units that belong to ``binding`` alone (the kernels and the shared host
+    code are the same for both bindings)."""
+    files = glob.glob(os.path.join(root, "csrc", "common", binding, "*.cpp"))
+    for kernel in KERNELS:
+        files += glob.glob(os.path.join(root, "csrc", kernel, binding, "*.cpp"))
+    return sorted(files)
+
+
+def compile_binding(root: str, binding: str, environ: Mapping[str, str]) -> int:
+    """Compile (every check of a compile, no code generated: ``-fsyntax-only``) the translation
+    units of ``binding`` alone with the flags and include paths a build of it would use: the
+    compile check's way to keep the binding it does not build compilable. Linux host compilers
+    only; returns the number of files that failed."""
+    if current_platform() == "win_amd64":
+        raise BuildError("the binding-only compile runs with GCC or Clang (Linux)")
+    env = dict(environ)
+    env[knobs.BINDING_VAR] = binding
+    env[FORCE_BUILD_VAR] = "1"
+    env.pop(RELEASE_VAR, None)
+    try:
+        plan = make_plan(root, env)
+    except ValueError as e:
+        raise BuildError(str(e)) from None
+    os.environ.update(plan.env)
+    from torch.utils import cpp_extension
+
+    cpp_extension.CUDA_HOME = plan.env["CUDA_HOME"]
+    cxx, _ = build_toolchain.host_compiler(environ)
+    includes = plan.include_dirs + cpp_extension.include_paths(device_type="cuda")
+    includes.append(sysconfig.get_paths()["include"])
+    flags = list(plan.flags["cxx"]) + ["-fPIC", "-DTORCH_API_INCLUDE_EXTENSION_H"]
+    flags.append("-DTORCH_EXTENSION_NAME=_cuda")
+    if binding == STABLE:
+        flags.append("-DPy_LIMITED_API=0x030A0000")
+    failed = 0
+    for src in binding_only_sources(root, binding):
+        cmd = [cxx, "-fsyntax-only", *flags, *(f"-I{d}" for d in includes), src]
+        if subprocess.run(cmd).returncode != 0:
+            where = os.path.relpath(src, root)
+            print(f"mamba-kernels: {where} does not compile ({binding} binding)", file=sys.stderr)
+            failed += 1
+    return failed
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mamba_kernels.build")
+    parser.add_argument("--compile-binding", choices=(STABLE, CLASSIC), required=True,
+                        help="compile that binding's own translation units (no kernels, no link)")
+    args = parser.parse_args(argv)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        return 1 if compile_binding(root, args.compile_binding, os.environ) else 0
+    except BuildError as e:
+        print(f"mamba-kernels: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
