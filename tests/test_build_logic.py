@@ -284,3 +284,81 @@ def test_version_parsers():
     wrapper = '#!/bin/sh\nexec "/opt/cuda/bin/nvcc" "$@"\n'
     assert build_toolchain.script_target(wrapper) == "/opt/cuda/bin/nvcc"
     assert build_toolchain.script_target("#!/bin/sh\necho hi\n") is None
+
+
+# ----------------------------------------------------------------------------- binding
+
+
+@pytest.mark.parametrize(
+    "knob, torch_version, want",
+    [
+        ("auto", "2.14.1+cu130", "stable"),
+        ("auto", "2.10.0+cu128", "stable"),
+        ("auto", "2.9.1+cu128", "classic"),
+        ("classic", "2.14.1+cu130", "classic"),
+        ("stable", "2.11.0", "stable"),
+    ],
+)
+def test_choose_binding(knob, torch_version, want):
+    assert build.choose_binding(knob, torch_version) == want
+
+
+def test_forcing_stable_on_an_old_torch_is_an_error():
+    with pytest.raises(ValueError, match=r"BINDING=stable needs torch >= 2.10 .* the build torch is 2.9.1"):
+        build.choose_binding("stable", "2.9.1")
+    assert build.read_knobs({"MAMBA_KERNELS_BINDING": "stable"}).binding == "stable"
+    with pytest.raises(ValueError, match="MAMBA_KERNELS_BINDING='both' is not a binding"):
+        build.read_knobs({"MAMBA_KERNELS_BINDING": "both"})
+
+
+def test_stable_flags_target_torch_2_10_on_cxx_and_nvcc():
+    assert build.target_version_macro("2.10") == "0x020a000000000000"
+    assert build.target_version_macro("2.9") == "0x0209000000000000"
+    for platform in ("linux_x86_64", "win_amd64"):
+        f = build.compile_flags(platform=platform, cxx_std=20, nvcc_version="13.0", arch_plan=plan90(),
+                                nvcc_threads=1, release=True, cxx11_abi=True, binding="stable")
+        for kind in ("cxx", "nvcc"):
+            assert "-DTORCH_TARGET_VERSION=0x020a000000000000" in f[kind] and "-DUSE_CUDA" in f[kind]
+    classic = build.compile_flags(platform="linux_x86_64", cxx_std=20, nvcc_version="13.0",
+                                  arch_plan=plan90(), nvcc_threads=1, release=True, cxx11_abi=True,
+                                  binding="classic")
+    assert not any("TORCH_TARGET_VERSION" in x for x in classic["cxx"] + classic["nvcc"])
+
+
+def test_stable_release_requires_the_target_or_newer():
+    assert build.install_requires(release_torch="2.14.1+cu130", binding="stable") == ["torch>=2.10"]
+    assert build.install_requires(release_torch="2.14.1+cu130", binding="classic") == ["torch==2.14.*"]
+
+
+def test_sources_per_binding(tmp_path):
+    dirs = ("causal_conv1d", "causal_conv1d/classic", "causal_conv1d/stable", "common/classic",
+            "common/stable")
+    for d in dirs:
+        (tmp_path / "csrc" / d).mkdir(parents=True)
+    for f in ("causal_conv1d/fwd.cu", "causal_conv1d/conv_host.cpp", "causal_conv1d/classic/binding.cpp",
+              "causal_conv1d/stable/binding.cpp", "common/classic/errors.cpp", "common/stable/errors.cpp"):
+        (tmp_path / "csrc" / f).write_text("")
+    shared = ["csrc/causal_conv1d/conv_host.cpp", "csrc/causal_conv1d/fwd.cu"]
+    assert build.kernel_sources(str(tmp_path), "stable") == {"causal_conv1d": sorted(
+        shared + ["csrc/causal_conv1d/stable/binding.cpp", "csrc/common/stable/errors.cpp"])}
+    assert build.kernel_sources(str(tmp_path), "classic") == {"causal_conv1d": sorted(
+        shared + ["csrc/causal_conv1d/classic/binding.cpp", "csrc/common/classic/errors.cpp"])}
+    assert build.binding_only_sources(str(tmp_path), "classic") == [
+        str(tmp_path / "csrc" / "causal_conv1d" / "classic" / "binding.cpp"),
+        str(tmp_path / "csrc" / "common" / "classic" / "errors.cpp"),
+    ]
+
+
+def test_shared_host_code_and_kernels_include_no_torch():
+    """Both bindings compile the same kernels and host code, so those may include no torch,
+    c10 or ATen header (the stable build would refuse them; the classic one must not need them)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "csrc"
+    shared = [p for p in root.rglob("*") if p.suffix in (".h", ".cuh", ".cu", ".cpp")
+              and p.parent.name not in ("classic", "stable")]
+    assert shared
+    pattern = re.compile(r'#include\s*[<"](torch/|ATen/|c10/)')
+    offenders = [str(p.relative_to(root)) for p in shared if pattern.search(p.read_text())]
+    assert offenders == []

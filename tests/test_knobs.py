@@ -31,3 +31,11 @@ def test_backend_mode():
     assert knobs.backend_mode({knobs.BACKEND_VAR: "cuda"}) == "cuda"
     with pytest.raises(ValueError, match="MAMBA_KERNELS_BACKEND='triton' is not a backend"):
         knobs.backend_mode({knobs.BACKEND_VAR: "triton"})
+
+
+def test_binding_choice():
+    assert knobs.binding_choice({}) == "auto"
+    assert knobs.binding_choice({knobs.BINDING_VAR: " Stable "}) == "stable"
+    assert knobs.binding_choice({knobs.BINDING_VAR: "classic"}) == "classic"
+    with pytest.raises(ValueError, match=r"BINDING='abi3' is not a binding: use one of auto, stable"):
+        knobs.binding_choice({knobs.BINDING_VAR: "abi3"})
