@@ -11,7 +11,8 @@
 #             selective_scan_cuda and causal_conv1d modules
 #   bash bench/peer_tests.sh [conv] [ours] [mamba_ssm]   (default: all three)
 # Environment: OUT, PEER_N (pytest workers, default 8), PEER_LIMIT (seconds per file, default 150),
-# MS_OURS (default /tmp/ms_ours), PEER_K (a pytest -k selection for the mamba_ssm files).
+# MS_OURS (default /tmp/ms_ours), PEER_K (a pytest -k selection for the mamba_ssm files),
+# PEER_PATH_FIRST (a directory put before everything else on PYTHONPATH, e.g. an installed wheel).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -37,7 +38,7 @@ run_pytest() {  # name dir pythonpath files...
   local name=$1 dir=$2 pp=$3
   shift 3
   local s=$(date +%s)
-  (cd "$dir" && PYTHONPATH="$pp" PEER_MAMBA_SRC=$MSRC PEER_CONV_SRC=$CCSRC timeout "$LIMIT" \
+  (cd "$dir" && PYTHONPATH="${PEER_PATH_FIRST:+$PEER_PATH_FIRST:}$pp" PEER_MAMBA_SRC=$MSRC PEER_CONV_SRC=$CCSRC timeout "$LIMIT" \
     python3 -m pytest "$@" -q -rfE $xd -p no:cacheprovider >"$OUT/peer_$name.log" 2>&1)
   local rc=$?
   log "$name: rc=$rc in $(($(date +%s) - s)) s: $(counts "$OUT/peer_$name.log")"
