@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Callable, Dict, Optional, Tuple
 
-from . import buildinfo, knobs
+from . import buildinfo, knobs, sdist_install
 from .version import __version__
 
 # kernel family -> import name of its compiled extension
@@ -246,7 +246,8 @@ def _decide_first(kernel: str, device_type: str, mode: str) -> bool:
         warnings.warn(
             f"mamba_kernels: running {kernel} on CUDA tensors with the slower PyTorch "
             f"implementation because {why}. "
-            f"Set {knobs.BACKEND_VAR}=reference to silence this or =cuda to make it an error.",
+            f"Set {knobs.BACKEND_VAR}=reference to silence this or =cuda to make it an error."
+            f"{sdist_install.install_note()}",
             RuntimeWarning,
             stacklevel=4,
         )

@@ -25,7 +25,7 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Optional
 
-from . import buildinfo, dispatch, environment, knobs, support
+from . import buildinfo, dispatch, environment, knobs, sdist_install, support
 from .version import __version__
 
 DIST = "mamba-kernels"
@@ -266,6 +266,7 @@ def diagnose(target: Optional[environment.Target] = None) -> Dict[str, Any]:
         "kernels": kernels,
         "problems": found,
         "broken": any(p["broken"] for p in found),
+        "install_record": sdist_install.read_record(),  # how the sdist installed it, or None
     }
 
 
@@ -280,6 +281,8 @@ def render(report: Dict[str, Any]) -> str:
     lines += [f"gpu {g['index']}         {g['name']} (sm {g['capability']})" for g in env["gpus"]] or [
         "gpu           none visible"]
     lines.append(f"backend mode  {env['backend_mode']}")
+    if report.get("install_record"):
+        lines.append(f"installed     from the sdist: {report['install_record']['line']}")
     for kernel, k in report["kernels"].items():
         lines.append(f"{kernel:<15}{k['backend']}: {k['reason']}")
     if not report["problems"]:

@@ -636,3 +636,15 @@ def read_record() -> Optional[Dict[str, Any]]:
     except ValueError:
         return None
     return data if isinstance(data, dict) else None
+
+
+def install_note() -> str:
+    """A sentence for the fallback warning when the install from the sdist went pure-Python:
+    why, as recorded then; empty otherwise (never raises: it decorates a warning)."""
+    try:
+        record = read_record()
+    except Exception:
+        return ""
+    if not record or record.get("path") != "pure" or not record.get("reasons"):
+        return ""
+    return f" When it was installed from the sdist: {'; '.join(str(r) for r in record['reasons'])}."

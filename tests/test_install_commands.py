@@ -79,6 +79,7 @@ TOOL_IMPORTS = {
     "mamba_kernels/build.py": {"setuptools"},
     "mamba_kernels/index.py": {"packaging"},
     "mamba_kernels/matrix.py": {"packaging"},
+    "mamba_kernels/sdist_install.py": {"packaging", "wheel"},  # the sdist's build backend, at build time
 }
 
 
@@ -268,7 +269,7 @@ def built_wheel(scratch):
     src.mkdir(parents=True)
     for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE", "MANIFEST.in"):
         shutil.copy2(ROOT / name, src / name)
-    for pkg in SHIPPED:
+    for pkg in (*SHIPPED, "build_backend"):  # build_backend: pyproject's backend-path
         shutil.copytree(ROOT / pkg, src / pkg, ignore=ignore)
     env = dict(os.environ, MAMBA_KERNELS_SKIP_CUDA_BUILD="1", PIP_CONFIG_FILE=os.devnull)
     r = _ok(_run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",

@@ -402,7 +402,16 @@ def test_path3_uv_when_the_index_is_unreachable(tmp_path, torch_site, wheelhouse
                           clean_env(MAMBA_KERNELS_INDEX=url))
     assert rc == 0, out
     check_pure(site, out, f"--index {url}", "could not be read", "no GPU is visible")
-    assert installed(site)[0]["target"]["torch"] == torch.__version__
+    record = installed(site)[0]
+    assert record["target"]["torch"] == torch.__version__
+    # Afterwards the doctor shows the same line, and the fallback warning's note gives the reasons.
+    py = str(venv / "bin" / "python")
+    doctor = subprocess.run([py, "-m", "mamba_kernels", "doctor"], capture_output=True, text=True,
+                            env=clean_env(), cwd=tmp_path)
+    assert f"installed     from the sdist: {record['line']}" in doctor.stdout.splitlines(), doctor.stdout
+    note = subprocess.run([py, "-c", "from mamba_kernels import sdist_install as s; print(s.install_note())"],
+                          capture_output=True, text=True, env=clean_env(), cwd=tmp_path)
+    assert "could not be read" in note.stdout and "no GPU is visible" in note.stdout, note.stderr
 
 
 def test_path3_pip_when_no_wheel_fits(tmp_path, torch_site, wheelhouse, sdist, work):
