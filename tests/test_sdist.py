@@ -89,13 +89,21 @@ def sdist(work) -> Path:
     return path
 
 
-def labelled(pure: Path, out_dir: Path) -> Path:
-    """``pure`` as a release wheel for .venv's torch, with MARKER added."""
+# The two kinds of release wheel (docs/COMPAT.md §11): one per torch release (pip's test), and a
+# stable-ABI one serving every torch from its target on (uv's test). Each has an index of its own.
+CLASSIC = (variant.release_version(__version__, torch.__version__, torch.version.cuda, True),
+           variant.torch_requirement(torch.__version__), TAG)
+STABLE = (variant.stable_release_version(__version__, torch.version.cuda, "2.10"),
+          variant.stable_torch_requirement("2.10"), "cp310-abi3-manylinux_2_28_x86_64")
+
+
+def labelled(pure: Path, out_dir: Path, kind: Tuple[str, str, str]) -> Path:
+    """``pure`` as a release wheel of ``kind`` (version, torch requirement, tag), MARKER added."""
     from wheel.wheelfile import WheelFile
 
-    version = variant.release_version(__version__, torch.__version__, torch.version.cuda, True)
+    version, requirement, tag = kind
     old, new = f"mamba_kernels-{__version__}.dist-info", f"mamba_kernels-{version}.dist-info"
-    out = out_dir / f"mamba_kernels-{version}-{TAG}.whl"
+    out = out_dir / f"mamba_kernels-{version}-{tag}.whl"
     with WheelFile(pure) as zin, WheelFile(out, "w") as zout:
         for item in zin.infolist():
             if item.filename == f"{old}/RECORD":
@@ -104,34 +112,48 @@ def labelled(pure: Path, out_dir: Path) -> Path:
             if name == f"{new}/METADATA":
                 text = data.decode()
                 text = re.sub(r"(?m)^Version: .*$", f"Version: {version}", text)
-                text = re.sub(r"(?m)^Requires-Dist: torch.*$",
-                              f"Requires-Dist: {variant.torch_requirement(torch.__version__)}", text)
+                text = re.sub(r"(?m)^Requires-Dist: torch.*$", f"Requires-Dist: {requirement}", text)
                 data = text.encode()
             elif name == f"{new}/WHEEL":
-                text = re.sub(r"(?m)^Tag: .*$", f"Tag: {TAG}", data.decode())
+                text = re.sub(r"(?m)^Tag: .*$", f"Tag: {tag}", data.decode())
                 data = text.replace("Root-Is-Purelib: true", "Root-Is-Purelib: false").encode()
             zout.writestr(name, data)
-        zout.writestr(MARKER, b"from the prebuilt wheel\n")
+        zout.writestr(MARKER, f"from {out.name}\n".encode())
     return out
 
 
-@pytest.fixture(scope="module")
-def index_url(work) -> str:
-    """The release index (``python -m mamba_kernels index``) with one labelled wheel, on 127.0.0.1."""
-    pure_dir, wheels, site = work / "pure", work / "wheels", work / "site"
-    env = {**os.environ, build.SKIP_BUILD_VAR: "1"}
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(pure_dir), str(ROOT)], check=True, env=env, capture_output=True)
+def index_with(work: Path, name: str, kind: Tuple[str, str, str]):
+    """A release index (``python -m mamba_kernels index``) holding one wheel of ``kind``, served on
+    127.0.0.1: (its URL, the server)."""
+    pure_dir, wheels, site = work / "pure", work / f"wheels-{name}", work / f"site-{name}"
+    if not pure_dir.is_dir():
+        env = {**os.environ, build.SKIP_BUILD_VAR: "1"}
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                        "-w", str(pure_dir), str(ROOT)], check=True, env=env, capture_output=True)
     (pure,) = pure_dir.glob("*.whl")
     wheels.mkdir()
-    labelled(pure, wheels)
+    labelled(pure, wheels, kind)
     subprocess.run([sys.executable, "-m", "mamba_kernels", "index", str(wheels), str(site)], check=True,
                    capture_output=True)
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
     handler.log_message = lambda *a: None
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    return f"http://127.0.0.1:{server.server_address[1]}/", server
+
+
+@pytest.fixture(scope="module")
+def stable_index_url(work) -> str:
+    url, server = index_with(work, "stable", STABLE)
+    yield url
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def index_url(work) -> str:
+    """The index with the classic wheel for .venv's torch (cu130torch2.14)."""
+    url, server = index_with(work, "classic", CLASSIC)
+    yield url
     server.shutdown()
 
 
@@ -331,12 +353,12 @@ def test_sdist_declares_no_torch_and_ships_the_backend(sdist):
 # ----------------------------------------------------------------------------- path 1
 
 
-def check_prebuilt(site: Path, transcript: str) -> None:
+def check_prebuilt(site: Path, transcript: str, kind: Tuple[str, str, str] = CLASSIC) -> None:
     record, metadata, files = installed(site)
     assert record["path"] == "prebuilt", record
-    assert record["wheel"] == f"mamba_kernels-{__version__}+{LABEL}-{TAG}.whl"
+    assert record["wheel"] == f"mamba_kernels-{kind[0]}-{kind[2]}.whl"
     assert MARKER in files  # the files come from the prebuilt wheel
-    assert (site / MARKER).read_text() == "from the prebuilt wheel\n"
+    assert (site / MARKER).read_text() == f"from {record['wheel']}\n"
     assert re.search(r"(?m)^Version: " + re.escape(__version__) + "$", metadata)  # the sdist's version
     assert not re.search(r"(?m)^Requires-Dist: torch", metadata)
     assert not list(site.glob("torch*"))  # torch stayed where it was
@@ -354,14 +376,14 @@ def test_path1_pip_installs_the_prebuilt_wheel(tmp_path, torch_site, wheelhouse,
     assert installed(site)[0]["target_found_by"] == "pip (its interpreter)"
 
 
-def test_path1_uv_installs_the_prebuilt_wheel(tmp_path, torch_site, wheelhouse, sdist, index_url,
-                                              torch_files):
+def test_path1_uv_installs_the_prebuilt_stable_wheel(tmp_path, torch_site, wheelhouse, sdist,
+                                                     stable_index_url, torch_files):
     venv = tmp_path / "env"
     site = new_venv(venv, torch_site)
-    env = clean_env(MAMBA_KERNELS_INDEX=index_url, VIRTUAL_ENV=str(venv))
+    env = clean_env(MAMBA_KERNELS_INDEX=stable_index_url, VIRTUAL_ENV=str(venv))
     rc, out = in_terminal(uv_cmd(wheelhouse, sdist), env)
     assert rc == 0, out
-    check_prebuilt(site, out)
+    check_prebuilt(site, out, STABLE)
     assert installed(site)[0]["target_found_by"] == f"uv pip (VIRTUAL_ENV={venv})"
     # The installed package runs on the PyTorch path and reports how it was installed.
     py = str(venv / "bin" / "python")
