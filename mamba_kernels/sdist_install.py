@@ -475,7 +475,12 @@ def build_from_source(python: str, root: str, out_dir: str, environ: Mapping[str
     if p.returncode != 0 or not wheels:
         lines = [ln for ln in p.stdout.strip().splitlines() if ln.strip()]
         errors = [ln for ln in lines if "error" in ln.lower()] or lines or ["no output"]
-        raise RuntimeError(errors[-1].strip())
+        last = errors[-1].strip()
+        # build.py's refusal names the FORCE_BUILD set here, not by the user: keep the reason only.
+        for prefix in (f"{PREFIX}error: ", f"{build.FORCE_BUILD_VAR} is on but the CUDA extensions cannot "
+                                           "be built: "):
+            last = last[len(prefix):] if last.startswith(prefix) else last
+        raise RuntimeError(last)
     return str(wheels[-1])
 
 

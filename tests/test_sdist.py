@@ -575,3 +575,16 @@ def test_path2_uv_builds_from_source_for_the_asked_architecture(tmp_path, torch_
     assert any(f.startswith("causal_conv1d/_cuda") for f in files)
     assert notices(out) == [record["line"]]
     assert not re.search(r"(?m)^Requires-Dist: torch", metadata)
+
+
+def test_path2_runs_in_the_target_and_a_refused_build_falls_back(tmp_path, torch_site, wheelhouse, sdist):
+    """uv, isolation on, no GPU, TORCH_CUDA_ARCH_LIST asks for an architecture nvcc 13 dropped:
+    the source build is attempted by the target's interpreter against its torch (the build
+    environment has none), build.py refuses the plan, and the install falls back to pure Python
+    with that reason. (A build nvcc accepts is the slow test below.)"""
+    venv = tmp_path / "env"
+    site = new_venv(venv, torch_site)
+    env = clean_env(MAMBA_KERNELS_INDEX=closed_port_url(), VIRTUAL_ENV=str(venv), TORCH_CUDA_ARCH_LIST="3.5")
+    rc, out = in_terminal(uv_cmd(wheelhouse, sdist), env)
+    assert rc == 0, out
+    check_pure(site, out, "the source build failed", "cannot compile for 3.5", "could not be read")
