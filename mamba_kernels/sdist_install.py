@@ -4,8 +4,8 @@ The in-tree build backend (build_backend/mamba_kernels_backend.py) calls :func:`
 when it builds a wheel from an unpacked sdist. It does the first of these that applies, and
 never installs or changes torch (the wheel it hands back declares no torch requirement):
 
-1. ``prebuilt``: the release index (``MAMBA_KERNELS_INDEX``, else the one written into the sdist
-   at release) has a wheel for the torch in the target environment: it is downloaded, its
+1. ``prebuilt``: the release index (``MAMBA_KERNELS_INDEX``, else the published one, both read
+   by mamba_kernels.release_index) has a wheel for the target environment: it is downloaded, its
    sha256 checked, and handed back with the sdist's version (the variant stays in BUILD_INFO
    and in the install record). Installers compare the built wheel's version with the sdist's;
    pip's wheel cache refuses a cached wheel whose version differs (docs/INSTALL.md).
@@ -26,7 +26,7 @@ looked at.
 
 Each wheel carries an install record (``mamba_kernels_install.json`` in its dist-info): the
 path taken, the line shown, the target. :func:`read_record` reads it back at run time for
-``python -m mamba_kernels info``/``doctor`` and the fallback warning.
+``python -m mamba_kernels doctor`` and the fallback warning (:func:`install_note`).
 """
 
 from __future__ import annotations
@@ -146,9 +146,10 @@ def target_from_uv(cmdline: Sequence[str], environ: Mapping[str, str], cwd: str)
     return TargetPython(None, how, "uv found no environment to install into that this backend can see")
 
 
-def _pip_target_problem(cmdline: Sequence[str]) -> Optional[str]:
+def _pip_target_problem(cmdline: Sequence[str], environ: Mapping[str, str]) -> Optional[str]:
     for opt in ("--target", "-t", "--prefix", "--root"):
-        if _opt_value(list(cmdline), [opt])[0]:
+        var = "PIP_" + opt.lstrip("-").upper()
+        if _opt_value(list(cmdline), [opt])[0] or (len(opt) > 2 and environ.get(var)):
             return f"`pip install {opt}` installs into a directory, not into an environment with a torch"
     return None
 
@@ -186,7 +187,7 @@ def find_target(environ: Mapping[str, str] = os.environ,
     if environ.get("PIP_BUILD_TRACKER") or environ.get("PIP_REQ_TRACKER"):
         # pip runs build backends with its own interpreter: the one it installs into.
         p = parent()
-        problem = _pip_target_problem(p[0]) if p else None
+        problem = _pip_target_problem(p[0] if p else [], environ)
         if problem:
             return TargetPython(None, "pip", problem)
         return TargetPython(sys.executable, "pip (its interpreter)")

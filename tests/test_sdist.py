@@ -513,6 +513,8 @@ def test_find_target_pip_uv_and_the_knob(tmp_path):
     assert f(pip, parent=lambda: (["python", "pip", "install", "x"], {}, "/")).python == sys.executable
     got = f(pip, parent=lambda: (["python", "pip", "install", "-t", "d", "x"], {}, "/"))
     assert got.python is None and "-t" in (got.problem or ""), got
+    got = f({**pip, "PIP_TARGET": "/d"}, parent=lambda: None)  # pip's --target from its variable
+    assert got.python is None and "--target" in (got.problem or ""), got
     uv_parent = (["/bin/uv", "pip", "install", "x"], {"VIRTUAL_ENV": "/e"}, "/")
     assert f({"UV": "/bin/uv"}, parent=lambda: uv_parent).python == "/e/bin/python"
     assert f({"UV": "/bin/uv"}, parent=lambda: None).python is None  # not Linux: nothing to read
