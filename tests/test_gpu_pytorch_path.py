@@ -1,7 +1,8 @@
 """The PyTorch implementations on a CUDA device, and auto mode's fallback warning.
 
-No compiled selective scan exists yet, so on CUDA tensors auto mode runs the PyTorch scan and
-warns once; results must equal the CPU computation of the same inputs.
+The compiled extensions are hidden from dispatch here (as if they were not installed), so on
+CUDA tensors auto mode runs the PyTorch scan and warns once; results must equal the CPU
+computation of the same inputs.
 """
 
 import warnings
@@ -19,6 +20,8 @@ pytestmark = pytest.mark.gpu
 def auto_mode(monkeypatch):
     monkeypatch.delenv(knobs.BACKEND_VAR, raising=False)
     monkeypatch.setattr(dispatch, "_warned", set())
+    for kernel in dispatch.EXTENSIONS:  # as if not installed, whether or not they are
+        monkeypatch.setitem(dispatch._status, kernel, dispatch.ExtensionStatus(None, "hidden by the test"))
 
 
 def _scan_inputs(device, b=2, d=8, L=3000, n=16):

@@ -509,7 +509,8 @@ def test_direct_op_rejects_bad_input(ops):
         ),
     ]
     for change, exc, match in cases:
-        with pytest.raises(exc, match=match):
+        # a dtype is a TypeError from the classic binding, a RuntimeError from the stable ABI
+        with pytest.raises((exc, RuntimeError) if exc is TypeError else exc, match=match):
             call(**change)
     big = make_inputs(1, None, 4, 257)
     with pytest.raises(RuntimeError, match=r"dstate \(state.shape\[-1\]\) must be <= 256 .*got 257"):
