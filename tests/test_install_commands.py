@@ -80,6 +80,8 @@ TOOL_IMPORTS = {
     "mamba_kernels/index.py": {"packaging"},
     "mamba_kernels/matrix.py": {"packaging"},
     "mamba_kernels/sdist_install.py": {"packaging", "wheel"},  # the sdist's build backend, at build time
+    # `install` reads a wheel's torch pin with packaging, else pip's vendored copy, else a clear error
+    "mamba_kernels/install.py": {"packaging", "pip"},
 }
 
 
