@@ -194,6 +194,12 @@ void launch_bwd_checked(ConvParams& p, const TensorRef& x, const TensorRef& dout
   const int vec = vec_elems(p.dtype, p.channel_last, true);
   p.vec_in = vec_ok(x, p.channel_last, vec) && vec_ok(dout, p.channel_last, vec);
   p.vec_out = vec_ok(dx, p.channel_last, vec);
+  if (!p.deterministic && p.dim > 0) {  // the atomic path adds into dweight / dbias: zero them first
+    const size_t bytes = size_t(p.dim) * sizeof(float);
+    cudaError_t err = cudaMemsetAsync(p.dweight, 0, bytes * size_t(p.width), stream);
+    if (err == cudaSuccess && p.dbias != nullptr) err = cudaMemsetAsync(p.dbias, 0, bytes, stream);
+    MK_CHECK(err == cudaSuccess, "causal_conv1d_bwd: zeroing dweight / dbias failed: ", cudaGetErrorString(err));
+  }
   check_launch(launch_bwd(p, stream), "causal_conv1d_bwd");
 }
 

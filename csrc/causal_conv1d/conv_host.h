@@ -40,10 +40,12 @@ void check_bwd_grads(const ConvParams& p, const TensorRef& x, const TensorRef& d
 bool dout_needs_relayout(const ConvParams& p, const TensorRef& dout);
 void set_bwd_tensors(ConvParams& p, const TensorRef& x, const TensorRef& dout, const TensorRef& dx,
                      const TensorRef& dfinal_states, const TensorRef& dinitial_states);
-// deterministic: torch's deterministic-algorithms flag; false when nothing runs (the
-// atomic path then needs zeroed dweight/dbias, the deterministic one a workspace).
+// deterministic: torch's deterministic-algorithms flag; false when nothing runs. The
+// deterministic path needs a workspace of workspace_rows(p) x dim x (width + 1) floats; the
+// atomic one none (null), and launch_bwd_checked zeroes dweight / dbias for it on the stream.
 bool use_deterministic(const ConvParams& p, bool deterministic);
 int64_t workspace_rows(const ConvParams& p);
+// dweight (dim, width) and dbias (dim,) (null without bias): uninitialized fp32, contiguous.
 void set_bwd_reductions(ConvParams& p, float* dweight, float* dbias, float* workspace);
 void launch_bwd_checked(ConvParams& p, const TensorRef& x, const TensorRef& dout, const TensorRef& dx,
                         cudaStream_t stream);

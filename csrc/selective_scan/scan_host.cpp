@@ -219,5 +219,32 @@ void launch_bwd_checked(const ScanParams& p, cudaStream_t stream) {
   check_launch(launch_bwd(p, stream), "selective_scan_bwd");
 }
 
+void sum_partials_checked(const ScanParams& p, const ParamGrads& g, cudaStream_t stream) {
+  // launch_bwd writes no partial sums when it has nothing to do; every parameter gradient is
+  // then zero, a sum over no rows.
+  const bool ran = p.batch > 0 && p.dim > 0 && p.seqlen > 0;
+  const int64_t rows = ran ? p.batch : 0;
+  const int64_t nf = state_floats(p);
+  auto sum = [&](const float* part, void* out, DType dtype, int64_t outer, int64_t n, int64_t inner) {
+    check_launch(launch_sum_partials(part, out, dtype, outer, n, inner, stream), "selective_scan_bwd partial sums");
+  };
+  // A fixed parameter (A, fixed B/C: fp32 or complex64) sums its (batch, dim, nf) partials over
+  // the batch; a variable B/C (u's dtype) its (batch, ngroups, row_blocks, dstate, L [x2]) ones
+  // over the row blocks.
+  auto sum_bc = [&](const BCParams& bc, const float* part, void* out) {
+    if (!bc.variable) {
+      sum(part, out, DType::kFloat32, 1, rows, p.dim * nf);
+      return;
+    }
+    const int64_t blocks = ran ? bwd_row_blocks(p) : 0;
+    sum(part, out, p.dtype, p.batch * p.ngroups, blocks, p.dstate * p.seqlen * (p.is_complex ? 2 : 1));
+  };
+  sum(p.dA_part, g.dA, DType::kFloat32, 1, rows, p.dim * nf);
+  sum_bc(p.B, p.dB_part, g.dB);
+  sum_bc(p.C, p.dC_part, g.dC);
+  if (g.dD != nullptr) sum(p.dD_part, g.dD, DType::kFloat32, 1, rows, p.dim);
+  if (g.dbias != nullptr) sum(p.dbias_part, g.dbias, DType::kFloat32, 1, rows, p.dim);
+}
+
 }  // namespace selective_scan
 }  // namespace mamba_kernels

@@ -1,7 +1,7 @@
 // The host side of the selective-scan ops that both bindings share: every precondition check
 // (with its message), the parameter fills, the sizes of what the binding allocates, and the
-// launches. The bindings (classic/, stable/) only turn their tensors into TensorRefs,
-// allocate, convert and reduce. No torch here.
+// launches, including the backward's reduction of its partial sums. The bindings (classic/,
+// stable/) only turn their tensors into TensorRefs, allocate and convert. No torch here.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -46,6 +46,21 @@ int part_shape(const ScanParams& p, const BCParams& bc, int64_t dims[5]);
 void set_bwd_outputs(ScanParams& p, const TensorRef& du, const TensorRef& ddelta, float* dA_part, float* dD_part,
                      float* dbias_part, float* dB_part, float* dC_part);
 void launch_bwd_checked(const ScanParams& p, cudaStream_t stream);
+
+// The parameter gradients, each allocated by the binding in the shape and dtype of its
+// parameter, contiguous: dA like A, dB / dC like B / C (fixed: fp32 or complex64 (dim, dstate);
+// variable: u's dtype (batch, ngroups, dstate, L [x2])), dD / ddelta_bias fp32 (dim,). Null
+// where the parameter is absent (D, delta_bias).
+struct ParamGrads {
+  void* dA = nullptr;
+  void* dB = nullptr;
+  void* dC = nullptr;
+  float* dD = nullptr;
+  float* dbias = nullptr;
+};
+// After launch_bwd_checked: the partial sums reduced into the gradients on the stream, in a
+// fixed order (launch_sum_partials).
+void sum_partials_checked(const ScanParams& p, const ParamGrads& g, cudaStream_t stream);
 
 // ---- selective_state_update
 

@@ -63,7 +63,7 @@ struct ScanParams {
   Strides3 ddelta_s;
   void* dz = nullptr;
   Strides3 dz_s;
-  // fp32 partial sums, reduced over their leading axis by the caller (fixed order: deterministic):
+  // fp32 partial sums, reduced by launch_sum_partials (fixed order: deterministic):
   float* dA_part = nullptr;      // (batch, dim, dstate [x2])
   float* dD_part = nullptr;      // (batch, dim) or null
   float* dbias_part = nullptr;   // (batch, dim) or null
@@ -81,6 +81,12 @@ int64_t bwd_row_blocks(const ScanParams& p);  // row blocks per group (the dB/dC
 int64_t fwd_segments(const ScanParams& p);
 cudaError_t launch_fwd(const ScanParams& p, float* seg_workspace, cudaStream_t stream);
 cudaError_t launch_bwd(const ScanParams& p, cudaStream_t stream);
+
+// out[o, i] = sum over r of in[o, r, i], added in the order of r in fp32 and rounded once to
+// out_dtype: in (outer, rows, inner) fp32 and out (outer, inner), both contiguous (sum_partials.cu).
+// A complex64 output is written as its interleaved fp32 (re, im) pairs.
+cudaError_t launch_sum_partials(const float* in, void* out, DType out_dtype, int64_t outer, int64_t rows,
+                                int64_t inner, cudaStream_t stream);
 
 }  // namespace selective_scan
 }  // namespace mamba_kernels

@@ -7,7 +7,6 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
-#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
@@ -91,15 +90,10 @@ std::tuple<Tensor, Tensor, Tensor> conv_bwd(const Tensor& x, const Tensor& weigh
   p.deterministic = use_deterministic(p, at::globalContext().deterministicAlgorithms());
   const auto f32opt = x.options().dtype(at::kFloat);
   const int64_t nbias = bias.has_value() ? p.dim : 0;
-  Tensor dw32, db32, ws;
-  if (p.deterministic) {
-    dw32 = at::empty({p.dim, p.width}, f32opt);
-    db32 = at::empty({nbias}, f32opt);
-    ws = at::empty({workspace_rows(p), p.dim, p.width + 1}, f32opt);
-  } else {
-    dw32 = at::zeros({p.dim, p.width}, f32opt);
-    db32 = at::zeros({nbias}, f32opt);
-  }
+  const Tensor dw32 = at::empty({p.dim, p.width}, f32opt);
+  const Tensor db32 = at::empty({nbias}, f32opt);
+  Tensor ws;
+  if (p.deterministic) ws = at::empty({workspace_rows(p), p.dim, p.width + 1}, f32opt);
   set_bwd_reductions(p, dw32.data_ptr<float>(), bias.has_value() ? db32.data_ptr<float>() : nullptr,
                      p.deterministic ? ws.data_ptr<float>() : nullptr);
   if (p.seqlen == 0 && return_dinitial_states) {  // no kernel runs: dinit is dfinal (or zeros)

@@ -1,8 +1,9 @@
 // The stable-ABI binding of the causal_conv1d ops (one binary for every torch from its
 // TORCH_TARGET_VERSION on): torch::stable::Tensor in, TensorRefs to the shared host code
-// (conv_host.h: checks, parameters, launch), tensors allocated and converted through the
-// stable C shim. Same op names and schemas as classic/binding.cpp; the fake implementations
-// are registered from causal_conv1d/_ops.py.
+// (conv_host.h: checks, parameters, launch), tensors allocated, converted and copied through
+// direct calls of the stable C shim (stable/tensor.h), none through the dispatcher by name
+// but empty_like of a strided view. Same op names and schemas as classic/binding.cpp; the fake
+// implementations are registered from causal_conv1d/_ops.py.
 #include <cstdint>
 #include <optional>
 #include <tuple>
@@ -18,11 +19,21 @@ using stable::OptTensor;
 using stable::ScalarType;
 using stable::Tensor;
 using stable::tref;
-namespace ops = torch::stable;
 
-// fp32 contiguous copies of weight / bias (tiny), so kernels need no weight-dtype templates.
-Tensor f32(const Tensor& t) { return ops::contiguous(ops::to(t, ScalarType::Float)); }
-OptTensor f32(const OptTensor& t) { return t.has_value() ? OptTensor(f32(*t)) : std::nullopt; }
+// weight / bias as fp32 contiguous tensors (copies only when they are not already: tiny), so
+// kernels need no weight-dtype templates.
+Tensor f32(const Tensor& t) { return stable::contiguous_as(t, ScalarType::Float); }
+OptTensor f32(const OptTensor& t) { return stable::contiguous_as(t, ScalarType::Float); }
+
+// An fp32 reduction result in the parameter's dtype (the tensor itself when that is fp32).
+Tensor as_dtype(const Tensor& t32, const Tensor& like) {
+  const ScalarType dtype = like.scalar_type();
+  if (dtype == ScalarType::Float) return t32;
+  const auto sizes = t32.sizes();
+  const Tensor out = stable::empty(t32, sizes.data(), int64_t(sizes.size()), dtype);
+  stable::copy_(out, t32);
+  return out;
+}
 
 Tensor fwd_impl(const Tensor& x, const Tensor& weight, const OptTensor& bias, const OptTensor& seq_idx,
                 const OptTensor& initial_states, const OptTensor& final_states_out, bool silu_activation) {
@@ -38,11 +49,10 @@ Tensor fwd_impl(const Tensor& x, const Tensor& weight, const OptTensor& bias, co
   if (final_states_out.has_value()) {
     set_final_states(p, xr, tref(*final_states_out));
     if (p.seqlen == 0) {  // no kernel runs: the final states are the initial ones (or zeros)
-      Tensor fs = *final_states_out;
       if (initial_states.has_value()) {
-        ops::copy_(fs, *initial_states);
+        stable::copy_(*final_states_out, *initial_states);
       } else {
-        ops::zero_(fs);
+        stable::zero_(*final_states_out);
       }
     }
   }
@@ -76,36 +86,33 @@ std::tuple<Tensor, Tensor, Tensor> conv_bwd(const Tensor& x, const Tensor& weigh
   Tensor dout = dout_in;
   if (dout_needs_relayout(p, tref(dout_in))) {
     dout = stable::alloc(x, layout_like(xr, p.dim, p.seqlen), x.scalar_type());
-    ops::copy_(dout, dout_in);
+    stable::copy_(dout, dout_in);
   }
-  Tensor dinit = return_dinitial_states ? stable::alloc(x, layout_like(xr, p.dim, p.width - 1), x.scalar_type())
-                                        : ops::new_empty(x, {0});
+  const Tensor dinit = return_dinitial_states
+                           ? stable::alloc(x, layout_like(xr, p.dim, p.width - 1), x.scalar_type())
+                           : stable::empty(x, {0}, x.scalar_type());
   const TensorRef doutr = tref(dout), dxr = tref(dx);
   set_bwd_tensors(p, xr, doutr, dxr, tref(dfinal_states), return_dinitial_states ? tref(dinit) : TensorRef());
   p.deterministic = use_deterministic(p, stable::deterministic_algorithms());
   const int64_t nbias = bias.has_value() ? p.dim : 0;
-  Tensor dw32, db32, ws;
-  if (p.deterministic) {
-    dw32 = ops::new_empty(x, {p.dim, p.width}, ScalarType::Float);
-    db32 = ops::new_empty(x, {nbias}, ScalarType::Float);
-    ws = ops::new_empty(x, {workspace_rows(p), p.dim, p.width + 1}, ScalarType::Float);
-  } else {
-    dw32 = ops::new_zeros(x, {p.dim, p.width}, ScalarType::Float);
-    db32 = ops::new_zeros(x, {nbias}, ScalarType::Float);
-  }
+  const Tensor dw32 = stable::empty(x, {p.dim, p.width}, ScalarType::Float);
+  const Tensor db32 = stable::empty(x, {nbias}, ScalarType::Float);
+  const OptTensor ws = p.deterministic
+                           ? OptTensor(stable::empty(x, {workspace_rows(p), p.dim, p.width + 1}, ScalarType::Float))
+                           : std::nullopt;
   set_bwd_reductions(p, static_cast<float*>(dw32.data_ptr()),
                      bias.has_value() ? static_cast<float*>(db32.data_ptr()) : nullptr,
-                     p.deterministic ? static_cast<float*>(ws.data_ptr()) : nullptr);
+                     ws.has_value() ? static_cast<float*>(ws->data_ptr()) : nullptr);
   if (p.seqlen == 0 && return_dinitial_states) {  // no kernel runs: dinit is dfinal (or zeros)
     if (dfinal_states.has_value()) {
-      ops::copy_(dinit, *dfinal_states);
+      stable::copy_(dinit, *dfinal_states);
     } else {
-      ops::zero_(dinit);
+      stable::zero_(dinit);
     }
   }
   launch_bwd_checked(p, xr, doutr, dxr, stable::current_stream(xr.device_index));
-  const Tensor dweight = ops::to(dw32, weight.scalar_type());
-  const Tensor dbias = bias.has_value() ? ops::to(db32, bias->scalar_type()) : ops::new_empty(weight, {0});
+  const Tensor dweight = as_dtype(dw32, weight);
+  const Tensor dbias = bias.has_value() ? as_dtype(db32, *bias) : stable::empty(weight, {0}, weight.scalar_type());
   return {dweight, dbias, dinit};
 }
 
@@ -118,7 +125,7 @@ Tensor conv_update(const Tensor& x, const Tensor& conv_state, const Tensor& weig
   const Tensor w32 = f32(weight);
   const OptTensor b32 = f32(bias);
   set_update_weights(p, tref(w32), tref(b32));
-  const Tensor out = ops::empty_like(x);
+  const Tensor out = stable::empty_like(x, xr);
   launch_update_checked(p, tref(out), stable::current_stream(xr.device_index));
   return out;
 }

@@ -24,15 +24,24 @@ bool deterministic_algorithms() {
   if (!Py_IsInitialized()) return false;
   // Ops run with the GIL released (and the backward on autograd's own threads): take it.
   const PyGILState_STATE gil = PyGILState_Ensure();
+  // torch.are_deterministic_algorithms_enabled, looked up once and kept (a new reference held
+  // for the life of the process; set under the GIL, so threads do not race on it): a call then
+  // costs the GIL and one Python call, about a microsecond.
+  static PyObject* query = nullptr;
+  if (query == nullptr) {
+    PyObject* torch = PyImport_ImportModule("torch");
+    if (torch != nullptr) {
+      query = PyObject_GetAttrString(torch, "are_deterministic_algorithms_enabled");
+      Py_DECREF(torch);
+    }
+  }
   int enabled = -1;
-  PyObject* torch = PyImport_ImportModule("torch");  // already imported: a sys.modules lookup
-  if (torch != nullptr) {
-    PyObject* result = PyObject_CallMethod(torch, "are_deterministic_algorithms_enabled", nullptr);
+  if (query != nullptr) {
+    PyObject* result = PyObject_CallObject(query, nullptr);
     if (result != nullptr) {
       enabled = PyObject_IsTrue(result);
       Py_DECREF(result);
     }
-    Py_DECREF(torch);
   }
   if (enabled < 0) PyErr_Clear();
   PyGILState_Release(gil);

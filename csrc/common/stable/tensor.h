@@ -15,7 +15,7 @@
 
 #include <cuda_runtime.h>
 
-#include <array>
+#include <initializer_list>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -89,23 +89,72 @@ inline cudaStream_t current_stream(int32_t device_index) {
   return static_cast<cudaStream_t>(stream);
 }
 
-// A new 3-D tensor on `like`'s device with the given layout and dtype.
-inline Tensor alloc(const Tensor& like, const Alloc3& a, ScalarType dtype) {
+// ---- Allocation and copies. Each is one direct shim call into ATen: the ops of stable/ops.h
+// that go through torch_call_dispatcher look the operator up by name and box its arguments,
+// several microseconds a call, which small shapes feel.
+
+// A new tensor on `like`'s device with the given sizes, strides and dtype.
+inline Tensor empty_strided(const Tensor& like, int64_t ndim, const int64_t* sizes, const int64_t* strides,
+                            ScalarType dtype) {
   int32_t device_type = 0;
   STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(like.get(), &device_type));
   const int32_t code = torch::stable::detail::to<int32_t>(torch::stable::detail::from(dtype));
   AtenTensorHandle handle = nullptr;
   STABLE_TORCH_ERROR_CODE_CHECK(
-      aoti_torch_empty_strided(3, a.sizes, a.strides, code, device_type, like.get_device_index(), &handle));
+      aoti_torch_empty_strided(ndim, sizes, strides, code, device_type, like.get_device_index(), &handle));
   return Tensor(handle);
 }
 
-// An ATen operator taking and returning one tensor, called through the dispatcher (for the
-// view operators the stable ops.h of the target does not wrap).
-inline Tensor call_unary(const char* op, const Tensor& t) {
-  std::array<StableIValue, 1> stack{torch::stable::detail::from(t)};
-  STABLE_TORCH_ERROR_CODE_CHECK(torch_call_dispatcher(op, "", stack.data(), TORCH_ABI_VERSION));
-  return torch::stable::detail::to<Tensor>(stack[0]);
+// A new contiguous tensor (torch's row-major strides) of at most kMaxDims axes.
+constexpr int64_t kMaxDims = 8;
+inline Tensor empty(const Tensor& like, const int64_t* sizes, int64_t ndim, ScalarType dtype) {
+  MK_CHECK(ndim >= 0 && ndim <= kMaxDims, "mamba_kernels: cannot allocate a tensor of ", ndim, " dimensions");
+  int64_t strides[kMaxDims];
+  int64_t stride = 1;
+  for (int64_t i = ndim - 1; i >= 0; --i) {
+    strides[i] = stride;
+    stride *= sizes[i] > 1 ? sizes[i] : 1;
+  }
+  return empty_strided(like, ndim, sizes, strides, dtype);
+}
+inline Tensor empty(const Tensor& like, std::initializer_list<int64_t> sizes, ScalarType dtype) {
+  return empty(like, sizes.begin(), int64_t(sizes.size()), dtype);
+}
+
+// A new 3-D tensor with the layout the shared host code computed.
+inline Tensor alloc(const Tensor& like, const Alloc3& a, ScalarType dtype) {
+  return empty_strided(like, 3, a.sizes, a.strides, dtype);
+}
+
+// torch.empty_like(t): a dense, non-overlapping t's exact strides, as torch keeps them; any
+// other layout (a strided view: rare here) through the dispatcher, for torch's own rule.
+inline Tensor empty_like(const Tensor& t, const TensorRef& r) {
+  if (non_overlapping_and_dense(r)) return empty_strided(t, r.dim, r.sizes, r.strides, t.scalar_type());
+  return torch::stable::empty_like(t);
+}
+
+// dst.copy_(src): broadcasts, converts the dtype and resolves conjugate / negative views.
+inline void copy_(const Tensor& dst, const Tensor& src) {
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_copy_(dst.get(), src.get(), 0));
+}
+inline void zero_(const Tensor& t) { STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_zero_(t.get())); }
+
+// t.to(dtype).contiguous(): t itself when it is contiguous and of that dtype (as torch returns
+// it), else a contiguous copy. always_copy: copy anyway (a complex tensor may be a conjugate
+// view, which the shim cannot tell; the copy resolves it).
+inline Tensor contiguous_as(const Tensor& t, ScalarType dtype, bool always_copy = false) {
+  if (!always_copy && t.scalar_type() == dtype) {
+    bool contiguous = false;
+    STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_is_contiguous(t.get(), &contiguous));
+    if (contiguous) return t;
+  }
+  const auto sizes = t.sizes();
+  const Tensor out = empty(t, sizes.data(), int64_t(sizes.size()), dtype);
+  copy_(out, t);
+  return out;
+}
+inline OptTensor contiguous_as(const OptTensor& t, ScalarType dtype) {
+  return t.has_value() ? OptTensor(contiguous_as(*t, dtype)) : std::nullopt;
 }
 
 // torch.are_deterministic_algorithms_enabled(): the stable ABI has no call for it, so it is

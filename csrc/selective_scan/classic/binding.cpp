@@ -1,12 +1,11 @@
 // The classic (torch 2.1 to 2.9, per-minor) torch.library binding of the selective-scan
 // forward and backward: at::Tensor in, TensorRefs to the shared host code (scan_host.h:
-// checks, parameters, launches), tensors allocated, converted and reduced with ATen. Ops live
+// checks, parameters, launches, reductions), tensors allocated and converted with ATen. Ops live
 // in the `mamba_kernels` namespace; their fake implementations are registered from
 // selective_scan/_ops.py. stable/binding.cpp registers the same ops with the same schemas.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
-#include <ATen/ops/view_as_complex.h>
 #include <ATen/ops/view_as_real.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -97,19 +96,19 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> scan_bwd(
                   dC_part.data_ptr<float>());
   launch_bwd_checked(p, classic::current_stream());
 
-  // Partial sums reduced in a fixed order (torch's reductions use no atomics here).
-  auto as_param = [&](const Tensor& summed, const Tensor& like) {  // (dim, nf) fp32 -> like's dtype
-    if (!p.is_complex) return summed.to(like.scalar_type());
-    return at::view_as_complex(summed.view({p.dim, p.dstate, 2}));
-  };
-  const Tensor dA = as_param(dA_part.sum(0), A);
-  auto finish_bc = [&](const Tensor& partial, const BCParams& bc, const Tensor& like) {
-    if (!bc.variable) return as_param(partial.sum(0), like);
-    return (partial.size(2) == 1 ? partial.select(2, 0) : partial.sum(2)).to(u.scalar_type());
-  };
-  const Tensor dB = finish_bc(dB_part, p.B, B), dC = finish_bc(dC_part, p.C, C);
-  const Tensor dD = D.has_value() ? dD_part.sum(0) : dD_part;
-  const Tensor dbias = delta_bias.has_value() ? dbias_part.sum(0) : dbias_part;
+  // The partial sums reduced in a fixed order by the shared host code, straight into
+  // gradients shaped and typed like their parameters.
+  const Tensor dA = at::empty(A.sizes(), A.options());
+  const Tensor dB = at::empty(B.sizes(), B.options()), dC = at::empty(C.sizes(), C.options());
+  const Tensor dD = D.has_value() ? at::empty({p.dim}, f32) : dD_part;
+  const Tensor dbias = delta_bias.has_value() ? at::empty({p.dim}, f32) : dbias_part;
+  ParamGrads g;
+  g.dA = dA.data_ptr();
+  g.dB = dB.data_ptr();
+  g.dC = dC.data_ptr();
+  g.dD = D.has_value() ? dD.data_ptr<float>() : nullptr;
+  g.dbias = delta_bias.has_value() ? dbias.data_ptr<float>() : nullptr;
+  sum_partials_checked(p, g, classic::current_stream());
   return {du, ddelta, dA, dB, dC, dD, dbias};
 }
 
