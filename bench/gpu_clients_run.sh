@@ -73,10 +73,14 @@ if [ ! -d "$ORIG/mamba_ssm" ] && ls .device/mamba_whl.part-* >/dev/null 2>&1 && 
     >"$OUT/install_orig.log" 2>&1
   log "original mamba_ssm wheel into $ORIG: rc=$?"
 fi
+# only what the machine lacks: a carried huggingface_hub newer than the installed transformers
+# accepts would break `import transformers` (and mamba_ssm, which imports it)
 wheels=""
-for d in wheels_hub wheels; do
-  ls .device/$d/*.whl >/dev/null 2>&1 && wheels="$wheels $(ls .device/$d/*.whl | tr '\n' ' ')"
-done
+add_wheels() { ls .device/$1/*.whl >/dev/null 2>&1 && wheels="$wheels $(ls .device/$1/*.whl | tr '\n' ' ')"; }
+python3 -c "import huggingface_hub" 2>/dev/null || add_wheels wheels_hub
+python3 -c "import transformers" 2>/dev/null || add_wheels wheels
+python3 -c "import transformers, huggingface_hub; print('machine has transformers', transformers.__version__, \
+  '| huggingface_hub', huggingface_hub.__version__)" 2>&1 | tail -1 | tee -a "$OUT/run.log"
 python3 -c "import numpy" 2>/dev/null || { ls .device/wheels_np/*.whl >/dev/null 2>&1 && wheels="$wheels $(ls .device/wheels_np/*.whl)"; }
 if [ -n "$wheels" ] && [ ! -f "$DEPS/.done$(echo $wheels | md5sum | cut -c1-8)" ]; then
   timeout 120 python3 -m pip install -q --no-deps --no-index --target "$DEPS" $wheels >"$OUT/install_deps.log" 2>&1
