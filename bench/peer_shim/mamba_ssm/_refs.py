@@ -1,7 +1,12 @@
 """The original's reference functions, taken from its source text at run time and nothing else
 of it: PEER_MAMBA_SRC and PEER_CONV_SRC name the extracted mamba_ssm and causal-conv1d sdists.
-The names the references call (selective_scan_fn, causal_conv1d_fn) are bound to references too,
-never to the code under test."""
+The names the references call are bound as in the original's own modules: causal_conv1d_ref and
+selective_scan_ref call nothing of ours; mamba_inner_ref composes the unfused projections around
+the packages' causal_conv1d_fn and selective_scan_fn (here: ours), exactly as the original's test
+runs it against the original's kernels. So test_mamba_inner_fn compares the fused function with
+the unfused composition over the same conv and scan, as it was written to; binding them to the
+pure references instead turns it into a float32-rounding test that its tolerances do not cover
+(outputs reach 1e6 with cancellation in out_proj)."""
 
 import ast
 import math
@@ -29,5 +34,8 @@ define(os.path.join(_cc, "causal_conv1d", "causal_conv1d_interface.py"), ["causa
 _ops = os.path.join(_ms, "mamba_ssm", "ops")
 define(os.path.join(_ops, "selective_scan_interface.py"), ["selective_scan_ref", "mamba_inner_ref"])
 define(os.path.join(_ops, "triton", "selective_state_update.py"), ["selective_state_update_ref"])
-namespace["causal_conv1d_fn"] = namespace["causal_conv1d_ref"]
-namespace["selective_scan_fn"] = namespace["selective_scan_ref"]
+from causal_conv1d import causal_conv1d_fn  # noqa: E402  (the original module's own bindings)
+from selective_scan import selective_scan_fn  # noqa: E402
+
+namespace["causal_conv1d_fn"] = causal_conv1d_fn
+namespace["selective_scan_fn"] = selective_scan_fn

@@ -85,7 +85,7 @@ inline TensorRef tref(const OptTensor& t) { return t.has_value() ? tref(*t) : Te
 // The current CUDA stream of the device, from the shim (a stream id is not a cudaStream_t).
 inline cudaStream_t current_stream(int32_t device_index) {
   void* stream = nullptr;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(device_index, &stream));
+  TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(device_index, &stream));
   return static_cast<cudaStream_t>(stream);
 }
 
@@ -97,10 +97,10 @@ inline cudaStream_t current_stream(int32_t device_index) {
 inline Tensor empty_strided(const Tensor& like, int64_t ndim, const int64_t* sizes, const int64_t* strides,
                             ScalarType dtype) {
   int32_t device_type = 0;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(like.get(), &device_type));
+  TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(like.get(), &device_type));
   const int32_t code = torch::stable::detail::to<int32_t>(torch::stable::detail::from(dtype));
   AtenTensorHandle handle = nullptr;
-  STABLE_TORCH_ERROR_CODE_CHECK(
+  TORCH_ERROR_CODE_CHECK(
       aoti_torch_empty_strided(ndim, sizes, strides, code, device_type, like.get_device_index(), &handle));
   return Tensor(handle);
 }
@@ -135,9 +135,9 @@ inline Tensor empty_like(const Tensor& t, const TensorRef& r) {
 
 // dst.copy_(src): broadcasts, converts the dtype and resolves conjugate / negative views.
 inline void copy_(const Tensor& dst, const Tensor& src) {
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_copy_(dst.get(), src.get(), 0));
+  TORCH_ERROR_CODE_CHECK(aoti_torch_copy_(dst.get(), src.get(), 0));
 }
-inline void zero_(const Tensor& t) { STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_zero_(t.get())); }
+inline void zero_(const Tensor& t) { TORCH_ERROR_CODE_CHECK(aoti_torch_zero_(t.get())); }
 
 // t.to(dtype).contiguous(): t itself when it is contiguous and of that dtype (as torch returns
 // it), else a contiguous copy. always_copy: copy anyway (a complex tensor may be a conjugate
@@ -145,7 +145,7 @@ inline void zero_(const Tensor& t) { STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_ze
 inline Tensor contiguous_as(const Tensor& t, ScalarType dtype, bool always_copy = false) {
   if (!always_copy && t.scalar_type() == dtype) {
     bool contiguous = false;
-    STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_is_contiguous(t.get(), &contiguous));
+    TORCH_ERROR_CODE_CHECK(aoti_torch_is_contiguous(t.get(), &contiguous));
     if (contiguous) return t;
   }
   const auto sizes = t.sizes();
