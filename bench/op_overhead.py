@@ -1,0 +1,78 @@
+"""Host cost of one call at each layer, for the build first on sys.path (run once per binding):
+
+    PYTHONPATH=<build> python3 bench/op_overhead.py
+
+Times (microseconds per call, back-to-back, one synchronize at the end, median of 5) the
+decode step at batch 1 x 64 channels three ways: the registered op called directly
+(torch.ops.mamba_kernels.selective_state_update.default: the dispatcher and the binding
+alone), the dispatch decision (dispatch.use_cuda), and the public Python function; then a
+torch.profiler CPU table of the direct op calls. The difference between two builds' first
+lines is the binding's own cost.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+os.environ.setdefault("MAMBA_KERNELS_BACKEND", "cuda")
+
+
+def per_call_us(fn, calls: int = 2000, reps: int = 5) -> float:
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        times.append(1e6 * (time.perf_counter() - t) / calls)
+    return statistics.median(times)
+
+
+def main() -> int:
+    import selective_scan._cuda as ext
+
+    from mamba_kernels import dispatch
+    from selective_scan import selective_state_update
+
+    print("extension:", ext.__file__)
+    b, d, n = 1, 64, 16
+    dev = "cuda"
+    state = torch.randn(b, d, n, device=dev, dtype=torch.bfloat16)
+    x = torch.randn(b, d, device=dev, dtype=torch.bfloat16)
+    dt = torch.rand(b, d, device=dev, dtype=torch.bfloat16)
+    A = -torch.rand(d, n, device=dev)
+    B = torch.randn(b, n, device=dev, dtype=torch.bfloat16)
+    C = torch.randn(b, n, device=dev, dtype=torch.bfloat16)
+    D = torch.randn(d, device=dev)
+    op = torch.ops.mamba_kernels.selective_state_update.default
+
+    def direct():
+        op(state, x, dt, A, B, C, D, None, None, True, None)
+
+    rows = [
+        ("op called directly", per_call_us(direct)),
+        ("dispatch.use_cuda", per_call_us(lambda: dispatch.use_cuda("selective_scan", "cuda"))),
+        ("selective_state_update()", per_call_us(lambda: selective_state_update(state, x, dt, A, B, C, D,
+                                                                                 dt_softplus=True))),
+        ("torch.empty_like (reference)", per_call_us(lambda: torch.empty_like(state))),
+    ]
+    for name, us in rows:
+        print(f"{name:32s} {us:8.2f} us")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(200):
+            direct()
+        torch.cuda.synchronize()
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=60))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
