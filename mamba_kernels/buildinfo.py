@@ -184,7 +184,12 @@ def fix_command(
             f"binding for this interpreter: MAMBA_KERNELS_BINDING=classic {rebuild}"
         )
     if not torch_cuda:
-        return f"install a CUDA build of torch, then rebuild: {rebuild}"
+        # a wheel is never rebuilt against a CPU-only torch; with a CUDA torch in place, `install`
+        # picks the wheel for it (this one, when it fits)
+        return (
+            "install a CUDA build of torch, then the wheel for it: python -m mamba_kernels install "
+            "(or keep this torch: the PyTorch path runs, and MAMBA_KERNELS_BACKEND=reference silences this)"
+        )
     public = version.split("+")[0]
     try:
         if _at_least(variant.minor(torch_version), support.STABLE_ABI_MIN_TORCH):
