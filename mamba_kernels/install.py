@@ -520,19 +520,7 @@ def _cmd_download(args: argparse.Namespace) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--index", action="append", metavar="URL|DIR",
-                   help="manifest.json (path or URL), a PEP 503/691 page, a find-links page, or a directory "
-                        "of wheels; repeatable, tried in order (default: $MAMBA_KERNELS_INDEX, else "
-                        f"{release_index.RELEASE_INDEX})")
-    p.add_argument("--torch", help="torch version, e.g. 2.4.1, 2.4.1+cu121 or 2.8.0a0+5228986c39.nv25.06")
-    p.add_argument("--cuda", help="torch's CUDA version, e.g. 12.4 (none for a CPU build)")
-    p.add_argument("--python", help="CPython version, e.g. 3.11")
-    p.add_argument("--platform", help="linux_x86_64, linux_aarch64, win_amd64, or a wheel platform tag "
-                                      "such as manylinux_2_28_x86_64")
-    p.add_argument("--cxx11-abi", choices=("0", "1"), help="torch's C++ ABI (_GLIBCXX_USE_CXX11_ABI)")
-    p.add_argument("--gpu-arch", metavar="8.0,9.0", help="GPU compute capabilities")
-    p.add_argument("--timeout", type=float, default=resolve.DEFAULT_TIMEOUT,
-                   help="seconds each network connect or read may wait (default %(default)s)")
+    resolve.add_target_arguments(p)
     p.add_argument("--dry-run", action="store_true",
                    help="choose and print what would be done; fetch nothing")
 

@@ -504,6 +504,24 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
     return EXIT_NO_MATCH
 
 
+def add_target_arguments(p: argparse.ArgumentParser) -> None:
+    """The options every verb that picks a wheel takes (resolve, install, download): the indexes,
+    the target environment's overrides, the network timeout."""
+    p.add_argument("--index", action="append", metavar="URL|DIR",
+                   help="manifest.json (path or URL), a PEP 503/691 page, a find-links page, or a "
+                        "directory of wheels; repeatable, tried in order (default: $MAMBA_KERNELS_INDEX, "
+                        "else the release index)")
+    p.add_argument("--torch", help="torch version, e.g. 2.4.1, 2.4.1+cu121 or 2.8.0a0+5228986c39.nv25.06")
+    p.add_argument("--cuda", help="torch's CUDA version, e.g. 12.4 (none for a CPU build)")
+    p.add_argument("--python", help="CPython version, e.g. 3.11 (3.13t: free-threaded)")
+    p.add_argument("--platform", help="linux_x86_64, linux_aarch64, win_amd64, or a wheel platform tag "
+                                      "such as manylinux_2_28_x86_64")
+    p.add_argument("--cxx11-abi", choices=("0", "1"), help="torch's C++ ABI (_GLIBCXX_USE_CXX11_ABI)")
+    p.add_argument("--gpu-arch", metavar="8.0,9.0", help="GPU compute capabilities")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                   help="seconds each network connect or read may wait (default %(default)s)")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``resolve`` verb to the CLI."""
     p = subparsers.add_parser(
@@ -512,18 +530,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "one the options describe) from the given index, and say why; exit 3 when none "
                     "fits, listing every candidate with its reasons, nearest first.",
     )
-    p.add_argument("--index", action="append", metavar="URL|DIR",
-                   help="manifest.json (path or URL), a PEP 503/691 page, a find-links page, or a "
-                        "directory of wheels; repeatable (default: $MAMBA_KERNELS_INDEX, else the "
-                        "release index)")
-    p.add_argument("--torch", help="torch version, e.g. 2.4.1, 2.4.1+cu121 or 2.8.0a0+5228986c39.nv25.06")
-    p.add_argument("--cuda", help="torch's CUDA version, e.g. 12.4 (none for a CPU build)")
-    p.add_argument("--python", help="CPython version, e.g. 3.11 (3.13t: free-threaded)")
-    p.add_argument("--platform", help="linux_x86_64, linux_aarch64, win_amd64, or a wheel platform tag "
-                                      "such as manylinux_2_28_x86_64")
-    p.add_argument("--cxx11-abi", choices=("0", "1"), help="torch's C++ ABI (_GLIBCXX_USE_CXX11_ABI)")
-    p.add_argument("--gpu-arch", metavar="8.0,9.0", help="GPU compute capabilities")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per network read")
+    add_target_arguments(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_resolve)
 
