@@ -2,12 +2,11 @@
 
 Single source: the commands are read from README.md's "Installing a wheel" block (the one after
 the ``<!-- install-commands`` marker); docs/RELEASING.md "Installing" must carry the same lines.
-Each line runs as a shell would run it, in a new virtual environment, with only three strings
-replaced:
+Each line runs as a shell would run it, in a new virtual environment, with only two strings
+replaced (the label, ``cu130stable2.10``, stays: the stable wheel serves the torch used here):
 
 - ``https://<owner>.github.io/<repo>/`` -> the index this test writes with
   ``python -m mamba_kernels index`` and serves over HTTP;
-- the label ``cu130torch2.14`` -> ``cu130torch2.13``, the torch release installable here cheaply;
 - ``https://download.pytorch.org/whl/cu130`` -> a stand-in for PyTorch's index, served alongside:
   torch 2.13.0+cpu and its dependencies, as ``pip download`` finds them with this machine's pip
   configuration (on this machine: a CPU wheel on local disk; elsewhere set
@@ -16,10 +15,14 @@ replaced:
 
 Our wheel: a real build of this tree with ``MAMBA_KERNELS_SKIP_CUDA_BUILD=1`` (pure Python; the
 build cannot label a wheel without compiling, since ``MAMBA_KERNELS_RELEASE`` requires the
-extensions), then labelled like a release: version ``0.1.0+cu130torch2.13`` in file name and
-METADATA (``variant.release_version``), ``Requires-Dist`` exactly ``build.install_requires`` for
-a release against torch 2.13, and a ``cp3X-cp3X-manylinux_2_28`` tag; RECORD is rewritten to
-match. So the requirements tested are the ones a release wheel carries.
+extensions), then labelled like the stable release wheel of the matrix's CUDA 13.0 cell for this
+platform: its file name (``variant.wheel_name``: ``0.1.0+cu130stable2.10``, ``cp310-abi3``, the
+release's platform tag), the version in METADATA, ``Requires-Dist`` exactly
+``build.install_requires`` for a stable release (``torch>=2.10``, which torch 2.13 meets); RECORD
+is rewritten to match. So the requirements tested are the ones a release wheel carries.
+
+The labels, examples and requirements of README's table of which index to take are checked
+against the resolver on the matrix's wheel names.
 
 Exercised (pip from the new environment's own ``python -m venv`` bootstrap, and uv; their
 configuration files and ``PIP_*``/``UV_*`` variables ignored, so nothing but the served indexes
@@ -59,17 +62,17 @@ from typing import Dict, List
 
 import pytest
 
-from mamba_kernels import build, variant
+from mamba_kernels import build, environment, matrix, resolve, support, variant
 from mamba_kernels.version import __version__
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 MARKER = "<!-- install-commands:"
 DOC_SITE = "https://<owner>.github.io/<repo>/"
-DOC_LABEL = "cu130torch2.14"
+DOC_LABEL = "cu130stable2.10"
 DOC_TORCH_INDEX = "https://download.pytorch.org/whl/cu130"
-TEST_TORCH = "2.13.0+cpu"
-TEST_LABEL = variant.label(TEST_TORCH, "13.0")  # cu130torch2.13
+TEST_TORCH = "2.13.0+cpu"  # the stable wheel's requirement (torch>=2.10) accepts it
+TEST_LABEL = variant.stable_label("13.0", build.STABLE_TARGET)  # the one a release builds: cu130stable2.10
 CASES = ("torch installed", "fresh")
 SHIPPED = ("mamba_kernels", "causal_conv1d", "selective_scan")  # [tool.setuptools] packages
 # Imports allowed beyond the wheel's requirements: setup.py's helpers (build time) and the release
@@ -136,6 +139,59 @@ def test_documented_commands_have_the_expected_shape():
                 want["--extra-index-url"] = DOC_TORCH_INDEX
             assert opts == want, argv
     assert sum(len(v) for v in README_COMMANDS.values()) == 4
+    # the tested wheel carries the documented label: the lines run with that label as written
+    assert TEST_LABEL == DOC_LABEL
+
+
+# ----------------------------------------------------------------------------- which index to take
+
+
+def _doc_section(path: Path, heading: str) -> str:
+    text = path.read_text(encoding="utf-8")
+    start = text.index(heading + "\n")
+    end = text.find("\n#", start + len(heading))
+    return text[start : end if end >= 0 else len(text)]
+
+
+def documented_choices() -> List[tuple]:
+    """(example torch versions, label, requirement) of each row of README's table of which index
+    to take, e.g. ((``2.14.1+cu130``, ...), ``cu130stable2.10``, ``torch>=2.10``)."""
+    rows = []
+    for line in _doc_section(ROOT / "README.md", "### Installing a wheel").splitlines():
+        cols = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if len(cols) == 3 and not cols[0].startswith(("---", "your torch")):
+            examples = tuple(re.findall(r"`(\d+\.\d+\.\d+\+cu\d+)`", cols[0]))
+            (label,) = re.findall(r"`(cu\d+(?:torch|stable)[\d.]+\w*)`", cols[1])
+            (requirement,) = re.findall(r"`(torch[^`]+)`", cols[2])
+            assert examples, f"README table row without an example torch version: {line!r}"
+            rows.append((examples, label, requirement))
+    return rows
+
+
+def test_the_documented_index_is_the_resolvers_choice():
+    """Each example torch of README's table, resolved against every wheel the matrix builds
+    (Linux x86_64, Python 3.11, no GPU), gets a wheel of the row's label, which requires what the
+    row says; the rows cover every stable label and one per-minor label; the command block's
+    label is the table's for torch 2.14 built for CUDA 13.0."""
+    rows = documented_choices()
+    candidates = [resolve.Candidate(filename=variant.wheel_name(__version__, c), url="file")
+                  for c in matrix.select()]
+    for examples, label, requirement in rows:
+        for torch in examples:
+            target = environment.detect(torch=torch, python="3.11", platform_tag="linux_x86_64",
+                                        gpu_archs=[], runner=lambda cmd, timeout: (127, ""),
+                                        toolchain=False)
+            chosen = resolve.resolve(candidates, target).selected
+            assert chosen is not None, f"README's table: no wheel fits torch {torch}"
+            built = variant.parse_wheel_name(chosen.candidate.filename).variant
+            assert variant.variant_label(built) == label, (torch, chosen.candidate.filename)
+            want = variant.stable_torch_requirement(built.torch) if built.stable else \
+                variant.torch_requirement(built.torch)
+            assert requirement == want, (torch, requirement, want)
+    labels = {label for _, label, _ in rows}
+    stable = {variant.cell_label(c) for c in support.stable_cells()}
+    assert stable <= labels and labels - stable, f"table labels {sorted(labels)}, stable {sorted(stable)}"
+    assert any(label == DOC_LABEL and "2.14.1+cu130" in ex for ex, label, _ in rows)
 
 
 # ----------------------------------------------------------------------------- what the wheel requires
@@ -211,11 +267,11 @@ def _record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}"
 
 
-def _platform_tag() -> str:
+def _platform() -> str:
     machine = platform.machine().lower()
     if not sys.platform.startswith("linux") or machine not in ("x86_64", "aarch64"):
         pytest.skip(f"the served-index installs run on Linux x86_64/aarch64, not {sys.platform} {machine}")
-    return f"manylinux_2_28_{machine}"
+    return f"linux_{machine}"
 
 
 def relabel(pure: Path, out_dir: Path, version: str, requires: List[str], tag: str) -> Path:
@@ -280,19 +336,29 @@ def built_wheel(scratch):
     return wheel, r.stdout + r.stderr
 
 
+def stable_cell() -> support.Cell:
+    """The matrix's stable CUDA 13.0 cell for this platform: the wheel the commands install."""
+    (cell,) = [c for c in support.stable_cells(platform=_platform()) if variant.cell_label(c) == TEST_LABEL]
+    return cell
+
+
 @pytest.fixture(scope="session")
 def release_wheel(built_wheel, scratch):
-    py = f"cp{sys.version_info[0]}{sys.version_info[1]}"
-    version = variant.release_version(__version__, TEST_TORCH, "13.0")
-    assert version.endswith("+" + TEST_LABEL)
-    return relabel(built_wheel[0], scratch / "wheels", version,
-                   build.install_requires(release_torch=TEST_TORCH), f"{py}-{py}-{_platform_tag()}")
+    """The pure wheel under the exact file name of the release wheel of ``stable_cell``."""
+    cell = stable_cell()
+    name = variant.wheel_name(__version__, cell)
+    version = variant.cell_release_version(__version__, cell)
+    tag = name[len(f"{variant.DIST_NAME}-{version}-") : -len(".whl")]
+    requires = build.install_requires(release_torch=TEST_TORCH, binding=build.STABLE)
+    path = relabel(built_wheel[0], scratch / "wheels", version, requires, tag)
+    assert path.name == name
+    return path
 
 
 @pytest.fixture(scope="session")
 def torch_files(scratch):
     """torch 2.13.0+cpu and its dependencies, as wheels (pip download with the machine's config)."""
-    _platform_tag()
+    _platform()
     dest = scratch / "torch-files"
     r = _run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d", dest,
               f"torch=={TEST_TORCH}"])
@@ -372,7 +438,7 @@ def new_venv(path: Path, installer: str, caches) -> Path:
 
 def run_documented(line: str, venv: Path, url: str, caches) -> subprocess.CompletedProcess:
     """Run a documented line in ``venv`` as a shell would after activating it."""
-    text = line.replace(DOC_SITE, f"{url}/site/").replace(DOC_LABEL, TEST_LABEL)
+    text = line.replace(DOC_SITE, f"{url}/site/")
     text = text.replace(DOC_TORCH_INDEX, f"{url}/pytorch/whl/{DOC_TORCH_INDEX.rsplit('/', 1)[1]}")
     assert "<" not in text and "https://" not in text, text
     argv = shlex.split(text)
@@ -419,7 +485,7 @@ print(json.dumps({"torch": torch.__version__, "ours": version("mamba-kernels"), 
 def check_environment(venv: Path, caches) -> None:
     r = _ok(_run([venv / "bin" / "python", "-c", CHECK], env=clean_env(venv, caches), cwd=venv))
     got = json.loads(r.stdout.strip().splitlines()[-1])
-    want_ours = variant.release_version(__version__, TEST_TORCH, "13.0")
+    want_ours = variant.cell_release_version(__version__, stable_cell())
     assert got == {"torch": TEST_TORCH, "ours": want_ours, "shape": [1, 4, 16]}
 
 
@@ -445,9 +511,13 @@ def test_built_wheel_metadata(built_wheel, release_wheel):
     assert not [ln for ln in log.splitlines() if "deprecat" in ln.lower() and "license" in ln.lower()]
     with zipfile.ZipFile(release_wheel) as zf:
         meta = zf.read(f"mamba_kernels-0.1.0+{TEST_LABEL}.dist-info/METADATA").decode().partition("\n\n")[0]
+        wheel_tags = [ln for ln in zf.read(f"mamba_kernels-0.1.0+{TEST_LABEL}.dist-info/WHEEL").decode()
+                      .splitlines() if ln.startswith("Tag:")]
     requires = [ln for ln in meta.splitlines() if ln.startswith("Requires-Dist:")]
-    assert requires == ["Requires-Dist: torch==2.13.*"]
+    assert requires == [f"Requires-Dist: {variant.cell_torch_requirement(stable_cell())}"] == \
+        ["Requires-Dist: torch>=2.10"]
     assert f"Version: 0.1.0+{TEST_LABEL}" in meta.splitlines()
+    assert wheel_tags == [f"Tag: cp310-abi3-manylinux_2_28_{platform.machine().lower()}"]
 
 
 # ----------------------------------------------------------------------------- the commands, installed
@@ -486,4 +556,7 @@ def test_torch_installed_command_fails_without_torch(installer, served, caches, 
     r = run_documented(command("torch installed", installer), venv, served, caches)
     assert r.returncode != 0
     assert "torch" in (r.stdout + r.stderr)
+    if installer == "pip":  # the message README quotes
+        requirement = variant.cell_torch_requirement(stable_cell())
+        assert f"No matching distribution found for {requirement}" in r.stderr
     assert "mamba-kernels" not in installed(venv)
