@@ -75,9 +75,10 @@ def _installed_build() -> Dict[str, Any]:
         path = dispatch._extension_file(name)
         found = buildinfo.find_in_file(path) if path else None
         if found is not None:
-            try:
-                text = variant.label(found.torch_version, found.torch_cuda, found.cxx11_abi)
-            except ValueError:
+            try:  # a stable binary is labelled for its target, a classic one for its torch
+                text = (variant.stable_label(found.torch_cuda, found.stable_target) if found.stable
+                        else variant.label(found.torch_version, found.torch_cuda, found.cxx11_abi))
+            except (ValueError, TypeError):
                 continue
             return {"label": text, "version": version,
                     "how": f"a local build: BUILD_INFO of {kernel}'s extension ({found.describe()})"}

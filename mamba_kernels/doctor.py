@@ -261,13 +261,23 @@ def diagnose(target: Optional[environment.Target] = None) -> Dict[str, Any]:
         nvcc[0]["broken"] = True  # the fix for the kernels is a build: it would fail
     found += nvcc
     return {
-        "mamba_kernels": __version__,
+        "mamba_kernels": _installed_version(),
         "environment": {**target.as_dict(), "backend_mode": knobs.backend_mode()},
         "kernels": kernels,
         "problems": found,
         "broken": any(p["broken"] for p in found),
         "install_record": sdist_install.read_record(),  # how the sdist installed it, or None
     }
+
+
+def _installed_version() -> str:
+    """The installed distribution's version, with a release wheel's label; else the source's."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("mamba-kernels")
+    except metadata.PackageNotFoundError:
+        return __version__
 
 
 def render(report: Dict[str, Any]) -> str:

@@ -169,3 +169,28 @@ def test_compat_modules_ours_are_not_reported_and_mamba_ssms_build_is(fresh):
     p = found["mamba_ssm's own extension shadows ours"]
     assert not p["broken"] and "MAMBA_SKIP_CUDA_BUILD=TRUE" in p["fix"] and str(fresh) in p["why"]
     sys.modules.pop("selective_scan_cuda", None)
+
+
+@needs_python_h
+def test_info_labels_a_local_stable_build_for_its_target(fresh):
+    """A local stable-ABI build is labelled for its target (cu130stable2.10), not for the torch
+    that compiled it."""
+    name = compiled_extension(fresh, "mkd_stable", info(binding="stable", stable_target="2.10",
+                                                        cuda_major=13, torch_cuda="13.0",
+                                                        torch_version="2.14.1+cu130"))
+    dispatch.EXTENSIONS["causal_conv1d"] = name
+    build = cli._installed_build()
+    if build["version"] and "+" in build["version"]:  # an installed release wheel answers first
+        return
+    assert build["label"] == "cu130stable2.10", build
+    assert "local build" in build["how"]
+
+
+def test_doctor_reports_the_installed_distribution_version():
+    from importlib import metadata
+
+    report = doctor.diagnose(NO_GPU)
+    try:
+        assert report["mamba_kernels"] == metadata.version("mamba-kernels")
+    except metadata.PackageNotFoundError:
+        assert report["mamba_kernels"] == doctor.__version__
