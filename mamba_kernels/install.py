@@ -44,7 +44,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Dict, List, Optional, Sequence, Tuple
+from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import unquote, urlsplit
 
 from . import environment, index, release_index, resolve, variant
@@ -454,69 +454,79 @@ def _sources(args: argparse.Namespace) -> Tuple[Tuple[str, ...], str]:
     return release_index.default_indexes()
 
 
-def _cmd_install(args: argparse.Namespace) -> int:
-    try:
-        sources, origin = _sources(args)
-        interp = probe(args.python_exe)
-        target, installed_torch = install_target(args, interp)
-        _say(f"target  {interp.executable}: {resolve.describe_target(target)}")
-        _say(f"index   {' '.join(sources)} ({origin})")
-        with tempfile.TemporaryDirectory(prefix="mamba-kernels-install-") as tmp:
-            got = obtain("install", sources, target, None if args.dry_run else Path(tmp), args.timeout,
-                         installed_torch)
-            assert got.resolution.selected is not None
-            name = got.resolution.selected.candidate.filename
-            cmd = installer_command(interp, got.path or Path(name))
-            if args.dry_run:
-                _say(f"dry run: would download and verify {name}, then run:")
-                _say("  " + shlex.join(cmd))
-                return EXIT_OK
-            _say("running " + shlex.join(cmd))
-            r = subprocess.run(cmd)
-            if r.returncode != 0:
-                raise Failure(f"the installer exited with status {r.returncode}; the environment is as "
-                              "the installer left it (pip rolls back a failed install)", EXIT_TARGET)
-        _say(f"installed {name} into {interp.facts.get('prefix', interp.executable)}; torch "
-             f"{installed_torch} untouched (--no-deps)")
-        return EXIT_OK
-    except Failure as e:
-        _warn("install", e.line)
-        return e.code
-    except KeyboardInterrupt:
-        _warn("install", "interrupted: the partial download was removed and nothing was installed")
-        return EXIT_INTERRUPTED
-
-
-def _cmd_download(args: argparse.Namespace) -> int:
-    dest = Path(args.dest)
-    try:
-        sources, origin = _sources(args)
-        target = environment.detect(toolchain=False, **_overrides(args))
-        if target.torch is None:
-            raise Failure("no torch to match: give --torch (and --cuda) for the machine the wheel is for",
-                          EXIT_USAGE)
-        _say(f"target  {resolve.describe_target(target)}")
-        _say(f"index   {' '.join(sources)} ({origin})")
-        if dest.exists() and not dest.is_dir():
-            raise Failure(f"--dest {dest}: exists and is not a directory", EXIT_USAGE)
-        got = obtain("download", sources, target, None if args.dry_run else dest, args.timeout, target.torch)
+def _install(args: argparse.Namespace) -> int:
+    sources, origin = _sources(args)
+    interp = probe(args.python_exe)
+    target, installed_torch = install_target(args, interp)
+    _say(f"target  {interp.executable}: {resolve.describe_target(target)}")
+    _say(f"index   {' '.join(sources)} ({origin})")
+    with tempfile.TemporaryDirectory(prefix="mamba-kernels-install-") as tmp:
+        got = obtain("install", sources, target, None if args.dry_run else Path(tmp), args.timeout,
+                     installed_torch)
         assert got.resolution.selected is not None
         name = got.resolution.selected.candidate.filename
+        cmd = installer_command(interp, got.path or Path(name))
         if args.dry_run:
-            _say(f"dry run: would write {dest / name}")
+            _say(f"dry run: would download and verify {name}, then run:")
+            _say("  " + shlex.join(cmd))
             return EXIT_OK
-        _say(f"wrote {got.path}")
-        version = name.split("-")[1]
-        _say("on the machine it is for, from a copy of that directory (DIR):")
-        _say("  python -m mamba_kernels install --index DIR")
-        _say(f"  python -m pip install --no-deps --no-index --find-links DIR 'mamba-kernels=={version}'")
+        _say("running " + shlex.join(cmd))
+        r = subprocess.run(cmd)
+        if r.returncode != 0:
+            raise Failure(f"the installer exited with status {r.returncode}; the environment is as "
+                          "the installer left it (pip rolls back a failed install)", EXIT_TARGET)
+    _say(f"installed {name} into {interp.facts.get('prefix', interp.executable)}; torch "
+         f"{installed_torch} untouched (--no-deps)")
+    return EXIT_OK
+
+
+def _download(args: argparse.Namespace) -> int:
+    dest = Path(args.dest)
+    sources, origin = _sources(args)
+    target = environment.detect(toolchain=False, **_overrides(args))
+    if target.torch is None:
+        raise Failure("no torch to match: give --torch (and --cuda) for the machine the wheel is for",
+                      EXIT_USAGE)
+    _say(f"target  {resolve.describe_target(target)}")
+    _say(f"index   {' '.join(sources)} ({origin})")
+    if dest.exists() and not dest.is_dir():
+        raise Failure(f"--dest {dest}: exists and is not a directory", EXIT_USAGE)
+    got = obtain("download", sources, target, None if args.dry_run else dest, args.timeout, target.torch)
+    assert got.resolution.selected is not None
+    name = got.resolution.selected.candidate.filename
+    if args.dry_run:
+        _say(f"dry run: would write {dest / name}")
         return EXIT_OK
-    except Failure as e:
-        _warn("download", e.line)
-        return e.code
-    except KeyboardInterrupt:
-        _warn("download", "interrupted: the partial download was removed")
-        return EXIT_INTERRUPTED
+    _say(f"wrote {got.path}")
+    version = name.split("-")[1]
+    _say("on the machine it is for, from a copy of that directory (DIR):")
+    _say("  python -m mamba_kernels install --index DIR")
+    _say(f"  python -m pip install --no-deps --no-index --find-links DIR 'mamba-kernels=={version}'")
+    return EXIT_OK
+
+
+Verb = Callable[[argparse.Namespace], int]
+
+
+def _verb(name: str, body: Verb, interrupted: str) -> Verb:
+    """A verb's entry point: its Failure as one line and its exit code; Ctrl-C as ``interrupted``."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return body(args)
+        except Failure as e:
+            _warn(name, e.line)
+            return e.code
+        except KeyboardInterrupt:
+            _warn(name, interrupted)
+            return EXIT_INTERRUPTED
+
+    return run
+
+
+_cmd_install = _verb("install", _install,
+                     "interrupted: the partial download was removed and nothing was installed")
+_cmd_download = _verb("download", _download, "interrupted: the partial download was removed")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
