@@ -7,7 +7,7 @@ error naming the variable, so a typo never silently turns a feature off.
 from __future__ import annotations
 
 import os
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Tuple
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -39,29 +39,26 @@ def env_bool(name: str, default: bool = False, environ: Optional[Mapping[str, st
     return parse_bool(name, raw)
 
 
+def env_choice(name: str, choices: Tuple[str, ...], what: str, hint: str = "",
+               environ: Optional[Mapping[str, str]] = None) -> str:
+    """A knob with a fixed set of values (the first is the default when unset or empty); anything
+    else is an error naming the variable, the value and the choices (plus ``hint``)."""
+    env = os.environ if environ is None else environ
+    raw = env.get(name, "").strip().lower()
+    if raw == "":
+        return choices[0]
+    if raw not in choices:
+        raise ValueError(f"{name}={env.get(name)!r} is not {what}: use one of {', '.join(choices)}{hint}")
+    return raw
+
+
 def backend_mode(environ: Optional[Mapping[str, str]] = None) -> str:
     """``MAMBA_KERNELS_BACKEND``: auto (default), cuda or reference."""
-    env = os.environ if environ is None else environ
-    raw = env.get(BACKEND_VAR, "").strip().lower()
-    if raw == "":
-        return "auto"
-    if raw not in BACKENDS:
-        raise ValueError(
-            f"{BACKEND_VAR}={env.get(BACKEND_VAR)!r} is not a backend: use one of {', '.join(BACKENDS)}"
-        )
-    return raw
+    return env_choice(BACKEND_VAR, BACKENDS, "a backend", environ=environ)
 
 
 def binding_choice(environ: Optional[Mapping[str, str]] = None) -> str:
     """``MAMBA_KERNELS_BINDING`` (a build knob): auto (default: the stable-ABI binding when the
     build torch has it, else the classic one), stable or classic."""
-    env = os.environ if environ is None else environ
-    raw = env.get(BINDING_VAR, "").strip().lower()
-    if raw == "":
-        return "auto"
-    if raw not in BINDINGS:
-        raise ValueError(
-            f"{BINDING_VAR}={env.get(BINDING_VAR)!r} is not a binding: use one of {', '.join(BINDINGS)} "
-            "(auto: stable when the build torch is at least the stable ABI's target, else classic)"
-        )
-    return raw
+    hint = " (auto: stable when the build torch is at least the stable ABI's target, else classic)"
+    return env_choice(BINDING_VAR, BINDINGS, "a binding", hint, environ)
