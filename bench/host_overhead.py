@@ -87,12 +87,33 @@ def _stand_in_update(x, conv_state, weight, bias, silu_activation, cache_seqlens
     return torch.empty_like(x)
 
 
-def install_stand_ins() -> torch.library.Library:
-    """CPU stand-ins for the compiled ops, and a dispatch decision made as for CUDA tensors."""
+def stand_in_extension(kernel: str, lib: torch.library.Library, schemas: dict, impls: dict) -> None:
+    """Define ``schemas`` in ``lib`` with the CPU ``impls`` and make a dummy module stand for
+    ``kernel``'s compiled extension (imported by its ``_ops`` modules, reported usable by dispatch)."""
     from mamba_kernels import dispatch
 
-    ext = types.ModuleType("causal_conv1d._cuda")
-    sys.modules["causal_conv1d._cuda"] = ext
+    name = dispatch.EXTENSIONS[kernel]
+    ext = types.ModuleType(name)
+    sys.modules[name] = ext
+    for op, schema in schemas.items():
+        lib.define(op + schema)
+        lib.impl(op, impls[op], "CPU")
+    dispatch._status[kernel] = dispatch.ExtensionStatus(ext, "stand-in for this benchmark")
+
+
+def decide_as_cuda() -> None:
+    """Make the dispatch decision as for CUDA tensors (the real ``dispatch.use_cuda``, asked
+    about ``"cuda"``); once per process."""
+    from mamba_kernels import dispatch
+
+    real = dispatch.use_cuda
+    if not getattr(real, "as_cuda", False):
+        dispatch.use_cuda = lambda kernel, device_type: real(kernel, "cuda")
+        dispatch.use_cuda.as_cuda = True
+
+
+def install_stand_ins() -> torch.library.Library:
+    """CPU stand-ins for the compiled ops, and a dispatch decision made as for CUDA tensors."""
     lib = torch.library.Library("mamba_kernels", "FRAGMENT")
     impls = {
         "causal_conv1d_fwd": _stand_in_fwd,
@@ -100,14 +121,10 @@ def install_stand_ins() -> torch.library.Library:
         "causal_conv1d_bwd": _stand_in_bwd,
         "causal_conv1d_update": _stand_in_update,
     }
-    for name, schema in SCHEMAS.items():
-        lib.define(name + schema)
-        lib.impl(name, impls[name], "CPU")
+    stand_in_extension("causal_conv1d", lib, SCHEMAS, impls)
     import causal_conv1d._ops  # noqa: F401  (registers the fake implementations, as on a GPU)
 
-    dispatch._status["causal_conv1d"] = dispatch.ExtensionStatus(ext, "stand-in for this benchmark")
-    real = dispatch.use_cuda
-    dispatch.use_cuda = lambda kernel, device_type: real(kernel, "cuda")
+    decide_as_cuda()
     return lib
 
 
@@ -153,8 +170,10 @@ def cases() -> List[tuple]:
     ]
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run(argv: Optional[List[str]], doc: str, install: Callable[[], object],
+        make_cases: Callable[[], List[tuple]]) -> int:
+    """The command line shared by the host-overhead benchmarks: stand-ins, then the table."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=31)
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--root", default=ROOT, help="the checkout to measure (default: this one)")
@@ -162,13 +181,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     sys.path.insert(0, os.path.abspath(args.root))
     os.environ.pop("MAMBA_KERNELS_BACKEND", None)  # auto: the default decision
     torch.set_num_threads(1)
-    _lib = install_stand_ins()  # noqa: F841  (the ops live as long as the Library object)
+    _lib = install()  # noqa: F841  (the ops live as long as the Library object)
     print(f"torch {torch.__version__}, Python {sys.version.split()[0]}; us per call, median of {args.reps} "
           f"x {args.calls} calls\n")
     print("| call | us |\n|---|---:|")
-    for name, fn in cases():
+    for name, fn in make_cases():
         print(f"| {name} | {per_call_us(fn, args.reps, args.calls):.2f} |", flush=True)
     return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    return run(argv, __doc__, install_stand_ins, cases)
 
 
 if __name__ == "__main__":
