@@ -33,6 +33,8 @@ its output is not differentiable; the PyTorch path is.
 
 from __future__ import annotations
 
+import sys
+from types import ModuleType
 from typing import Optional
 
 import torch
@@ -47,83 +49,114 @@ KERNEL = "selective_scan"  # the extension family (selective_scan._cuda) the dec
 KERNEL_MAX_DSTATE = 256
 
 
-def _check(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices) -> None:
-    for name, t in (("state", state), ("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C)):
-        _checks.require_tensor(name, t)
-    for name, t in (("D", D), ("z", z), ("dt_bias", dt_bias), ("state_batch_indices", state_batch_indices)):
-        _checks.require_tensor(name, t, optional=True)
-    _checks.require_same_device(
-        {
-            "state": state,
-            "x": x,
-            "dt": dt,
-            "A": A,
-            "B": B,
-            "C": C,
-            "D": D,
-            "z": z,
-            "dt_bias": dt_bias,
-            "state_batch_indices": state_batch_indices,
-        }
-    )
-    if state.dim() not in (3, 4):
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+_INDEX_DTYPES = (torch.int32, torch.int64)
+_FLOAT64 = torch.float64
+_PACKAGE = sys.modules[__package__]
+
+
+def _named(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices) -> dict:
+    """The operands by name, for the error paths."""
+    return {
+        "state": state,
+        "x": x,
+        "dt": dt,
+        "A": A,
+        "B": B,
+        "C": C,
+        "D": D,
+        "z": z,
+        "dt_bias": dt_bias,
+        "state_batch_indices": state_batch_indices,
+    }
+
+
+def _check(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices) -> bool:
+    """Validate one decode step's arguments; return whether the compiled kernel covers them
+    (``_fits``). Runs on every decode step, so the good path reads each attribute once and
+    builds no string: messages are made only on failure."""
+    if not (
+        isinstance(state, Tensor)
+        and isinstance(x, Tensor)
+        and isinstance(dt, Tensor)
+        and isinstance(A, Tensor)
+        and isinstance(B, Tensor)
+        and isinstance(C, Tensor)
+        and (D is None or isinstance(D, Tensor))
+        and (z is None or isinstance(z, Tensor))
+        and (dt_bias is None or isinstance(dt_bias, Tensor))
+        and (state_batch_indices is None or isinstance(state_batch_indices, Tensor))
+    ):
+        named = _named(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices)
+        for name, t in named.items():
+            _checks.require_tensor(name, t, optional=name in ("D", "z", "dt_bias", "state_batch_indices"))
+    device = state.device
+    for t in (x, dt, A, B, C, D, z, dt_bias, state_batch_indices):
+        if t is not None and t.device != device:
+            _checks.require_same_device(_named(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices))
+    shape = state.shape
+    heads = len(shape) == 4
+    if not heads and len(shape) != 3:
         raise ValueError(
-            f"state must be (batch, dim, dstate) or (batch, nheads, dim, dstate), got {tuple(state.shape)}"
+            f"state must be (batch, dim, dstate) or (batch, nheads, dim, dstate), got {tuple(shape)}"
         )
-    heads = state.dim() == 4
-    _, nheads, dim, dstate = state.shape if heads else (state.shape[0], 1, *state.shape[1:])
-    batch = x.shape[0] if x.dim() > 0 else -1
+    if heads:
+        nheads, dim, dstate = shape[1], shape[2], shape[3]
+    else:
+        nheads, dim, dstate = 1, shape[1], shape[2]
+    x_shape = x.shape
+    batch = x_shape[0] if len(x_shape) > 0 else -1
     lead = (batch, nheads, dim) if heads else (batch, dim)
-    desc = "(batch, nheads, dim)" if heads else "(batch, dim)"
-    _checks.require_shape("x", x, lead, f"{desc}, matching state")
-    _checks.require_shape("dt", dt, lead, f"same as x {desc}")
-    if z is not None:
+    if x_shape != lead or dt.shape != lead or (z is not None and z.shape != lead):
+        desc = "(batch, nheads, dim)" if heads else "(batch, dim)"
+        _checks.require_shape("x", x, lead, f"{desc}, matching state")
+        _checks.require_shape("dt", dt, lead, f"same as x {desc}")
         _checks.require_shape("z", z, lead, f"same as x {desc}")
-    _checks.require_shape("A", A, (nheads, dim, dstate) if heads else (dim, dstate), "matching state")
-    if B.dim() != (3 if heads else 2):
+    A_shape = (nheads, dim, dstate) if heads else (dim, dstate)
+    if A.shape != A_shape:
+        _checks.require_shape("A", A, A_shape, "matching state")
+    B_shape = B.shape
+    if len(B_shape) != (3 if heads else 2):
         raise ValueError(
-            f"B must be {'(batch, ngroups, dstate)' if heads else '(batch, dstate)'}, got {tuple(B.shape)}"
+            f"B must be {'(batch, ngroups, dstate)' if heads else '(batch, dstate)'}, got {tuple(B_shape)}"
         )
-    ngroups = B.shape[1] if heads else 1
-    _checks.require_shape(
-        "B", B, (batch, ngroups, dstate) if heads else (batch, dstate), "(batch, [ngroups,] dstate)"
-    )
-    _checks.require_shape("C", C, tuple(B.shape), "same as B")
+    ngroups = B_shape[1] if heads else 1
+    want = (batch, ngroups, dstate) if heads else (batch, dstate)
+    if B_shape != want:
+        _checks.require_shape("B", B, want, "(batch, [ngroups,] dstate)")
+    if C.shape != B_shape:
+        _checks.require_shape("C", C, tuple(B_shape), "same as B")
     if ngroups < 1 or nheads % ngroups != 0:
         raise ValueError(f"nheads must be divisible by ngroups: nheads={nheads}, ngroups={ngroups}")
-    for name, t in (("D", D), ("dt_bias", dt_bias)):
+    per_channel = (nheads, dim) if heads else (dim,)
+    if D is not None and D.shape != per_channel:
+        _checks.require_shape("D", D, per_channel, "one value per channel")
+    if dt_bias is not None and dt_bias.shape != per_channel:
+        _checks.require_shape("dt_bias", dt_bias, per_channel, "one value per channel")
+    wide = False
+    for t in (state, x, dt, A, B, C, D, z, dt_bias):
         if t is not None:
-            _checks.require_shape(name, t, (nheads, dim) if heads else (dim,), "one value per channel")
-    floats = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
-    for name, t in (
-        ("state", state),
-        ("x", x),
-        ("dt", dt),
-        ("A", A),
-        ("B", B),
-        ("C", C),
-        ("D", D),
-        ("z", z),
-        ("dt_bias", dt_bias),
-    ):
-        if t is not None and t.dtype not in floats:
-            raise TypeError(
-                f"{name} must be a real floating dtype (float32/16, bfloat16, float64), got {t.dtype}"
-            )
+            dtype = t.dtype
+            if dtype not in _FLOATS:
+                named = _named(state, x, dt, A, B, C, D, z, dt_bias, None)
+                name = next(k for k, v in named.items() if v is not None and v.dtype not in _FLOATS)
+                raise TypeError(
+                    f"{name} must be a real floating dtype (float32/16, bfloat16, float64), got "
+                    f"{named[name].dtype}"
+                )
+            if dtype == _FLOAT64:
+                wide = True
     if state_batch_indices is None:
-        if state.shape[0] != batch:
+        if shape[0] != batch:
             raise ValueError(
-                f"without state_batch_indices, state.shape[0] must equal the batch {batch}, "
-                f"got {state.shape[0]}"
+                f"without state_batch_indices, state.shape[0] must equal the batch {batch}, got {shape[0]}"
             )
-        return
-    if state_batch_indices.dtype not in (torch.int32, torch.int64) or tuple(state_batch_indices.shape) != (
-        batch,
-    ):
+    elif state_batch_indices.dtype not in _INDEX_DTYPES or state_batch_indices.shape != (batch,):
         raise ValueError(
             f"state_batch_indices must be an int32/int64 tensor of shape ({batch},), got "
             f"{state_batch_indices.dtype} {tuple(state_batch_indices.shape)}"
         )
+    return _fits(dstate, wide)
 
 
 def _check_index_values(state: Tensor, state_batch_indices: Optional[Tensor]) -> None:
@@ -140,14 +173,34 @@ def _check_index_values(state: Tensor, state_batch_indices: Optional[Tensor]) ->
         raise ValueError(f"state_batch_indices must not repeat a state slot, got {idx}")
 
 
-def _kernel_fits(state: Tensor, *tensors: Optional[Tensor]) -> bool:
+def _fits(dstate: int, any_float64: bool) -> bool:
     """The compiled kernel covers float32/16 and bfloat16 (float64 runs in PyTorch), dstate <= 256."""
-    if state.dtype == torch.float64 or state.shape[-1] > KERNEL_MAX_DSTATE:
-        return False
-    for t in tensors:
-        if t is not None and t.dtype == torch.float64:
-            return False
-    return True
+    return not any_float64 and dstate <= KERNEL_MAX_DSTATE
+
+
+def _kernel_fits(state: Tensor, *tensors: Optional[Tensor]) -> bool:
+    """``_fits`` for these operands."""
+    wide = any(t is not None and t.dtype == _FLOAT64 for t in (state, *tensors))
+    return _fits(state.shape[-1], wide)
+
+
+def _requires_grad(*tensors: Optional[Tensor]) -> bool:
+    """Whether autograd would record an op on these (None never counts)."""
+    if torch.is_grad_enabled():
+        for t in tensors:
+            if t is not None and t.requires_grad:
+                return True
+    return False
+
+
+def _ops() -> ModuleType:
+    """``selective_scan._update_ops``, imported on first use (importing it loads the extension);
+    read from the package, which is what ``from . import _update_ops`` does after its import
+    machinery."""
+    ops = getattr(_PACKAGE, "_update_ops", None)
+    if ops is None:
+        from . import _update_ops as ops
+    return ops
 
 
 def selective_state_update(
@@ -164,15 +217,16 @@ def selective_state_update(
     state_batch_indices: Optional[Tensor] = None,
 ) -> Tensor:
     """One decode step; updates ``state`` in place and returns out (x's shape and dtype)."""
-    _check(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices)
-    if _kernel_fits(state, x, dt, A, B, C, D, z, dt_bias) and dispatch.use_cuda(KERNEL, state.device.type):
-        from . import _update_ops
-
+    fits = _check(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices)
+    # state.is_cuda is a flag read; state.device.type builds a device object and a string
+    if fits and dispatch.use_cuda(KERNEL, "cuda" if state.is_cuda else state.device.type):
         args = (state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), state_batch_indices)
-        if not torch.is_grad_enabled():
-            return _update_ops.update(*args)
-        with torch.no_grad():  # no backward (nor has the original): out is explicitly not differentiable
-            return _update_ops.update(*args)
+        # no backward (nor has the original): out is explicitly not differentiable; no_grad
+        # only when an operand requires grad (else it would change nothing, at ~1 us a step)
+        if _requires_grad(state, x, dt, A, B, C, D, z, dt_bias):
+            with torch.no_grad():
+                return _ops().update(*args)
+        return _ops().update(*args)
     _check_index_values(state, state_batch_indices)
     heads = state.dim() == 4
     if not heads:  # one head: lift everything to the heads form

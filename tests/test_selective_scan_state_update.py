@@ -178,3 +178,48 @@ def test_backward_with_a_float32_state(heads):
     names = ("state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias")
     for name, got, ref in zip(names, [start, *leaves], ref_leaves):
         torch.testing.assert_close(got.grad.to(F64), ref.grad, rtol=1e-4, atol=1e-4, msg=name)
+
+
+def _bad_input_cases():
+    state, x, dt, A, B, C, D, z, dt_bias = make(batch=2, heads=4, dim=3, n=5, groups=2)
+    base = dict(state=state, x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias)
+    meta = torch.zeros(4, 3, device="meta")
+    return base, [
+        (dict(x=[1.0]), TypeError, "x must be a torch.Tensor, got list"),
+        (dict(D=3), TypeError, "D must be a torch.Tensor, got int"),
+        (dict(D=meta), ValueError, "all tensors must be on one device: state is on cpu but D is on meta"),
+        (dict(state=state[0, 0]), ValueError,
+         "state must be (batch, dim, dstate) or (batch, nheads, dim, dstate), got (3, 5)"),
+        (dict(x=x[:, :2]), ValueError,
+         "x must have shape (2, 4, 3) ((batch, nheads, dim), matching state), got (2, 2, 3)"),
+        (dict(dt=dt[:1]), ValueError,
+         "dt must have shape (2, 4, 3) (same as x (batch, nheads, dim)), got (1, 4, 3)"),
+        (dict(z=z[..., :1]), ValueError,
+         "z must have shape (2, 4, 3) (same as x (batch, nheads, dim)), got (2, 4, 1)"),
+        (dict(A=A[:, :, :2]), ValueError, "A must have shape (4, 3, 5) (matching state), got (4, 3, 2)"),
+        (dict(B=B[:, 0]), ValueError, "B must be (batch, ngroups, dstate), got (2, 5)"),
+        (dict(B=B[:, :, :4]), ValueError,
+         "B must have shape (2, 2, 5) ((batch, [ngroups,] dstate)), got (2, 2, 4)"),
+        (dict(C=C[:, :1]), ValueError, "C must have shape (2, 2, 5) (same as B), got (2, 1, 5)"),
+        (dict(B=B[:, :0], C=C[:, :0]), ValueError,
+         "nheads must be divisible by ngroups: nheads=4, ngroups=0"),
+        (dict(D=D[:2]), ValueError, "D must have shape (4, 3) (one value per channel), got (2, 3)"),
+        (dict(dt_bias=dt_bias[0]), ValueError,
+         "dt_bias must have shape (4, 3) (one value per channel), got (3,)"),
+        (dict(z=z.to(torch.int32)), TypeError,
+         "z must be a real floating dtype (float32/16, bfloat16, float64), got torch.int32"),
+        (dict(state=state[:1]), ValueError,
+         "without state_batch_indices, state.shape[0] must equal the batch 2, got 1"),
+        (dict(state_batch_indices=torch.zeros(2)), ValueError,
+         "state_batch_indices must be an int32/int64 tensor of shape (2,), got torch.float32 (2,)"),
+    ]
+
+
+def test_every_decode_step_rule_has_its_whole_message():
+    # the checks compare on the good path and build each message only on failure: pin them all
+    import re
+
+    base, cases = _bad_input_cases()
+    for change, exc, message in cases:
+        with pytest.raises(exc, match="^" + re.escape(message) + "$"):
+            selective_state_update(**{**base, **change})
