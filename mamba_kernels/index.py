@@ -144,7 +144,8 @@ def wheel_archs(path: Path) -> Dict[str, Dict[str, List[str]]]:
     return out
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
+    """The file's sha256 as hex, read in 1 MiB blocks (the one hashing routine of the package)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -331,7 +332,7 @@ def describe_wheel(path: Path) -> Dict[str, Any]:
         "requires_python": meta["requires_python"],
         "requires_torch": pin,
         "requires_torch_marker": marker,
-        "sha256": _sha256(path),
+        "sha256": sha256_of(path),
         "size": path.stat().st_size,
         "archs": archs,
     }
@@ -437,7 +438,7 @@ def load_previous(source: str, allow_missing: bool = False) -> List[Dict[str, An
             if local.is_symlink() or not local.is_file():
                 raise _fail("wheel", where, f"is linked relatively ({url!r}) but {str(local)!r} is not a "
                             "regular file to carry over")
-            if _sha256(local) != sha:
+            if sha256_of(local) != sha:
                 raise _fail("wheel", where, f"{str(local)!r} does not have the recorded sha256")
             entry["_copy_from"] = str(local)
         out.append(entry)

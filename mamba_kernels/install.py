@@ -198,14 +198,6 @@ def fetch(c: Candidate, dest: Path, timeout: float, stream: IO[str] = sys.stderr
         raise
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 # ----------------------------------------------------------------------------- checking the wheel
 
 def _requirement_class() -> Any:

@@ -26,7 +26,6 @@ reasons it was not chosen, nearest first.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import html.parser
 import json
 import re
@@ -437,12 +436,10 @@ def resolve(candidates: Sequence[Candidate], target: Target) -> Resolution:
 
 
 def _sha256_of(path: str) -> Optional[str]:
+    from .index import sha256_of
+
     try:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-        return h.hexdigest()
+        return sha256_of(Path(path))
     except OSError:
         return None
 

@@ -292,7 +292,7 @@ def test_download_for_another_machine_then_install_offline(base, site, bare, tmp
     rc, out, err = _cli(["download", "--dest", str(house), "--index", base + "/"] + other, capsys)
     assert rc == 0, err
     assert sorted(p.name for p in house.iterdir()) == [site["other"]]  # nothing else, no .part left
-    assert install.sha256_of(house / site["other"]) == site["shas"][site["other"]]
+    assert index.sha256_of(house / site["other"]) == site["shas"][site["other"]]
     assert "python -m mamba_kernels install --index DIR" in out
     # the same from a file:// URL of the site's manifest (local files, hashes still checked)
     rc, out, err = _cli(["download", "--dest", str(house), "--index",
