@@ -186,11 +186,13 @@ def test_info_labels_a_local_stable_build_for_its_target(fresh):
     assert "local build" in build["how"]
 
 
-def test_doctor_reports_the_installed_distribution_version():
+def test_doctor_reports_the_installed_distribution_version(monkeypatch):
+    """A release wheel's version carries its label, which the source's __version__ does not."""
     from importlib import metadata
 
+    real = metadata.version
+    labelled = f"{doctor.__version__}+cu130stable2.10"
+    monkeypatch.setattr(metadata, "version", lambda name: labelled if name == "mamba-kernels" else real(name))
     report = doctor.diagnose(NO_GPU)
-    try:
-        assert report["mamba_kernels"] == metadata.version("mamba-kernels")
-    except metadata.PackageNotFoundError:
-        assert report["mamba_kernels"] == doctor.__version__
+    assert report["mamba_kernels"] == labelled
+    assert doctor.render(report).splitlines()[0] == f"mamba-kernels {labelled}"
