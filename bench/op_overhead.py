@@ -13,27 +13,19 @@ lines is the binding's own cost.
 from __future__ import annotations
 
 import os
-import statistics
 import sys
-import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _timing import wall_ms  # noqa: E402
 
 os.environ.setdefault("MAMBA_KERNELS_BACKEND", "cuda")
 
 
 def per_call_us(fn, calls: int = 2000, reps: int = 5) -> float:
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        times.append(1e6 * (time.perf_counter() - t) / calls)
-    return statistics.median(times)
+    """bench/_timing.wall_ms, in microseconds, for a call without input sets."""
+    return 1e3 * wall_ms(lambda i: fn(), 1, calls=calls, reps=reps, warmup=50)
 
 
 def main() -> int:
