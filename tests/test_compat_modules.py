@@ -1,8 +1,8 @@
 """The compatibility modules selective_scan_cuda and causal_conv1d_cuda on CPU: they import
 without a GPU, keep the originals' positional contracts (arities, return lists, in-place
 outputs), run the PyTorch path for CPU tensors and reject bad arguments by name. When the
-mamba_ssm 2.3.2 sdist is at hand (MAMBA_SSM_SDIST, or .device/ in a checkout), mamba_ssm's own
-Python runs on them."""
+mamba_ssm 2.3.2 sdist is at hand (MAMBA_SSM_SDIST, else fetched once from PyPI into build/ with
+``pip download``), mamba_ssm's own Python runs on them."""
 
 from __future__ import annotations
 
@@ -23,7 +23,22 @@ from causal_conv1d.causal_conv1d_interface import causal_conv1d_ref, causal_conv
 from selective_scan import mamba_inner_fn, selective_scan_ref
 
 ROOT = Path(__file__).resolve().parent.parent
-SDIST = Path(os.environ.get("MAMBA_SSM_SDIST", ROOT / ".device" / "mamba_ssm-2.3.2.post1.tar.gz"))
+SDIST_NAME = "mamba_ssm-2.3.2.post1.tar.gz"
+SDIST_DIR = ROOT / "build" / "peer-sdists"
+
+
+def _sdist() -> Path:
+    """MAMBA_SSM_SDIST, else the sdist from PyPI (the registry is reachable where CI runs);
+    metadata only: its setup.py is told to skip its CUDA build and its wheel download."""
+    if os.environ.get("MAMBA_SSM_SDIST"):
+        return Path(os.environ["MAMBA_SSM_SDIST"])
+    path = SDIST_DIR / SDIST_NAME
+    if not path.is_file():
+        env = dict(os.environ, MAMBA_SKIP_CUDA_BUILD="TRUE", MAMBA_FORCE_BUILD="TRUE")
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-build-isolation",
+                        "--no-binary", ":all:", "mamba-ssm==2.3.2.post1", "-d", str(SDIST_DIR)],
+                       env=env, capture_output=True, timeout=120)
+    return path
 
 
 @pytest.fixture(autouse=True)
@@ -226,12 +241,13 @@ def test_conv_bad_arities_and_arguments():
 def _mamba_ssm(tmp_path_factory):
     """mamba_ssm's ops package from its sdist (its Python only; the package __init__, which pulls
     in every model and huggingface_hub, is skipped)."""
-    if not SDIST.is_file():
-        pytest.skip(f"the mamba_ssm 2.3.2 sdist is not at {SDIST} (set MAMBA_SSM_SDIST)")
+    sdist = _sdist()
+    if not sdist.is_file():
+        pytest.skip(f"the mamba_ssm 2.3.2 sdist is not at {sdist} and could not be downloaded")
     pytest.importorskip("einops")
     pytest.importorskip("triton")
     root = tmp_path_factory.mktemp("mamba_ssm_src")
-    with tarfile.open(SDIST) as t:
+    with tarfile.open(sdist) as t:
         members = [m for m in t.getmembers() if "/mamba_ssm/" in m.name and m.name.endswith(".py")]
         t.extractall(root, members=members)
     src = next(root.glob("*/mamba_ssm"))
