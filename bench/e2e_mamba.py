@@ -40,9 +40,12 @@ SEED = 0
 
 def sizes(tiny: bool) -> dict:
     if tiny:
-        return dict(d_model=32, n_layer=2, vocab=64, batch=2, block_L=40, lm_L=24, prompt=6, new=6, reps=1)
+        return dict(d_model=32, n_layer=2, vocab=64, batch=2, block_L=40, lm_L=24, prompt=6, new=6, reps=1,
+                    mem_block=(2, 40, 32))
+    # mem_block: (batch, seqlen, d_model) of the block whose training memory is measured, a
+    # Mamba-2.8B-sized layer (5120 channels) at 8192 steps
     return dict(d_model=768, n_layer=4, vocab=1024, batch=4, block_L=2048, lm_L=1024, prompt=64, new=192,
-                reps=5)
+                reps=5, mem_block=(8, 8192, 2560))
 
 
 CALLS: Counter = Counter()
@@ -135,6 +138,34 @@ def grads_of(module, names) -> dict:
     return {f"d{n}": params[n].grad.detach().float().cpu() for n in names if params[n].grad is not None}
 
 
+def block_memory(Mamba, shape, dtype: torch.dtype) -> dict:
+    """What one Mamba block keeps between its forward and backward (what training holds per
+    layer; the scan-state tensor x is part of it) and its fwd+bwd peak, in MiB, plus the time."""
+    batch, L, d_model = shape
+    torch.manual_seed(SEED)
+    block = Mamba(d_model=d_model).to(device="cuda", dtype=dtype)
+    x = torch.randn(batch, L, d_model, device="cuda", dtype=dtype).requires_grad_()
+    dy = torch.randn_like(x)
+    block(x).backward(dy)  # warm-up: allocations of the parameters' gradients
+    mib = 2.0 ** 20
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    y = block(x)
+    kept = torch.cuda.memory_allocated() - base - y.numel() * y.element_size()
+    y.backward(dy)
+    peak = torch.cuda.max_memory_allocated() - base
+    del y
+
+    def step():
+        block(x).backward(dy)
+
+    label = "x".join(map(str, shape))
+    return {f"block {label} kept for backward, MiB": kept / mib,
+            f"block {label} fwd+bwd peak, MiB": peak / mib,
+            f"block {label} fwd+bwd": timed(step, "cuda", 3)}
+
+
 def run_mamba_ssm(sz: dict, device: str, dtype: torch.dtype, problems: list) -> tuple:
     from mamba_ssm.models.config_mamba import MambaConfig
     from mamba_ssm.models.mixer_seq_simple import MambaLMHeadModel
@@ -169,6 +200,8 @@ def run_mamba_ssm(sz: dict, device: str, dtype: torch.dtype, problems: list) -> 
         block(xl).backward(dy)
 
     times["block fwd+bwd"] = timed(block_step, device, sz["reps"])
+    if device == "cuda":
+        times.update(block_memory(Mamba, sz["mem_block"], dtype))
     CALLS.clear()
     # the language model: forward + backward of a next-token loss, then greedy generation
     torch.manual_seed(SEED)
@@ -350,7 +383,7 @@ def cmd_compare(a) -> int:
         print(f"\n| timing | {a.label} | {a.base} | {a.label} / {a.base} |\n|---|---|---|---|")
         for k, v in res["times"].items():
             w = ref["times"].get(k)
-            unit = "" if "tokens/s" in k else " ms"
+            unit = "" if ("tokens/s" in k or "MiB" in k) else " ms"
             ratio = f"{v / w:.2f}" if w else "-"
             print(f"| {k} | {v:.3f}{unit} | {w if w is None else f'{w:.3f}'}{unit if w else ''} | {ratio} |")
         print()

@@ -5,9 +5,10 @@
 Times (microseconds per call, back-to-back, one synchronize at the end, median of 5) the
 decode step at batch 1 x 64 channels three ways: the registered op called directly
 (torch.ops.mamba_kernels.selective_state_update.default: the dispatcher and the binding
-alone), the dispatch decision (dispatch.use_cuda), and the public Python function; then a
-torch.profiler CPU table of the direct op calls. The difference between two builds' first
-lines is the binding's own cost.
+alone), the dispatch decision (dispatch.use_cuda), and the public Python function; then every
+other registered op called directly at a tiny shape (batch 1, 64 channels, 16 steps), where the
+host cost is all there is; then a torch.profiler CPU table of the direct decode calls. The
+difference between two builds' lines is the binding's own cost.
 """
 
 from __future__ import annotations
@@ -26,6 +27,38 @@ os.environ.setdefault("MAMBA_KERNELS_BACKEND", "cuda")
 def per_call_us(fn, calls: int = 2000, reps: int = 5) -> float:
     """bench/_timing.wall_ms, in microseconds, for a call without input sets."""
     return 1e3 * wall_ms(lambda i: fn(), 1, calls=calls, reps=reps, warmup=50)
+
+
+def tiny_op_calls(dev: str):
+    """(name, call) for each of the other registered ops, arguments built once."""
+    import causal_conv1d._cuda  # noqa: F401  (registers the conv ops)
+
+    ops = torch.ops.mamba_kernels
+    b, d, L, n, w = 1, 64, 16, 16, 4
+    bf = dict(device=dev, dtype=torch.bfloat16)
+    x = torch.randn(b, d, L, **bf)
+    weight, bias = torch.randn(d, w, **bf), torch.randn(d, **bf)
+    dout, dx = torch.randn(b, d, L, **bf), torch.empty(b, d, L, **bf)
+    final = torch.empty(b, d, w - 1, **bf)
+    conv_state, step = torch.randn(b, d, w - 1, **bf), torch.randn(b, d, 1, **bf)
+    u, delta, z = torch.randn(b, d, L, **bf), torch.rand(b, d, L, **bf), torch.randn(b, d, L, **bf)
+    A = -torch.rand(d, n, device=dev)
+    Bv, Cv = torch.randn(b, 1, n, L, **bf), torch.randn(b, 1, n, L, **bf)
+    D, dbias = torch.randn(d, device=dev), torch.rand(d, device=dev)
+    y, _, ckpt = ops.selective_scan_fwd(u, delta, A, Bv, Cv, D, z, dbias, True, True)
+    dz = torch.empty_like(z)
+    return [
+        ("causal_conv1d_fwd", lambda: ops.causal_conv1d_fwd(x, weight, bias, None, None, True)),
+        ("causal_conv1d_fwd_final_states",
+         lambda: ops.causal_conv1d_fwd_final_states(x, weight, bias, None, None, final, True)),
+        ("causal_conv1d_bwd",
+         lambda: ops.causal_conv1d_bwd(x, weight, bias, dout, None, None, None, dx, False, True)),
+        ("causal_conv1d_update",
+         lambda: ops.causal_conv1d_update(step, conv_state, weight, bias, True, None, None)),
+        ("selective_scan_fwd", lambda: ops.selective_scan_fwd(u, delta, A, Bv, Cv, D, z, dbias, True, False)),
+        ("selective_scan_bwd",
+         lambda: ops.selective_scan_bwd(u, delta, A, Bv, Cv, D, z, dbias, dout, ckpt, y, dz, True)),
+    ]
 
 
 def main() -> int:
@@ -56,8 +89,13 @@ def main() -> int:
                                                                                  dt_softplus=True))),
         ("torch.empty_like (reference)", per_call_us(lambda: torch.empty_like(state))),
     ]
+    for name, fn in tiny_op_calls(dev):
+        try:
+            rows.append((f"op {name}", per_call_us(fn)))
+        except Exception as e:  # reported in its row; the others still run
+            print(f"op {name}: {type(e).__name__}: {e}")
     for name, us in rows:
-        print(f"{name:32s} {us:8.2f} us")
+        print(f"{name:40s} {us:8.2f} us")
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         for _ in range(200):
             direct()

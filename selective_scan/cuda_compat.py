@@ -14,12 +14,18 @@ All arguments are positional, as in the compiled original. ``out`` is y without 
 is written in place and returned (mamba_ssm passes a view into its ``dxz``).
 
 ``x``, the scan-state tensor, differs from the original's (docs/CLIENTS.md, "selective_scan_cuda"):
-its shape is (batch, dim, n, 2 * dstate) in A's dtype (float32 or complex64; float64 for float64
-inputs) and ``x[:, :, -1, 1::2]`` is the state after the last step, which is all callers read
-from it; the odd slots hold the states at our kernels' own checkpoints (every 64 steps on CUDA,
-the PyTorch path's chunk ends elsewhere) and the even slots are zero, where the original keeps
-the running decay products of 2048-step chunks. It is only meant to be passed back to ``bwd``
-with the same inputs, which checks its shape.
+its shape is (batch, dim, rows, 2 * dstate) in A's dtype (float32 or complex64; float64 for
+float64 inputs) and ``x[:, :, -1, 1::2]`` is the state after the last step, which is all callers
+read from it; otherwise it is only meant to be passed back to ``bwd`` with the same inputs,
+which checks its shape. What the rows hold is chosen by ``MAMBA_KERNELS_SCAN_STATES``:
+
+* ``checkpoints`` (default): the states at our kernels' own checkpoints (every 64 steps on CUDA,
+  the PyTorch path's chunk ends elsewhere, then the last state), two per row (row r holds
+  checkpoints 2r and 2r + 1 in its even and odd slots; the last row's odd slots always hold the
+  last state). ``bwd`` starts from them.
+* ``compact``: the original's shape, one row per 2048 steps, the last state in the last row's
+  odd slots and zeros elsewhere; ``bwd`` recomputes the states (one more forward pass) instead of
+  keeping them between the passes.
 
 Unlike the original, CPU tensors (and float64) work too: they run the PyTorch implementation,
 which keeps the same contract. The last state with a fixed (2-D) B is the true state h, as
@@ -33,7 +39,7 @@ from typing import List, Optional
 import torch
 import torch.nn.functional as F
 
-from mamba_kernels import dispatch
+from mamba_kernels import dispatch, knobs
 
 from . import _checks, chunked, pytorch_scan
 from .scan_fn import _CUDA_A_DTYPES, _CUDA_INPUT_DTYPES, KERNEL, _as_4d
@@ -56,16 +62,53 @@ def _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> int:
     return _checks.check_selective_scan(u, delta, A, B, C, D, z, delta_bias)
 
 
-def _interleave(states: Tensor) -> Tensor:
-    """(..., dstate) states -> (..., 2 * dstate) with the states in the odd slots, zeros in the even."""
-    x = states.new_zeros((*states.shape[:-1], 2 * states.shape[-1]))
-    x[..., 1::2] = states
+ORIGINAL_CHUNK = 2048  # steps per row of the original's x, the shape of the compact form
+STATES_VAR = "MAMBA_KERNELS_SCAN_STATES"
+STATES_FORMS = ("checkpoints", "compact")
+
+
+def _states_form() -> str:
+    return knobs.env_choice(STATES_VAR, STATES_FORMS, "a form of selective_scan_cuda's x")
+
+
+def _pack(states: Tensor) -> Tensor:
+    """(batch, dim, K, dstate) states -> x of (batch, dim, ceil(K / 2), 2 * dstate): row r holds
+    states 2r and 2r + 1 in its even and odd slots; with K odd the last state fills both slots of
+    the last row, so x[..., -1, 1::2] is always the last state."""
+    b, d, k, n = states.shape
+    x = states.new_empty((b, d, -(-k // 2), 2 * n))
+    pairs = x.view(b, d, -1, n, 2)
+    pairs[..., 0] = states[:, :, 0::2]
+    pairs[:, :, : k // 2, :, 1] = states[:, :, 1::2]
+    if k % 2:
+        pairs[:, :, -1, :, 1] = states[:, :, -1]
     return x
 
 
-def _pytorch_count(L: int) -> int:
-    """Entries along x's third axis on the PyTorch path: the chunk ends, then the last state."""
-    return chunked.checkpoint_count(L) + 1
+def _unpack(x: Tensor, count: int) -> Tensor:
+    """The inverse of ``_pack``: x -> its first ``count`` states, a new contiguous
+    (batch, dim, count, dstate) tensor."""
+    b, d, _, n2 = x.shape
+    pairs = x.reshape(b, d, -1, n2 // 2, 2)  # a view of fwd's own (contiguous) x
+    states = x.new_empty((b, d, count, n2 // 2))
+    states[:, :, 0::2] = pairs[:, :, : -(-count // 2), :, 0]
+    states[:, :, 1::2] = pairs[:, :, : count // 2, :, 1]
+    return states
+
+
+def _compact(last: Tensor, L: int) -> Tensor:
+    """The original's shape, (batch, dim, ceil(L / 2048), 2 * dstate): the last state in the last
+    row's odd slots, zeros elsewhere."""
+    b, d, n = last.shape
+    x = last.new_zeros((b, d, -(-L // ORIGINAL_CHUNK), 2 * n))
+    x[:, :, -1, 1::2] = last
+    return x
+
+
+def _state_count(L: int, compiled: bool) -> int:
+    """How many states the path keeps: every 64 steps on CUDA (the last being the final state);
+    on the PyTorch path its first-level chunk ends, then the final state."""
+    return _ops_chunks(L) if compiled else chunked.checkpoint_count(L) + 1
 
 
 def _state_dtype(u: Tensor, A: Tensor) -> torch.dtype:
@@ -75,14 +118,14 @@ def _state_dtype(u: Tensor, A: Tensor) -> torch.dtype:
     return real
 
 
-def _expected_x(u: Tensor, A: Tensor, compiled: bool):
+def _expected_x(u: Tensor, A: Tensor, compiled: bool, form: str):
     batch, dim, L = u.shape
-    n = _as_ops_chunks(L) if compiled else _pytorch_count(L)
+    rows = -(-L // ORIGINAL_CHUNK) if form == "compact" else -(-_state_count(L, compiled) // 2)
     dtype = A.dtype if compiled else _state_dtype(u, A)
-    return (batch, dim, n, 2 * A.shape[1]), dtype
+    return (batch, dim, rows, 2 * A.shape[1]), dtype
 
 
-def _as_ops_chunks(L: int) -> int:
+def _ops_chunks(L: int) -> int:
     from . import _ops
 
     return -(-L // _ops.CHUNK)
@@ -91,28 +134,33 @@ def _as_ops_chunks(L: int) -> int:
 def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> List[Tensor]:
     """[out, x] (+ [out_z] with z); see the module docstring."""
     groups = _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
+    form = _states_form()
     if _compiled(u, A):
         from . import _ops
 
         out, out_z, ckpt = _ops.fwd(u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, delta_softplus, True)
         if A.is_complex():
             ckpt = torch.view_as_complex(ckpt.unflatten(-1, (-1, 2)))
-        result = [out, _interleave(ckpt)]
-        return result + [out_z] if z is not None else result
-    p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, groups)
-    out, out_z, last, ckpt = pytorch_scan.forward(p, True, checkpoints=True)
-    states = torch.cat([ckpt, last.unsqueeze(0)]).permute(1, 2, 0, 3)  # (batch, dim, K + 1, dstate)
-    result = [out, _interleave(states)]
-    return result + [out_z] if z is not None else result
+        states = ckpt
+    else:
+        p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, groups)
+        if form == "compact":
+            out, out_z, last = pytorch_scan.forward(p, True)
+            states = last.unsqueeze(2)
+        else:
+            out, out_z, last, ckpt = pytorch_scan.forward(p, True, checkpoints=True)
+            states = torch.cat([ckpt, last.unsqueeze(0)]).permute(1, 2, 0, 3)  # (batch, dim, K + 1, dstate)
+    x = _compact(states[:, :, -1], u.shape[-1]) if form == "compact" else _pack(states)
+    return [out, x, out_z] if z is not None else [out, x]
 
 
-def _check_x(x: Tensor, u: Tensor, A: Tensor, compiled: bool) -> None:
-    shape, dtype = _expected_x(u, A, compiled)
+def _check_x(x: Tensor, u: Tensor, A: Tensor, compiled: bool, form: str) -> None:
+    shape, dtype = _expected_x(u, A, compiled, form)
     if not isinstance(x, Tensor) or tuple(x.shape) != shape or x.dtype != dtype or x.device != u.device:
         got = f"shape {tuple(x.shape)}, dtype {x.dtype}, device {x.device}" if isinstance(x, Tensor) else x
         raise ValueError(
             f"selective_scan_cuda.bwd: x must be the second output of selective_scan_cuda.fwd for these "
-            f"inputs (shape {shape}, dtype {dtype}, device {u.device}), got {got}"
+            f"inputs (shape {shape}, dtype {dtype}, device {u.device}, with {STATES_VAR}={form}), got {got}"
         )
 
 
@@ -147,18 +195,21 @@ def bwd(
         if dz is not None:
             _check_like_z("dz", dz, z)
     compiled = _compiled(u, A)
+    form = _states_form()
     if x is not None:
-        _check_x(x, u, A, compiled)
+        _check_x(x, u, A, compiled, form)
+    states = None  # the states the forward kept, when it kept them
+    if x is not None and form == "checkpoints":
+        states = _unpack(x, _state_count(u.shape[-1], compiled))
     if compiled:
         from . import _ops
 
         B4, C4 = _as_4d(B), _as_4d(C)
-        if x is None or (z is not None and out is None):  # recompute what the forward would have kept
-            y, _, ckpt = _ops.fwd(u, delta, A, B4, C4, D, z, delta_bias, delta_softplus, True)
+        if states is None or (z is not None and out is None):  # recompute what the forward would have kept
+            y, _, ckpt = _ops.fwd(u, delta, A, B4, C4, D, z, delta_bias, delta_softplus, out is None)
             out = y if out is None else out
         else:
-            ckpt = x[..., 1::2]
-            ckpt = (torch.view_as_real(ckpt).flatten(-2) if A.is_complex() else ckpt).contiguous()
+            ckpt = torch.view_as_real(states).flatten(-2) if A.is_complex() else states
         if z is not None and dz is None:
             dz = torch.empty_like(z)
         du, ddelta, dA, dB, dC, dD, ddelta_bias = _ops.bwd(
@@ -170,9 +221,7 @@ def bwd(
         out_z = _gated(out, z) if (recompute_out_z and z is not None) else None
     else:
         p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, groups)
-        ckpt = None
-        if x is not None:
-            ckpt = x[:, :, :-1, 1::2].permute(2, 0, 1, 3).contiguous()
+        ckpt = states[:, :, :-1].permute(2, 0, 1, 3).contiguous() if states is not None else None
         du, ddelta, dA, dB, dC, dD, ddelta_bias, dz, out_z = pytorch_scan.backward(
             p, dout, dz=dz, recompute_out_z=bool(recompute_out_z), checkpoints=ckpt,
             y=out if z is not None else None,

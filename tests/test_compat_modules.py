@@ -83,10 +83,12 @@ def test_imports_as_mamba_ssm_does():
     assert r.stdout.split() == ["selective_scan.cuda_compat", "causal_conv1d.cuda_compat"]
 
 
+@pytest.mark.parametrize("form", ["checkpoints", "compact"])
 @pytest.mark.parametrize("complex_a", [False, True])
 @pytest.mark.parametrize("z", [False, True])
 @pytest.mark.parametrize("variable", [False, True])
-def test_scan_fwd_bwd_contract(complex_a, z, variable):
+def test_scan_fwd_bwd_contract(complex_a, z, variable, form, monkeypatch):
+    monkeypatch.setenv("MAMBA_KERNELS_SCAN_STATES", form)
     args = scan_inputs(complex_a, z, variable)
     u, delta, A, B, C, D, zz, bias = args
     res = selective_scan_cuda.fwd(*args, True)
@@ -95,6 +97,8 @@ def test_scan_fwd_bwd_contract(complex_a, z, variable):
     want, last = selective_scan_ref(u, delta, A, B, C, D, None, bias, True, True)
     torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
     assert x.dim() == 4 and x.shape[:2] == (2, 4) and x.shape[3] == 2 * A.shape[1] and x.dtype == A.dtype
+    if form == "compact":  # the original's shape: one row per 2048 steps
+        assert x.shape[2] == 1 and not x[:, :, :, 0::2].any()
     torch.testing.assert_close(x[:, :, -1, 1::2], last, rtol=1e-4, atol=1e-4)  # what mamba_ssm reads
     if z:
         torch.testing.assert_close(res[2], (want * F.silu(zz)), rtol=1e-4, atol=1e-4)
@@ -122,6 +126,50 @@ def test_scan_fwd_bwd_contract(complex_a, z, variable):
     assert len(again) == 7 + z
     for got, exp in zip(again, grads):
         torch.testing.assert_close(got, exp)
+
+
+@pytest.mark.parametrize("count", [1, 2, 5, 6])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+def test_scan_states_pack_two_per_row(count, dtype):
+    from selective_scan import cuda_compat
+
+    states = torch.randn(2, 3, count, 4, dtype=dtype)
+    x = cuda_compat._pack(states)
+    assert x.shape == (2, 3, (count + 1) // 2, 8) and x.dtype == dtype
+    torch.testing.assert_close(x[:, :, -1, 1::2], states[:, :, -1], rtol=0, atol=0)  # what callers read
+    torch.testing.assert_close(x[:, :, 0, 0::2], states[:, :, 0], rtol=0, atol=0)
+    torch.testing.assert_close(cuda_compat._unpack(x, count), states, rtol=0, atol=0)
+    strided = x.transpose(0, 1).contiguous().transpose(0, 1)  # a strided x reads the same
+    torch.testing.assert_close(cuda_compat._unpack(strided, count), states, rtol=0, atol=0)
+
+
+def test_scan_compact_states_have_the_original_shape(monkeypatch):
+    # 2049 steps: two rows of the original's 2048-step chunks; x is 4 times smaller than the
+    # checkpoint form here, and both give the same gradients
+    args = scan_inputs(L=2049, z=True)
+    dout = torch.randn(2, 4, 2049, generator=torch.Generator().manual_seed(3))
+    grads, sizes = {}, {}
+    for form in ("checkpoints", "compact"):
+        monkeypatch.setenv("MAMBA_KERNELS_SCAN_STATES", form)
+        out, x, _ = selective_scan_cuda.fwd(*args, True)
+        sizes[form] = x.shape
+        grads[form] = selective_scan_cuda.bwd(*args, dout, x, out, None, True, False)
+    assert sizes["compact"] == (2, 4, 2, 6)
+    assert sizes["checkpoints"] == (2, 4, (2049 // 16 + 1 + 1) // 2, 6)
+    for a, b in zip(grads["checkpoints"], grads["compact"]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_scan_states_form_knob_is_checked(monkeypatch):
+    args = scan_inputs(L=40)
+    out, x, _ = selective_scan_cuda.fwd(*args, True)
+    monkeypatch.setenv("MAMBA_KERNELS_SCAN_STATES", "compact")
+    # an x made under the other form is refused by name, not misread
+    with pytest.raises(ValueError, match=r"x must be the second output .*MAMBA_KERNELS_SCAN_STATES=compact"):
+        selective_scan_cuda.bwd(*args, torch.ones_like(out), x, out, None, True, False)
+    monkeypatch.setenv("MAMBA_KERNELS_SCAN_STATES", "small")
+    with pytest.raises(ValueError, match=r"MAMBA_KERNELS_SCAN_STATES='small' is not .*checkpoints, compact"):
+        selective_scan_cuda.fwd(*args, True)
 
 
 def test_scan_optional_gradients_are_none_and_dz_is_a_view():

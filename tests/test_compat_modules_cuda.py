@@ -1,0 +1,114 @@
+"""GPU tests of the compatibility module selective_scan_cuda on the compiled kernels: both forms
+of the scan-state tensor x (MAMBA_KERNELS_SCAN_STATES), against float64 autograd through the
+per-step reference, with allocator blocks poisoned with NaN first. Skipped without a GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.gpu
+
+F64 = torch.float64
+
+
+@pytest.fixture(autouse=True)
+def _strict_backend(monkeypatch):
+    monkeypatch.setenv("MAMBA_KERNELS_BACKEND", "cuda")  # never a silent fallback here
+
+
+def _poison() -> None:
+    t = torch.full((1 << 26,), float("nan"), device="cuda")
+    del t
+
+
+def inputs(L, dtype, complex_a, z, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    b, d, n = 2, 24, 8
+
+    def rnd(*shape):
+        return torch.randn(*shape, device="cuda", generator=g)
+
+    A = -0.5 * torch.rand(d, n, device="cuda", generator=g) - 0.05
+    if complex_a:
+        A = torch.complex(A, rnd(d, n))
+    lb = 2 * L if complex_a else L
+    return [
+        rnd(b, d, L).to(dtype),
+        (0.3 * torch.rand(b, d, L, device="cuda", generator=g)).to(dtype),
+        A,
+        rnd(b, 1, n, lb).to(dtype),
+        rnd(b, 1, n, lb).to(dtype),
+        rnd(d),
+        rnd(b, d, L).to(dtype) if z else None,
+        0.3 * torch.rand(d, device="cuda", generator=g),
+    ]
+
+
+def reference(args, dout):
+    """Output, last state and gradients in float64 through the per-step reference."""
+    from selective_scan import selective_scan_ref
+
+    def leaf(t):
+        return None if t is None else t.to(torch.complex128 if t.is_complex() else F64).requires_grad_()
+
+    leaves = [leaf(t) for t in args]
+    out, last = selective_scan_ref(*leaves, delta_softplus=True, return_last_state=True)
+    out.backward(dout.to(F64))
+    return out.detach(), last.detach(), [None if t is None else t.grad for t in leaves]
+
+
+@pytest.mark.parametrize("form", ["checkpoints", "compact"])
+@pytest.mark.parametrize("dtype,complex_a", [(torch.float32, False), (torch.bfloat16, False),
+                                             (torch.float32, True)])
+@pytest.mark.parametrize("z", [False, True])
+def test_fwd_bwd_against_float64(form, dtype, complex_a, z, monkeypatch):
+    import selective_scan_cuda
+
+    monkeypatch.setenv("MAMBA_KERNELS_SCAN_STATES", form)
+    L = 2113  # 33 checkpoints of 64 steps (an odd count) and two 2048-step rows
+    args = inputs(L, dtype, complex_a, z)
+    dout = torch.randn(args[0].shape, device="cuda", generator=torch.Generator(device="cuda").manual_seed(5))
+    _poison()
+    res = selective_scan_cuda.fwd(*args, True)
+    out, x = res[:2]
+    want, last, grads_want = reference(args, dout)
+    rows = 2 if form == "compact" else 17
+    assert x.shape == (2, 24, rows, 16) and x.dtype == args[2].dtype
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(x[:, :, -1, 1::2].to(last.dtype), last, **tol)
+    torch.testing.assert_close(out.to(F64), want, **tol)
+    if z:
+        torch.testing.assert_close(res[2].to(F64), want * F.silu(args[6].to(F64)), **tol)
+    dz = torch.empty_like(args[6]) if z else None
+    grads = selective_scan_cuda.bwd(*args, dout, x, out, dz, True, False)
+    names = ["du", "ddelta", "dA", "dB", "dC", "dD", "ddelta_bias", "dz"]
+    for name, got, exp in zip(names, grads, grads_want[:6] + [grads_want[7], grads_want[6]]):
+        if exp is None:
+            continue
+        assert torch.isfinite(torch.view_as_real(got) if got.is_complex() else got).all(), name
+        scale = exp.abs().max().item()
+        atol = tol["atol"] * scale
+        torch.testing.assert_close(got.to(exp.dtype), exp, rtol=tol["rtol"], atol=atol, msg=name)
+    if z:
+        assert grads[7] is dz
+
+
+def test_both_forms_give_the_same_gradients(monkeypatch):
+    # compact recomputes the checkpoints with the same kernel: the gradients are bitwise equal
+    import selective_scan_cuda
+
+    args = inputs(4100, torch.bfloat16, False, True, seed=1)
+    dout = torch.randn(args[0].shape, device="cuda")
+    grads, xs = {}, {}
+    for form in ("checkpoints", "compact"):
+        monkeypatch.setenv("MAMBA_KERNELS_SCAN_STATES", form)
+        out, x, _ = selective_scan_cuda.fwd(*args, True)
+        xs[form] = x
+        grads[form] = selective_scan_cuda.bwd(*args, dout, x, out, None, True, False)
+    assert xs["compact"].numel() * 16 < xs["checkpoints"].numel()
+    assert torch.equal(xs["compact"][:, :, -1, 1::2], xs["checkpoints"][:, :, -1, 1::2])
+    assert not xs["compact"][:, :, :, 0::2].any() and not xs["compact"][:, :, 0].any()
+    for a, b in zip(grads["checkpoints"], grads["compact"]):
+        assert (a is None and b is None) or torch.equal(a, b)
