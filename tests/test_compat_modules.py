@@ -172,6 +172,68 @@ def test_scan_states_form_knob_is_checked(monkeypatch):
         selective_scan_cuda.fwd(*args, True)
 
 
+class StandInKernel:
+    """The compiled ops' contract (selective_scan/_ops.py) on CPU, from the per-step reference:
+    fwd keeps the state after every 64 steps (float32, complex as pairs), bwd records the states
+    it is given. Lets the compiled path's bookkeeping in cuda_compat run without a GPU."""
+
+    CHUNK = 64
+
+    def __init__(self):
+        self.fwd_calls, self.bwd_states = 0, None
+
+    def fwd(self, u, delta, A, B, C, D, z, delta_bias, softplus, keep_y):
+        self.fwd_calls += 1
+        L, per = u.shape[-1], 2 if A.is_complex() else 1
+        states = []
+        for end in list(range(self.CHUNK, L, self.CHUNK)) + [L]:
+            _, last = selective_scan_ref(u[..., :end], delta[..., :end], A, B[..., : per * end],
+                                         C[..., : per * end], D, None, delta_bias, softplus, True)
+            states.append(torch.view_as_real(last).flatten(-2) if A.is_complex() else last)
+        y = selective_scan_ref(u, delta, A, B, C, D, None, delta_bias, softplus)
+        out_z = y * F.silu(z) if z is not None else u.new_empty((0,))
+        return (y if (z is None or keep_y) else u.new_empty((0,))), out_z, torch.stack(states, 2).float()
+
+    def bwd(self, u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, softplus):
+        self.bwd_states = ckpt.clone()
+        given = (u, delta, A, B, C, D, z, delta_bias)
+        leaves = [t.clone().requires_grad_() if t is not None else None for t in given]
+        out = selective_scan_ref(*leaves[:7], leaves[7], softplus)
+        out.backward(dout)
+        if z is not None:
+            dz.copy_(leaves[6].grad)
+        grads = [t.grad if t is not None else torch.empty(0) for t in leaves]
+        return grads[0], grads[1], grads[2], grads[3], grads[4], grads[5], grads[7]
+
+
+@pytest.mark.parametrize("form", ["checkpoints", "compact"])
+@pytest.mark.parametrize("complex_a", [False, True])
+def test_scan_compiled_path_bookkeeping(form, complex_a, monkeypatch):
+    # the compiled path with a stand-in for the kernels: x's rows, the last state callers read,
+    # and that bwd hands the kernel exactly the states its forward kept (checkpoints) or makes
+    # it recompute them (compact)
+    import selective_scan
+    from selective_scan import cuda_compat
+
+    kernel = StandInKernel()
+    monkeypatch.setitem(sys.modules, "selective_scan._ops", kernel)
+    monkeypatch.setattr(selective_scan, "_ops", kernel, raising=False)
+    monkeypatch.setattr(cuda_compat, "_compiled", lambda u, A: True)
+    monkeypatch.setenv("MAMBA_KERNELS_SCAN_STATES", form)
+    args = scan_inputs(complex_a=complex_a, L=150)  # 3 states: after 64, 128 and 150 steps
+    out, x, out_z = selective_scan_cuda.fwd(*args, True)
+    _, last = selective_scan_ref(*args[:6], None, args[7], True, True)
+    assert x.shape == (2, 4, 1 if form == "compact" else 2, 6) and x.dtype == args[2].dtype
+    torch.testing.assert_close(x[:, :, -1, 1::2], last, rtol=1e-5, atol=1e-5)
+    _, _, kept = StandInKernel().fwd(*args, True, True)
+    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
+    grads = selective_scan_cuda.bwd(*args, dout, x, out, None, True, True)
+    assert kernel.fwd_calls == (2 if form == "compact" else 1)
+    torch.testing.assert_close(kernel.bwd_states, kept, rtol=0, atol=0)
+    assert len(grads) == 9 and grads[7].shape == args[6].shape
+    torch.testing.assert_close(grads[8], out_z)  # recompute_out_z
+
+
 def test_scan_optional_gradients_are_none_and_dz_is_a_view():
     u, delta, A, B, C, _, z, _ = scan_inputs(L=40)
     out, x, _ = selective_scan_cuda.fwd(u, delta, A, B, C, None, z, None, False)
