@@ -156,6 +156,20 @@ def test_msvc_flags():
     assert "/std:c++17" in f["cxx"] and "/Zc:preprocessor" not in f["nvcc"]
 
 
+
+def test_msvc_runtime_is_the_dynamic_one():
+    # optional tensors cross from torch's DLL into ours as memory torch allocated and our DLL
+    # frees (docs/STABLE_ABI.md): sound only when both link the dynamic C runtime (/MD)
+    from torch.utils import cpp_extension
+
+    assert "/MD" in cpp_extension.COMMON_MSVC_FLAGS  # what torch adds to every host and nvcc compile
+    for release in (False, True):
+        f = build.compile_flags(platform="win_amd64", cxx_std=20, nvcc_version="13.2", arch_plan=plan90(),
+                                nvcc_threads=1, release=release, cxx11_abi=None)
+        flags = f["cxx"] + f["nvcc"] + f["link"]
+        assert not any(x.upper().lstrip("-/").startswith(("MT", "XCOMPILER=/MT")) for x in flags)
+
+
 # ----------------------------------------------------------------------------- early errors
 
 
