@@ -99,6 +99,22 @@ def _recorded_missing(name: str) -> Optional[str]:
     return None
 
 
+def _refused_title(info: Optional[buildinfo.BuildInfo], why: str) -> str:
+    """The heading for a binary the guard refused (``why``: its reasons). A stable-ABI binary
+    serves every torch from its target on, so "another torch" would mislead: name the cause."""
+    if info is None or not info.stable:
+        return "built for another torch"
+    if buildinfo.FREE_THREADED_REASON in why:
+        return "a stable-ABI module on a free-threaded Python"
+    if "has no CUDA" in why:
+        return "needs a CUDA build of torch"
+    if "CUDA" in why and ("another major" in why or "another CUDA major" in why):
+        return "built for another CUDA major"
+    if "needs torch >=" in why:
+        return "needs a newer torch"
+    return "cannot run here"
+
+
 def _kernel(kernel: str, target: environment.Target) -> Dict[str, Any]:
     """One kernel: its backend, why, and its problems."""
     name = dispatch.EXTENSIONS[kernel]
@@ -141,7 +157,7 @@ def _kernel(kernel: str, target: environment.Target) -> Dict[str, Any]:
                     p for p in buildinfo.problems(info, *running) if "ABI" not in p]:
             found.append(_problem(f"{kernel}: C++ ABI mismatch", why, fix))
         elif "was built for" in why or "built for" in why:
-            found.append(_problem(f"{kernel}: built for another torch", why, fix))
+            found.append(_problem(f"{kernel}: {_refused_title(info, why)}", why, fix))
         else:
             found.append(_problem(f"{kernel}: the extension cannot be used", why, fix))
         return report

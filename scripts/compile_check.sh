@@ -54,6 +54,10 @@ if [ "$binding" != stable ]; then  # torch < 2.10: its headers have no stable AP
     exit 0
 fi
 "$PY" scripts/abi_audit.py "$tmp"/*/_cuda*.abi3.so
+# every op the stable bindings define registers (the same check loads a wheel on an older torch)
+"$PY" scripts/stable_load_check.py "$tmp" > "$tmp/load.log" 2>&1 \
+    || { cat "$tmp/load.log"; echo "compile check: the stable ops did not all register"; exit 1; }
+echo "compile check: $(grep -c 'mamba_kernels::' "$tmp/load.log") ops registered"
 start=$(date +%s)
 (cd "$tmp" && "$PY" -m mamba_kernels.build --compile-binding classic) \
     || { echo "compile check: the classic binding FAILED to compile"; exit 1; }

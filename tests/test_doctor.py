@@ -64,6 +64,24 @@ def test_extension_built_with_other_metadata(fresh, capsys, monkeypatch):
 
 
 @needs_python_h
+def test_stable_binary_refusals_are_named_for_their_cause(fresh, monkeypatch):
+    # a stable binary serves every torch from its target on: its heading names the cause
+    monkeypatch.setattr(environment, "detect", lambda **kw: NO_GPU)
+    stable = dict(binding="stable", stable_target="2.10", torch_version="2.14.1+cu130")
+    cuda12 = compiled_extension(fresh, "mkd_st12", info(**stable, cuda_major=12, torch_cuda="12.8",
+                                                        nvcc_version="12.8"))
+    dispatch.EXTENSIONS["causal_conv1d"] = cuda12
+    want = "causal_conv1d: " + ("needs a CUDA build of torch" if torch.version.cuda is None
+                                else "built for another CUDA major")
+    assert want in whats(doctor.diagnose(NO_GPU))
+    newer = compiled_extension(fresh, "mkd_st99", info(**dict(stable, stable_target="99.0"), cuda_major=13,
+                                                       torch_cuda=torch.version.cuda or "13.0"))
+    dispatch.EXTENSIONS["causal_conv1d"] = newer
+    dispatch._status.clear()  # the first binary's verdict is cached per kernel
+    assert "causal_conv1d: needs a newer torch" in whats(doctor.diagnose(NO_GPU))
+
+
+@needs_python_h
 def test_abi_mismatch(fresh):
     name = compiled_extension(fresh, "mkd_abi", info(cxx11_abi=not torch._C._GLIBCXX_USE_CXX11_ABI))
     dispatch.EXTENSIONS["selective_scan"] = name
