@@ -16,6 +16,8 @@ BACKEND_VAR = "MAMBA_KERNELS_BACKEND"
 BACKENDS = ("auto", "cuda", "reference")
 BINDING_VAR = "MAMBA_KERNELS_BINDING"
 BINDINGS = ("auto", "stable", "classic")
+SCAN_STATES_VAR = "MAMBA_KERNELS_SCAN_STATES"
+SCAN_STATES = ("keep", "recompute")
 
 
 def parse_bool(name: str, value: str) -> bool:
@@ -62,3 +64,10 @@ def binding_choice(environ: Optional[Mapping[str, str]] = None) -> str:
     build torch has it, else the classic one), stable or classic."""
     hint = " (auto: stable when the build torch is at least the stable ABI's target, else classic)"
     return env_choice(BINDING_VAR, BINDINGS, "a binding", hint, environ)
+
+
+def scan_states(environ: Optional[Mapping[str, str]] = None) -> str:
+    """``MAMBA_KERNELS_SCAN_STATES``: what a selective scan keeps between its forward and its
+    backward. keep (default): its states every 64 steps (and the ungated output with z), so the
+    backward starts from them; recompute: neither, the backward runs the forward scan again."""
+    return env_choice(SCAN_STATES_VAR, SCAN_STATES, "a way to hold the scan's states", environ=environ)

@@ -17,13 +17,13 @@ is written in place and returned (mamba_ssm passes a view into its ``dxz``).
 its shape is (batch, dim, rows, 2 * dstate) in A's dtype (float32 or complex64; float64 for
 float64 inputs) and ``x[:, :, -1, 1::2]`` is the state after the last step, which is all callers
 read from it; otherwise it is only meant to be passed back to ``bwd`` with the same inputs,
-which checks its shape. What the rows hold is chosen by ``MAMBA_KERNELS_SCAN_STATES``:
+which checks its shape. What the rows hold follows ``MAMBA_KERNELS_SCAN_STATES``:
 
-* ``checkpoints`` (default): the states at our kernels' own checkpoints (every 64 steps on CUDA,
+* ``keep`` (default): the states at our kernels' own checkpoints (every 64 steps on CUDA,
   the PyTorch path's chunk ends elsewhere, then the last state), two per row (row r holds
   checkpoints 2r and 2r + 1 in its even and odd slots; the last row's odd slots always hold the
   last state). ``bwd`` starts from them.
-* ``compact``: the original's shape, one row per 2048 steps, the last state in the last row's
+* ``recompute``: the original's shape, one row per 2048 steps, the last state in the last row's
   odd slots and zeros elsewhere; ``bwd`` recomputes the states (one more forward pass) instead of
   keeping them between the passes.
 
@@ -62,13 +62,7 @@ def _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> int:
     return _checks.check_selective_scan(u, delta, A, B, C, D, z, delta_bias)
 
 
-ORIGINAL_CHUNK = 2048  # steps per row of the original's x, the shape of the compact form
-STATES_VAR = "MAMBA_KERNELS_SCAN_STATES"
-STATES_FORMS = ("checkpoints", "compact")
-
-
-def _states_form() -> str:
-    return knobs.env_choice(STATES_VAR, STATES_FORMS, "a form of selective_scan_cuda's x")
+ORIGINAL_CHUNK = 2048  # steps per row of the original's x, the shape x has under "recompute"
 
 
 def _pack(states: Tensor) -> Tensor:
@@ -96,7 +90,7 @@ def _unpack(x: Tensor, count: int) -> Tensor:
     return states
 
 
-def _compact(last: Tensor, L: int) -> Tensor:
+def _original_shape(last: Tensor, L: int) -> Tensor:
     """The original's shape, (batch, dim, ceil(L / 2048), 2 * dstate): the last state in the last
     row's odd slots, zeros elsewhere."""
     b, d, n = last.shape
@@ -120,7 +114,7 @@ def _state_dtype(u: Tensor, A: Tensor) -> torch.dtype:
 
 def _expected_x(u: Tensor, A: Tensor, compiled: bool, form: str):
     batch, dim, L = u.shape
-    rows = -(-L // ORIGINAL_CHUNK) if form == "compact" else -(-_state_count(L, compiled) // 2)
+    rows = -(-L // ORIGINAL_CHUNK) if form == "recompute" else -(-_state_count(L, compiled) // 2)
     dtype = A.dtype if compiled else _state_dtype(u, A)
     return (batch, dim, rows, 2 * A.shape[1]), dtype
 
@@ -134,7 +128,7 @@ def _ops_chunks(L: int) -> int:
 def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> List[Tensor]:
     """[out, x] (+ [out_z] with z); see the module docstring."""
     groups = _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
-    form = _states_form()
+    form = knobs.scan_states()
     if _compiled(u, A):
         from . import _ops
 
@@ -144,13 +138,13 @@ def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> List[Tensor]:
         states = ckpt
     else:
         p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, groups)
-        if form == "compact":
+        if form == "recompute":
             out, out_z, last = pytorch_scan.forward(p, True)
             states = last.unsqueeze(2)
         else:
             out, out_z, last, ckpt = pytorch_scan.forward(p, True, checkpoints=True)
             states = torch.cat([ckpt, last.unsqueeze(0)]).permute(1, 2, 0, 3)  # (batch, dim, K + 1, dstate)
-    x = _compact(states[:, :, -1], u.shape[-1]) if form == "compact" else _pack(states)
+    x = _original_shape(states[:, :, -1], u.shape[-1]) if form == "recompute" else _pack(states)
     return [out, x, out_z] if z is not None else [out, x]
 
 
@@ -160,7 +154,8 @@ def _check_x(x: Tensor, u: Tensor, A: Tensor, compiled: bool, form: str) -> None
         got = f"shape {tuple(x.shape)}, dtype {x.dtype}, device {x.device}" if isinstance(x, Tensor) else x
         raise ValueError(
             f"selective_scan_cuda.bwd: x must be the second output of selective_scan_cuda.fwd for these "
-            f"inputs (shape {shape}, dtype {dtype}, device {u.device}, with {STATES_VAR}={form}), got {got}"
+            f"inputs (shape {shape}, dtype {dtype}, device {u.device}, with {knobs.SCAN_STATES_VAR}={form}), "
+            f"got {got}"
         )
 
 
@@ -195,11 +190,11 @@ def bwd(
         if dz is not None:
             _check_like_z("dz", dz, z)
     compiled = _compiled(u, A)
-    form = _states_form()
+    form = knobs.scan_states()
     if x is not None:
         _check_x(x, u, A, compiled, form)
     states = None  # the states the forward kept, when it kept them
-    if x is not None and form == "checkpoints":
+    if x is not None and form == "keep":
         states = _unpack(x, _state_count(u.shape[-1], compiled))
     if compiled:
         from . import _ops

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from causal_conv1d import causal_conv1d_fn
 from causal_conv1d.cpp_functions import causal_conv1d_bwd_function, causal_conv1d_fwd_function
-from mamba_kernels import dispatch
+from mamba_kernels import dispatch, knobs
 
 from . import _amp, _checks, pytorch_scan
 from .rms_norm import rms_norm_backward, rms_norm_forward
@@ -195,20 +195,23 @@ class MambaInnerFn(torch.autograd.Function):
         )
         groups = _checks.check_selective_scan(conv1d_out, proj.delta, A, proj.B, proj.C, D, z, delta_bias)
         use_cuda = use_cuda and conv1d_out.dtype in _CUDA_INPUT_DTYPES and A.dtype in _CUDA_A_DTYPES
-        if use_cuda:  # the compiled scan; its states and ungated output are kept for the backward
+        # the scan's states and ungated output are kept for the backward, which then starts from
+        # them, unless MAMBA_KERNELS_SCAN_STATES=recompute trades that memory for a second scan
+        keep_states = knobs.scan_states() == "keep"
+        if use_cuda:
             from . import _ops
 
             Bs, Cs = _as_4d(proj.B), _as_4d(proj.C)
             y, out_z, ckpt = _ops.fwd(
-                conv1d_out, proj.delta, A, Bs, Cs, D, z, delta_bias, delta_softplus, True
+                conv1d_out, proj.delta, A, Bs, Cs, D, z, delta_bias, delta_softplus, keep_states
             )
-            scan_saved = (ckpt, y)
         else:
             p = pytorch_scan.make_problem(
                 conv1d_out, proj.delta, A, proj.B, proj.C, D, z, delta_bias, delta_softplus, groups
             )
-            y, out_z, _, ckpt = pytorch_scan.forward(p, False, checkpoints=True)
-            scan_saved = (ckpt, y)  # the chunk-end states and y spare most of the recomputation
+            y, out_z, _, *ckpt = pytorch_scan.forward(p, False, checkpoints=keep_states)
+            ckpt = ckpt[0] if keep_states else None
+        scan_saved = (ckpt, y) if keep_states else (None, None)
         ctx.cuda = use_cuda
         ctx.delta_softplus = delta_softplus
         ctx.groups = groups
@@ -300,8 +303,11 @@ class MambaInnerFn(torch.autograd.Function):
         if ctx.cuda:
             from . import _ops
 
+            Bs, Cs, softplus = _as_4d(proj.B), _as_4d(proj.C), ctx.delta_softplus
+            if ckpt is None:  # MAMBA_KERNELS_SCAN_STATES=recompute
+                y, _, ckpt = _ops.fwd(conv1d_out, delta, A, Bs, Cs, D, z, delta_bias, softplus, True)
             dconv1d_out, ddelta, dA, dB, dC, dD, ddelta_bias = _ops.bwd(
-                conv1d_out, delta, A, _as_4d(proj.B), _as_4d(proj.C), D, z, delta_bias, dout_y, ckpt, y, dz,
+                conv1d_out, delta, A, Bs, Cs, D, z, delta_bias, dout_y, ckpt, y, dz,
                 ctx.delta_softplus,
             )
             dB, dC = (_scan_form(g, t, A) for g, t in ((dB, proj.B), (dC, proj.C)))

@@ -7,7 +7,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from mamba_kernels import dispatch
+from mamba_kernels import dispatch, knobs
 
 from . import _checks, pytorch_scan
 
@@ -45,14 +45,17 @@ class SelectiveScanFn(torch.autograd.Function):
             and A.dtype in _CUDA_A_DTYPES
         )
         ctx.cuda = use_cuda
+        # With gradients to come, keep the states (and the ungated y with z) for the backward,
+        # unless MAMBA_KERNELS_SCAN_STATES=recompute trades that memory for a second forward scan.
+        keep = any(ctx.needs_input_grad[:8]) and knobs.scan_states() == "keep"
         if use_cuda:
             from . import _ops
 
-            keep_y = z is not None and any(ctx.needs_input_grad[:8])
-            out, out_z, ckpt = _ops.fwd(
-                u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, ctx.delta_softplus, keep_y
-            )
-            ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, ckpt, out if z is not None else None)
+            keep_y = keep and z is not None
+            softplus = ctx.delta_softplus
+            out, out_z, ckpt = _ops.fwd(u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, softplus, keep_y)
+            saved = (ckpt, out if z is not None else None) if keep else (None, None)
+            ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, *saved)
             result = out_z if z is not None else out
             if not return_last_state:
                 return result
@@ -62,9 +65,6 @@ class SelectiveScanFn(torch.autograd.Function):
             ctx.mark_non_differentiable(last)
             return result, last
         p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, groups)
-        # With gradients to come, keep the chunk-end states (and the ungated y with z), so the
-        # backward resumes from them instead of recomputing the whole forward scan.
-        keep = any(ctx.needs_input_grad[:8])
         out, out_z, last_state, *ckpt = pytorch_scan.forward(p, bool(return_last_state), checkpoints=keep)
         saved_y = out if keep and z is not None else None
         ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, ckpt[0] if keep else None, saved_y)
@@ -80,9 +80,14 @@ class SelectiveScanFn(torch.autograd.Function):
             from . import _ops
 
             u, delta, A, B, C, D, z, delta_bias, ckpt, y = ctx.saved_tensors
+            if ckpt is None:  # MAMBA_KERNELS_SCAN_STATES=recompute
+                y, _, ckpt = _ops.fwd(
+                    u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, ctx.delta_softplus, z is not None
+                )
             dz = torch.empty_like(z) if z is not None else u.new_empty((0,))
             du, ddelta, dA, dB, dC, dD, ddelta_bias = _ops.bwd(
-                u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, dout, ckpt, y, dz, ctx.delta_softplus
+                u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, dout, ckpt, y if z is not None else None,
+                dz, ctx.delta_softplus,
             )
             return (
                 du,

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from scan_standin import StandInKernel
 
 import causal_conv1d_cuda
 import selective_scan_cuda
@@ -83,7 +84,7 @@ def test_imports_as_mamba_ssm_does():
     assert r.stdout.split() == ["selective_scan.cuda_compat", "causal_conv1d.cuda_compat"]
 
 
-@pytest.mark.parametrize("form", ["checkpoints", "compact"])
+@pytest.mark.parametrize("form", ["keep", "recompute"])
 @pytest.mark.parametrize("complex_a", [False, True])
 @pytest.mark.parametrize("z", [False, True])
 @pytest.mark.parametrize("variable", [False, True])
@@ -97,7 +98,7 @@ def test_scan_fwd_bwd_contract(complex_a, z, variable, form, monkeypatch):
     want, last = selective_scan_ref(u, delta, A, B, C, D, None, bias, True, True)
     torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
     assert x.dim() == 4 and x.shape[:2] == (2, 4) and x.shape[3] == 2 * A.shape[1] and x.dtype == A.dtype
-    if form == "compact":  # the original's shape: one row per 2048 steps
+    if form == "recompute":  # the original's shape: one row per 2048 steps
         assert x.shape[2] == 1 and not x[:, :, :, 0::2].any()
     torch.testing.assert_close(x[:, :, -1, 1::2], last, rtol=1e-4, atol=1e-4)  # what mamba_ssm reads
     if z:
@@ -143,92 +144,55 @@ def test_scan_states_pack_two_per_row(count, dtype):
     torch.testing.assert_close(cuda_compat._unpack(strided, count), states, rtol=0, atol=0)
 
 
-def test_scan_compact_states_have_the_original_shape(monkeypatch):
+def test_scan_recompute_states_have_the_original_shape(monkeypatch):
     # 2049 steps: two rows of the original's 2048-step chunks; x is 4 times smaller than the
     # checkpoint form here, and both give the same gradients
     args = scan_inputs(L=2049, z=True)
     dout = torch.randn(2, 4, 2049, generator=torch.Generator().manual_seed(3))
     grads, sizes = {}, {}
-    for form in ("checkpoints", "compact"):
+    for form in ("keep", "recompute"):
         monkeypatch.setenv("MAMBA_KERNELS_SCAN_STATES", form)
         out, x, _ = selective_scan_cuda.fwd(*args, True)
         sizes[form] = x.shape
         grads[form] = selective_scan_cuda.bwd(*args, dout, x, out, None, True, False)
-    assert sizes["compact"] == (2, 4, 2, 6)
-    assert sizes["checkpoints"] == (2, 4, (2049 // 16 + 1 + 1) // 2, 6)
-    for a, b in zip(grads["checkpoints"], grads["compact"]):
+    assert sizes["recompute"] == (2, 4, 2, 6)
+    assert sizes["keep"] == (2, 4, (2049 // 16 + 1 + 1) // 2, 6)
+    for a, b in zip(grads["keep"], grads["recompute"]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
 def test_scan_states_form_knob_is_checked(monkeypatch):
     args = scan_inputs(L=40)
     out, x, _ = selective_scan_cuda.fwd(*args, True)
-    monkeypatch.setenv("MAMBA_KERNELS_SCAN_STATES", "compact")
+    monkeypatch.setenv("MAMBA_KERNELS_SCAN_STATES", "recompute")
     # an x made under the other form is refused by name, not misread
-    with pytest.raises(ValueError, match=r"x must be the second output .*MAMBA_KERNELS_SCAN_STATES=compact"):
+    with pytest.raises(ValueError, match=r"x must be the second .*MAMBA_KERNELS_SCAN_STATES=recompute"):
         selective_scan_cuda.bwd(*args, torch.ones_like(out), x, out, None, True, False)
     monkeypatch.setenv("MAMBA_KERNELS_SCAN_STATES", "small")
-    with pytest.raises(ValueError, match=r"MAMBA_KERNELS_SCAN_STATES='small' is not .*checkpoints, compact"):
+    with pytest.raises(ValueError, match=r"MAMBA_KERNELS_SCAN_STATES='small' is not .*keep, recompute"):
         selective_scan_cuda.fwd(*args, True)
 
 
-class StandInKernel:
-    """The compiled ops' contract (selective_scan/_ops.py) on CPU, from the per-step reference:
-    fwd keeps the state after every 64 steps (float32, complex as pairs), bwd records the states
-    it is given. Lets the compiled path's bookkeeping in cuda_compat run without a GPU."""
-
-    CHUNK = 64
-
-    def __init__(self):
-        self.fwd_calls, self.bwd_states = 0, None
-
-    def fwd(self, u, delta, A, B, C, D, z, delta_bias, softplus, keep_y):
-        self.fwd_calls += 1
-        L, per = u.shape[-1], 2 if A.is_complex() else 1
-        states = []
-        for end in list(range(self.CHUNK, L, self.CHUNK)) + [L]:
-            _, last = selective_scan_ref(u[..., :end], delta[..., :end], A, B[..., : per * end],
-                                         C[..., : per * end], D, None, delta_bias, softplus, True)
-            states.append(torch.view_as_real(last).flatten(-2) if A.is_complex() else last)
-        y = selective_scan_ref(u, delta, A, B, C, D, None, delta_bias, softplus)
-        out_z = y * F.silu(z) if z is not None else u.new_empty((0,))
-        return (y if (z is None or keep_y) else u.new_empty((0,))), out_z, torch.stack(states, 2).float()
-
-    def bwd(self, u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, softplus):
-        self.bwd_states = ckpt.clone()
-        given = (u, delta, A, B, C, D, z, delta_bias)
-        leaves = [t.clone().requires_grad_() if t is not None else None for t in given]
-        out = selective_scan_ref(*leaves[:7], leaves[7], softplus)
-        out.backward(dout)
-        if z is not None:
-            dz.copy_(leaves[6].grad)
-        grads = [t.grad if t is not None else torch.empty(0) for t in leaves]
-        return grads[0], grads[1], grads[2], grads[3], grads[4], grads[5], grads[7]
-
-
-@pytest.mark.parametrize("form", ["checkpoints", "compact"])
+@pytest.mark.parametrize("form", ["keep", "recompute"])
 @pytest.mark.parametrize("complex_a", [False, True])
 def test_scan_compiled_path_bookkeeping(form, complex_a, monkeypatch):
     # the compiled path with a stand-in for the kernels: x's rows, the last state callers read,
-    # and that bwd hands the kernel exactly the states its forward kept (checkpoints) or makes
-    # it recompute them (compact)
-    import selective_scan
+    # and that bwd hands the kernel exactly the states its forward kept (keep) or makes
+    # it recompute them (recompute)
     from selective_scan import cuda_compat
 
-    kernel = StandInKernel()
-    monkeypatch.setitem(sys.modules, "selective_scan._ops", kernel)
-    monkeypatch.setattr(selective_scan, "_ops", kernel, raising=False)
+    kernel = StandInKernel.install(monkeypatch)
     monkeypatch.setattr(cuda_compat, "_compiled", lambda u, A: True)
     monkeypatch.setenv("MAMBA_KERNELS_SCAN_STATES", form)
     args = scan_inputs(complex_a=complex_a, L=150)  # 3 states: after 64, 128 and 150 steps
     out, x, out_z = selective_scan_cuda.fwd(*args, True)
     _, last = selective_scan_ref(*args[:6], None, args[7], True, True)
-    assert x.shape == (2, 4, 1 if form == "compact" else 2, 6) and x.dtype == args[2].dtype
+    assert x.shape == (2, 4, 1 if form == "recompute" else 2, 6) and x.dtype == args[2].dtype
     torch.testing.assert_close(x[:, :, -1, 1::2], last, rtol=1e-5, atol=1e-5)
     _, _, kept = StandInKernel().fwd(*args, True, True)
     dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
     grads = selective_scan_cuda.bwd(*args, dout, x, out, None, True, True)
-    assert kernel.fwd_calls == (2 if form == "compact" else 1)
+    assert kernel.fwd_calls == (2 if form == "recompute" else 1)
     torch.testing.assert_close(kernel.bwd_states, kept, rtol=0, atol=0)
     assert len(grads) == 9 and grads[7].shape == args[6].shape
     torch.testing.assert_close(grads[8], out_z)  # recompute_out_z

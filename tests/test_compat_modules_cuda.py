@@ -61,7 +61,7 @@ def reference(args, dout):
     return plain, out.detach(), last.detach(), [None if t is None else t.grad for t in leaves]
 
 
-@pytest.mark.parametrize("form", ["checkpoints", "compact"])
+@pytest.mark.parametrize("form", ["keep", "recompute"])
 @pytest.mark.parametrize("dtype,complex_a", [(torch.float32, False), (torch.bfloat16, False),
                                              (torch.float32, True)])
 @pytest.mark.parametrize("z", [False, True])
@@ -76,7 +76,7 @@ def test_fwd_bwd_against_float64(form, dtype, complex_a, z, monkeypatch):
     res = selective_scan_cuda.fwd(*args, True)
     out, x = res[:2]
     want, gated, last, grads_want = reference(args, dout)
-    rows = 2 if form == "compact" else 17
+    rows = 2 if form == "recompute" else 17
     assert x.shape == (2, 24, rows, 16) and x.dtype == args[2].dtype
     tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(x[:, :, -1, 1::2].to(last.dtype), last, **tol)
@@ -98,19 +98,19 @@ def test_fwd_bwd_against_float64(form, dtype, complex_a, z, monkeypatch):
 
 
 def test_both_forms_give_the_same_gradients(monkeypatch):
-    # compact recomputes the checkpoints with the same kernel: the gradients are bitwise equal
+    # recompute reruns the same forward kernel: the gradients are bitwise equal
     import selective_scan_cuda
 
     args = inputs(4100, torch.bfloat16, False, True, seed=1)
     dout = torch.randn(args[0].shape, device="cuda")
     grads, xs = {}, {}
-    for form in ("checkpoints", "compact"):
+    for form in ("keep", "recompute"):
         monkeypatch.setenv("MAMBA_KERNELS_SCAN_STATES", form)
         out, x, _ = selective_scan_cuda.fwd(*args, True)
         xs[form] = x
         grads[form] = selective_scan_cuda.bwd(*args, dout, x, out, None, True, False)
-    assert xs["compact"].numel() * 16 < xs["checkpoints"].numel()
-    assert torch.equal(xs["compact"][:, :, -1, 1::2], xs["checkpoints"][:, :, -1, 1::2])
-    assert not xs["compact"][:, :, :, 0::2].any() and not xs["compact"][:, :, 0].any()
-    for a, b in zip(grads["checkpoints"], grads["compact"]):
+    assert xs["recompute"].numel() * 16 < xs["keep"].numel()
+    assert torch.equal(xs["recompute"][:, :, -1, 1::2], xs["keep"][:, :, -1, 1::2])
+    assert not xs["recompute"][:, :, :, 0::2].any() and not xs["recompute"][:, :, 0].any()
+    for a, b in zip(grads["keep"], grads["recompute"]):
         assert (a is None and b is None) or torch.equal(a, b)

@@ -1,0 +1,59 @@
+"""A stand-in for the compiled selective-scan ops on CPU, so the Python around them (what is kept
+for the backward, what is recomputed, x's packing) runs in tests without a GPU."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from selective_scan import selective_scan_ref
+
+
+class StandInKernel:
+    """The compiled ops' contract (selective_scan/_ops.py) from the per-step reference: fwd keeps
+    the state after every 64 steps (float32, complex as pairs); bwd records the states it is
+    given and returns the reference's gradients. Counts the forward calls."""
+
+    CHUNK = 64
+
+    def __init__(self):
+        self.fwd_calls, self.bwd_states = 0, None
+
+    @classmethod
+    def install(cls, monkeypatch) -> StandInKernel:
+        """Put a fresh stand-in where ``from . import _ops`` finds selective_scan's ops."""
+        import selective_scan
+
+        kernel = cls()
+        monkeypatch.setitem(sys.modules, "selective_scan._ops", kernel)
+        monkeypatch.setattr(selective_scan, "_ops", kernel, raising=False)
+        return kernel
+
+    def fwd(self, u, delta, A, B, C, D, z, delta_bias, softplus, keep_y):
+        self.fwd_calls += 1
+        L, per = u.shape[-1], 2 if A.is_complex() else 1
+
+        def upto(t, end):  # variable B/C: the first `end` steps; fixed ones as they are
+            return t[..., : per * end] if t.dim() > 2 else t
+
+        states = []
+        for end in list(range(self.CHUNK, L, self.CHUNK)) + [L]:
+            prefix = (u[..., :end], delta[..., :end], A, upto(B, end), upto(C, end), D)
+            _, last = selective_scan_ref(*prefix, None, delta_bias, softplus, True)
+            states.append(torch.view_as_real(last).flatten(-2) if A.is_complex() else last)
+        y = selective_scan_ref(u, delta, A, B, C, D, None, delta_bias, softplus)
+        out_z = y * F.silu(z) if z is not None else u.new_empty((0,))
+        return (y if (z is None or keep_y) else u.new_empty((0,))), out_z, torch.stack(states, 2).float()
+
+    def bwd(self, u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, softplus):
+        self.bwd_states = ckpt.clone()
+        given = (u, delta, A, B, C, D, z, delta_bias)
+        leaves = [t.detach().clone().requires_grad_() if t is not None else None for t in given]
+        with torch.enable_grad():  # autograd's backward runs with grad mode off
+            selective_scan_ref(*leaves[:7], leaves[7], softplus).backward(dout)
+        if z is not None:
+            dz.copy_(leaves[6].grad)
+        grads = [t.grad if t is not None else torch.empty(0) for t in leaves]
+        return grads[0], grads[1], grads[2], grads[3], grads[4], grads[5], grads[7]

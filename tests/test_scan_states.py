@@ -1,0 +1,138 @@
+"""MAMBA_KERNELS_SCAN_STATES: with ``recompute`` selective_scan_fn and mamba_inner_fn keep less
+between their forward and backward (measured with saved-tensor hooks) and give the same
+gradients as with ``keep``, on the PyTorch path and on the compiled path's bookkeeping (the
+kernels replaced by the reference-backed stand-in of scan_standin.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from scan_standin import StandInKernel
+from test_selective_scan_inner import make
+
+from mamba_kernels import dispatch, knobs
+from selective_scan import mamba_inner_fn, selective_scan_fn
+
+VAR = knobs.SCAN_STATES_VAR
+
+
+def scan_inputs(L=150, z=True, complex_a=False, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    b, d, n = 2, 4, 3
+    A = -0.5 * torch.rand(d, n, generator=g) - 0.1
+    if complex_a:
+        A = torch.complex(A, torch.randn(d, n, generator=g))
+    lb = 2 * L if complex_a else L
+    return [torch.randn(b, d, L, generator=g), 0.5 * torch.rand(b, d, L, generator=g), A,
+            torch.randn(b, 1, n, lb, generator=g), torch.randn(b, 1, n, lb, generator=g),
+            torch.randn(d, generator=g), torch.randn(b, d, L, generator=g) if z else None,
+            0.5 * torch.rand(d, generator=g)]
+
+
+def run(fn, inputs, **kw):
+    """(output, gradients, bytes the autograd graph holds for the backward)."""
+    leaves = [t.clone().requires_grad_() if t is not None else None for t in inputs]
+    held = []
+
+    def pack(t):
+        held.append(t.numel() * t.element_size())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn(*leaves, **kw)
+    out = out[0] if isinstance(out, tuple) else out
+    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(9), dtype=out.dtype)
+    out.backward(dout.to(out.device))
+    return out.detach(), [t.grad if t is not None else None for t in leaves], sum(held)
+
+
+def both(monkeypatch, fn, inputs, **kw):
+    res = {}
+    for form in knobs.SCAN_STATES:
+        monkeypatch.setenv(VAR, form)
+        res[form] = run(fn, inputs, **kw)
+    return res
+
+
+def assert_same(res, rtol):
+    (out_k, grads_k, _), (out_r, grads_r, _) = res["keep"], res["recompute"]
+    torch.testing.assert_close(out_r, out_k, rtol=0, atol=0)
+    for a, b in zip(grads_k, grads_r):
+        if a is not None:
+            torch.testing.assert_close(b, a, rtol=rtol, atol=rtol * a.abs().max().item())
+
+
+@pytest.fixture
+def reference_backend(monkeypatch):
+    monkeypatch.setenv("MAMBA_KERNELS_BACKEND", "reference")
+
+
+@pytest.mark.parametrize("z", [False, True])
+@pytest.mark.parametrize("complex_a", [False, True])
+def test_selective_scan_fn_pytorch_path(z, complex_a, monkeypatch, reference_backend):
+    res = both(monkeypatch, selective_scan_fn, scan_inputs(z=z, complex_a=complex_a), delta_softplus=True,
+               return_last_state=True)
+    assert_same(res, 1e-5)
+    assert res["recompute"][2] < res["keep"][2]
+
+
+@pytest.mark.parametrize("z", [False, True])
+def test_selective_scan_fn_compiled_path(z, monkeypatch):
+    inputs = scan_inputs(z=z)  # 150 steps: states after 64, 128 and 150
+    monkeypatch.setattr(dispatch, "use_cuda", lambda kernel, device: kernel == "selective_scan")
+    res, kernels = {}, {}
+    for form in knobs.SCAN_STATES:
+        monkeypatch.setenv(VAR, form)
+        kernels[form] = StandInKernel.install(monkeypatch)
+        res[form] = run(selective_scan_fn, inputs, delta_softplus=True)
+    assert kernels["keep"].fwd_calls == 1 and kernels["recompute"].fwd_calls == 2
+    torch.testing.assert_close(kernels["recompute"].bwd_states, kernels["keep"].bwd_states, rtol=0, atol=0)
+    assert kernels["keep"].bwd_states.shape == (2, 4, 3, 3)
+    assert_same(res, 0)
+    # keep holds the states (and y with z) on top of the inputs; recompute holds the inputs alone
+    inputs_bytes = sum(t.numel() * t.element_size() for t in inputs if t is not None)
+    assert res["recompute"][2] == inputs_bytes < res["keep"][2]
+
+
+@pytest.mark.parametrize("complex_a", [False, True])
+def test_mamba_inner_fn_pytorch_path(complex_a, monkeypatch, reference_backend):
+    res = both(monkeypatch, mamba_inner_fn, make(torch.float32, complex_a=complex_a, L=40))
+    assert_same(res, 1e-4)
+    assert res["recompute"][2] < res["keep"][2]
+
+
+def test_mamba_inner_fn_compiled_path(monkeypatch):
+    inputs = make(torch.float32, L=70)  # states after 64 and 70 steps
+    monkeypatch.setattr(dispatch, "use_cuda", lambda kernel, device: kernel == "selective_scan")
+    res, kernels = {}, {}
+    for form in knobs.SCAN_STATES:
+        monkeypatch.setenv(VAR, form)
+        kernels[form] = StandInKernel.install(monkeypatch)
+        res[form] = run(mamba_inner_fn, inputs)
+    assert kernels["keep"].fwd_calls == 1 and kernels["recompute"].fwd_calls == 2
+    torch.testing.assert_close(kernels["recompute"].bwd_states, kernels["keep"].bwd_states, rtol=0, atol=0)
+    assert_same(res, 0)
+    assert res["recompute"][2] < res["keep"][2]
+
+
+def test_bad_value_is_named(monkeypatch, reference_backend):
+    monkeypatch.setenv(VAR, "none")
+    with pytest.raises(ValueError, match=r"SCAN_STATES='none' is not .*: use one of keep, recompute"):
+        run(selective_scan_fn, scan_inputs())
+
+
+@pytest.mark.gpu
+def test_cuda_kernels(monkeypatch):
+    # the real kernels: recompute reruns the same deterministic forward, so every gradient is
+    # bitwise the one keep gives, and less is held for the backward
+    monkeypatch.setenv("MAMBA_KERNELS_BACKEND", "cuda")
+    low = {0, 1, 3, 4, 6}  # u, delta, B, C, z in bf16
+    inputs = [t.to("cuda", torch.bfloat16 if i in low else t.dtype)
+              for i, t in enumerate(scan_inputs(L=4100))]
+    res = both(monkeypatch, selective_scan_fn, inputs, delta_softplus=True)
+    assert_same(res, 0)
+    assert res["recompute"][2] < res["keep"][2]
+    inner = [t.cuda() if t is not None else None for t in make(torch.float32, L=300)]
+    res = both(monkeypatch, mamba_inner_fn, inner)
+    assert_same(res, 0)
+    assert res["recompute"][2] < res["keep"][2]
