@@ -12,7 +12,7 @@
 #            sdist (CUDA build skipped) on our selective_scan_cuda/causal_conv1d, "orig" = its own
 #            sm_90 wheel (.device/mamba_whl.part-*, its compiled selective_scan_cuda first on the
 #            path; the conv is our causal_conv1d in both, so the comparison isolates the scan);
-#            ours again with MAMBA_KERNELS_SCAN_STATES=compact (time and memory kept per layer)
+#            ours again with MAMBA_KERNELS_SCAN_STATES=recompute (time and memory kept per layer)
 #   compile  torch.compile of a Mamba block on our ops (graph breaks, compiled vs eager)
 #   tf       transformers' MambaForCausalLM (wheels from .device/wheels*): its fast path on ours,
 #            against its own PyTorch path, and against the original kernels when the original
@@ -117,10 +117,10 @@ if has e2e; then
     e2e_run mamba_ssm orig "$P_ORIG"
     echo "## mamba_ssm end to end: ours against the original" >>"$REPORT"
     e2e_compare mamba_ssm orig ours
-    # the scan-state tensor in the original's size (the backward recomputes the states)
-    MAMBA_KERNELS_SCAN_STATES=compact MAMBA_KERNELS_BACKEND=cuda e2e_run mamba_ssm ours-compact "$P_OURS"
-    echo "## mamba_ssm end to end: ours with MAMBA_KERNELS_SCAN_STATES=compact against the original" >>"$REPORT"
-    e2e_compare mamba_ssm orig ours-compact
+    # nothing kept between the scan's passes: x in the original's size, the backward reruns the forward scan
+    MAMBA_KERNELS_SCAN_STATES=recompute MAMBA_KERNELS_BACKEND=cuda e2e_run mamba_ssm ours-recompute "$P_OURS"
+    echo "## mamba_ssm end to end: ours with MAMBA_KERNELS_SCAN_STATES=recompute against the original" >>"$REPORT"
+    e2e_compare mamba_ssm orig ours-recompute
   else
     note "e2e: no original wheel carried; ours ran alone"
   fi
