@@ -14,7 +14,8 @@ and, called by cibuildwheel inside its build environment (the cell from $MAMBA_K
   repair WHEEL DIR  auditwheel / delvewheel with torch's and CUDA's libraries excluded
   verify WHEEL      static checks of a repaired wheel (below)
   check-installed   in a clean environment with the wheel installed: both extensions import
-                    and report the expected build metadata
+                    and report the expected build metadata, and the PyTorch paths match their
+                    float64 references on the cell's torch (ci/pytorch_path_check.py)
 
 CELL is a cell id as ``python -m mamba_kernels matrix --json`` prints it, e.g.
 ``cu128torch2.8-cp311-linux_x86_64`` or ``cu130stable2.10-cp310-linux_x86_64``. verify checks:
@@ -470,6 +471,10 @@ def check_installed(cell: support.Cell, torch_release: Optional[str] = None) -> 
                 f"{kernel}._cuda BUILD_INFO archs {info.sass + info.ptx} != {want_sass + want_ptx}"
             )
         log(f"{kernel}._cuda: {info.describe()}")
+    # the Python paths too, on this torch's CPU operators (the runners have no GPU)
+    import pytorch_path_check
+
+    problems += pytorch_path_check.problems()
     return problems
 
 

@@ -354,10 +354,15 @@ def backward(
         if cx:
             Bg, Ada = Bg.real, Ada.real
         Bg, Ada = Bg.permute(1, 2, 0), Ada.permute(1, 2, 0)
+        # straight into du when it has the compute dtype; a half du through a float block (torch
+        # 2.1's CPU addcmul cannot cast into an out= of another dtype)
+        du_blk = du[bs, ds] if du.dtype == p.real else torch.empty_like(blk.pre)
         if p.D is None:
-            torch.mul(blk.dt, Bg, out=du[bs, ds])
+            torch.mul(blk.dt, Bg, out=du_blk)
         else:
-            torch.addcmul(dy * p.D[ds].to(p.real)[:, None], blk.dt, Bg, out=du[bs, ds])
+            torch.addcmul(dy * p.D[ds].to(p.real)[:, None], blk.dt, Bg, out=du_blk)
+        if du_blk.dtype != du.dtype:
+            du[bs, ds] = du_blk
         ddt = torch.addcmul(Ada, blk.u, Bg, out=torch.empty_like(blk.pre))  # (batch, channels, L)
         if p.delta_softplus:
             ddt = torch.ops.aten.softplus_backward(ddt, blk.pre, 1, SOFTPLUS_THRESHOLD)
