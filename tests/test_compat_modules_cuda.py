@@ -101,7 +101,7 @@ def test_both_forms_give_the_same_gradients(monkeypatch):
     # recompute reruns the same forward kernel: the gradients are bitwise equal
     import selective_scan_cuda
 
-    args = inputs(4100, torch.bfloat16, False, True, seed=1)
+    args = inputs(4096, torch.bfloat16, False, True, seed=1)
     dout = torch.randn(args[0].shape, device="cuda")
     grads, xs = {}, {}
     for form in ("keep", "recompute"):
@@ -109,7 +109,7 @@ def test_both_forms_give_the_same_gradients(monkeypatch):
         out, x, _ = selective_scan_cuda.fwd(*args, True)
         xs[form] = x
         grads[form] = selective_scan_cuda.bwd(*args, dout, x, out, None, True, False)
-    assert xs["recompute"].numel() * 16 < xs["keep"].numel()
+    assert xs["recompute"].shape[2] == 2 and xs["keep"].shape[2] == 32  # 16 times the rows
     assert torch.equal(xs["recompute"][:, :, -1, 1::2], xs["keep"][:, :, -1, 1::2])
     assert not xs["recompute"][:, :, :, 0::2].any() and not xs["recompute"][:, :, 0].any()
     for a, b in zip(grads["keep"], grads["recompute"]):
