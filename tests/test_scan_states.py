@@ -8,25 +8,13 @@ from __future__ import annotations
 import pytest
 import torch
 from scan_standin import StandInKernel
+from test_compat_modules import scan_inputs
 from test_selective_scan_inner import make
 
 from mamba_kernels import dispatch, knobs
 from selective_scan import mamba_inner_fn, selective_scan_fn
 
 VAR = knobs.SCAN_STATES_VAR
-
-
-def scan_inputs(L=150, z=True, complex_a=False, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    b, d, n = 2, 4, 3
-    A = -0.5 * torch.rand(d, n, generator=g) - 0.1
-    if complex_a:
-        A = torch.complex(A, torch.randn(d, n, generator=g))
-    lb = 2 * L if complex_a else L
-    return [torch.randn(b, d, L, generator=g), 0.5 * torch.rand(b, d, L, generator=g), A,
-            torch.randn(b, 1, n, lb, generator=g), torch.randn(b, 1, n, lb, generator=g),
-            torch.randn(d, generator=g), torch.randn(b, d, L, generator=g) if z else None,
-            0.5 * torch.rand(d, generator=g)]
 
 
 def run(fn, inputs, **kw):
