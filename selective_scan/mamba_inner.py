@@ -195,9 +195,10 @@ class MambaInnerFn(torch.autograd.Function):
         )
         groups = _checks.check_selective_scan(conv1d_out, proj.delta, A, proj.B, proj.C, D, z, delta_bias)
         use_cuda = use_cuda and conv1d_out.dtype in _CUDA_INPUT_DTYPES and A.dtype in _CUDA_A_DTYPES
-        # the scan's states and ungated output are kept for the backward, which then starts from
-        # them, unless MAMBA_KERNELS_SCAN_STATES=recompute trades that memory for a second scan
-        keep_states = knobs.scan_states() == "keep"
+        # with gradients to come, the scan's states and ungated output are kept for the backward,
+        # which then starts from them, unless MAMBA_KERNELS_SCAN_STATES=recompute trades that
+        # memory for a second scan; without, the kernel does not even write y
+        keep_states = any(ctx.needs_input_grad) and knobs.scan_states() == "keep"
         if use_cuda:
             from . import _ops
 

@@ -14,12 +14,16 @@ from selective_scan import selective_scan_ref
 class StandInKernel:
     """The compiled ops' contract (selective_scan/_ops.py) from the per-step reference: fwd keeps
     the state after every 64 steps (float32, complex as pairs); bwd records the states it is
-    given and returns the reference's gradients. Counts the forward calls."""
+    given and returns the reference's gradients. Records each forward call's keep_y."""
 
     CHUNK = 64
 
     def __init__(self):
-        self.fwd_calls, self.bwd_states = 0, None
+        self.keep_y, self.bwd_states = [], None
+
+    @property
+    def fwd_calls(self) -> int:
+        return len(self.keep_y)
 
     @classmethod
     def install(cls, monkeypatch) -> StandInKernel:
@@ -32,7 +36,7 @@ class StandInKernel:
         return kernel
 
     def fwd(self, u, delta, A, B, C, D, z, delta_bias, softplus, keep_y):
-        self.fwd_calls += 1
+        self.keep_y.append(keep_y)
         L, per = u.shape[-1], 2 if A.is_complex() else 1
 
         def upto(t, end):  # variable B/C: the first `end` steps; fixed ones as they are

@@ -103,6 +103,20 @@ def test_mamba_inner_fn_compiled_path(monkeypatch):
     assert res["recompute"][2] < res["keep"][2]
 
 
+def test_inference_keeps_nothing(monkeypatch):
+    # no gradients to come: the scan is not asked for y, and nothing is held, whatever the knob
+    monkeypatch.setattr(dispatch, "use_cuda", lambda kernel, device: kernel == "selective_scan")
+    kernel = StandInKernel.install(monkeypatch)
+    inner = make(torch.float32, L=70)
+    with torch.no_grad():
+        mamba_inner_fn(*inner)
+        selective_scan_fn(*scan_inputs(z=True), delta_softplus=True)
+    assert kernel.keep_y == [False, False]
+    leaves = [t.clone().requires_grad_() if t is not None else None for t in inner]
+    mamba_inner_fn(*leaves)
+    assert kernel.keep_y[-1] is True
+
+
 def test_bad_value_is_named(monkeypatch, reference_backend):
     monkeypatch.setenv(VAR, "none")
     with pytest.raises(ValueError, match=r"SCAN_STATES='none' is not .*: use one of keep, recompute"):
