@@ -47,6 +47,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     else:
         print(f"wheels here   {ix['why']}")
     print(f"backend mode  {info['backend_mode']}")
+    print(f"scan states   {info['scan_states']}")
     for kernel, b in info["backends"].items():
         print(f"{kernel:<15}{b['backend']}: {b['reason']}")
     return 0

@@ -278,7 +278,8 @@ def diagnose(target: Optional[environment.Target] = None) -> Dict[str, Any]:
     found += nvcc
     return {
         "mamba_kernels": _installed_version(),
-        "environment": {**target.as_dict(), "backend_mode": knobs.backend_mode()},
+        "environment": {**target.as_dict(), "backend_mode": knobs.backend_mode(),
+                        "scan_states": knobs.scan_states()},
         "kernels": kernels,
         "problems": found,
         "broken": any(p["broken"] for p in found),
@@ -307,6 +308,7 @@ def render(report: Dict[str, Any]) -> str:
     lines += [f"gpu {g['index']}         {g['name']} (sm {g['capability']})" for g in env["gpus"]] or [
         "gpu           none visible"]
     lines.append(f"backend mode  {env['backend_mode']}")
+    lines.append(f"scan states   {env['scan_states']}")
     if report.get("install_record"):
         lines.append(f"installed     from the sdist: {report['install_record']['line']}")
     for kernel, k in report["kernels"].items():

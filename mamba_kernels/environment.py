@@ -45,6 +45,7 @@ def snapshot() -> Dict[str, Any]:
         "platform": f"{platform.system()} {platform.machine()}",
         "torch": torch_facts,
         "backend_mode": knobs.backend_mode(),
+        "scan_states": knobs.scan_states(),
     }
     if torch_facts.get("installed"):
         info["backends"] = backends()

@@ -33,9 +33,9 @@ def test_info_json_reports_torch_and_backends():
 
 
 def test_info_text_names_each_kernel():
-    r = _run("info", env={"MAMBA_KERNELS_BACKEND": "reference"})
+    r = _run("info", env={"MAMBA_KERNELS_BACKEND": "reference", "MAMBA_KERNELS_SCAN_STATES": "recompute"})
     assert r.returncode == 0, r.stderr
-    assert "backend mode  reference" in r.stdout
+    assert "backend mode  reference" in r.stdout and "scan states   recompute" in r.stdout
     assert "causal_conv1d" in r.stdout and "selective_scan" in r.stdout
 
 
