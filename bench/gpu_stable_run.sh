@@ -8,10 +8,11 @@
 #   install        pip install --no-deps --target $SITE the carried wheel; prints its BUILD_INFO
 #   classic        MAMBA_KERNELS_BINDING=classic build in place in a copy of the tree ($CLASSIC),
 #                  in the background while the next phases run
-#   tests          our GPU suites (tests/*cuda*.py, test_gpu_pytorch_path.py) against $SITE only:
+#   tests          our GPU tests (pytest -m gpu over the files that have them) against $SITE only:
 #                  they run from a copy of tests/ so the tree's packages cannot shadow the wheel
 #   peer           bench/peer_tests.sh conv ours, with the wheel first on the path
 #   bench          bench/compare_bindings.py measure for both, then compare ($OUT/bindings.md)
+#   overhead       bench/op_overhead.py (host cost per call of every op) under each binding, twice
 #   classic_tests  the same GPU suites against the classic build
 # Environment: OUT (logs), SITE (/tmp/stable_site), CLASSIC (/tmp/classic), GPU_TEST_N (8).
 set -uo pipefail
@@ -61,10 +62,12 @@ fi
 gpu_tests() {  # name pythonpath
   local d=/tmp/gputests_$1
   rm -rf "$d" && mkdir -p "$d/tests"
-  cp tests/conftest.py tests/test_*cuda*.py tests/test_gpu_pytorch_path.py "$d/tests/"
+  # the files with GPU tests and the test modules they import; only the GPU tests run
+  cp tests/conftest.py $(grep -l "mark.gpu" tests/test_*.py) tests/scan_standin.py tests/test_compat_modules.py \
+    tests/test_selective_scan_inner.py tests/test_selective_scan_loops.py "$d/tests/"
   cp pyproject.toml "$d/"
   local s=$(date +%s)
-  (cd "$d" && PYTHONPATH="$2" timeout 240 python3 -m pytest tests -q -rfE -n "$N" -p no:cacheprovider \
+  (cd "$d" && PYTHONPATH="$2" timeout 240 python3 -m pytest tests -m gpu -q -rfE -n "$N" -p no:cacheprovider \
     >"$OUT/gputests_$1.log" 2>&1)
   log "GPU tests ($1): rc=$? in $(($(date +%s) - s)) s: $(tail -1 "$OUT/gputests_$1.log")"
   grep -E "^(FAILED|ERROR)" "$OUT/gputests_$1.log" | head -20 | tee -a "$OUT/stable_run.log"
@@ -93,6 +96,17 @@ if has bench; then
   python3 bench/compare_bindings.py compare "$OUT/bind_stable.json" "$OUT/bind_classic.json" \
     >"$OUT/bindings.md" 2>&1
   cat "$OUT/bindings.md" | tee -a "$OUT/stable_run.log"
+fi
+if has overhead; then  # bench/op_overhead.py under each binding, twice, alternating
+  wait_classic
+  for i in 1 2; do
+    for b in "stable:$SITE" "classic:$CLASSIC"; do
+      (cd /tmp && PYTHONPATH="${b#*:}" timeout 90 python3 "$REPO/bench/op_overhead.py" \
+        >"$OUT/overhead_${b%%:*}_$i.log" 2>&1)
+      log "overhead ${b%%:*} run $i: rc=$?"
+      grep -E " us$" "$OUT/overhead_${b%%:*}_$i.log" | tee -a "$OUT/stable_run.log"
+    done
+  done
 fi
 if has classic_tests; then
   wait_classic
