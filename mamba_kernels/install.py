@@ -343,13 +343,10 @@ def _warn(verb: str, text: str) -> None:
 
 def _describe_choice(res: Resolution, source: str) -> None:
     assert res.selected is not None
-    c = res.selected.candidate
-    _say(f"chosen  {c.filename}")
+    _say(f"chosen  {res.selected.candidate.filename}")
     _say(f"  from    {source}")
-    _say(f"  url     {c.url}")
-    _say(f"  sha256  {c.sha256 or 'not listed (a local file: computed when read)'}")
-    for why in res.selected.why:
-        _say(f"  why     {why}")
+    for line in resolve.chosen_lines(res):
+        _say(f"  {line}")
     if res.rejected:
         _say(f"  ({len(res.rejected)} other candidate(s) not chosen; `resolve --json` lists each with its "
              "reasons)")

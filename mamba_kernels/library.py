@@ -6,7 +6,7 @@ from typing import Callable
 
 import torch
 
-NAMESPACE = "mamba_kernels"  # the ops' namespace (TORCH_LIBRARY_FRAGMENT in csrc/*/binding.cpp)
+NAMESPACE = "mamba_kernels"  # the ops' namespace (the library fragments of csrc/<kernel>/<binding>/*.cpp)
 
 
 def register_fake(name: str) -> Callable[[Callable], Callable]:

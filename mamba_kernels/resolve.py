@@ -452,6 +452,16 @@ def describe_target(t: Target) -> str:
     return f"{torch}, {py}, {t.platform or t.platform_tags[0]}, {gpus}"
 
 
+def chosen_lines(res: Resolution, extra: Sequence[str] = ()) -> List[str]:
+    """The chosen wheel's url, sha256, ``extra`` and reasons, a ``name    value`` line each, as
+    resolve and install print them under the file name."""
+    assert res.selected is not None
+    c = res.selected.candidate
+    sha = c.sha256 or "not listed by the index (computed when the file is read)"
+    lines = [f"url     {c.url}", f"sha256  {sha}"]
+    return lines + list(extra) + [f"why     {why}" for why in res.selected.why]
+
+
 def _no_match_line(t: Target, n: int) -> str:
     if n == 0:
         return "no wheel of mamba-kernels in the given index"
@@ -479,13 +489,9 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
         print(json.dumps(res.as_dict(), indent=2))
         return 0 if res.selected else EXIT_NO_MATCH
     if res.selected is not None:
-        c = res.selected.candidate
-        print(c.filename)
-        print(f"  url     {c.url}")
-        print(f"  sha256  {c.sha256 or 'not listed by the index'}")
-        print(f"  target  {describe_target(target)}")
-        for why in res.selected.why:
-            print(f"  why     {why}")
+        print(res.selected.candidate.filename)
+        for line in chosen_lines(res, [f"target  {describe_target(target)}"]):
+            print(f"  {line}")
         if res.rejected:
             print(f"{len(res.rejected)} other candidate(s) not chosen; --json lists each with its reasons")
         return 0

@@ -2,6 +2,7 @@
 shim function torch 2.10 does not export fails the audit; calls into torch 2.10's stable shim
 pass."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -100,3 +101,16 @@ def test_unreadable_file_is_its_own_exit_code(tmp_path):
     missing = tmp_path / "nothing.so"
     result = audit(missing)
     assert result.returncode == 2 and "cannot read its symbols" in result.stdout
+
+
+def test_load_check_knows_every_op_the_python_side_fakes():
+    # scripts/stable_load_check.py reads the op names from the bindings' schema tables; they must
+    # be exactly the ops the packages register fake implementations for
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import stable_load_check
+
+    faked = []
+    for py in ("causal_conv1d/_ops.py", "selective_scan/_ops.py", "selective_scan/_update_ops.py"):
+        faked += re.findall(r'register_fake\("(\w+)"\)', (ROOT / py).read_text())
+    assert len(faked) == 7
+    assert sorted(stable_load_check.defined_ops()) == sorted(faked)

@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from mamba_kernels import build, build_archs, buildinfo, dispatch, knobs
+from mamba_kernels import build, build_archs, buildinfo, dispatch
 
 
 def sample_info(**over):
@@ -208,12 +208,8 @@ def test_check_module_against_the_running_torch():
     assert buildinfo.check_module(types.ModuleType("fake_none")).startswith("fake_none carries no build")
 
 
-def test_dispatch_treats_a_mismatched_extension_as_unavailable(monkeypatch, tmp_path):
-    monkeypatch.setattr(dispatch, "_status", {})
-    monkeypatch.setattr(dispatch, "_warned", set())
-    monkeypatch.setattr(dispatch, "EXTENSIONS", dict(dispatch.EXTENSIONS))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delenv(knobs.BACKEND_VAR, raising=False)
+def test_dispatch_treats_a_mismatched_extension_as_unavailable(fresh):
+    tmp_path = fresh
     stale = json.dumps(sample_info(torch_version="2.1.2+cu118", torch_cuda="11.8", nvcc_version="11.8"))
     (tmp_path / "mk_stale_ext.py").write_text(f"BUILD_INFO = {stale!r}\n")
     (tmp_path / "mk_fresh_ext.py").write_text(f"BUILD_INFO = {buildinfo.matching_build_info()!r}\n")

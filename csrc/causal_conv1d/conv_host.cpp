@@ -75,21 +75,28 @@ void check_launch(cudaError_t err, const char* what) {
   MK_CHECK(err == cudaSuccess, "causal_conv1d: ", what, " kernel launch failed: ", cudaGetErrorString(err));
 }
 
-}  // namespace
-
-ConvParams prepare(const TensorRef& x, const TensorRef& weight, const TensorRef& bias, const TensorRef& seq_idx,
-                   const TensorRef& initial_states, bool silu) {
-  MK_CHECK(x.is_cuda, "causal_conv1d: x must be a CUDA tensor, got device ", x.device);
-  MK_CHECK(x.dim == 3, "causal_conv1d: x must be 3-D (batch, dim, seqlen), got shape ", x.shape());
-  ConvParams p;
+// What prepare and prepare_update both read from x, weight and bias (messages name `op`).
+template <class Params>
+void prepare_common(Params& p, const char* op, const TensorRef& x, const TensorRef& weight, const TensorRef& bias,
+                    bool silu) {
+  MK_CHECK(x.is_cuda, op, ": x must be a CUDA tensor, got device ", x.device);
+  MK_CHECK(x.dim == 3, op, ": x must be 3-D (batch, dim, seqlen), got shape ", x.shape());
   p.dtype = to_dtype(x, "x");
   p.batch = x.size(0);
   p.dim = x.size(1);
   p.seqlen = x.size(2);
   p.width = check_weight(x, weight, p.dim);
   check_bias(x, bias, p.dim);
-  p.channel_last = is_channel_last(x);
   p.silu = silu;
+}
+
+}  // namespace
+
+ConvParams prepare(const TensorRef& x, const TensorRef& weight, const TensorRef& bias, const TensorRef& seq_idx,
+                   const TensorRef& initial_states, bool silu) {
+  ConvParams p;
+  prepare_common(p, "causal_conv1d", x, weight, bias, silu);
+  p.channel_last = is_channel_last(x);
   p.x = x.data;
   p.x_s = strides3(x);
   if (seq_idx.present) {
@@ -206,16 +213,8 @@ void launch_bwd_checked(ConvParams& p, const TensorRef& x, const TensorRef& dout
 UpdateParams prepare_update(const TensorRef& x, const TensorRef& conv_state, const TensorRef& weight,
                             const TensorRef& bias, bool silu, const TensorRef& cache_seqlens,
                             const TensorRef& conv_state_indices) {
-  MK_CHECK(x.is_cuda, "causal_conv1d_update: x must be a CUDA tensor, got device ", x.device);
-  MK_CHECK(x.dim == 3, "causal_conv1d_update: x must be 3-D (batch, dim, seqlen), got shape ", x.shape());
   UpdateParams p;
-  p.dtype = to_dtype(x, "x");
-  p.batch = x.size(0);
-  p.dim = x.size(1);
-  p.seqlen = x.size(2);
-  p.width = check_weight(x, weight, p.dim);
-  check_bias(x, bias, p.dim);
-  p.silu = silu;
+  prepare_common(p, "causal_conv1d_update", x, weight, bias, silu);
   check_cuda(conv_state, x, "conv_state");
   MK_CHECK_TYPE(conv_state.scalar == x.scalar, "causal_conv1d_update: conv_state must have x's dtype ",
                 x.dtype_name, ", got ", conv_state.dtype_name);

@@ -1,7 +1,7 @@
 // The host side of the causal_conv1d ops that both bindings share: every precondition check
-// (with its message), the parameter fills, the output layouts and the launches. The bindings
-// (classic/binding.cpp, stable/binding.cpp) only turn their tensors into TensorRefs, allocate,
-// convert and copy. No torch here.
+// (with its message), the parameter fills, the output layouts and the launches. The ops
+// (conv_ops.h, over either binding's tensor API) only turn their tensors into TensorRefs,
+// allocate, convert and copy. No torch here.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,7 +1,8 @@
 // The host side of the selective-scan ops that both bindings share: every precondition check
 // (with its message), the parameter fills, the sizes of what the binding allocates, and the
-// launches, including the backward's reduction of its partial sums. The bindings (classic/,
-// stable/) only turn their tensors into TensorRefs, allocate and convert. No torch here.
+// launches, including the backward's reduction of its partial sums. The ops (scan_ops.h,
+// update_ops.h, over either binding's tensor API) only turn their tensors into TensorRefs,
+// allocate and convert. No torch here.
 #pragma once
 
 #include <cuda_runtime.h>

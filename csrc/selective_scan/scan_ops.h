@@ -1,0 +1,136 @@
+// The selective-scan forward and backward ops, written once for both bindings: their schemas,
+// and their bodies, which pass TensorRefs to the shared host code (scan_host.h: checks,
+// parameters, launches) and allocate, convert and copy tensors through the binding's tensor
+// API `api`: classic/tensor.h (ATen) or stable/tensor.h (the stable C shim), the same names and
+// signatures. A binding's .cpp declares `namespace api = classic;` (or stable) inside namespace
+// mamba_kernels, includes this file once, and registers scan_fwd and scan_bwd with its own
+// library macros. The fake implementations are registered from selective_scan/_ops.py.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <tuple>
+
+#include "scan_host.h"
+
+namespace mamba_kernels {
+namespace selective_scan {
+
+// The ops' schemas, as both bindings define them.
+inline constexpr const char* kScanSchemas[] = {
+    "selective_scan_fwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
+    "Tensor? delta_bias, bool delta_softplus, bool keep_y) -> (Tensor, Tensor, Tensor)",
+    "selective_scan_bwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
+    "Tensor? delta_bias, Tensor dout, Tensor ckpt, Tensor? y, Tensor(a!) dz, bool delta_softplus) -> "
+    "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
+};
+
+namespace {
+
+using api::OptTensor;
+using api::ScalarType;
+using api::Tensor;
+using api::tref;
+
+float* f32_ptr(const Tensor& t) { return static_cast<float*>(t.data_ptr()); }
+
+// A (dim, dstate) real or complex, or fixed B/C: contiguous fp32 (dim, dstate [x2]). A real one
+// is used as is when already contiguous; a complex one is always copied, which resolves a
+// conjugate view (the shim cannot tell one apart), and read as interleaved floats.
+Tensor params_f32(const Tensor& t, bool is_complex) {
+  return is_complex ? api::contiguous_as(t, ScalarType::ComplexFloat, true)
+                    : api::contiguous_as(t, ScalarType::Float);
+}
+
+// The fp32 copies ScanParams points into; they live as long as the op call.
+struct F32Params {
+  Tensor A;
+  OptTensor B, C, D, bias;
+};
+
+F32Params to_f32(ScanParams& p, const Tensor& A, const Tensor& B, const Tensor& C, const OptTensor& D,
+                 const OptTensor& delta_bias) {
+  F32Params f{params_f32(A, p.is_complex), std::nullopt, std::nullopt, api::contiguous_as(D, ScalarType::Float),
+              api::contiguous_as(delta_bias, ScalarType::Float)};
+  if (!p.B.variable) f.B = params_f32(B, p.is_complex);
+  if (!p.C.variable) f.C = params_f32(C, p.is_complex);
+  set_f32_params(p, tref(f.A), tref(f.B), tref(f.C), tref(f.D), tref(f.bias));
+  return f;
+}
+
+// A new contiguous tensor of t's shape and dtype (t.new_empty(t.shape)).
+Tensor empty_as(const Tensor& t) {
+  const auto sizes = t.sizes();
+  return api::empty(t, sizes.data(), int64_t(sizes.size()), t.scalar_type());
+}
+
+// (out, out_z, ckpt). out: y without the z gate (empty when z is given and keep_y is false);
+// out_z: y * silu(z) (empty without z); ckpt: the state after every kChunk steps, fp32
+// (batch, dim, n_chunks, dstate [x2]); its last chunk is the final state.
+std::tuple<Tensor, Tensor, Tensor> scan_fwd(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B,
+                                            const Tensor& C, const OptTensor& D, const OptTensor& z,
+                                            const OptTensor& delta_bias, bool delta_softplus, bool keep_y) {
+  const TensorRef ur = tref(u), deltar = tref(delta);
+  ScanParams p = prepare(ur, deltar, tref(A), tref(B), tref(C), tref(D), tref(z), tref(delta_bias), delta_softplus);
+  const api::DeviceGuard guard(ur.device_index);
+  const F32Params f = to_f32(p, A, B, C, D, delta_bias);
+  const bool want_y = !z.has_value() || keep_y;
+  const ScalarType dtype = u.scalar_type();
+  const Tensor out = want_y ? api::empty_like(delta, deltar) : api::empty(u, {0}, dtype);
+  const Tensor out_z = z.has_value() ? api::empty_like(delta, deltar) : api::empty(u, {0}, dtype);
+  const Tensor ckpt = api::empty(u, {p.batch, p.dim, n_chunks(p.seqlen), state_floats(p)}, ScalarType::Float);
+  set_fwd_outputs(p, want_y ? tref(out) : TensorRef(), z.has_value() ? tref(out_z) : TensorRef(), f32_ptr(ckpt));
+  const int64_t nws = fwd_workspace_floats(p);
+  const OptTensor ws = nws > 0 ? OptTensor(api::empty(u, {nws}, ScalarType::Float)) : std::nullopt;
+  launch_fwd_checked(p, ws.has_value() ? f32_ptr(*ws) : nullptr, api::current_stream(ur.device_index));
+  return {out, out_z, ckpt};
+}
+
+// (du, ddelta, dA, dB, dC, dD, ddelta_bias). dz (z's shape; empty without z) is written in
+// place. dB/dC: fixed -> B's shape and dtype; variable -> (batch, ngroups, dstate, L [x2]) in
+// u's dtype. dD / ddelta_bias are empty when D / delta_bias are absent.
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> scan_bwd(
+    const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C, const OptTensor& D,
+    const OptTensor& z, const OptTensor& delta_bias, const Tensor& dout, const Tensor& ckpt, const OptTensor& y,
+    const Tensor& dz, bool delta_softplus) {
+  const TensorRef ur = tref(u), deltar = tref(delta);
+  ScanParams p = prepare(ur, deltar, tref(A), tref(B), tref(C), tref(D), tref(z), tref(delta_bias), delta_softplus);
+  set_bwd_inputs(p, ur, tref(z), tref(dout), tref(ckpt), tref(y), tref(dz));
+  const api::DeviceGuard guard(ur.device_index);
+  const F32Params f = to_f32(p, A, B, C, D, delta_bias);
+  const Tensor du = api::empty_like(u, ur), ddelta = api::empty_like(delta, deltar);
+  const ScalarType f32 = ScalarType::Float;
+  const Tensor dA_part = api::empty(u, {p.batch, p.dim, state_floats(p)}, f32);
+  const OptTensor dD_part = D.has_value() ? OptTensor(api::empty(u, {p.batch, p.dim}, f32)) : std::nullopt;
+  const OptTensor dbias_part =
+      delta_bias.has_value() ? OptTensor(api::empty(u, {p.batch, p.dim}, f32)) : std::nullopt;
+  auto part = [&](const BCParams& bc) {
+    int64_t dims[5];
+    const int n = part_shape(p, bc, dims);
+    return api::empty(u, dims, n, f32);
+  };
+  const Tensor dB_part = part(p.B), dC_part = part(p.C);
+  set_bwd_outputs(p, tref(du), tref(ddelta), f32_ptr(dA_part), dD_part.has_value() ? f32_ptr(*dD_part) : nullptr,
+                  dbias_part.has_value() ? f32_ptr(*dbias_part) : nullptr, f32_ptr(dB_part), f32_ptr(dC_part));
+  const cudaStream_t stream = api::current_stream(ur.device_index);
+  launch_bwd_checked(p, stream);
+
+  // The partial sums reduced in a fixed order by the shared host code, straight into
+  // gradients shaped and typed like their parameters.
+  const Tensor dA = empty_as(A), dB = empty_as(B), dC = empty_as(C);
+  const Tensor dD = api::empty(u, {D.has_value() ? p.dim : 0}, f32);
+  const Tensor dbias = api::empty(u, {delta_bias.has_value() ? p.dim : 0}, f32);
+  ParamGrads g;
+  g.dA = dA.data_ptr();
+  g.dB = dB.data_ptr();
+  g.dC = dC.data_ptr();
+  g.dD = D.has_value() ? f32_ptr(dD) : nullptr;
+  g.dbias = delta_bias.has_value() ? f32_ptr(dbias) : nullptr;
+  sum_partials_checked(p, g, stream);
+  return {du, ddelta, dA, dB, dC, dD, dbias};
+}
+
+}  // namespace
+
+}  // namespace selective_scan
+}  // namespace mamba_kernels
