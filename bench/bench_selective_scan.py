@@ -27,15 +27,20 @@ operator modules are imported (mamba_ssm.ops.selective_scan_interface with its c
 selective_scan_cuda, and the Triton mamba_ssm.ops.triton.selective_state_update); the
 package's top-level __init__, which pulls in the model classes and their dependencies, is not
 run. einops and triton must be importable. Our side follows MAMBA_KERNELS_BACKEND; the header
-says which path (compiled or PyTorch) ours took. `--device cpu --shapes tiny` is a smoke test
-of our side alone.
+says which path (compiled or PyTorch) ours took.
+
+Provenance (bench/provenance.py), before anything is timed: the original's interface must be the
+one under DIR and the selective_scan_cuda it binds DIR's compiled file (loaded from that file,
+so our compatibility module selective_scan_cuda.py cannot stand in for it whatever sys.path
+says); ours must be this checkout's packages with, on CUDA, their compiled extensions. The
+header lists every module's file; a side that is not what it claims stops the run (exit 2).
+`--device cpu --shapes tiny` is a smoke test of our side alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import math
 import os
 import re
@@ -52,6 +57,7 @@ for _p in (ROOT, os.path.dirname(os.path.abspath(__file__))):
         sys.path.insert(0, _p)
 
 import _timing as T  # noqa: E402  (bench/ is not a package)
+import provenance  # noqa: E402
 
 Tensor = torch.Tensor
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -81,51 +87,26 @@ class Impl:
 # ---------------------------------------------------------------- loading both sides
 
 
-def _read_version(pkg_dir: str) -> str:
-    try:
-        with open(os.path.join(pkg_dir, "__init__.py")) as f:
-            m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", f.read(), re.MULTILINE)
-        return m.group(1) if m else "unknown"
-    except OSError:
-        return "unknown"
-
-
 def load_original(orig_dir: str) -> Impl:
-    """The original's operator modules from its --target install in ``orig_dir``.
-
-    ``mamba_ssm`` is registered as a namespace for its subpackages without running its
-    __init__ (which imports the model classes and their third-party dependencies).
-    """
+    """The original's operator modules from its --target install in ``orig_dir``, its interface
+    bound to that install's own compiled selective_scan_cuda (bench/provenance.py proves it:
+    ProvenanceError, and so no timing, otherwise). mamba_ssm's __init__ (model classes and their
+    dependencies) is not run."""
     impl = Impl("original")
-    orig_dir = os.path.abspath(orig_dir)
-    pkg_dir = os.path.join(orig_dir, "mamba_ssm")
-    if not os.path.isdir(pkg_dir):
-        impl.about.append(f"not loaded: no mamba_ssm/ in {orig_dir}")
-        return impl
-    version = _read_version(pkg_dir)
-    impl.about.append(f"mamba_ssm {version} from {orig_dir}")
-    if orig_dir not in sys.path:
-        sys.path.append(orig_dir)  # after ours: only selective_scan_cuda and mamba_ssm come from there
-    if "mamba_ssm" not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            "mamba_ssm", os.path.join(pkg_dir, "__init__.py"), submodule_search_locations=[pkg_dir]
-        )
-        pkg = importlib.util.module_from_spec(spec)
-        pkg.__version__ = version
-        sys.modules["mamba_ssm"] = pkg
     try:
-        mod = importlib.import_module("mamba_ssm.ops.selective_scan_interface")
-        impl.scan = mod.selective_scan_fn
-        ext = sys.modules.get("selective_scan_cuda")
-        impl.about.append(f"selective_scan_cuda: {getattr(ext, '__file__', '?')}")
+        mod, lines = provenance.load_original_scan(orig_dir)
+    except provenance.ProvenanceError:
+        raise
     except Exception as e:  # missing einops, an extension built for another torch, ...
-        impl.about.append(f"selective_scan_fn not loaded: {type(e).__name__}: {e}")
+        raise provenance.ProvenanceError(f"original: its interface did not import: {_brief(e)}") from e
+    impl.scan = mod.selective_scan_fn
+    impl.about += lines
     try:
         mod = importlib.import_module("mamba_ssm.ops.triton.selective_state_update")
         impl.update = mod.selective_state_update
         import triton
 
-        impl.about.append(f"selective_state_update: Triton {triton.__version__}")
+        impl.about.append(f"selective_state_update: Triton {triton.__version__} ({mod.__file__})")
     except Exception as e:
         impl.about.append(f"selective_state_update not loaded: {type(e).__name__}: {e}")
     return impl
@@ -136,13 +117,16 @@ def load_ours(device: str) -> Impl:
         import causal_conv1d
         import selective_scan
         from mamba_kernels import dispatch, knobs
-    except Exception as e:  # a broken checkout: report it, time the original alone
-        return Impl("ours", about=[f"import failed: {_brief(e)}"])
+    except Exception as e:  # a broken checkout: nothing to compare
+        raise provenance.ProvenanceError(f"ours: import failed: {_brief(e)}") from e
     impl = Impl("ours", selective_scan.selective_scan_fn, selective_scan.selective_state_update,
                 causal_conv1d.causal_conv1d_fn)
     mode = knobs.backend_mode()
     impl.about.append(f"mamba-kernels {selective_scan.__version__}, git {T.git_revision(ROOT)}, "
                       f"MAMBA_KERNELS_BACKEND={os.environ.get(knobs.BACKEND_VAR, '')!r} ({mode})")
+    # on CUDA (unless the PyTorch path is asked for) our compiled kernels of this checkout, or no run
+    compiled = device == "cuda" and mode != "reference"
+    impl.about += provenance.check_ours_package(ROOT, compiled=compiled)
     for kernel in ("selective_scan", "causal_conv1d"):
         st = dispatch.extension_status(kernel)
         if device != "cuda" or mode == "reference":
@@ -557,13 +541,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         ap.error("--orig-only needs --orig-dir")
 
     impls: List[Impl] = []
-    if not args.orig_only:
-        impls.append(load_ours(args.device))
     orig_about: List[str] = []
-    if args.orig_dir:
-        orig = load_original(args.orig_dir)
-        orig_about = orig.about
-        impls.append(orig)
+    try:  # provenance first, and refused loudly: nothing is timed on a side that is not itself
+        if args.orig_dir:  # before ours, so that nothing of ours is imported under its names
+            orig = load_original(args.orig_dir)
+            orig_about = orig.about
+        if not args.orig_only:
+            impls.append(load_ours(args.device))
+        if args.orig_dir:
+            impls.append(orig)
+    except provenance.ProvenanceError as e:
+        print(f"PROVENANCE FAILED: {e}", file=sys.stderr)
+        return 2
     else:
         orig_about = ["not loaded (no --orig-dir): nothing is checked against it"]
     header(impls, args, orig_about)
