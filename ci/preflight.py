@@ -62,7 +62,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags  # noqa: E402
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename  # noqa: E402
 from packaging.version import InvalidVersion, Version  # noqa: E402
 
-from mamba_kernels import matrix, support  # noqa: E402
+from mamba_kernels import build, build_archs, build_toolchain, matrix, support  # noqa: E402
 
 
 def _load_build_cell():
@@ -445,15 +445,117 @@ def _gcc_of(path: str) -> Optional[int]:
     return int(m.group(1)) if m else None
 
 
-def _flag_value(flags: str, names: Tuple[str, ...]) -> Optional[str]:
-    words = shlex.split(flags)
-    for i, w in enumerate(words):
-        for n in names:
-            if w == n and i + 1 < len(words):
-                return words[i + 1]
-            if w.startswith(n + "="):
-                return w.split("=", 1)[1]
-    return None
+# ----------------------------------------------------------------------------- nvcc command lines
+
+# nvcc's options that take one value (docs/COMPAT.md §7.3). Given twice, nvcc either stops
+# ("redefinition of argument") or keeps the last value with a warning, depending on the release:
+# neither is a build to ship, so the preflight refuses any of them twice.
+NVCC_SINGLE_VALUED: Tuple[Tuple[str, ...], ...] = support.NVCC_SINGLE_VALUED
+# Stand-ins for the paths of one compile (they only need to be words on the command line).
+_SRC, _OBJ = "csrc/kernel.cu", "build/kernel.o"
+
+
+def _release_key(version: str) -> Tuple[int, ...]:
+    return tuple(int(x) for x in version.split(".")[:2])
+
+
+def torch_nvcc_command(cell: support.Cell, ours: Sequence[str], env: Mapping[str, str]) -> List[str]:
+    """The arguments torch's extension builder (the cell's build torch) gives nvcc for one of our
+    .cu files, as its ninja rule writes them: its common flags, ours, the standard and the host
+    compiler where ours name none, the dependency file unless told not to, -c and -o."""
+    windows = cell.platform == "win_amd64"
+    flags = ["-D__CUDA_NO_HALF_OPERATORS__", "--expt-relaxed-constexpr"]
+    if windows:
+        flags = ["-Xcompiler", "/MD"] + flags + list(ours)
+    else:
+        flags += ["--compiler-options", "'-fPIC'"] + list(ours)
+    if not any(f.startswith("-std=") for f in flags):
+        flags.append(f"-std=c++{cell.cxx_std}")
+    cc = env.get("CC")
+    build_torch = cell.build_with[0]
+    if (not windows and cc and _release_key(build_torch) >= _release_key(support.TORCH_CCBIN_FROM_CC_SINCE)
+            and not any(f.startswith(("-ccbin", "--compiler-bindir")) for f in flags)):
+        flags += ["-ccbin", cc]
+    deps = [] if env.get("TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES") == "1" else [
+        "--generate-dependencies-with-compile", "--dependency-output", _OBJ + ".d"]
+    return deps + ["-c", _SRC, "-o", _OBJ] + flags
+
+
+def our_nvcc_flags(cell: support.Cell) -> List[str]:
+    """The nvcc flags our build passes for the cell (mamba_kernels/build.py, release build)."""
+    plan = build_archs.choose_archs(arch_list=None, release=True, gpu_capabilities=(), cuda=cell.cuda,
+                                    platform=cell.platform)
+    return build.compile_flags(platform=cell.platform, cxx_std=cell.cxx_std, nvcc_version=cell.cuda,
+                               arch_plan=plan, nvcc_threads=2, release=True, cxx11_abi=cell.cxx11_abi,
+                               binding=matrix.binding(cell))["nvcc"]
+
+
+def nvcc_command_lines(cell: support.Cell, env: Mapping[str, str]) -> Dict[str, List[str]]:
+    """What nvcc itself sees, per command the build runs (``build``: torch's compile of our
+    sources; ``probe``: build_toolchain's probe before it): NVCC_PREPEND_FLAGS, the command
+    line, NVCC_APPEND_FLAGS, which nvcc reads from the environment and joins in that order."""
+    pre = shlex.split(env.get("NVCC_PREPEND_FLAGS", ""))
+    post = shlex.split(env.get("NVCC_APPEND_FLAGS", ""))
+    windows = cell.platform == "win_amd64"
+    probe = build_toolchain.nvcc_probe_command("nvcc", "probe.cu", cell.cxx_std, env, windows=windows)[1:]
+    return {
+        "build": pre + torch_nvcc_command(cell, our_nvcc_flags(cell), env) + post,
+        "probe": pre + probe + post,
+    }
+
+
+def option_values(args: Sequence[str]) -> Dict[str, List[str]]:
+    """nvcc's single-valued options in ``args``, each with the values given: long name -> values."""
+    seen: Dict[str, List[str]] = {}
+    i = 0
+    while i < len(args):
+        word, value, step = args[i], None, 1
+        for names in NVCC_SINGLE_VALUED:
+            for name in names:
+                if word == name:
+                    value = args[i + 1] if i + 1 < len(args) else ""
+                    step = 2
+                elif word.startswith(name + "="):
+                    value = word[len(name) + 1:]
+                elif name == "-O" and re.fullmatch(r"-O\d", word):
+                    value = word[2:]
+                if value is not None:
+                    seen.setdefault(names[-1], []).append(value)
+                    break
+            if value is not None:
+                break
+        i += step
+    return seen
+
+
+def repeated_options(args: Sequence[str]) -> Dict[str, List[str]]:
+    """The single-valued options ``args`` give more than once: long name -> values."""
+    return {k: v for k, v in option_values(args).items() if len(v) > 1}
+
+
+def check_nvcc(cell: support.Cell, report: CellReport, env: Mapping[str, str]) -> Dict[str, List[str]]:
+    """No nvcc command the build runs gives a single-valued option twice; returns the lines."""
+    lines = nvcc_command_lines(cell, env)
+    from_env = option_values(shlex.split(env.get("NVCC_PREPEND_FLAGS", ""))
+                             + shlex.split(env.get("NVCC_APPEND_FLAGS", "")))
+    for which, args in lines.items():
+        for option, values in repeated_options(args).items():
+            why = (" (one from NVCC_PREPEND_FLAGS/NVCC_APPEND_FLAGS, which torch's check for an "
+                   "existing host compiler and our probe cannot see)" if option in from_env else "")
+            report.fail("nvcc", f"the {which} command gives nvcc {option} {len(values)} times "
+                                f"({', '.join(values)}){why}")
+    return lines
+
+
+def host_compiler_of(args: Sequence[str]) -> Optional[str]:
+    """The host compiler an nvcc command line names (its last -ccbin), or None (nvcc's default)."""
+    found = None
+    for i, w in enumerate(args):
+        if w in ("-ccbin", "--compiler-bindir") and i + 1 < len(args):
+            found = args[i + 1]
+        elif w.startswith(("-ccbin=", "--compiler-bindir=")):
+            found = w.split("=", 1)[1]
+    return found
 
 
 def check_compiler(cell: support.Cell, report: CellReport, env: Mapping[str, str]) -> None:
@@ -485,22 +587,23 @@ def check_compiler(cell: support.Cell, report: CellReport, env: Mapping[str, str
         report.fail("compiler", f"no GCC fact for nvcc {cuda}: add it to ci/preflight.py")
         return
     image = matrix.ci_fields(cell)["cibw_image"]
-    chosen: Dict[str, Optional[int]] = {}
-    for var in ("CC", "CXX"):
-        if env.get(var):
-            chosen[var] = _gcc_of(env[var])
-    ccbin = _flag_value(env.get("NVCC_PREPEND_FLAGS", "") + " " + env.get("NVCC_APPEND_FLAGS", ""),
-                        ("-ccbin", "--compiler-bindir"))
+    # The host compiler of the C++ files (CXX) and of nvcc (the -ccbin of the compile command as
+    # nvcc sees it, torch's and ours included: nvcc_command_lines).
+    names: Dict[str, str] = {}
+    if env.get("CXX"):
+        names["CXX"] = env["CXX"]
+    ccbin = host_compiler_of(nvcc_command_lines(cell, env)["build"])
     if ccbin:
-        chosen["-ccbin"] = _gcc_of(ccbin)
+        names["nvcc -ccbin"] = ccbin
+    chosen: Dict[str, Optional[int]] = {k: _gcc_of(v) for k, v in names.items()}
     unknown = [k for k, v in chosen.items() if v is None]
     if unknown:
         report.fail("compiler", f"cannot tell the GCC version of {', '.join(unknown)} "
-                                f"({', '.join(str(env.get(k, ccbin)) for k in unknown)})")
+                                f"({', '.join(names[k] for k in unknown)})")
         return
     versions = set(chosen.values())
     if len(versions) > 1:
-        report.fail("compiler", "CC, CXX and nvcc's -ccbin name different GCCs: "
+        report.fail("compiler", "CXX and nvcc's -ccbin name different GCCs: "
                                 + ", ".join(f"{k} {v}" for k, v in chosen.items()))
         return
     gcc = versions.pop() if versions else IMAGE_GCC.get(image)
@@ -624,6 +727,7 @@ def check_cell(cell: support.Cell, registry: Optional[Registry] = None,
     check_python(cell, report)
     check_stable(cell, report)
     if parsed is not None:
+        check_nvcc(cell, report, parsed)
         check_compiler(cell, report, parsed)
         check_disk(cell, report, parsed, free_gb)
     if registry is not None:

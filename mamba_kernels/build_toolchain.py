@@ -194,6 +194,17 @@ def nvcc_probe_problem(returncode: int, output: str, cxx_std: int, nvcc_version:
     return f"the nvcc {nvcc_version} probe compile failed: {tail}"
 
 
+def nvcc_probe_command(
+    nvcc: str, src: str, cxx_std: int, environ: Mapping[str, str], windows: bool = sys.platform == "win32"
+) -> List[str]:
+    """The command line of the nvcc probe (ci/preflight.py checks it for repeated options)."""
+    cmd = [nvcc, f"-std=c++{cxx_std}", "-E", src, "-o", os.devnull]
+    ccbin = environ.get("NVCC_CCBIN") or environ.get("CC")
+    if ccbin and not windows:
+        cmd += ["-ccbin", ccbin]
+    return cmd
+
+
 def probe_nvcc(home: str, cxx_std: int, environ: Mapping[str, str], nvcc_version: str) -> Optional[str]:
     """Preprocess a tiny .cu file with nvcc and the host compiler it will use; a problem or None."""
     nvcc = os.path.join(home, "bin", _nvcc_name())
@@ -201,11 +212,7 @@ def probe_nvcc(home: str, cxx_std: int, environ: Mapping[str, str], nvcc_version
         src = os.path.join(tmp, "probe.cu")
         with open(src, "w") as f:
             f.write("#include <cuda_runtime.h>\n__global__ void probe_kernel() {}\n")
-        cmd = [nvcc, f"-std=c++{cxx_std}", "-E", src, "-o", os.devnull]
-        ccbin = environ.get("NVCC_CCBIN") or environ.get("CC")
-        if ccbin and sys.platform != "win32":
-            cmd += ["-ccbin", ccbin]
-        rc, out = run(cmd)
+        rc, out = run(nvcc_probe_command(nvcc, src, cxx_std, environ))
     return nvcc_probe_problem(rc, out, cxx_std, nvcc_version)
 
 

@@ -20,7 +20,8 @@ section:
   the build-matrix script; torch 2.5 has no Windows cp313 wheel)
 - ``releases[].pypi_cuda``: §1.3; ``linux_pre_cxx11``: §2; ``manylinux``: §3; ``cxx_std``: §4
 - ``default_archs``: §5.1 and §5.2 (``x86_64`` serves Linux x86_64 and Windows)
-- ``pypi_toolkits``, ``pypi_cuobjdump``, ``windows_toolkits``: §6
+- ``pypi_toolkits``, ``pypi_cuobjdump``, ``windows_toolkits``: §6; ``linux_toolkits``: §6.1;
+  ``windows_components``: §6.2
 - ``msvc``: §7.1; ``gcc``: §7.2 (and the runner images' compilers ci/preflight.py checks against)
 - ``wheel_excludes``: §8
 - ``stable_abi``: §11 (the stable-ABI target floor and the abi3 Python tag)
@@ -176,6 +177,15 @@ def _check(data: Mapping[str, Any]) -> None:
     for arch, table in data["default_archs"].items():
         for cuda, archs in table.items():
             _versions(archs, f"default_archs.{arch}.{cuda}")
+    for cuda, names in data["windows_components"].items():
+        bad = [n for n in names if not n.endswith(f"_{cuda}")]
+        if bad or not names:
+            raise DataError(f"windows_components.{cuda}: every name must end with _{cuda}, got {names!r}")
+    tks = data["linux_toolkits"]
+    for ml, sources in tks["sources"].items():
+        unknown = [s for s in sources if s not in tks or s == "sources"]
+        if unknown:
+            raise DataError(f"linux_toolkits.sources.{ml}: no such source {', '.join(unknown)}")
     order = None
     for cuda, tk in data["pypi_toolkits"].items():
         if order is None:
@@ -454,6 +464,73 @@ _PYPI_TOOLKITS: Dict[str, Tuple[str, Tuple[str, ...]]] = {
 PYPI_CUOBJDUMP: str = _DATA["pypi_cuobjdump"]
 # Full toolkit versions for NVIDIA's Windows network installer, per CUDA minor (§6).
 WINDOWS_TOOLKITS: Dict[str, str] = dict(_DATA["windows_toolkits"])
+# The installer's subpackage names per CUDA minor, exactly as passed to it (§6.2).
+WINDOWS_COMPONENTS: Dict[str, Tuple[str, ...]] = {
+    cuda: tuple(names) for cuda, names in _DATA["windows_components"].items()
+}
+
+
+def windows_components(cuda: str) -> Tuple[str, ...]:
+    """The subpackages NVIDIA's Windows network installer is asked for, for CUDA ``cuda``."""
+    mm = cuda_major_minor(cuda)
+    if mm not in WINDOWS_COMPONENTS:
+        raise ValueError(f"no Windows installer components are known for CUDA {mm}: known are "
+                         f"{', '.join(WINDOWS_COMPONENTS)}; add them to windows_components in "
+                         "mamba_kernels/support.json")
+    return WINDOWS_COMPONENTS[mm]
+
+
+@dataclass(frozen=True)
+class LinuxToolkit:
+    """Where a Linux cell's CUDA 11.8/12.x toolkit comes from (docs/COMPAT.md §6.1).
+
+    ``source`` "rhel7" / "rhel8": NVIDIA's RPM repository for that RHEL release, ``packages``
+    the RPMs to install. "redist": NVIDIA's redistributable archives (one tarball per
+    component, unpacked into one folder), ``archives`` component -> (version, sha256 of the
+    archive for ``arch``), from the manifest of toolkit ``release``."""
+
+    cuda: str
+    source: str
+    packages: Tuple[str, ...] = ()
+    release: str = ""
+    archives: Mapping[str, Tuple[str, str]] = field(default_factory=dict)
+    arch: str = "linux-x86_64"
+
+
+_LINUX_TOOLKITS: Dict[str, Any] = _DATA["linux_toolkits"]
+# The sources each manylinux image tries, in order: the first that lists the CUDA minor.
+LINUX_TOOLKIT_SOURCES: Dict[str, Tuple[str, ...]] = {
+    ml: tuple(srcs) for ml, srcs in _LINUX_TOOLKITS["sources"].items()
+}
+REDIST_URL = "https://developer.download.nvidia.com/compute/cuda/redist"
+
+
+def linux_toolkit(cuda: str, manylinux: str, arch: str = "linux-x86_64") -> LinuxToolkit:
+    """The source and packages of CUDA ``cuda`` (11.8/12.x) in the ``manylinux`` image
+    ("manylinux_2_17", "manylinux_2_28"); ``arch`` the redistributable archives' name of the
+    architecture ("linux-x86_64", "linux-sbsa"). ValueError when none is known."""
+    mm = cuda_major_minor(cuda)
+    sources = LINUX_TOOLKIT_SOURCES.get(manylinux)
+    if sources is None:
+        raise ValueError(f"no CUDA toolkit source is known for {manylinux}: known are "
+                         f"{', '.join(LINUX_TOOLKIT_SOURCES)}")
+    for src in sources:
+        entry = _LINUX_TOOLKITS[src].get(mm)
+        if entry is None:
+            continue
+        if src == "redist":
+            archives = {name: (a["version"], a[arch]) for name, a in entry["archives"].items() if arch in a}
+            if len(archives) != len(entry["archives"]):
+                continue
+            return LinuxToolkit(mm, src, release=entry["release"], archives=archives, arch=arch)
+        return LinuxToolkit(mm, src, packages=tuple(entry), arch=arch)
+    raise ValueError(f"no CUDA {mm} toolkit is known for {manylinux} ({arch}): the sources "
+                     f"{', '.join(sources)} in linux_toolkits of mamba_kernels/support.json list none")
+
+
+def redist_url(name: str, version: str, arch: str) -> str:
+    """The URL of one of NVIDIA's redistributable archives."""
+    return f"{REDIST_URL}/{name}/{arch}/{name}-{arch}-{version}-archive.tar.xz"
 
 
 def pypi_toolkit(cuda: str) -> PypiToolkit:
@@ -485,6 +562,14 @@ IMAGE_GCC: Dict[str, int] = dict(_DATA["gcc"]["image_gcc"])
 HOST_GCC: Dict[str, int] = {
     cuda: gcc for cuda, gcc in NVCC_MAX_GCC.items() if gcc < IMAGE_GCC["manylinux_2_28"]
 }
+
+# torch's extension builder (docs/COMPAT.md §7.3): the first release that adds ``-ccbin $CC`` to
+# every nvcc command on Linux whose flags name no host compiler; the nvcc options that take one
+# value (short/long), which may appear at most once on a command line.
+TORCH_CCBIN_FROM_CC_SINCE: str = _DATA["torch_extension"]["ccbin_from_cc_since"]
+NVCC_SINGLE_VALUED: Tuple[Tuple[str, ...], ...] = tuple(
+    tuple(spec.split("/")) for spec in _DATA["torch_extension"]["nvcc_single_valued"]
+)
 
 # Libraries wheel repair leaves out: torch's and CUDA's come from the installed torch, the
 # MSVC C++ runtime from the system (docs/COMPAT.md §8).

@@ -325,3 +325,69 @@ def test_build_cell_has_no_platform_name_branches():
                         and not (isinstance(side.value, ast.Name) and side.value.id == "sys")):
                     found.append(f"line {node.lineno}: {ast.unparse(node)}")
     assert found == []
+
+
+# ----------------------------------------------------------------------------- toolkit installers
+
+
+def test_windows_installer_is_asked_for_the_components_of_its_release(monkeypatch, tmp_path):
+    import urllib.request
+
+    from platforms import windows  # ci/ is on sys.path once build_cell is loaded
+
+    for cuda in ("11.8", "12.8", "13.0"):
+        cell = matrix.select(platform="win_amd64", cuda=cuda)[0]
+        calls = _captured_sh(monkeypatch)
+        monkeypatch.setattr(urllib.request, "urlretrieve", lambda url, dest: None)  # nothing downloaded
+        monkeypatch.setattr(windows.WINDOWS, "toolkit_home", lambda c: str(tmp_path / "none"))
+        with pytest.raises(build_cell.CellError, match="did not create"):
+            windows.install_windows_toolkit(cell)
+        (cmd,) = calls
+        assert cmd[1] == "-s" and cmd[-1] == "-n"
+        assert tuple(cmd[2:-1]) == support.windows_components(cuda)
+
+
+def _redist_archive(folder: Path, name: str, version: str, files: dict) -> Path:
+    import io
+    import tarfile
+
+    top = f"{name}-linux-x86_64-{version}-archive"
+    path = folder / f"{top}.tar.xz"
+    with tarfile.open(path, "w:xz") as tar:
+        for rel, data in files.items():
+            info = tarfile.TarInfo(f"{top}/{rel}")
+            info.size = len(data)
+            info.mode = 0o755
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_redist_toolkit_is_checked_and_shaped_like_a_toolkit(monkeypatch, tmp_path):
+    import hashlib
+    import shutil
+    import urllib.request
+
+    from platforms import linux
+
+    src = tmp_path / "src"
+    src.mkdir()
+    made = {
+        "cuda_nvcc": _redist_archive(src, "cuda_nvcc", "12.4.131", {"bin/nvcc": b"#!/bin/sh\n"}),
+        "cuda_cudart": _redist_archive(src, "cuda_cudart", "12.4.127",
+                                       {"include/cuda_runtime.h": b"", "lib/libcudart.so": b""}),
+    }
+    tk = support.LinuxToolkit("12.4", "redist", release="12.4.1", archives={
+        n: (p.name.split("-")[3], hashlib.sha256(p.read_bytes()).hexdigest()) for n, p in made.items()})
+    monkeypatch.setattr(urllib.request, "urlretrieve",
+                        lambda url, dest: shutil.copy(src / url.rsplit("/", 1)[1], dest))
+    calls = _captured_sh(monkeypatch)
+    cell = matrix.select(torch="2.5", cuda="12.4", platform="linux_x86_64")[0]
+    home = linux.install_redist_toolkit(cell, tk, tmp_path / "cuda-12.4")
+    assert (home / "bin" / "nvcc").is_file() and (home / "lib64" / "libcudart.so").exists()
+    assert (home / "targets" / "x86_64-linux" / "include" / "cuda_runtime.h").exists()
+    assert [c for c in calls if support.PYPI_CUOBJDUMP in c]  # cuobjdump from PyPI
+    # a changed archive is refused before anything is unpacked from it
+    bad = dict(tk.archives, cuda_nvcc=(tk.archives["cuda_nvcc"][0], "0" * 64))
+    with pytest.raises(build_cell.CellError, match="sha256"):
+        linux.install_redist_toolkit(cell, support.LinuxToolkit("12.4", "redist", release="12.4.1",
+                                                                archives=bad), tmp_path / "other")

@@ -255,8 +255,96 @@ def test_linux_mismatched_or_unreadable_compiler_names_fail():
     pf.check_compiler(cell, rep, dict(env, CXX="/opt/rh/gcc-toolset-14/root/usr/bin/g++"))
     assert rep.problems and "different GCCs" in rep.problems[0]
     rep = pf.CellReport("x")
+    # CC is nvcc's host compiler: torch passes it as -ccbin
     pf.check_compiler(cell, rep, dict(env, CC="/usr/bin/clang"))
-    assert rep.problems and "cannot tell the GCC version of CC" in rep.problems[0]
+    assert rep.problems and "cannot tell the GCC version of nvcc -ccbin (/usr/bin/clang)" in rep.problems[0]
+
+
+# ----------------------------------------------------------------------------- nvcc command lines
+
+MANYLINUX_2_28_12 = "cu128torch2.8-cp312-linux_x86_64"  # a gcc-toolset cell (issue 15's example)
+
+
+def _old_host_compiler_env(cell):
+    """host_compiler_env as it was at 922dab0: CC, CXX and a -ccbin in NVCC_PREPEND_FLAGS."""
+    gcc = support.HOST_GCC.get(cell.cuda)
+    if not gcc or cell.platform == "win_amd64" or cell.manylinux != "manylinux_2_28":
+        return {}
+    root = f"/opt/rh/gcc-toolset-{gcc}/root/usr/bin"
+    return {"CC": f"{root}/gcc", "CXX": f"{root}/g++", "NVCC_PREPEND_FLAGS": f"-ccbin {root}/g++"}
+
+
+def test_the_old_host_compiler_environment_gives_nvcc_two_host_compilers(monkeypatch):
+    monkeypatch.setattr(build_cell, "host_compiler_env", _old_host_compiler_env)
+    cell = _cell(MANYLINUX_2_28_12)
+    rep = pf.check_cell(cell)
+    nvcc = [p for p in rep.problems if p.startswith("nvcc:")]
+    assert len(nvcc) == 2, rep.problems  # torch's compile and our probe
+    assert "the build command gives nvcc --compiler-bindir 2 times" in nvcc[0]
+    assert "/opt/rh/gcc-toolset-14/root/usr/bin/g++, /opt/rh/gcc-toolset-14/root/usr/bin/gcc" in nvcc[0]
+    assert "NVCC_PREPEND_FLAGS" in nvcc[0] and "the probe command" in nvcc[1]
+    # every manylinux_2_28 cell with a gcc-toolset fails, each on one line
+    rc, lines = _run(None)
+    fails = [ln for ln in lines if ln.startswith("FAIL ")]
+    want = [c for c in support.cells() if c.manylinux == "manylinux_2_28" and c.cuda in support.HOST_GCC]
+    assert rc == 1 and len(fails) == len(want) == 79
+    assert all("--compiler-bindir 2 times" in ln for ln in fails)
+
+
+def test_every_cell_gives_nvcc_one_host_compiler():
+    for cell in support.cells():
+        env = pf.cibw_environment(cell)
+        lines = pf.nvcc_command_lines(cell, env)
+        for which, args in lines.items():
+            assert pf.repeated_options(args) == {}, (matrix.cell_id(cell), which, args)
+        ccbins = pf.option_values(lines["build"]).get("--compiler-bindir", [])
+        if cell.manylinux == "manylinux_2_28" and cell.cuda in support.HOST_GCC:
+            assert ccbins == [env["CC"]] and "NVCC_PREPEND_FLAGS" not in env, matrix.cell_id(cell)
+        else:
+            assert ccbins == [], matrix.cell_id(cell)  # nvcc's default: the image's gcc, or cl.exe
+
+
+def test_torchs_additions_are_simulated_per_release():
+    cell = _cell(MANYLINUX_2_28_12)
+    env = {"CC": "/x/gcc", "TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES": "1"}
+    ours = ["-O3", "-std=c++17"]
+    args = pf.torch_nvcc_command(cell, ours, env)
+    assert args[-2:] == ["-ccbin", "/x/gcc"] and args.count("-std=c++17") == 1
+    assert "--dependency-output" not in args
+    # torch leaves -ccbin and -std alone when the extension's flags carry them
+    args = pf.torch_nvcc_command(cell, ours + ["-ccbin", "/y/g++"], env)
+    assert pf.option_values(args)["--compiler-bindir"] == ["/y/g++"]
+    # without the skip knob torch's ninja rule writes a dependency file
+    assert "--dependency-output" in pf.torch_nvcc_command(cell, ours, {})
+    # Windows: no -ccbin from torch, whatever CC says
+    win = _cell(WIN_NEW)
+    assert "-ccbin" not in pf.torch_nvcc_command(win, [], {"CC": "cl"})
+
+
+@pytest.mark.parametrize("args, want", [
+    (["-ccbin", "a", "--compiler-bindir=b"], {"--compiler-bindir": ["a", "b"]}),
+    (["-std=c++17", "--std", "c++20"], {"--std": ["c++17", "c++20"]}),
+    (["-O3", "--optimize=2"], {"--optimize": ["3", "2"]}),
+    (["--threads=2", "-t", "4"], {"--threads": ["2", "4"]}),
+    (["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90", "-DX", "-DY"], {}),
+])
+def test_repeated_single_valued_options(args, want):
+    assert pf.repeated_options(args) == want
+
+
+def test_a_ccbin_in_nvcc_flags_from_the_environment_fails_the_preflight(monkeypatch):
+    # What the issue asks to catch: NVCC_PREPEND_FLAGS carrying a -ccbin again.
+    real = build_cell.host_compiler_env
+
+    def again(cell):
+        env = real(cell)
+        return dict(env, NVCC_PREPEND_FLAGS=f"-ccbin {env['CXX']}") if env else env
+
+    monkeypatch.setattr(build_cell, "host_compiler_env", again)
+    rc, lines = _run([_cell(MANYLINUX_2_28_12), _cell(LINUX_13)])
+    assert rc == 1
+    (fail,) = [ln for ln in lines if ln.startswith("FAIL ")]
+    assert fail.startswith(f"FAIL {MANYLINUX_2_28_12}: nvcc: the build command gives nvcc --compiler-bindir")
 
 
 def test_linux_cxx20_needs_gcc_10(monkeypatch):

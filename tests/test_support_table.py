@@ -365,3 +365,59 @@ def test_the_data_file_ships_with_the_package():
 
     pyproject = tomllib.loads((support.DATA_FILE.parent.parent / "pyproject.toml").read_text())
     assert "support.json" in pyproject["tool"]["setuptools"]["package-data"]["mamba_kernels"]
+
+
+# ----------------------------------------------------------------------------- toolkit components
+
+
+def test_every_windows_cuda_of_the_matrix_has_installer_components():
+    # The network installer stops at a name it does not know (docs/COMPAT.md §6.2).
+    for cuda in sorted({c.cuda for c in support.cells(platform="win_amd64")}):
+        names = support.windows_components(cuda)
+        assert names and all(n.endswith(f"_{cuda}") for n in names), cuda
+        assert f"nvcc_{cuda}" in names and f"cudart_{cuda}" in names and f"cuobjdump_{cuda}" in names
+        # crt and nvvm are separate subpackages only from CUDA 13 on; nvcc_X.Y holds them before
+        split = int(cuda.split(".")[0]) >= 13
+        assert (f"crt_{cuda}" in names) is split and (f"nvvm_{cuda}" in names) is split, cuda
+        assert support.WINDOWS_TOOLKITS[cuda].startswith(cuda + ".")
+    with pytest.raises(ValueError, match="no Windows installer components"):
+        support.windows_components("12.5")
+
+
+def test_every_linux_cuda_below_13_of_the_matrix_has_a_toolkit_source():
+    for cell in support.cells():
+        if cell.platform == "win_amd64" or int(cell.cuda.split(".")[0]) >= 13:
+            continue
+        arch = "linux-x86_64" if cell.platform == "linux_x86_64" else "linux-sbsa"
+        tk = support.linux_toolkit(cell.cuda, cell.manylinux, arch)
+        assert tk.source in support.LINUX_TOOLKIT_SOURCES[cell.manylinux]
+        if tk.source == "redist":
+            assert set(tk.archives) == {"cuda_nvcc", "cuda_cudart", "cuda_cccl"}
+            assert all(len(sha) == 64 for _, sha in tk.archives.values())
+            assert tk.release.startswith(cell.cuda + ".")
+        else:
+            mm = cell.cuda.replace(".", "-")
+            assert tk.packages == (f"cuda-nvcc-{mm}", f"cuda-cudart-devel-{mm}", f"cuda-cuobjdump-{mm}",
+                                   f"cuda-cccl-{mm}")
+
+
+def test_manylinux2014_cuda_12_4_comes_from_the_archives_not_the_rhel7_repository():
+    # NVIDIA's RHEL 7 repository is not known to carry 12.4 (docs/COMPAT.md §6.1); the 9 cells of
+    # torch 2.4 and 2.5 with CUDA 12.4 unpack the redistributable archives instead.
+    cells = [c for c in support.cells() if c.manylinux == "manylinux_2_17" and c.cuda == "12.4"]
+    assert len(cells) == 9
+    tk = support.linux_toolkit("12.4", "manylinux_2_17")
+    assert tk.source == "redist" and tk.release == "12.4.1"
+    assert support.redist_url("cuda_nvcc", *tk.archives["cuda_nvcc"][:1], tk.arch) == (
+        "https://developer.download.nvidia.com/compute/cuda/redist/cuda_nvcc/linux-x86_64/"
+        "cuda_nvcc-linux-x86_64-12.4.131-archive.tar.xz")
+    assert {support.linux_toolkit(c, "manylinux_2_17").source for c in ("11.8", "12.1")} == {"rhel7"}
+    with pytest.raises(ValueError, match="no CUDA 12.4 toolkit is known for manylinux_2_17 .linux-sbsa."):
+        support.linux_toolkit("12.4", "manylinux_2_17", "linux-sbsa")
+
+
+def test_component_names_that_do_not_match_their_cuda_are_refused(tmp_path):
+    data = support.read_data()
+    data["windows_components"]["12.6"] = ["nvcc_12.8"]
+    with pytest.raises(support.DataError, match="windows_components.12.6"):
+        support.write_data(data, tmp_path / "support.json")

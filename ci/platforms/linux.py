@@ -65,15 +65,36 @@ def assemble_pypi_toolkit(cell: support.Cell, dest: Path, python: str = sys.exec
     return home
 
 
+# tarfile's extraction filter where this Python has one ("tar": names and links were checked above).
+_TAR_FILTER = {"filter": "tar"} if hasattr(__import__("tarfile"), "tar_filter") else {}
+
+
+def redist_arch(cell: support.Cell) -> str:
+    """NVIDIA's name of the cell's architecture in its repositories and archives."""
+    return "linux-x86_64" if cell.platform == "linux_x86_64" else "linux-sbsa"
+
+
+def cell_toolkit(cell: support.Cell) -> support.LinuxToolkit:
+    """Where the cell's CUDA 11.8/12.x toolkit comes from, and what is installed (support.json's
+    linux_toolkits, docs/COMPAT.md §6.1)."""
+    try:
+        return support.linux_toolkit(cell.cuda, cell.manylinux or "", redist_arch(cell))
+    except ValueError as e:
+        raise CellError(str(e)) from None
+
+
 def install_repo_toolkit(cell: support.Cell) -> Path:
-    """CUDA 11.8/12.x inside a manylinux container: NVIDIA's RPM repository (root needed)."""
-    mm = cell.cuda.replace(".", "-")
-    arch = "x86_64" if cell.platform == "linux_x86_64" else "sbsa"
-    el = "rhel7" if cell.manylinux == "manylinux_2_17" else "rhel8"
-    repo = f"https://developer.download.nvidia.com/compute/cuda/repos/{el}/{arch}/cuda-{el}.repo"
+    """CUDA 11.8/12.x inside a manylinux container: NVIDIA's RPM repository (root needed), or
+    NVIDIA's redistributable archives where no repository for the image serves that CUDA."""
+    tk = cell_toolkit(cell)
     home = Path(f"/usr/local/cuda-{cell.cuda}")
     if (home / "bin" / "nvcc").is_file():
         return home
+    if tk.source == "redist":
+        return install_redist_toolkit(cell, tk, home)
+    el = tk.source
+    arch = "x86_64" if cell.platform == "linux_x86_64" else "sbsa"
+    repo = f"https://developer.download.nvidia.com/compute/cuda/repos/{el}/{arch}/cuda-{el}.repo"
     pm = "yum" if el == "rhel7" else "dnf"
     base.sh(
         [
@@ -83,22 +104,76 @@ def install_repo_toolkit(cell: support.Cell) -> Path:
             f"{'yum-config-manager' if el == 'rhel7' else 'dnf config-manager'} --add-repo {repo}",
         ]
     )
-    pkgs = [f"cuda-nvcc-{mm}", f"cuda-cudart-devel-{mm}", f"cuda-cuobjdump-{mm}", f"cuda-cccl-{mm}"]
-    base.sh([pm, "install", "-y"] + pkgs)
+    base.sh([pm, "install", "-y"] + list(tk.packages))
     gcc = HOST_GCC.get(cell.cuda)
-    if gcc and el == "rhel8":
+    if gcc and cell.manylinux == "manylinux_2_28":
         base.sh([pm, "install", "-y", f"gcc-toolset-{gcc}-gcc-c++"])
+    return home
+
+
+def install_redist_toolkit(
+    cell: support.Cell, tk: support.LinuxToolkit, home: Path, python: str = sys.executable
+) -> Path:
+    """Unpack NVIDIA's redistributable archives of ``tk`` (each checked against its sha256) into
+    ``home``, shaped as torch expects (lib64 beside lib, the targets/ folder nvcc's profile
+    names), with cuobjdump from PyPI."""
+    import hashlib
+    import tarfile
+    import tempfile
+    import urllib.request
+
+    home.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="mamba-kernels-redist-") as tmp:
+        for name, (version, sha256) in tk.archives.items():
+            url = support.redist_url(name, version, tk.arch)
+            dest = Path(tmp) / url.rsplit("/", 1)[1]
+            base.log(f"downloading {url}")
+            urllib.request.urlretrieve(url, dest)  # noqa: S310 (fixed https URL)
+            got = hashlib.sha256(dest.read_bytes()).hexdigest()
+            if got != sha256:
+                raise CellError(f"{dest.name}: sha256 {got}, support.json pins {sha256}")
+            with tarfile.open(dest) as tar:
+                top = f"{name}-{tk.arch}-{version}-archive"
+                for member in tar.getmembers():
+                    parts = Path(member.name).parts
+                    if not parts or parts[0] != top or ".." in parts or member.issym() and (
+                            Path(member.linkname).is_absolute() or ".." in Path(member.linkname).parts):
+                        raise CellError(f"{dest.name}: unexpected member {member.name!r}")
+                    if len(parts) == 1:
+                        continue
+                    member.name = str(Path(*parts[1:]))
+                    tar.extract(member, home, **_TAR_FILTER)
+            dest.unlink()
+    if not (home / "lib64").exists():
+        (home / "lib64").symlink_to("lib")
+    target = home / "targets" / ("x86_64-linux" if tk.arch == "linux-x86_64" else "sbsa-linux")
+    target.mkdir(parents=True, exist_ok=True)
+    for sub in ("include", "lib"):
+        if not (target / sub).exists():
+            (target / sub).symlink_to(Path("..", "..", sub))
+    tools = home / "tools"
+    base.sh([python, "-m", "pip", "install", "--quiet", "--no-cache-dir", "--no-deps", "--target", str(tools),
+             PYPI_CUOBJDUMP])
+    if not (home / "bin" / "cuobjdump").exists():
+        (home / "bin" / "cuobjdump").symlink_to(tools / "nvidia" / "cu13" / "bin" / "cuobjdump")
+    if not (home / "bin" / "nvcc").is_file():
+        raise CellError(f"the CUDA {tk.release} archives did not provide {home}/bin/nvcc")
     return home
 
 
 def host_compiler_env(cell: support.Cell) -> Dict[str, str]:
     """CC/CXX for CUDA releases older than the container's default GCC (manylinux_2_28);
-    {} for every other cell, a Windows one included."""
+    {} for every other cell, a Windows one included.
+
+    nvcc gets its host compiler one way only: ``-ccbin $CC``, which torch's extension builder
+    adds to every nvcc command whose flags carry no -ccbin (docs/COMPAT.md §7.3), and which our
+    nvcc probe (build_toolchain.probe_nvcc) adds the same way. NVCC_PREPEND_FLAGS must not name
+    one too: nvcc would see the option twice (ci/preflight.py refuses that)."""
     gcc = HOST_GCC.get(cell.cuda)
     if not gcc or not LINUX.handles(cell) or cell.manylinux != "manylinux_2_28":
         return {}
     root = f"/opt/rh/gcc-toolset-{gcc}/root/usr/bin"
-    return {"CC": f"{root}/gcc", "CXX": f"{root}/g++", "NVCC_PREPEND_FLAGS": f"-ccbin {root}/g++"}
+    return {"CC": f"{root}/gcc", "CXX": f"{root}/g++"}
 
 
 class Linux(Platform):

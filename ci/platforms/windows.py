@@ -49,10 +49,10 @@ def msvc_env() -> Dict[str, str]:
 def install_windows_toolkit(cell: support.Cell) -> Path:
     """NVIDIA's network installer, silent, compiler and runtime only."""
     full = WINDOWS_CUDA.get(cell.cuda)
-    if full is None:
+    if full is None or cell.cuda not in support.WINDOWS_COMPONENTS:
         raise CellError(
-            f"no Windows installer version known for CUDA {cell.cuda}; add it to windows_toolkits in "
-            "mamba_kernels/support.json"
+            f"no Windows installer version or components known for CUDA {cell.cuda}; add them to "
+            "windows_toolkits and windows_components in mamba_kernels/support.json"
         )
     home = Path(WINDOWS.toolkit_home(cell))
     if (home / "bin" / "nvcc.exe").is_file():
@@ -66,9 +66,9 @@ def install_windows_toolkit(cell: support.Cell) -> Path:
 
     base.log(f"downloading {url}")
     urllib.request.urlretrieve(url, exe)  # noqa: S310 (fixed https URL)
-    mm = cell.cuda
-    parts = ["nvcc", "cudart", "crt", "nvvm", "cuobjdump", "thrust", "visual_studio_integration"]
-    base.sh([str(exe), "-s"] + [f"{p}_{mm}" for p in parts] + ["-n"])
+    # The subpackage names differ per release (crt and nvvm are their own from 13.0 on, and an
+    # older installer stops at a name it does not know): data, docs/COMPAT.md §6.2.
+    base.sh([str(exe), "-s"] + list(support.windows_components(cell.cuda)) + ["-n"])
     if not (home / "bin" / "nvcc.exe").is_file():
         raise CellError(f"the CUDA {full} installer did not create {home}\\bin\\nvcc.exe")
     return home
