@@ -30,7 +30,7 @@ from typing import Any, Dict, Optional
 import pytest
 from ruamel.yaml import YAML
 
-from mamba_kernels import matrix
+from mamba_kernels import matrix, support
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW_DIR = ROOT / ".github" / "workflows"
@@ -53,6 +53,7 @@ def _load(name: str, rel: str):
 
 
 build_cell = _load("build_cell", "ci/build_cell.py")
+plan = _load("plan", "ci/plan.py")
 
 
 def workflow(name: str) -> Dict[str, Any]:
@@ -92,6 +93,7 @@ def run_step(
         "GITHUB_OUTPUT": str(tmp_path / "_output"),
         "GITHUB_STEP_SUMMARY": str(tmp_path / "_summary"),
         "RUNNER_TEMP": str(tmp_path / "_temp"),
+        "GITHUB_WORKSPACE": str(ROOT),  # the checkout
         **env,
     }
     return subprocess.run(
@@ -251,24 +253,60 @@ def test_the_whole_matrix_fits_githubs_job_limit(tmp_path):
     for p in ("linux_x86_64", "linux_aarch64", "win_amd64"):
         cells = json.loads(out[p])["include"]
         assert len(cells) == int(out[f"n_{p}"]) <= GITHUB_MATRIX_LIMIT
-        assert cells == [matrix.ci_fields(c) for c in matrix.select(platform=p)]
+        assert cells == [plan.build_entry(c) for c in matrix.select(platform=p)]
+    # GitHub counts one job's outputs together, as UTF-16, against 1 MB (docs/RELEASING.md)
+    size = sum(len((k + v).encode("utf-16-le")) for k, v in out.items())
+    assert size == plan.output_bytes(out) < plan.OUTPUT_LIMIT_BYTES // 8, size
+
+
+def test_build_jobs_read_only_the_fields_the_plan_hands_them():
+    text = (WORKFLOW_DIR / "build-cells.yml").read_text()
+    used = set(re.findall(r"\bmatrix\.(\w+)", text))
+    assert used == set(plan.BUILD_FIELDS), used ^ set(plan.BUILD_FIELDS)
 
 
 def _vkey(v: str):
     return tuple(int(x) for x in v.split("."))
 
 
-def test_pull_request_smoke_builds_the_newest_torch_of_each_platform(tmp_path):
+def _family(c) -> tuple:
+    return (c.platform, c.manylinux or "windows", c.cuda.split(".")[0], "stable" if c.stable else "classic")
+
+
+def test_pull_request_smoke_builds_one_cell_per_toolchain_family(tmp_path):
     r = _plan(tmp_path, event="pull_request", torch="2.1")  # inputs are ignored on pull requests
     assert r.returncode == 0, r.stdout + r.stderr
     out = outputs(tmp_path)
-    for p in ("linux_x86_64", "linux_aarch64", "win_amd64"):
-        (cell,) = json.loads(out[p])["include"]
-        cells = matrix.select(platform=p)
-        newest = max((c.torch for c in cells), key=_vkey)
-        assert cell["torch"] == newest, (p, cell["id"])
-        same = [c for c in cells if c.torch == newest]
-        assert cell["cuda"] == max((c.cuda for c in same), key=_vkey)
+    planned = [c["id"] for p in ("linux_x86_64", "linux_aarch64", "win_amd64")
+               for c in json.loads(out[p])["include"]]
+    cells = {matrix.cell_id(c): c for c in matrix.select()}
+    families = {_family(c) for c in cells.values()}
+    got = [_family(cells[i]) for i in planned]
+    # every family the matrix contains, each exactly once, and nothing else
+    assert sorted(got) == sorted(families) and len(got) == len(set(got)) == int(out["total"])
+    # the families issue 15 names are among them
+    for fam in [("linux_x86_64", "manylinux_2_17", "11", "classic"),
+                ("linux_x86_64", "manylinux_2_17", "12", "classic"),
+                ("linux_x86_64", "manylinux_2_28", "12", "classic"),
+                ("linux_aarch64", "manylinux_2_28", "12", "classic"),
+                ("win_amd64", "windows", "12", "classic"), ("win_amd64", "windows", "13", "classic"),
+                ("linux_x86_64", "manylinux_2_28", "13", "stable"), ("win_amd64", "windows", "12", "stable")]:
+        assert fam in got, fam
+    # within a family, the newest torch (the build torch of a stable cell), then CUDA, then Python
+    for i in planned:
+        c = cells[i]
+        same = [d for d in cells.values() if _family(d) == _family(c)]
+        key = lambda d: (_vkey(d.build_with[0]), _vkey(d.cuda), _vkey(d.python))  # noqa: E731
+        assert key(c) == max(map(key, same)), i
+    summary = (tmp_path / "_summary").read_text()
+    assert all(f"- {i} (" in summary for i in planned) and "plan outputs:" in summary
+
+
+def test_a_new_family_in_the_matrix_gets_its_own_smoke_cell():
+    cells = matrix.select()
+    extra = support.Cell("2.9", "12.8", "3.12", "linux_x86_64", True, "manylinux_2_34", 17)
+    picked = plan.smoke_cells(cells + [extra])
+    assert extra in picked and len(picked) == len(plan.smoke_cells(cells)) + 1
 
 
 # ------------------------------------------------------------------ the build jobs
@@ -373,7 +411,7 @@ def _wheel(folder: Path, label: str, py: str = "cp312") -> Path:
     di = f"mamba_kernels-{version}.dist-info"
     plat = "manylinux_2_28_x86_64"
     files = {
-        "mamba_kernels_probe/__init__.py": b"VALUE = 1\n",
+        "mamba_kernels/_test_probe.py": b"VALUE = 1\n",
         f"{di}/METADATA": (
             f"Metadata-Version: 2.1\nName: mamba-kernels\nVersion: {version}\n"
             f"Requires-Python: >=3.9\nRequires-Dist: torch=={torch}.*\n\n"
