@@ -4,7 +4,9 @@ do not collide) and torch's grouped conv1d. Prints markdown tables.
 
     python3 bench/bench_causal_conv1d.py [--orig-dir DIR] [--quick]
 
-DIR holds the original's installed wheel (causal_conv1d_cuda*.so and causal_conv1d/). Every
+DIR holds the original's installed wheel (causal_conv1d_cuda*.so and causal_conv1d/); its
+cpp_functions must bind that .so and ours must be this checkout's compiled extensions
+(bench/provenance.py; exit 2 before timing otherwise, and the header names each file). Every
 time is the median over many repetitions, timed with CUDA events after a warm-up, each
 repetition a loop of calls on rotating input sets (so L2 holds none of them). "eager" runs
 the public functional layer (causal_conv1d.cpp_functions on both sides), Python overhead
@@ -14,21 +16,23 @@ included; "graph" replays the same calls from a CUDA graph: kernel time only.
 from __future__ import annotations
 
 import argparse
-import glob
 import importlib.util
 import os
 import statistics
 import sys
 from functools import partial
 from types import ModuleType
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+for _p in (ROOT, os.path.dirname(os.path.abspath(__file__))):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+import provenance  # noqa: E402  (bench/provenance.py: what each side loaded)
 
 SHAPES = [  # (batch, dim, seqlen, width), dtype
     ((8, 5120, 2048, 4), torch.bfloat16),
@@ -39,20 +43,19 @@ SHAPES = [  # (batch, dim, seqlen, width), dtype
 DECODE = [(64, 5120), (128, 5120), (256, 5120)]  # (batch, dim), width 4, bf16, one token
 
 
-def load_original(orig_dir: str) -> Optional[ModuleType]:
-    """The original's cpp_functions, bound to its own compiled causal_conv1d_cuda."""
-    so = glob.glob(os.path.join(orig_dir, "causal_conv1d_cuda*.so"))
+def load_original(orig_dir: str) -> Tuple[ModuleType, List[str]]:
+    """The original's cpp_functions, bound to its own compiled causal_conv1d_cuda (loaded from
+    its file in ``orig_dir`` and checked after the import: ProvenanceError otherwise)."""
     py = os.path.join(orig_dir, "causal_conv1d", "cpp_functions.py")
-    if not so or not os.path.exists(py):
-        return None
-    spec = importlib.util.spec_from_file_location("causal_conv1d_cuda", so[0])
-    ext = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ext)
-    sys.modules["causal_conv1d_cuda"] = ext
+    if not os.path.exists(py):
+        raise provenance.ProvenanceError(f"original: no causal_conv1d/cpp_functions.py in {orig_dir}")
+    _, so = provenance.bind_original_extension(orig_dir, provenance.ORIG_CONV_EXT)
     spec = importlib.util.spec_from_file_location("orig_causal_conv1d_cpp_functions", py)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod
+    what = "original: cpp_functions.causal_conv1d_cuda"
+    bound = provenance.require_compiled(what, getattr(mod, "causal_conv1d_cuda", None), orig_dir)
+    return mod, [f"cpp_functions: {py}", f"cpp_functions.causal_conv1d_cuda: {bound}"]
 
 
 def time_ms(
@@ -246,9 +249,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("needs a CUDA GPU", file=sys.stderr)
         return 1
     os.environ.setdefault("MAMBA_KERNELS_BACKEND", "cuda")
-    orig = load_original(args.orig_dir) if args.orig_dir else None
-    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}; "
-          f"original: {'loaded from ' + args.orig_dir if orig else 'not available'}")
+    try:  # provenance before timing: each side is what its column says, or no run
+        orig, orig_lines = None, ["not loaded (no --orig-dir)"]
+        if args.orig_dir:
+            orig, orig_lines = load_original(args.orig_dir)
+        ours_lines = provenance.check_ours_package(ROOT)
+    except provenance.ProvenanceError as e:
+        print(f"PROVENANCE FAILED: {e}", file=sys.stderr)
+        return 2
+    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}")
+    print(f"- ours: {'; '.join(ours_lines)}")
+    print(f"- original: {'; '.join(orig_lines)}")
     copy_gbs = copy_bandwidth()
     rows = conv_cases(orig, copy_gbs, args.quick)
     dec = decode_cases(orig)

@@ -26,6 +26,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from _timing import gpu_description, safe, time_ms, utc_now, wall_ms  # noqa: E402
+from provenance import ours_extension_lines  # noqa: E402
 
 Case = Tuple[str, Callable[[], Callable[[int], None]]]
 
@@ -115,6 +116,9 @@ def measure(out: str) -> int:
     os.environ.setdefault("MAMBA_KERNELS_BACKEND", "cuda")
     import causal_conv1d._cuda as conv_ext
     import selective_scan._cuda as scan_ext
+
+    for line in ours_extension_lines(root=None):  # compiled files of our packages, or ProvenanceError
+        print(f"provenance: {line}", flush=True)
 
     info = json.loads(conv_ext.BUILD_INFO)
     res: Dict[str, object] = {

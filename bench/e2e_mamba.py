@@ -8,8 +8,10 @@ MambaForCausalLM, each run in its own process on one set of kernels, then compar
 
 What a process runs on is decided by sys.path (bench/gpu_clients_run.sh sets it): mamba_ssm's
 Python from its sdist with our selective_scan_cuda/causal_conv1d ("ours"), or mamba_ssm's own
-wheel with its compiled selective_scan_cuda first on the path ("orig"); the modules actually
-loaded are recorded. Weights and inputs come from fixed seeds on the CPU, so every process builds
+wheel with its compiled selective_scan_cuda first on the path ("orig", with --orig-dir); before
+anything runs, bench/provenance.py proves it (the interface binds the original's .so under
+--orig-dir, or our compatibility module of this checkout; exit 2 otherwise), and the modules
+actually loaded are recorded. Weights and inputs come from fixed seeds on the CPU, so every process builds
 the same model. Each run checks that the fast path is taken (it counts the calls that reach the
 compiled scan, conv and decode functions) and saves outputs, gradients, generated tokens and
 timings (median of several runs after a warm-up, CUDA synchronised) to D/<stack>-<label>.pt;
@@ -30,8 +32,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import provenance  # bench/ is the script's directory, first on sys.path
 import torch
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # max |a - b| / max |b| allowed, per dtype: outputs, then gradients (the scan's rounding differs
 # between kernels and grows through the layers; bf16 keeps 8 bits of mantissa)
 TOLERANCE = {"float32": (1e-3, 5e-3), "bfloat16": (5e-2, 1e-1)}
@@ -311,8 +315,30 @@ def run_transformers(sz: dict, device: str, dtype: torch.dtype, problems: list, 
     return res, times
 
 
+def side_provenance(a) -> list:
+    """What this process must run on, proven before anything runs (bench/provenance.py): a label
+    starting with "orig" binds the original's compiled selective_scan_cuda from --orig-dir; one
+    starting with "ours" our compatibility modules and (on CUDA) compiled extensions from this
+    checkout; any other label (transformers' own path) is only recorded."""
+    if a.label.startswith("orig"):
+        if not a.orig_dir:
+            raise provenance.ProvenanceError(f"label {a.label!r} needs --orig-dir (the original's install)")
+        iface = importlib.import_module(provenance.ORIG_INTERFACE)
+        return provenance.check_original_interface(iface, a.orig_dir)
+    if a.label.startswith("ours"):
+        return provenance.check_ours_client(ROOT, compiled=a.device == "cuda")
+    return [f"label {a.label!r}: no kernels of ours or the original's are expected"]
+
+
 def cmd_run(a) -> int:
     sz = sizes(a.tiny)
+    try:
+        checked = side_provenance(a)
+    except Exception as e:  # ProvenanceError, or the import itself failing: nothing is measured
+        print(f"PROVENANCE FAILED ({a.label}): {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    for line in checked:
+        print(f"provenance {a.label}: {line}", flush=True)
     out_dir = Path(a.dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = {
@@ -320,6 +346,7 @@ def cmd_run(a) -> int:
         "modules": {m: origin(m) for m in ("selective_scan_cuda", "causal_conv1d", "mamba_ssm",
                                            "transformers")},
         "gpu": torch.cuda.get_device_name() if a.device == "cuda" else "cpu",
+        "provenance": checked,
     }
     results, problems = {}, []
     for dtype_name in a.dtypes.split(","):
@@ -355,6 +382,8 @@ def cmd_compare(a) -> int:
     for side in (base, other):
         m = side["meta"]
         print(f"- {m['label']}: " + "; ".join(f"{k} from {v}" for k, v in m["modules"].items()))
+        checked = m.get("provenance") or ["NOT CHECKED (a run before bench/provenance.py)"]
+        print(f"  - checked: {'; '.join(checked)}")
         for p in m["problems"]:
             print(f"  - PROBLEM: {p}")
             bad += 1
@@ -475,6 +504,7 @@ def main(argv=None) -> int:
     r.add_argument("--stack", choices=["mamba_ssm", "transformers"], required=True)
     r.add_argument("--label", required=True, help="ours, orig, or (transformers) torch: its own slow path")
     r.add_argument("--dtypes", default=None, help="comma-separated; float32,bfloat16 (on CPU float32)")
+    r.add_argument("--orig-dir", default=None, help="the original's install (labels orig*)")
     c = sub.add_parser("compare")
     c.add_argument("--stack", choices=["mamba_ssm", "transformers"], required=True)
     c.add_argument("--base", required=True)

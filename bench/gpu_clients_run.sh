@@ -13,6 +13,10 @@
 #            sm_90 wheel (.device/mamba_whl.part-*, its compiled selective_scan_cuda first on the
 #            path; the conv is our causal_conv1d in both, so the comparison isolates the scan);
 #            ours again with MAMBA_KERNELS_SCAN_STATES=recompute (time and memory kept per layer)
+#            Every e2e process first proves what it runs on (bench/provenance.py, via e2e_mamba.py):
+#            "orig" its interface bound to the .so under $ORIG, "ours" our compatibility modules
+#            from this checkout; otherwise it exits 2 before measuring ("PROVENANCE FAILED" in
+#            run.log), and the compare table says which modules each side was checked on
 #   compile  torch.compile of a Mamba block on our ops (graph breaks, compiled vs eager)
 #   tf       transformers' MambaForCausalLM (wheels from .device/wheels*): its fast path on ours,
 #            against its own PyTorch path, and against the original kernels when the original
@@ -104,7 +108,8 @@ e2e_run() {  # stack label pythonpath [extra args]
   local s=$(date +%s)
   (cd /tmp && PYTHONPATH="$pp" timeout "$(limit 240)" python3 "$REPO/bench/e2e_mamba.py" run --stack "$stack" \
     --label "$label" --dir "$E2E" ${E2E_ARGS:-} "$@" >"$OUT/e2e_${stack}_$label.log" 2>&1)
-  note "e2e $stack $label: rc=$? in $(($(date +%s) - s)) s"
+  note "e2e $stack $label: rc=$? in $(($(date +%s) - s)) s (2: PROVENANCE FAILED, nothing measured)"
+  grep -E "^provenance|PROVENANCE FAILED" "$OUT/e2e_${stack}_$label.log" | tee -a "$OUT/run.log"
   grep -E "PROBLEM|fast path NOT|Error" "$OUT/e2e_${stack}_$label.log" | head -5 | tee -a "$OUT/run.log"
 }
 e2e_compare() {  # stack base label
@@ -114,7 +119,7 @@ e2e_compare() {  # stack base label
 if has e2e; then
   MAMBA_KERNELS_BACKEND=cuda e2e_run mamba_ssm ours "$P_OURS"
   if [ -d "$ORIG/mamba_ssm" ]; then
-    e2e_run mamba_ssm orig "$P_ORIG"
+    e2e_run mamba_ssm orig "$P_ORIG" --orig-dir "$ORIG"
     echo "## mamba_ssm end to end: ours against the original" >>"$REPORT"
     e2e_compare mamba_ssm orig ours
     # nothing kept between the scan's passes: x in the original's size, the backward reruns the forward scan
@@ -138,7 +143,7 @@ if has tf; then
     echo "## transformers MambaForCausalLM: fast path on ours against its PyTorch path" >>"$REPORT"
     e2e_compare transformers torch ours
     if [ -d "$ORIG/mamba_ssm" ]; then
-      e2e_run transformers orig "$P_ORIG"
+      e2e_run transformers orig "$P_ORIG" --orig-dir "$ORIG"
       echo "## transformers MambaForCausalLM: fast path on ours against the original kernels" >>"$REPORT"
       e2e_compare transformers orig ours
     fi

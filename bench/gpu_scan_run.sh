@@ -18,6 +18,9 @@
 #              tests/ops/triton/test_selective_state_update.py (copies in .device/peer/),
 #              unmodified, against our package through an import shim (see below)
 #   bench      bench/bench_selective_scan.py --orig-dir /tmp/orig $BENCH_ARGS > $OUT/bench_scan.md
+#              (only after bench/provenance.py proved both sides: the original's interface bound
+#              to the .so of /tmp/orig, ours this checkout's compiled extensions; the script
+#              checks again itself and prints every module's file in its header)
 #   origbench  the same for the original alone: --orig-only $ORIG_BENCH_ARGS (default
 #              "--only fwd,decode --quick") > $OUT/bench_orig.md
 #
@@ -48,6 +51,7 @@ MSRC=$SRCROOT/mamba_ssm-2.3.2.post1
 CCSRC=$SRCROOT/causal_conv1d-1.7.0
 WHL=/tmp/mamba_whl
 ORIG=/tmp/orig
+ORIG_OK=0  # set when bench/provenance.py found the original's interface bound to its own .so
 
 log "phases:$PHASES; budget ${BUDGET}s; $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader); $NPROC cores"
 python3 - <<'EOF' 2>&1 | tee -a "$OUT/run.log"
@@ -107,13 +111,9 @@ if [ -n "$w" ]; then
     so=$(ls "$ORIG"/selective_scan_cuda*.so | head -1)
     strip -o /tmp/orig_stripped.so "$so"
     log "original: installed in $ORIG; $(basename "$so") $(stat -c %s "$so") bytes, stripped $(stat -c %s /tmp/orig_stripped.so) bytes"
-    (cd /tmp && timeout 120 python3 -c "
-import sys; sys.path.append('$ORIG'); sys.path.insert(0, '$REPO/bench')
-import bench_selective_scan as b
-impl = b.load_original('$ORIG')
-print('original import check:', '; '.join(impl.about))
-print('  selective_scan_fn', 'ok' if impl.scan else 'MISSING', '| selective_state_update', 'ok' if impl.update else 'MISSING')
-" 2>&1 | tee -a "$OUT/run.log")
+    # provenance: its interface must bind this .so (bench/provenance.py loads it from the file)
+    if (cd /tmp && timeout 120 python3 "$REPO/bench/provenance.py" check orig --orig-dir "$ORIG") 2>&1 \
+      | tee -a "$OUT/run.log"; then ORIG_OK=1; else log "original: PROVENANCE FAILED; it is not compared"; fi
   else
     log "original: pip install --target failed"
   fi
@@ -139,6 +139,10 @@ if has build; then
   done
   [ $found = 1 ] || tail -40 /tmp/ours_build.log | tee -a "$OUT/run.log"
 fi
+# provenance of ours: this checkout's packages and compiled extensions (bench/provenance.py)
+OURS_OK=0
+if (cd /tmp && PYTHONPATH="$REPO" timeout 120 python3 "$REPO/bench/provenance.py" check ours --root "$REPO") 2>&1 \
+  | tee -a "$OUT/run.log"; then OURS_OK=1; else log "ours: PROVENANCE FAILED (not built, or not this checkout's)"; fi
 
 # ---- ours: GPU tests
 if has test; then
@@ -223,15 +227,20 @@ fi
 # ---- benchmarks
 if has bench; then
   oa=""
-  [ -d "$ORIG/mamba_ssm" ] && oa="--orig-dir $ORIG"
-  log "bench: bench_selective_scan.py $oa ${BENCH_ARGS:-}"
-  timeout "$(limit 600)" python3 bench/bench_selective_scan.py $oa ${BENCH_ARGS:-} \
-    >"$OUT/bench_scan.md" 2>"$OUT/bench_scan.err"
-  log "bench: rc=$?"
-  tail -5 "$OUT/bench_scan.err" | tee -a "$OUT/run.log"
+  [ $ORIG_OK = 1 ] && oa="--orig-dir $ORIG"
+  if [ $OURS_OK = 1 ] || [ "${MAMBA_KERNELS_BACKEND}" = reference ]; then
+    log "bench: bench_selective_scan.py $oa ${BENCH_ARGS:-}"
+    timeout "$(limit 600)" python3 bench/bench_selective_scan.py $oa ${BENCH_ARGS:-} \
+      >"$OUT/bench_scan.md" 2>"$OUT/bench_scan.err"
+    log "bench: rc=$? (2: PROVENANCE FAILED inside the script, nothing timed)"
+    tail -5 "$OUT/bench_scan.err" | tee -a "$OUT/run.log"
+    grep -E "^- (ours|original):" "$OUT/bench_scan.md" | tee -a "$OUT/run.log"
+  else
+    log "bench: not run, ours failed its provenance check"
+  fi
 fi
 if has origbench; then
-  if [ -d "$ORIG/mamba_ssm" ]; then
+  if [ $ORIG_OK = 1 ]; then
     log "origbench: bench_selective_scan.py --orig-dir $ORIG --orig-only ${ORIG_BENCH_ARGS:---only fwd,decode --quick}"
     timeout "$(limit 300)" python3 bench/bench_selective_scan.py --orig-dir "$ORIG" --orig-only \
       ${ORIG_BENCH_ARGS:---only fwd,decode --quick} >>"$OUT/bench_orig.md" 2>&1

@@ -20,6 +20,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import wall_ms  # noqa: E402
+from provenance import ours_extension_lines  # noqa: E402
 
 os.environ.setdefault("MAMBA_KERNELS_BACKEND", "cuda")
 
@@ -68,6 +69,8 @@ def main() -> int:
     from selective_scan import selective_state_update
 
     print("extension:", ext.__file__)
+    for line in ours_extension_lines(root=None):  # compiled files of our packages, or ProvenanceError
+        print(f"provenance: {line}")
     b, d, n = 1, 64, 16
     dev = "cuda"
     state = torch.randn(b, d, n, device=dev, dtype=torch.bfloat16)

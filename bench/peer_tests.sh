@@ -13,6 +13,9 @@
 # Environment: OUT, PEER_N (pytest workers, default 8), PEER_LIMIT (seconds per file, default 150),
 # MS_OURS (default /tmp/ms_ours), PEER_K (a pytest -k selection for the mamba_ssm files),
 # PEER_PATH_FIRST (a directory put before everything else on PYTHONPATH, e.g. an installed wheel).
+# Before each file, bench/provenance.py checks in that run's environment that the code under test
+# is ours (from PEER_PATH_FIRST or this checkout; for "mamba_ssm", that its interface binds our
+# selective_scan_cuda.py); a file whose check fails is not run ("PROVENANCE FAILED").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -34,9 +37,21 @@ xd=""
 python3 -c "import xdist" 2>/dev/null && xd="-n $N"
 counts() { tail -1 "$1" | tr -d '='; }
 
-run_pytest() {  # name dir pythonpath files...
-  local name=$1 dir=$2 pp=$3
-  shift 3
+# Ours come from PEER_PATH_FIRST when given (an installed wheel), else from this checkout.
+OURS_ROOT=${PEER_PATH_FIRST:-$REPO}
+prove() {  # side dir pythonpath: bench/provenance.py in the run's own environment (exit 1 if wrong)
+  (cd "$2" && PYTHONPATH="${PEER_PATH_FIRST:+$PEER_PATH_FIRST:}$3" timeout 120 \
+    python3 "$REPO/bench/provenance.py" check "$1" --root "$OURS_ROOT") 2>&1 | tee -a "$OUT/peer_summary.log"
+  return "${PIPESTATUS[0]}"
+}
+
+run_pytest() {  # name side dir pythonpath files...  (side: what bench/provenance.py must find)
+  local name=$1 side=$2 dir=$3 pp=$4
+  shift 4
+  if ! prove "$side" "$dir" "$pp"; then
+    log "$name: PROVENANCE FAILED, not run"
+    return
+  fi
   local s=$(date +%s)
   (cd "$dir" && PYTHONPATH="${PEER_PATH_FIRST:+$PEER_PATH_FIRST:}$pp" PEER_MAMBA_SRC=$MSRC PEER_CONV_SRC=$CCSRC timeout "$LIMIT" \
     python3 -m pytest "$@" -q -rfE $xd -p no:cacheprovider >"$OUT/peer_$name.log" 2>&1)
@@ -48,7 +63,7 @@ run_pytest() {  # name dir pythonpath files...
 if [[ "$PHASES" == *" conv "* ]] && [ -f "$CCSRC/tests/test_causal_conv1d.py" ]; then
   rm -rf /tmp/peer_run/conv && mkdir -p /tmp/peer_run/conv
   cp "$CCSRC/tests/test_causal_conv1d.py" /tmp/peer_run/conv/
-  run_pytest conv /tmp/peer_run/conv "$REPO" test_causal_conv1d.py
+  run_pytest conv ours /tmp/peer_run/conv "$REPO" test_causal_conv1d.py
 fi
 copy_mamba_tests() {
   rm -rf "$1" && mkdir -p "$1"
@@ -58,7 +73,7 @@ copy_mamba_tests() {
 if [[ "$PHASES" == *" ours "* ]]; then
   copy_mamba_tests /tmp/peer_run/ours
   for f in test_selective_scan test_selective_state_update; do
-    run_pytest "ours_$f" /tmp/peer_run/ours "$REPO/bench/peer_shim:$REPO" "$f.py" ${PEER_K:+-k "$PEER_K"}
+    run_pytest "ours_$f" ours /tmp/peer_run/ours "$REPO/bench/peer_shim:$REPO" "$f.py" ${PEER_K:+-k "$PEER_K"}
   done
 fi
 if [[ "$PHASES" == *" mamba_ssm "* ]]; then
@@ -69,6 +84,6 @@ if [[ "$PHASES" == *" mamba_ssm "* ]]; then
   fi
   copy_mamba_tests /tmp/peer_run/ms
   for f in test_selective_scan test_selective_state_update; do
-    run_pytest "mamba_ssm_$f" /tmp/peer_run/ms "$MS_OURS:$REPO" "$f.py" ${PEER_K:+-k "$PEER_K"}
+    run_pytest "mamba_ssm_$f" ours-client /tmp/peer_run/ms "$MS_OURS:$REPO" "$f.py" ${PEER_K:+-k "$PEER_K"}
   done
 fi
