@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from typing import Any, Dict, List, Optional
 
 from .version import __version__
@@ -129,8 +131,31 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return doctor.main(as_json=args.json)
 
 
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # Ctrl-C; SIGTERM is 143 (128 + the signal number, as shells report it)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a usage error as one line (the verb, the argument, the rule, the value)."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(message.split())} (--help shows the usage)\n")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, so that what is under way is undone as for Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.exit_status = 128 + signum
+
+
+def _on_sigterm(signum: int, _frame: Any) -> None:
+    raise Terminated(signum)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="mamba-kernels",
         description="Drop-in causal_conv1d and selective-scan kernels: environment report and tools.",
     )
@@ -156,15 +181,24 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
-        return 2
+        return EXIT_USAGE
+    old = None
+    if hasattr(signal, "SIGTERM") and threading.current_thread() is threading.main_thread():
+        old = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return args.func(args)
     except ValueError as e:  # bad knob values and the like: one clear line, no traceback
-        print(f"mamba-kernels: error: {e}", file=sys.stderr)
-        return 2
+        print(f"mamba-kernels: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM in a verb that has nothing to undo
+        print(f"mamba-kernels {args.verb}: interrupted", file=sys.stderr)
+        return getattr(e, "exit_status", EXIT_INTERRUPTED)
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
 
 
 if __name__ == "__main__":

@@ -320,17 +320,14 @@ def detect(
         ptags = local_platform_tags(plat)
         src["platform"] = "detected"
 
-    # torch
-    installed = _torch_build()
-    torch_module = installed[3] if installed else None
+    # torch: a given version describes the target as it is; the installed torch is not imported
+    # (it may not be the target's, and importing it takes seconds)
+    installed = _torch_build() if torch is None else None
+    torch_module = installed[3] if installed else sys.modules.get("torch")
     same_build = False
     if torch is not None:
-        variant.minor(torch, "--torch")
-        tv = torch.strip()
+        tv = variant.check_torch_version(torch, "--torch")
         src["torch"] = "given"
-        same_build = installed is not None and (
-            installed[0] == tv or ("+" not in tv and installed[0].split("+")[0] == tv)
-            or variant.minor(installed[0]) == variant.minor(tv) and "+" not in tv)
     elif installed is not None:
         tv, same_build = installed[0], True
         src["torch"] = "detected"

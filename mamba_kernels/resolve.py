@@ -30,14 +30,13 @@ import html.parser
 import json
 import re
 import sys
-import urllib.error
-import urllib.request
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import unquote, urljoin, urlsplit
 
-from . import support, variant
+from . import fetching, support, variant
 from .environment import Target, detect, parse_gpu_archs, tag_installs
 
 PROJECT = "mamba-kernels"
@@ -46,6 +45,7 @@ EXIT_NO_MATCH = 3
 _ACCEPT = ("application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.5, "
            "text/html;q=0.2, application/json;q=0.2, */*;q=0.1")
 _MAX_FOLLOW = 2  # links followed from an HTML page without wheels (root index -> project page)
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 class SourceError(ValueError):
@@ -61,6 +61,8 @@ class Candidate:
     sha256: Optional[str] = None
     archs: Optional[Dict[str, Dict[str, List[str]]]] = None  # as the manifest records them
     source: str = ""
+    remote: bool = False  # listed by an index read over http(s): its file must carry a sha256
+    size: Optional[int] = None  # bytes, when the index records them
 
 
 @dataclass
@@ -97,31 +99,59 @@ class Resolution:
 # ----------------------------------------------------------------------------- reading sources
 
 def _is_url(text: str) -> bool:
-    return text.startswith(("http://", "https://"))
+    return fetching.is_url(text)
 
 
-def _fetch(url: str, timeout: float) -> Tuple[bytes, str, str]:
-    """(body, content type, final URL) of ``url``, or a one-line SourceError."""
-    req = urllib.request.Request(url, headers={"User-Agent": "mamba-kernels-resolve", "Accept": _ACCEPT})
+def _fetch(url: str, source: str, deadline: float) -> Tuple[bytes, str, str]:
+    """(body, content type, final URL) of ``url``, or a one-line SourceError naming ``source``."""
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.read(), r.headers.get("Content-Type", ""), r.geturl()
-    except urllib.error.HTTPError as e:
-        raise SourceError(f"--index {url}: HTTP {e.code} {e.reason}") from None
-    except urllib.error.URLError as e:
-        raise SourceError(f"--index {url}: cannot be fetched: {e.reason}") from None
-    except (OSError, ValueError) as e:  # timeouts, resets, a malformed URL
-        raise SourceError(f"--index {url}: cannot be fetched: {e or type(e).__name__}") from None
+        return fetching.read_all(url, _left(source, deadline), fetching.MAX_PAGE_BYTES, _ACCEPT)
+    except fetching.FetchError as e:
+        shown = source if url == source else f"{source} ({url})"
+        raise SourceError(f"--index {shown}: {e}") from None
 
 
-def _join(base: str, ref: str) -> str:
-    """``ref`` (an href or a manifest url) relative to ``base`` (a URL or a local file path)."""
+def _left(source: str, deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise SourceError(f"--index {source}: timed out: reading it took longer than --timeout")
+    return left
+
+
+def _join(base: str, ref: str, source: str, remote: bool) -> str:
+    """``ref`` (an href or a manifest url) relative to ``base`` (a URL or a local file path). An
+    index read over http(s) may point only to http(s) URLs; a local one also to local files."""
     ref_no_frag = ref.split("#", 1)[0]
     if _is_url(base) or _is_url(ref_no_frag):
-        return urljoin(base, ref_no_frag)
-    if urlsplit(ref_no_frag).scheme == "file":
-        return unquote(urlsplit(ref_no_frag).path)
+        out = urljoin(base, ref_no_frag)
+        if remote and not _is_url(out):
+            raise SourceError(f"--index {source}: lists {ref!r}, which is not an http(s) URL: an index "
+                              "read over http(s) may point only to http(s) URLs (docs/INSTALL.md, What is "
+                              "trusted)")
+        return out
+    scheme = urlsplit(ref_no_frag).scheme
+    if scheme == "file":
+        try:
+            return fetching.local_path(ref_no_frag)
+        except fetching.FetchError as e:
+            raise SourceError(f"--index {source}: {e}") from None
+    if scheme and len(scheme) > 1:  # "C:" is a Windows drive, not a scheme
+        raise SourceError(f"--index {source}: lists {ref!r}: only http(s) URLs, file: URLs and paths "
+                          "are read")
     return str(Path(base).parent / unquote(ref_no_frag))
+
+
+_BAD_NAME_CHARS = re.compile(r"[\x00-\x20\x7f/\\]")
+
+
+def check_plain_filename(name: str, source: str) -> str:
+    """A wheel file name as an index lists it: a plain name (no folder, no space or control
+    character such as a newline), at most 255 characters, ending in ``.whl``."""
+    if not name.endswith(".whl") or _BAD_NAME_CHARS.search(name) or len(name.encode("utf-8")) > 255 or \
+            name.startswith("."):
+        raise SourceError(f"--index {source}: lists the file name {name!r}, which is not a plain wheel file "
+                          "name (no folder, space or control character; at most 255 bytes; ending .whl)")
+    return name
 
 
 class _Links(html.parser.HTMLParser):
@@ -153,7 +183,8 @@ def _wheel_name_of(href: str, text: str) -> Optional[str]:
     return text if text.endswith(".whl") else None
 
 
-def _from_html(text: str, base: str, source: str, timeout: float, depth: int) -> List[Candidate]:
+def _from_html(text: str, base: str, source: str, deadline: float, depth: int, remote: bool
+               ) -> List[Candidate]:
     parser = _Links()
     try:
         parser.feed(text)
@@ -167,7 +198,8 @@ def _from_html(text: str, base: str, source: str, timeout: float, depth: int) ->
             continue
         frag = href.split("#", 1)[1] if "#" in href else ""
         sha = frag[len("sha256="):] if frag.startswith("sha256=") else None
-        out.append(Candidate(name, _join(base, href), sha, None, source))
+        out.append(Candidate(check_plain_filename(name, source), _join(base, href, source, remote),
+                             _sha(sha, name, source), None, source, remote))
     if out or depth >= _MAX_FOLLOW:
         return out
     # A page without wheels: our site's root (-> manifest.json) or a PEP 503 root (-> project).
@@ -175,51 +207,111 @@ def _from_html(text: str, base: str, source: str, timeout: float, depth: int) ->
         target = href.split("#", 1)[0].rstrip("/").rsplit("/", 1)[-1]
         if target == "manifest.json" or label.rstrip("/") in (PROJECT, variant.DIST_NAME) or target in (
                 PROJECT, variant.DIST_NAME):
-            return _read(_join(base, href), source, timeout, depth + 1)
+            return _read(_join(base, href, source, remote), source, deadline, depth + 1, remote)
     return out
 
 
-def _from_json(data: Any, base: str, source: str) -> List[Candidate]:
+def _sha(value: Any, name: str, source: str) -> Optional[str]:
+    """A listed sha256: 64 hex digits (any case), or None when the index lists none."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _SHA256_RE.match(value.lower()):
+        raise SourceError(f"--index {source}: the sha256 listed for {name} must be 64 hex digits, got "
+                          f"{_short(value)}")
+    return value.lower()
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _size(value: Any, name: str, source: str) -> Optional[int]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SourceError(f"--index {source}: the size listed for {name} must be a whole number of bytes, "
+                          f"got {_short(value)}")
+    return value
+
+
+def _archs(value: Any, name: str, source: str) -> Optional[Dict[str, Dict[str, List[str]]]]:
+    """A manifest's ``archs``: {module: {"sass": ["sm_90", ...], "ptx": ["compute_90", ...]}}."""
+    if value is None:
+        return None
+    ok = isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(m, dict) and all(
+            key in ("sass", "ptx") and isinstance(v, list) and all(
+                isinstance(a, str) and re.fullmatch(r"(sm|compute)_\d{2,4}[a-z]?", a) for a in v)
+            for key, v in m.items())
+        for k, m in value.items())
+    if not ok:
+        raise SourceError(f"--index {source}: the archs listed for {name} must map each module to "
+                          f"{{\"sass\": [\"sm_XY\", ...], \"ptx\": [\"compute_XY\", ...]}}, got "
+                          f"{_short(value)}")
+    return value
+
+
+def _from_json(data: Any, base: str, source: str, remote: bool) -> List[Candidate]:
     if isinstance(data, dict) and data.get("project") == PROJECT and isinstance(data.get("wheels"), list):
         out = []
-        for e in data["wheels"]:  # our manifest
+        for i, e in enumerate(data["wheels"]):  # our manifest
             if not isinstance(e, dict) or not isinstance(e.get("filename"), str):
-                continue
-            url = e.get("url") if isinstance(e.get("url"), str) else e["filename"]
-            archs = e.get("archs") if isinstance(e.get("archs"), dict) else None
-            sha = e.get("sha256") if isinstance(e.get("sha256"), str) else None
-            out.append(Candidate(e["filename"], _join(base, url), sha, archs, source))
+                raise SourceError(f"--index {source}: wheel entry {i} has no \"filename\" string")
+            name = check_plain_filename(e["filename"], source)
+            url = e.get("url", name)
+            if not isinstance(url, str) or not url:
+                raise SourceError(f"--index {source}: the url listed for {name} must be a non-empty "
+                                  f"string, got {_short(url)}")
+            out.append(Candidate(name, _join(base, url, source, remote), _sha(e.get("sha256"), name, source),
+                                 _archs(e.get("archs"), name, source), source, remote,
+                                 _size(e.get("size"), name, source)))
         return out
     if isinstance(data, dict) and isinstance(data.get("files"), list):
         out = []
-        for f in data["files"]:  # PEP 691
-            if not isinstance(f, dict) or not str(f.get("filename", "")).endswith(".whl"):
+        for i, f in enumerate(data["files"]):  # PEP 691
+            if not isinstance(f, dict) or not isinstance(f.get("filename"), str):
+                raise SourceError(f"--index {source}: file entry {i} has no \"filename\" string")
+            if not f["filename"].endswith(".whl"):
                 continue
-            hashes = f.get("hashes") if isinstance(f.get("hashes"), dict) else {}
-            out.append(Candidate(f["filename"], _join(base, str(f.get("url", f["filename"]))),
-                                 hashes.get("sha256"), None, source))
+            name = check_plain_filename(f["filename"], source)
+            url, hashes = f.get("url"), f.get("hashes", {})
+            if not isinstance(url, str) or not url:
+                raise SourceError(f"--index {source}: the url listed for {name} must be a non-empty "
+                                  f"string, got {_short(url)}")
+            if not isinstance(hashes, dict):
+                raise SourceError(f"--index {source}: the hashes listed for {name} must be an object, got "
+                                  f"{_short(hashes)}")
+            out.append(Candidate(name, _join(base, url, source, remote),
+                                 _sha(hashes.get("sha256"), name, source), None, source, remote,
+                                 _size(f.get("size"), name, source)))
         return out
     raise SourceError(f"--index {source}: JSON that is neither a {PROJECT} manifest nor a PEP 691 page")
 
 
-def _read(where: str, source: str, timeout: float, depth: int = 0) -> List[Candidate]:
+def _read(where: str, source: str, deadline: float, depth: int = 0, remote: bool = False
+          ) -> List[Candidate]:
     if _is_url(where):
-        body, ctype, final = _fetch(where, timeout)
-        base = final
+        body, ctype, base = _fetch(where, source, deadline)
+        remote = True
     else:
         path = Path(where)
         if path.is_dir():
             manifest = path / "manifest.json"
             if manifest.is_file():
-                return _read(str(manifest), source, timeout, depth)
-            return sorted((Candidate(p.name, str(p), None, None, source) for p in path.rglob("*.whl")
-                           if p.is_file()), key=lambda c: c.filename)
+                return _read(str(manifest), source, deadline, depth, remote)
+            try:  # a name that is no plain wheel name is no wheel of ours: not listed
+                return sorted((Candidate(p.name, str(p), None, None, source) for p in path.rglob("*.whl")
+                               if p.is_file() and not _BAD_NAME_CHARS.search(p.name)),
+                              key=lambda c: c.filename)
+            except OSError as e:
+                raise SourceError(f"--index {where}: cannot be read: {e.strerror or e}") from None
         if not path.is_file():
             raise SourceError(f"--index {where}: no such file or directory")
         try:
-            body = path.read_bytes()
-        except OSError as e:
-            raise SourceError(f"--index {where}: cannot be read: {e.strerror or e}") from None
+            body = fetching.read_all(where, _left(source, deadline), fetching.MAX_PAGE_BYTES)[0]
+        except fetching.FetchError as e:
+            raise SourceError(f"--index {where}: {e}") from None
         ctype, base = ("application/json" if path.suffix == ".json" else "text/html"), str(path)
     try:
         text = body.decode("utf-8")
@@ -228,20 +320,33 @@ def _read(where: str, source: str, timeout: float, depth: int = 0) -> List[Candi
     if "json" in ctype or text.lstrip().startswith(("{", "[")):
         try:
             data = json.loads(text)
+        except RecursionError:
+            raise SourceError(f"--index {where}: not valid JSON (nested too deeply)") from None
         except ValueError as e:
             raise SourceError(f"--index {where}: not valid JSON ({e})") from None
-        return _from_json(data, base, source)
-    return _from_html(text, base, source, timeout, depth)
+        return _from_json(data, base, source, remote)
+    return _from_html(text, base, source, deadline, depth, remote)
+
+
+def read_source(source: str, timeout: float = DEFAULT_TIMEOUT) -> List[Candidate]:
+    """Every candidate one source lists; ``timeout`` bounds reading it as a whole (with the
+    pages it links), or a one-line SourceError."""
+    if not source.strip():
+        raise SourceError(f"--index {source!r}: must be a path or a URL, not empty")
+    if "://" in source and not _is_url(source) and not source.startswith("file://"):
+        raise SourceError(f"--index {source}: must be a path or an http(s) URL")
+    try:
+        where = fetching.local_path(source)
+    except fetching.FetchError as e:
+        raise SourceError(f"--index {source}: {e}") from None
+    return _read(where, source, time.monotonic() + timeout)
 
 
 def read_sources(sources: Sequence[str], timeout: float = DEFAULT_TIMEOUT) -> List[Candidate]:
     """Every candidate of every source, each file name once (the first source wins)."""
     seen: Dict[str, Candidate] = {}
     for s in sources:
-        if "://" in s and not _is_url(s) and not s.startswith("file://"):
-            raise SourceError(f"--index {s}: must be a path or an http(s) URL")
-        where = unquote(urlsplit(s).path) if s.startswith("file://") else s
-        for c in _read(where, s, timeout):
+        for c in read_source(s, timeout):
             seen.setdefault(c.filename, c)
     return list(seen.values())
 
@@ -347,7 +452,8 @@ def judge(c: Candidate, target: Target) -> Verdict:
         need = f">= {built.torch} (stable ABI)" if built.stable else built.torch
         v.reasons.append(f"needs torch {need}; the target has no torch (give --torch)")
     else:
-        problems = variant.mismatches(built, target.torch, target.torch_cuda, target.cxx11_abi)
+        who = "given torch" if target.sources.get("torch") == "given" else "running torch"
+        problems = variant.mismatches(built, target.torch, target.torch_cuda, target.cxx11_abi, who)
         v.reasons.extend(problems)
         try:
             t_mm, b_mm = _cc_key(variant.minor(target.torch)), _cc_key(built.torch)
@@ -470,16 +576,52 @@ def _no_match_line(t: Target, n: int) -> str:
 
 # ----------------------------------------------------------------------------- CLI
 
+NEAREST_SHOWN = 5  # candidates a no-fit answer lists without --all
+
+
+def read_each(sources: Sequence[str], timeout: float, warn: Any) -> Tuple[List[Candidate], int]:
+    """(every candidate of the sources that could be read, how many could be read): a source
+    that cannot be read is one line through ``warn`` and the others still count."""
+    seen: Dict[str, Candidate] = {}
+    n_read = 0
+    for s in sources:
+        try:
+            found = read_source(s, timeout)
+        except SourceError as e:
+            warn(str(e) + ("; reading the other indexes" if len(sources) > 1 else ""))
+            continue
+        n_read += 1
+        for c in found:
+            seen.setdefault(c.filename, c)
+    return list(seen.values()), n_read
+
+
+def no_match_lines(rejected: Sequence[Verdict], show_all: bool,
+                   more: str = "--all lists every one, --json too") -> List[str]:
+    """The rejected candidates with their reasons, nearest first: the nearest
+    :data:`NEAREST_SHOWN` unless ``show_all``, then a line saying how many more there are."""
+    rejected = sorted(rejected, key=lambda v: (v.distance, len(v.reasons), v.candidate.filename))
+    shown = rejected if show_all else rejected[:NEAREST_SHOWN]
+    lines = ["candidates, nearest first:"] if shown else []
+    for v in shown:
+        lines.append(f"  {v.candidate.filename}")
+        lines += [f"    - {r}" for r in v.reasons]
+    rest = len(rejected) - len(shown)
+    if rest:
+        lines.append(f"  ... and {rest} more ({more})")
+    return lines
+
+
 def _cmd_resolve(args: argparse.Namespace) -> int:
-    abi = None if args.cxx11_abi is None else args.cxx11_abi == "1"
-    archs = None if args.gpu_arch is None else parse_gpu_archs(args.gpu_arch)
-    target = detect(torch=args.torch, cuda=args.cuda, python=args.python, platform_tag=args.platform,
-                    cxx11_abi=abi, gpu_archs=archs, toolchain=False)
-    try:
-        sources = args.index or default_sources()
-        candidates = read_sources(sources, timeout=args.timeout)
-    except SourceError as e:
-        print(f"mamba-kernels resolve: {e}", file=sys.stderr)
+    def warn(text: str) -> None:
+        print(f"mamba-kernels resolve: {text}", file=sys.stderr)
+
+    target = detect(**target_overrides(args), toolchain=False)
+    sources = args.index or default_sources()
+    candidates, n_read = read_each(sources, args.timeout, warn)
+    if n_read == 0:
+        if len(sources) > 1:
+            warn(f"none of the {len(sources)} indexes could be read")
         return 2
     res = resolve(candidates, target)
     chosen = res.selected
@@ -496,21 +638,39 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
             print(f"{len(res.rejected)} other candidate(s) not chosen; --json lists each with its reasons")
         return 0
     print(f"no wheel fits: {_no_match_line(target, len(res.rejected))}")
-    if res.rejected:
-        print("candidates, nearest first:")
-    for v in res.rejected:
-        print(f"  {v.candidate.filename}")
-        for r in v.reasons:
-            print(f"    - {r}")
+    for line in no_match_lines(res.rejected, args.all):
+        print(line)
     print("no prebuilt wheel: build from source (pip install --no-build-isolation .) or use the "
           "pure-PyTorch path")
     return EXIT_NO_MATCH
 
 
+def target_overrides(args: argparse.Namespace) -> Dict[str, Any]:
+    """The keyword arguments of :func:`detect` the command line gives (None: detect it)."""
+    return {
+        "torch": args.torch, "cuda": args.cuda, "python": args.python, "platform_tag": args.platform,
+        "cxx11_abi": None if args.cxx11_abi is None else args.cxx11_abi == "1",
+        "gpu_archs": None if args.gpu_arch is None else list(parse_gpu_archs(args.gpu_arch)),
+    }
+
+
+def _index_arg(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must be a path or a URL, got ''")
+    return text
+
+
+def _timeout_arg(text: str) -> float:
+    try:
+        return fetching.parse_timeout(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).replace("--timeout ", "", 1)) from None
+
+
 def add_target_arguments(p: argparse.ArgumentParser) -> None:
     """The options every verb that picks a wheel takes (resolve, install, download): the indexes,
     the target environment's overrides, the network timeout."""
-    p.add_argument("--index", action="append", metavar="URL|DIR",
+    p.add_argument("--index", action="append", metavar="URL|DIR", type=_index_arg,
                    help="manifest.json (path or URL), a PEP 503/691 page, a find-links page, or a "
                         "directory of wheels; repeatable, tried in order (default: $MAMBA_KERNELS_INDEX, "
                         "else the release index)")
@@ -521,8 +681,9 @@ def add_target_arguments(p: argparse.ArgumentParser) -> None:
                                       "such as manylinux_2_28_x86_64")
     p.add_argument("--cxx11-abi", choices=("0", "1"), help="torch's C++ ABI (_GLIBCXX_USE_CXX11_ABI)")
     p.add_argument("--gpu-arch", metavar="8.0,9.0", help="GPU compute capabilities")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                   help="seconds each network connect or read may wait (default %(default)s)")
+    p.add_argument("--timeout", type=_timeout_arg, default=DEFAULT_TIMEOUT,
+                   help="seconds reading one index (with the pages it links), or downloading one wheel, "
+                        "may take as a whole (default %(default)s)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -534,7 +695,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "fits, listing every candidate with its reasons, nearest first.",
     )
     add_target_arguments(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--json", action="store_true", help="print one JSON object (every candidate)")
+    p.add_argument("--all", action="store_true",
+                   help=f"when none fits, list every candidate (default: the nearest {NEAREST_SHOWN})")
     p.set_defaults(func=_cmd_resolve)
 
 

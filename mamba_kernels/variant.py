@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 from . import support
 
@@ -73,6 +73,41 @@ def minor(version: str, what: str = "torch") -> str:
     if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
         raise ValueError(f"{what} must look like 'M.m' or 'M.m.p', got {version!r}")
     return f"{int(parts[0])}.{int(parts[1])}"
+
+
+def check_torch_version(version: str, what: str = "--torch") -> str:
+    """``version`` stripped, when it is a torch version as ``torch.__version__`` writes it: a
+    PEP 440 version (packaging's parser) of at least major.minor, whose local label, when it
+    names a CUDA (``+cu130``), has two or three digits; else a ValueError naming ``what``."""
+    text = version.strip()
+    minor(text, what)
+    version_class = _version_class()
+    if version_class is not None:
+        try:
+            parsed = version_class[0](text)
+        except version_class[1]:
+            raise ValueError(f"{what} must be a version such as 2.14.1 or 2.14.1+cu130, got {version!r}"
+                             ) from None
+        local = parsed.local or ""
+        head = local.split(".")[0]
+        if head.startswith("cu") and head[2:].isdigit() and len(head) not in (4, 5):
+            raise ValueError(f"{what}'s CUDA label must be cu plus 2 or 3 digits (cu118, cu130), got "
+                             f"{version!r}")
+    elif not re.fullmatch(r"[0-9A-Za-z.+_-]+", text):
+        raise ValueError(f"{what} must be a version such as 2.14.1 or 2.14.1+cu130, got {version!r}")
+    return text
+
+
+def _version_class() -> Optional[Tuple[Any, Any]]:
+    """packaging's (Version, InvalidVersion), or pip's copy of them; None without either."""
+    try:
+        from packaging.version import InvalidVersion, Version
+    except ImportError:
+        try:
+            from pip._vendor.packaging.version import InvalidVersion, Version  # type: ignore[no-redef]
+        except ImportError:
+            return None
+    return Version, InvalidVersion
 
 
 def cuda_tag(cuda: str) -> str:
@@ -288,7 +323,8 @@ def parse_wheel_name(filename: str) -> WheelInfo:
 
 
 def mismatches(
-    built: Variant, torch_version: str, torch_cuda: Optional[str], torch_cxx11_abi: Optional[bool]
+    built: Variant, torch_version: str, torch_cuda: Optional[str], torch_cxx11_abi: Optional[bool],
+    who: str = "running torch",
 ) -> List[str]:
     """Why a binary built for ``built`` cannot run with the given torch; empty when it can.
 
@@ -301,12 +337,12 @@ def mismatches(
     if built.stable:
         if _vkey(running_mm) < _vkey(built.torch):
             problems.append(
-                f"it needs torch >= {built.torch} (stable ABI), the running torch is {running_mm}"
+                f"it needs torch >= {built.torch} (stable ABI), the {who} is {running_mm}"
             )
     elif built.torch != running_mm:
-        problems.append(f"torch {built.torch} != running torch {running_mm}")
+        problems.append(f"torch {built.torch} != {who} {running_mm}")
     if torch_cuda is None:
-        problems.append(f"it needs a CUDA {built.cuda} build of torch, the running torch has no CUDA")
+        problems.append(f"it needs a CUDA {built.cuda} build of torch, the {who} has no CUDA")
     else:
         b_major, b_minor = (int(x) for x in built.cuda.split("."))
         r_major, r_minor = (int(x) for x in minor(torch_cuda, "torch_cuda").split("."))
@@ -317,7 +353,7 @@ def mismatches(
     if (not built.stable and built.cxx11_abi is not None and torch_cxx11_abi is not None
             and built.cxx11_abi != torch_cxx11_abi):
         problems.append(
-            f"C++ ABI {abi_name(built.cxx11_abi)} != running torch's {abi_name(torch_cxx11_abi)}"
+            f"C++ ABI {abi_name(built.cxx11_abi)} != {who}'s {abi_name(torch_cxx11_abi)}"
         )
     return problems
 

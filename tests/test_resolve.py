@@ -154,7 +154,7 @@ def test_why_and_nearest_first(candidates):
     first = res.rejected[0]
     assert first.candidate.filename == ("mamba_kernels-0.1.0+cu124torch2.6precxx11-cp312-cp312-"
                                         "manylinux_2_28_x86_64.whl")
-    assert first.reasons == ["C++ ABI pre-cxx11 != running torch's cxx11"]
+    assert first.reasons == ["C++ ABI pre-cxx11 != given torch's cxx11"]
     counts = [len(v.reasons) for v in res.rejected]
     assert counts[:2] == [1, 1] and max(counts) > 1
 
@@ -186,7 +186,7 @@ def test_stable_wheels_are_rejected_with_clear_reasons(candidates):
     res = resolve.resolve(candidates, _target("2.9.1+cu128", None, "3.12", "linux_x86_64", None, ("9.0",)))
     assert "+cu128torch2.9-cp312" in res.selected.candidate.filename
     assert _reasons(res, lin.format("cu128")) == [
-        "it needs torch >= 2.10 (stable ABI), the running torch is 2.9"]
+        "it needs torch >= 2.10 (stable ABI), the given torch is 2.9"]
     # torch's CUDA 12.6: the 12.8 wheel's minor is too new, the 13.0 one's major differs
     res = resolve.resolve(candidates, _target("2.14.0+cu126", None, "3.12", "linux_x86_64", None, ("9.0",)))
     assert lin.format("cu126") in res.selected.candidate.filename
@@ -273,11 +273,14 @@ def test_cli_text_json_and_exit_codes(manifest, capsys):
     assert len(d["rejected"]) == len(WHEELS)
     assert d["rejected"][0] == {"file": "mamba_kernels-0.1.0+cu124torch2.6precxx11-cp312-cp312-"
                                         "manylinux_2_28_x86_64.whl",
-                                "reasons": ["C++ ABI pre-cxx11 != running torch's cxx11"]}
+                                "reasons": ["C++ ABI pre-cxx11 != given torch's cxx11"]}
 
     rc, out, _ = _cli(base + ["--torch", "2.14.1+cu130", "--gpu-arch", "6.1"], capsys)
     assert rc == 3 and out.startswith("no wheel fits:") and "GPU sm 6.1 is neither" in out
-    assert out.count(".whl") == len(WHEELS)  # every candidate listed
+    assert out.count(".whl") == resolve.NEAREST_SHOWN  # the nearest few, by default
+    assert f"and {len(WHEELS) - resolve.NEAREST_SHOWN} more (--all" in out
+    rc, out, _ = _cli(base + ["--torch", "2.14.1+cu130", "--gpu-arch", "6.1", "--all"], capsys)
+    assert rc == 3 and out.count(".whl") == len(WHEELS)  # every candidate listed
 
     rc, out, _ = _cli(base + ["--torch", "2.14.1+cu130", "--json"], capsys)
     d = json.loads(out)
