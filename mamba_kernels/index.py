@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 from urllib.parse import quote, unquote, urlsplit
 
-from . import variant
+from . import variant, wheel_contents
 
 if TYPE_CHECKING:  # packaging is imported where used: `info` and the runtime work without it
     from packaging.requirements import Requirement
@@ -130,6 +130,12 @@ def wheel_metadata(path: Path) -> Dict[str, Any]:
         "requires_python": msg.get("Requires-Python"),
         "requires_dist": msg.get_all("Requires-Dist") or [],
     }
+
+
+def dist_info_name(filename: str) -> str:
+    """The ``.dist-info`` folder a wheel of this file name holds: ``<dist>-<version>.dist-info``."""
+    dist, version = filename.split("-")[:2]
+    return f"{dist}-{version}.dist-info"
 
 
 def wheel_archs(path: Path) -> Dict[str, Dict[str, List[str]]]:
@@ -300,6 +306,7 @@ def describe_wheel(path: Path) -> Dict[str, Any]:
         raise _fail("wheel", where, "is empty (0 bytes): an interrupted download or copy?")
     try:
         with zipfile.ZipFile(path) as zf:
+            wheel_contents.vet(zf, dist_info_name(path.name))  # before reading any member
             bad = zf.testzip()
         if bad is not None:
             raise zipfile.BadZipFile(f"member {bad!r} fails its CRC check")
@@ -309,6 +316,8 @@ def describe_wheel(path: Path) -> Dict[str, Any]:
         raise _fail("wheel", where, f"not a readable wheel (zip archive): {e}") from None
     except OSError as e:
         raise _fail("wheel", where, f"cannot be read: {e.strerror or e}") from None
+    except wheel_contents.WheelContentError as e:
+        raise _fail("wheel", where, f"{e}: not the layout our build writes (docs/INDEX.md)") from None
     except ValueError as e:  # no or several METADATA
         raise _fail("wheel", where, str(e).replace(f"wheel {path.name!r} ", "")) from None
     if canonicalize_name(meta["name"] or "-") != PROJECT:
@@ -685,7 +694,7 @@ def _write_index(wheel_dir: Path, out_dir: Path, base_url: Optional[str], asset_
     _recover(out_dir)  # first, so that a --previous inside OUT_DIR is back in place
     _check_out_dir(out_dir, wheel_dir)
     wheels = _find_wheels(wheel_dir)
-    if not wheels:
+    if not wheels and previous is None:
         raise _fail("WHEEL_DIR", wheel_dir, "holds no .whl file")
     seen: Dict[str, Path] = {}
     for w in wheels:
@@ -702,6 +711,8 @@ def _write_index(wheel_dir: Path, out_dir: Path, base_url: Optional[str], asset_
         e["_path"] = str(w)
         new.append(e)
     entries = merge(old, new)
+    if not entries:  # no new wheel (a site half only carried over) and no published one either
+        raise _fail("WHEEL_DIR", wheel_dir, "holds no .whl file and the previous manifest lists none")
     public = [{k: v for k, v in e.items() if not k.startswith("_")} for e in entries]
     manifest = {"schema": MANIFEST_SCHEMA, "project": PROJECT,
                 "variants": sorted({e["label"] for e in entries}), "wheels": public}

@@ -27,27 +27,26 @@ next one is tried.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
-import http.client
 import json
 import os
 import platform
 import re
 import shlex
 import shutil
-import socket
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-import urllib.error
-import urllib.request
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Tuple
-from urllib.parse import unquote, urlsplit
+from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from . import environment, index, release_index, resolve, variant
+from . import environment, fetching, index, release_index, resolve, site_snapshot, variant, wheel_contents
 from .resolve import Candidate, Resolution, SourceError
 
 EXIT_OK = 0
@@ -56,6 +55,7 @@ EXIT_NO_MATCH = resolve.EXIT_NO_MATCH  # 3: no index lists a wheel that fits
 EXIT_FETCH = 4  # no index could be read, or the download failed (network, timeout, truncated)
 EXIT_VERIFY = 5  # the file did not verify: sha256, no known hash, not our wheel, torch pin
 EXIT_TARGET = 6  # the target cannot take it: no torch, no installer, the installer failed
+EXIT_FS = 7  # a file could not be written: disk full, read-only, not a folder, name too long
 EXIT_INTERRUPTED = 130
 PROBE_TIMEOUT = 300.0  # importing a CUDA torch from a cold disk can take a while
 _CHUNK = 1 << 16
@@ -69,16 +69,13 @@ class Failure(Exception):
         super().__init__(line)
         self.line = line
         self.code = code
+        self.shown = False  # already printed (each failure is one line, once)
 
 
 # ----------------------------------------------------------------------------- fetching
 
 def _is_url(text: str) -> bool:
     return text.startswith(("http://", "https://"))
-
-
-def _local_path(where: str) -> str:
-    return unquote(urlsplit(where).path) if where.startswith("file://") else where
 
 
 def _size(n: int) -> str:
@@ -119,82 +116,104 @@ class _Progress:
             print(f"  {_size(done)} received", file=self.stream, flush=True)
 
 
-def _open_source(c: Candidate, timeout: float) -> Tuple[IO[bytes], Optional[int]]:
-    """(a readable stream of the wheel's bytes, their announced length)."""
-    if _is_url(c.url):
-        req = urllib.request.Request(c.url, headers={"User-Agent": "mamba-kernels-install"})
-        try:
-            r = urllib.request.urlopen(req, timeout=timeout)
-        except urllib.error.HTTPError as e:
-            raise Failure(f"{c.url}: HTTP {e.code} {e.reason}", EXIT_FETCH) from None
-        except urllib.error.URLError as e:
-            raise Failure(f"{c.url}: cannot be fetched: {e.reason}", EXIT_FETCH) from None
-        except (OSError, ValueError) as e:
-            raise Failure(f"{c.url}: cannot be fetched: {e or type(e).__name__}", EXIT_FETCH) from None
-        length = r.headers.get("Content-Length")
-        return r, int(length) if length and length.isdigit() else None
-    path = _local_path(c.url)
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _fs_failure(what: str, e: OSError) -> Failure:
+    return Failure(f"{what}: {e.strerror or e}" + (f" ({e.filename})" if e.filename else ""), EXIT_FS)
+
+
+def fetch(c: Candidate, dest: Path, timeout: float, stream: IO[str] = sys.stderr,
+          allow_unhashed: bool = False) -> Tuple[Path, str]:
+    """Copy or download ``c`` to ``dest/<filename>`` and verify it; (the path, the sha256).
+
+    The trust rules (docs/INSTALL.md, What is trusted): a wheel listed by a remote index needs
+    the sha256 that index lists (``allow_unhashed`` relaxes this); the download is bounded by
+    the size the index records, else :data:`mamba_kernels.fetching.MAX_WHEEL_BYTES`, and by
+    ``timeout`` as a whole. The file appears under its name, readable as the umask allows, only
+    once it is complete and verified; on any failure, or an interrupt, the partial file is
+    removed and :class:`Failure` (or the interrupt) propagates."""
     try:
-        f = open(path, "rb")
-        return f, os.fstat(f.fileno()).st_size
-    except OSError as e:
-        raise Failure(f"{path}: cannot be read: {e.strerror or e}", EXIT_FETCH) from None
-
-
-def fetch(c: Candidate, dest: Path, timeout: float, stream: IO[str] = sys.stderr) -> Tuple[Path, str]:
-    """Copy or download ``c`` to ``dest/<filename>`` and verify its sha256; (the path, the
-    sha256). The file appears under its name only once it is complete and verified; on any
-    failure, or an interrupt, the partial file is removed and :class:`Failure` (or the
-    interrupt) propagates."""
+        resolve.check_plain_filename(c.filename, c.source or c.url)
+    except SourceError as e:
+        raise Failure(str(e), EXIT_VERIFY) from None
     expected = c.sha256.lower() if c.sha256 else None
     if expected is not None and not _SHA256_RE.match(expected):
         raise Failure(f"{c.filename}: the index lists sha256 {c.sha256!r}, which is not 64 hex digits",
                       EXIT_VERIFY)
-    if expected is None and _is_url(c.url):
-        raise Failure(f"{c.filename}: the index lists no sha256 for {c.url}: refusing a download that "
-                      "cannot be verified (our manifest.json and index pages list one)", EXIT_VERIFY)
-    dest.mkdir(parents=True, exist_ok=True)
+    if expected is None and (c.remote or _is_url(c.url)) and not allow_unhashed:
+        raise Failure(f"{c.filename}: the index {c.source or c.url} lists no sha256 for it: a wheel from a "
+                      "remote index must carry one (--allow-unhashed accepts it anyway)", EXIT_VERIFY)
+    limit = fetching.MAX_WHEEL_BYTES if c.size is None else c.size
+    if limit > fetching.MAX_WHEEL_BYTES:
+        raise Failure(f"{c.filename}: the index lists {c.size} bytes, above the limit of "
+                      f"{fetching.MAX_WHEEL_BYTES} bytes for a wheel", EXIT_VERIFY)
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _fs_failure(f"--dest {dest}: cannot be created", e) from None
     final = dest / c.filename
-    fd, tmp_name = tempfile.mkstemp(dir=dest, prefix=f".{c.filename}.", suffix=".part")
+    try:
+        fd, tmp_name = tempfile.mkstemp(dir=dest, prefix=f".{c.filename[:80]}.", suffix=".part")
+    except OSError as e:
+        raise _fs_failure(f"--dest {dest}: cannot be written", e) from None
     tmp = Path(tmp_name)
     done = 0
     progress: Optional[_Progress] = None
     try:
         with os.fdopen(fd, "wb") as out:
-            src, total = _open_source(c, timeout)
+            try:
+                src = fetching.Stream(c.url, timeout, limit)
+            except fetching.FetchError as e:
+                raise Failure(f"{c.url}: {e}", EXIT_VERIFY if e.kind in ("size", "scheme") else EXIT_FETCH
+                              ) from None
             h = hashlib.sha256()
             with src:
-                progress = _Progress(c.filename, total, stream)
-                read = getattr(src, "read1", src.read)  # what has arrived, for the progress line
-                while True:
-                    try:
-                        chunk = read(_CHUNK)
-                    except (OSError, ValueError, http.client.HTTPException) as e:  # timeouts, short reads
-                        timed_out = isinstance(e, (TimeoutError, socket.timeout))
-                        why = "timed out" if timed_out else (str(e) or type(e).__name__)
-                        raise Failure(f"{c.url}: download failed after {done} of {total or '?'} bytes: "
-                                      f"{why}", EXIT_FETCH) from None
-                    if not chunk:
-                        break
-                    out.write(chunk)
-                    h.update(chunk)
-                    done += len(chunk)
-                    progress.update(done)
-            out.flush()
-            os.fsync(out.fileno())
-        if total is not None and done != total:
-            raise Failure(f"{c.url}: truncated download: {done} of the {total} bytes announced", EXIT_FETCH)
+                if c.size is not None and src.total is not None and src.total != c.size:
+                    raise Failure(f"{c.url}: {src.total} bytes announced, the index lists {c.size}",
+                                  EXIT_VERIFY)
+                progress = _Progress(c.filename, src.total, stream)
+                try:
+                    for chunk in src.chunks():
+                        try:
+                            out.write(chunk)
+                        except OSError as e:
+                            raise _fs_failure(f"{tmp} cannot be written", e) from None
+                        h.update(chunk)
+                        done += len(chunk)
+                        progress.update(done)
+                except fetching.FetchError as e:
+                    code = EXIT_VERIFY if e.kind == "size" else EXIT_FETCH
+                    raise Failure(f"{c.url}: download failed after {done} of {src.total or '?'} bytes: {e}",
+                                  code) from None
+            try:
+                out.flush()
+                os.fsync(out.fileno())
+            except OSError as e:
+                raise _fs_failure(f"{tmp} cannot be written", e) from None
+        if c.size is not None and done != c.size:
+            raise Failure(f"{c.url}: {done} bytes arrived, the index lists {c.size}", EXIT_VERIFY)
         digest = h.hexdigest()
         if expected is not None and digest != expected:
             raise Failure(f"{c.filename}: sha256 mismatch: the index lists {expected}, the file "
                           f"from {c.url} has {digest}", EXIT_VERIFY)
-        os.replace(tmp, final)
+        try:
+            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, final)
+        except OSError as e:
+            raise _fs_failure(f"{final} cannot be written", e) from None
         progress.close(done, True)
         return final, digest
     except BaseException:
         if progress is not None:
             progress.close(done, False)
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
         raise
 
 
@@ -217,7 +236,11 @@ def check_wheel(path: Path, torch_version: str, python: str, platform: Optional[
     name says, with a torch requirement that ``torch_version`` satisfies on a ``python`` /
     ``platform`` install; else return that requirement (for the report)."""
     try:
+        with zipfile.ZipFile(path) as zf:
+            wheel_contents.vet(zf, index.dist_info_name(path.name))
         meta = index.wheel_metadata(path)
+    except wheel_contents.WheelContentError as e:
+        raise Failure(f"{path.name}: {e}: not the layout our build writes, refused", EXIT_VERIFY) from None
     except Exception as e:  # zipfile raises several kinds on a damaged archive
         raise Failure(f"{path.name}: not a readable wheel ({e})", EXIT_VERIFY) from None
     name = re.sub(r"[-_.]+", "-", meta["name"]).lower()
@@ -282,19 +305,44 @@ def probe(executable: Optional[str]) -> Interpreter:
         raise Failure(f"--python-exe {executable}: cannot be run: {e}", EXIT_TARGET) from None
     try:
         facts = json.loads(r.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
+    except (ValueError, IndexError, RecursionError):
         err = (r.stderr.strip().splitlines() or ["no output"])[-1]
         raise Failure(f"--python-exe {executable}: not a Python that can report its packages ({err})",
                       EXIT_TARGET) from None
+    problem = _facts_problem(facts)
+    if problem:
+        raise Failure(f"--python-exe {executable}: not a Python that can report its packages (its report "
+                      f"{problem})", EXIT_TARGET)
     return Interpreter(executable, facts)
 
 
-def _overrides(args: argparse.Namespace) -> Dict[str, Any]:
-    return {
-        "torch": args.torch, "cuda": args.cuda, "python": args.python, "platform_tag": args.platform,
-        "cxx11_abi": None if args.cxx11_abi is None else args.cxx11_abi == "1",
-        "gpu_archs": None if args.gpu_arch is None else list(environment.parse_gpu_archs(args.gpu_arch)),
-    }
+_FACT_TYPES = {"python": str, "sys_platform": str, "machine": str, "prefix": str, "pip": bool,
+               "purelib": str, "platlib": str, "scripts": str}
+
+
+def _facts_problem(facts: Any) -> Optional[str]:
+    """What is wrong with a target's report (target_probe.facts), or None."""
+    if not isinstance(facts, dict):
+        return f"is {type(facts).__name__}, not an object"
+    for key, kind in _FACT_TYPES.items():
+        if not isinstance(facts.get(key), kind):
+            return f"has no {kind.__name__} {key!r}"
+    if not re.fullmatch(r"\d+\.\d+", facts["python"]):
+        return f"gives the Python version {facts['python']!r}"
+    for key in ("purelib", "platlib", "scripts"):
+        if not isinstance(facts.get(key), str) or not facts[key]:
+            return f"has no path {key!r}"
+    t = facts.get("torch")
+    if t is None:
+        return None
+    if not isinstance(t, dict):
+        return "has a 'torch' that is not an object"
+    if "error" in t:
+        return None if isinstance(t["error"], str) else "has a torch error that is not text"
+    if not isinstance(t.get("version"), str) or not (t.get("cuda") is None or isinstance(t["cuda"], str)) \
+            or not (t.get("cxx11_abi") is None or isinstance(t["cxx11_abi"], bool)):
+        return "has a torch without a version string, CUDA string or ABI flag"
+    return None
 
 
 def install_target(args: argparse.Namespace, interp: Interpreter) -> Tuple[environment.Target, str]:
@@ -308,7 +356,7 @@ def install_target(args: argparse.Namespace, interp: Interpreter) -> Tuple[envir
     if "error" in t:
         raise Failure(f"torch in {interp.executable} cannot be imported ({t['error']}): repair torch first",
                       EXIT_TARGET)
-    o = _overrides(args)
+    o = resolve.target_overrides(args)
     here = environment.platform_name(sys.platform, platform.machine())
     theirs = environment.platform_name(interp.facts["sys_platform"], interp.facts["machine"])
     if o["platform_tag"] is None and theirs != here:
@@ -354,29 +402,25 @@ def _describe_choice(res: Resolution, source: str) -> None:
 
 def _report_no_match(target: environment.Target, rejected: List[resolve.Verdict]) -> None:
     _say(f"no wheel fits: {resolve._no_match_line(target, len(rejected))}")
-    if rejected:
-        _say("candidates, nearest first:")
-    for v in sorted(rejected, key=lambda v: (v.distance, len(v.reasons), v.candidate.filename)):
-        _say(f"  {v.candidate.filename}")
-        for r in v.reasons:
-            _say(f"    - {r}")
+    for line in resolve.no_match_lines(rejected, False, "`resolve --all` lists every one"):
+        _say(line)
 
 
 def obtain(verb: str, sources: Sequence[str], target: environment.Target, dest: Optional[Path],
-           timeout: float, pin_torch: str) -> Obtained:
+           timeout: float, pin_torch: str, allow_unhashed: bool = False) -> Obtained:
     """Try each index in order: read it, choose, fetch into ``dest`` (None: a dry run, nothing is
     fetched) and check the wheel against ``pin_torch``. The first index that delivers a verified
-    wheel wins; each failure is one line on stderr. Raises :class:`Failure` when none does."""
+    wheel wins; each failure is one line on stderr. Raises :class:`Failure` when none does (the
+    last failure, already shown)."""
     last: Optional[Failure] = None
     rejected: Dict[str, resolve.Verdict] = {}
     read_any = False
     for i, source in enumerate(sources):
         more = "; trying the next index" if i + 1 < len(sources) else ""
         try:
-            candidates = resolve.read_sources([source], timeout=timeout)
+            candidates = resolve.read_source(source, timeout=timeout)
         except SourceError as e:
-            _warn(verb, f"{e}{more}")
-            last = Failure(str(e), EXIT_FETCH)
+            last = _shown(verb, Failure(str(e), EXIT_FETCH), more)
             continue
         read_any = True
         res = resolve.resolve(candidates, target)
@@ -389,17 +433,17 @@ def obtain(verb: str, sources: Sequence[str], target: environment.Target, dest: 
         _describe_choice(res, source)
         c = res.selected.candidate
         if dest is None:
-            if c.sha256 is None and _is_url(c.url):
-                failure = Failure(f"{c.filename}: the index lists no sha256 for {c.url}: it would be "
-                                  "refused", EXIT_VERIFY)
-                _warn(verb, failure.line + more)
-                last = failure
+            if c.sha256 is None and (c.remote or _is_url(c.url)) and not allow_unhashed:
+                refused = Failure(f"{c.filename}: the index {source} lists no sha256 for it: it would be "
+                                  "refused (--allow-unhashed accepts it)", EXIT_VERIFY)
+                last = _shown(verb, refused, more)
                 continue
             return Obtained(None, c.sha256, res, source)
         try:
-            path, digest = fetch(c, dest, timeout)
+            path, digest = fetch(c, dest, timeout, allow_unhashed=allow_unhashed)
             if c.sha256 is None:
-                _say(f"  sha256  {digest} (computed: the local index lists none)")
+                why = "--allow-unhashed: the index lists none" if c.remote else "the local index lists none"
+                _say(f"  sha256  {digest} (computed: {why})")
             else:
                 _say("  sha256 verified")
             try:
@@ -408,18 +452,29 @@ def obtain(verb: str, sources: Sequence[str], target: environment.Target, dest: 
             except Failure:
                 path.unlink(missing_ok=True)
                 raise
-            _say(f"  checked {pin} holds for torch {pin_torch}")
+            _say(f"  checked {pin} holds for torch {pin_torch}; contents are our layout")
             return Obtained(path, digest, res, source)
         except Failure as e:
-            _warn(verb, e.line + more)
-            last = e
+            if e.code == EXIT_FS:  # the destination, not the index: the next index would fail too
+                raise
+            last = _shown(verb, e, more)
     if not read_any:
-        raise Failure(f"no index could be read ({len(sources)} tried)", EXIT_FETCH)
+        if len(sources) > 1:
+            raise Failure(f"no index could be read ({len(sources)} tried)", EXIT_FETCH)
+        assert last is not None
+        raise last
     if last is None:
         _report_no_match(target, list(rejected.values()))
         raise Failure("no wheel fits; build from source (pip install --no-build-isolation .) or use the "
                       "pure-PyTorch path", EXIT_NO_MATCH)
     raise last
+
+
+def _shown(verb: str, failure: Failure, more: str) -> Failure:
+    """``failure``, printed now (with ``more``) and marked so that it is not printed again."""
+    _warn(verb, failure.line + more)
+    failure.shown = True
+    return failure
 
 
 # ----------------------------------------------------------------------------- installing
@@ -437,6 +492,53 @@ def installer_command(interp: Interpreter, wheel: Path) -> List[str]:
             "--reinstall-package", resolve.PROJECT, str(wheel)]
 
 
+def _run_installer(cmd: List[str]) -> int:
+    """Run the installer in a process group of its own (a Ctrl-C at the terminal reaches only
+    us); on an interrupt, stop it and wait for it, then let the interrupt go on."""
+    if os.name == "posix":
+        p = subprocess.Popen(cmd, start_new_session=True)
+    else:
+        p = subprocess.Popen(cmd, creationflags=subprocess.CREATE_NEW_PROCESS_GROUP)  # type: ignore[attr-defined]
+    try:
+        return p.wait()
+    except BaseException:
+        with _signals_held():
+            if os.name == "posix":
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except OSError:
+                    pass
+            else:
+                p.terminate()
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        raise
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM ignored for the duration (the undo must not be cut short)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    sigs = [signal.SIGINT] + ([signal.SIGTERM] if hasattr(signal, "SIGTERM") else [])
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in sigs}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _undo(snap: site_snapshot.Snapshot) -> None:
+    with _signals_held():
+        _say("putting the environment back as it was before the installer ran")
+        snap.restore()
+
+
 def _sources(args: argparse.Namespace) -> Tuple[Tuple[str, ...], str]:
     if args.index:
         return tuple(args.index), "--index"
@@ -451,7 +553,7 @@ def _install(args: argparse.Namespace) -> int:
     _say(f"index   {' '.join(sources)} ({origin})")
     with tempfile.TemporaryDirectory(prefix="mamba-kernels-install-") as tmp:
         got = obtain("install", sources, target, None if args.dry_run else Path(tmp), args.timeout,
-                     installed_torch)
+                     installed_torch, args.allow_unhashed)
         assert got.resolution.selected is not None
         name = got.resolution.selected.candidate.filename
         cmd = installer_command(interp, got.path or Path(name))
@@ -460,27 +562,46 @@ def _install(args: argparse.Namespace) -> int:
             _say("  " + shlex.join(cmd))
             return EXIT_OK
         _say("running " + shlex.join(cmd))
-        r = subprocess.run(cmd)
-        if r.returncode != 0:
-            raise Failure(f"the installer exited with status {r.returncode}; the environment is as "
-                          "the installer left it (pip rolls back a failed install)", EXIT_TARGET)
+        f = interp.facts
+        snap = site_snapshot.take(got.path, index.dist_info_name(name), [f["purelib"], f["platlib"]],
+                                  f["scripts"], f["prefix"])
+        try:
+            try:
+                rc = _run_installer(cmd)
+            except BaseException:
+                _undo(snap)
+                raise
+            if rc != 0:
+                _undo(snap)
+                raise Failure(f"the installer exited with status {rc}; the environment was put back as it "
+                              "was before", EXIT_TARGET)
+        finally:
+            snap.discard()
     _say(f"installed {name} into {interp.facts.get('prefix', interp.executable)}; torch "
          f"{installed_torch} untouched (--no-deps)")
     return EXIT_OK
 
 
 def _download(args: argparse.Namespace) -> int:
+    if not args.dest.strip():
+        raise Failure("--dest must name a folder, got ''", EXIT_USAGE)
     dest = Path(args.dest)
     sources, origin = _sources(args)
-    target = environment.detect(toolchain=False, **_overrides(args))
+    target = environment.detect(toolchain=False, **resolve.target_overrides(args))
     if target.torch is None:
         raise Failure("no torch to match: give --torch (and --cuda) for the machine the wheel is for",
                       EXIT_USAGE)
     _say(f"target  {resolve.describe_target(target)}")
     _say(f"index   {' '.join(sources)} ({origin})")
-    if dest.exists() and not dest.is_dir():
-        raise Failure(f"--dest {dest}: exists and is not a directory", EXIT_USAGE)
-    got = obtain("download", sources, target, None if args.dry_run else dest, args.timeout, target.torch)
+    for p in (dest, *dest.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise Failure(f"--dest {dest}: {p} exists and is not a folder", EXIT_USAGE)
+            if not os.access(p, os.W_OK | os.X_OK):  # the folder, or the one it is to be made in
+                raise Failure(f"--dest {dest}: {p} is not writable", EXIT_FS)
+            break
+    got = obtain("download", sources, target, None if args.dry_run else dest, args.timeout, target.torch,
+                 args.allow_unhashed)
     assert got.resolution.selected is not None
     name = got.resolution.selected.candidate.filename
     if args.dry_run:
@@ -488,8 +609,8 @@ def _download(args: argparse.Namespace) -> int:
         return EXIT_OK
     _say(f"wrote {got.path}")
     version = name.split("-")[1]
-    _say("on the machine it is for, from a copy of that directory (DIR):")
-    _say("  python -m mamba_kernels install --index DIR")
+    _say("to install it on the machine it is for, copy that folder there (as DIR) and run, with the "
+         "Python whose torch it was chosen for:")
     _say(f"  python -m pip install --no-deps --no-index --find-links DIR 'mamba-kernels=={version}'")
     return EXIT_OK
 
@@ -504,17 +625,18 @@ def _verb(name: str, body: Verb, interrupted: str) -> Verb:
         try:
             return body(args)
         except Failure as e:
-            _warn(name, e.line)
+            if not e.shown:
+                _warn(name, e.line)
             return e.code
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             _warn(name, interrupted)
-            return EXIT_INTERRUPTED
+            return getattr(e, "exit_status", EXIT_INTERRUPTED)
 
     return run
 
 
-_cmd_install = _verb("install", _install,
-                     "interrupted: the partial download was removed and nothing was installed")
+_cmd_install = _verb("install", _install, "interrupted: the partial download was removed and the "
+                     "environment is as it was before")
 _cmd_download = _verb("download", _download, "interrupted: the partial download was removed")
 
 
@@ -522,6 +644,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     resolve.add_target_arguments(p)
     p.add_argument("--dry-run", action="store_true",
                    help="choose and print what would be done; fetch nothing")
+    p.add_argument("--allow-unhashed", action="store_true",
+                   help="accept a wheel from a remote index that lists no sha256 for it (for a local "
+                        "mirror you trust; docs/INSTALL.md, What is trusted)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -529,7 +654,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     codes = ("exit status: 0 done, 2 bad arguments, 3 no wheel fits, 4 no index or download could be read "
              "(network, timeout, truncated, malformed page), 5 the file did not verify (sha256, no hash, "
              "not our wheel, torch pin), 6 the target cannot take it (no torch, no pip/uv, installer "
-             "failed), 130 interrupted")
+             "failed), 7 a file could not be written (disk full, read-only, not a folder), 130 "
+             "interrupted (143 on SIGTERM)")
     p = subparsers.add_parser(
         "install", help="choose, download, verify and install the release wheel for this environment",
         description="Choose the release wheel for the target interpreter's torch, download it, verify "

@@ -1,12 +1,14 @@
 """What an interpreter has installed, printed as one JSON object: its Python, platform, torch
-build and whether pip is there. ``install`` runs this file's text with the target interpreter
-(``python -c``), so it uses the standard library only and imports nothing of this package;
-for the running interpreter it calls :func:`facts` directly."""
+build, whether pip is there, and the folders an installer writes to. ``install`` runs this
+file's text with the target interpreter (``python -c``), so it uses the standard library only
+and imports nothing of this package; for the running interpreter it calls :func:`facts`
+directly."""
 
 import importlib.util
 import json
 import platform
 import sys
+import sysconfig
 
 
 def facts():
@@ -19,6 +21,8 @@ def facts():
         "pip": importlib.util.find_spec("pip") is not None,
         "torch": None,
     }
+    paths = sysconfig.get_paths()  # where an installer writes: what install must be able to undo
+    out.update(purelib=paths["purelib"], platlib=paths["platlib"], scripts=paths["scripts"])
     try:
         if importlib.util.find_spec("torch") is not None:
             import torch

@@ -49,7 +49,7 @@ def make_wheel(
     di = f"{dist}-{version}.dist-info"
     more = "".join(f"Requires-Dist: {r}\n" for r in more_requires)
     files = {
-        "mamba_kernels_probe/__init__.py": b"VALUE = 42\n",
+        "mamba_kernels/_test_probe.py": b"VALUE = 42\n",
         f"{di}/METADATA": (
             f"Metadata-Version: 2.1\nName: {meta_name}\nVersion: {meta_version or version}\n"
             f"Requires-Python: >=3.9\nRequires-Dist: {requires}\n{more}"
@@ -331,7 +331,7 @@ def test_pip_installs_from_the_variant_index(served, tmp_path):
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert _installed(target) == ["mamba_kernels-0.1.0+cu130torch2.14.dist-info"]
-    assert (target / "mamba_kernels_probe" / "__init__.py").read_text() == "VALUE = 42\n"
+    assert (target / "mamba_kernels" / "_test_probe.py").read_text() == "VALUE = 42\n"
     # The flat find-links page works too.
     target2 = tmp_path / "t2"
     r = subprocess.run(
