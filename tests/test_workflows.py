@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import urllib.parse
 import zipfile
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -203,7 +204,7 @@ def test_pull_requests_get_no_write_permissions_or_secrets():
         assert data["jobs"][name]["permissions"] == {"id-token": "write"}
         assert "startsWith(github.ref, 'refs/tags/v')" in data["jobs"][name]["if"]
     assert "startsWith(github.ref, 'refs/tags/v')" in data["jobs"]["publish"]["if"]
-    assert data["jobs"]["pages"]["needs"] == "publish"
+    assert data["jobs"]["pages"]["needs"] == ["publish", "sdist"]
     assert "needs.publish.result == 'success'" in data["jobs"]["pages"]["if"]
     for job in workflow("build-cells.yml")["jobs"].values():
         assert job["permissions"] == {"contents": "read"}
@@ -387,10 +388,12 @@ def test_each_wheel_is_attested_and_attached_before_the_index_points_at_it():
     names = [s.get("uses", "").split("@")[0] or s.get("name") for s in pub["steps"]]
     attest = names.index("actions/attest-build-provenance")
     assert pub["steps"][attest]["with"]["subject-path"] == "wheels/*.whl"
-    upload = next(i for i, s in enumerate(pub["steps"]) if "gh release upload" in s.get("run", ""))
+    upload = next(i for i, s in enumerate(pub["steps"]) if "ci/release_assets.py" in s.get("run", ""))
     assert attest < upload
+    assert pub["needs"] == ["check", "sdist"] and "needs.sdist.result == 'success'" in pub["if"]
+    assert pub["steps"][upload]["env"]["PRERELEASE"] == "${{ needs.sdist.outputs.prerelease }}"
     pages = jobs["pages"]
-    assert pages["needs"] == "publish"
+    assert pages["needs"] == ["publish", "sdist"]
     assert pages["environment"]["name"] == "github-pages"
     assert pages["concurrency"] == {"group": "pages-deploy", "cancel-in-progress": False}
     up = next(s for s in pages["steps"] if s.get("uses", "").startswith("actions/upload-pages-artifact@"))
@@ -464,9 +467,10 @@ def _gh_stub(url: str, build_type: str = "workflow") -> str:
 ASSET = "https://github.com/owner/repo/releases/download/{tag}/{{filename}}"
 
 
-def _merge_step(tmp_path, url, build_type="workflow"):
+def _merge_step(tmp_path, url, build_type="workflow", tag="v0.2.0", prerelease="false"):
     s = step(workflow("release.yml"), "pages", "index")
-    env = {"REPO": "owner/repo", "GH_TOKEN": "x", "ASSET_URL": ASSET.format(tag="v0.2.0"), "NONCE": "7-1"}
+    env = {"REPO": "owner/repo", "GH_TOKEN": "x", "ASSET_URL": ASSET.format(tag=tag), "NONCE": "7-1",
+           "PRERELEASE": prerelease}
     return run_step(s, tmp_path, env, {"gh": _gh_stub(url, build_type)})
 
 
@@ -494,6 +498,139 @@ def test_a_deploy_keeps_every_published_wheel(tmp_path, site_server):
     assert got[new.name].startswith("https://github.com/owner/repo/releases/download/v0.2.0/")
     assert got[old.name].startswith("https://github.com/owner/repo/releases/download/v0.1.0/")
     assert any(p.startswith("/manifest.json?") for p in state["paths"]), "the manifest is fetched past caches"
+
+
+def _publish_index(folder: Path, wheels_dir: Path, tag: str) -> None:
+    """What an earlier deploy left at ``folder``: the index of ``wheels_dir``'s wheels."""
+    out = folder.parent / (folder.name + ".new")
+    r = subprocess.run(
+        [sys.executable, "-m", "mamba_kernels", "index", str(wheels_dir), str(out),
+         "--asset-url", ASSET.format(tag=tag)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    if folder.exists():
+        folder.rmdir()
+    out.rename(folder)
+
+
+def test_a_pre_release_goes_to_the_pre_release_index_only(tmp_path, site_server):
+    url, published, state = site_server
+    old = _wheel(tmp_path / "old", "cu126torch2.13")
+    _publish_index(published, old.parent, "v0.1.0")
+    rc = _wheel(tmp_path / "wheels", "cu130torch2.14")
+    r = _merge_step(tmp_path, url, tag="v0.2.0rc1", prerelease="true")
+    assert r.returncode == 0, r.stdout + r.stderr
+    # the live index (the site's root, what pip's documented URLs and the resolver read) is as it was
+    assert set(_manifest(tmp_path / "site")) == {old.name}
+    pre = _manifest(tmp_path / "site" / "pre")
+    assert set(pre) == {rc.name}
+    assert pre[rc.name].startswith("https://github.com/owner/repo/releases/download/v0.2.0rc1/")
+    assert any(p.startswith("/pre/manifest.json?") for p in state["paths"])
+    assert not (tmp_path / "site" / "cu130torch2.14").exists()  # no live variant page for it
+
+
+def test_a_release_after_its_pre_release_keeps_the_pre_release_index(tmp_path, site_server):
+    url, published, _ = site_server
+    old = _wheel(tmp_path / "old", "cu126torch2.13")
+    _publish_index(published, old.parent, "v0.1.0")
+    rc = _wheel(tmp_path / "rc", "cu128torch2.8")
+    _publish_index(published / "pre", rc.parent, "v0.2.0rc1")
+    new = _wheel(tmp_path / "wheels", "cu130torch2.14")
+    r = _merge_step(tmp_path, url, tag="v0.2.0", prerelease="false")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert set(_manifest(tmp_path / "site")) == {old.name, new.name}
+    assert set(_manifest(tmp_path / "site" / "pre")) == {rc.name}
+
+
+def test_the_first_pre_release_writes_no_live_index(tmp_path, site_server):
+    url, _, _ = site_server  # nothing published: both manifests answer 404
+    rc = _wheel(tmp_path / "wheels", "cu130torch2.14")
+    r = _merge_step(tmp_path, url, tag="v0.1.0rc1", prerelease="true")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert set(_manifest(tmp_path / "site" / "pre")) == {rc.name}
+    assert not (tmp_path / "site" / "manifest.json").exists()
+
+
+# ------------------------------------------------------------------ the Release (ci/release_assets.py)
+
+release_assets = _load("release_assets", "ci/release_assets.py")
+
+
+class FakeGitHub:
+    """GitHub's releases API as release_assets.py uses it, in memory."""
+
+    def __init__(self, releases=None):
+        self.releases = releases or []
+        self.calls = []
+
+    def __call__(self, method, url, body=None, upload=None):
+        self.calls.append((method, url.split("?")[0].replace("https://uploads.github.com", "")))
+        if method == "GET":
+            return [dict(r) for r in self.releases] if "page=1" in url else []
+        if method == "POST" and url.endswith("/releases"):
+            rel = dict(body, id=len(self.releases) + 1, assets=[],
+                       upload_url=f"https://uploads.github.com/repos/o/r/releases/{len(self.releases) + 1}"
+                                  "/assets{?name,label}")
+            self.releases.append(rel)
+            return rel
+        if method == "POST":  # an asset upload
+            rel = next(r for r in self.releases if f"/releases/{r['id']}/" in url)
+            assert rel["draft"], "an asset uploaded to a published release"
+            name = urllib.parse.unquote(url.split("name=")[1])
+            digest = "sha256:" + hashlib.sha256(upload.read_bytes()).hexdigest()
+            rel["assets"].append({"id": 100 + len(rel["assets"]), "name": name, "digest": digest})
+            return rel["assets"][-1]
+        if method == "DELETE":
+            for r in self.releases:
+                r["assets"] = [a for a in r["assets"] if not url.endswith(f"/assets/{a['id']}")]
+            return None
+        if method == "PATCH":
+            rel = next(r for r in self.releases if url.endswith(f"/releases/{r['id']}"))
+            rel.update(body)
+            return rel
+        raise AssertionError((method, url))
+
+
+def _two_wheels(tmp_path):
+    return [_wheel(tmp_path / "w", "cu130torch2.14"), _wheel(tmp_path / "w", "cu126torch2.13")]
+
+
+@pytest.mark.parametrize("pre", [True, False])
+def test_wheels_go_to_a_draft_that_is_published_last(tmp_path, pre):
+    gh = FakeGitHub()
+    wheels = _two_wheels(tmp_path)
+    msg = release_assets.attach(gh, "o/r", "v0.2.0rc1" if pre else "v0.2.0", wheels, pre, "notes")
+    (rel,) = gh.releases
+    assert [c[0] for c in gh.calls] == ["GET", "POST", "POST", "POST", "PATCH"]
+    assert rel["draft"] is False and rel["prerelease"] is pre
+    assert rel["make_latest"] == ("false" if pre else "true")
+    assert sorted(a["name"] for a in rel["assets"]) == sorted(w.name for w in wheels)
+    assert ("pre-release" in msg) is pre
+
+
+def test_a_rerun_completes_a_draft_and_accepts_a_published_release_with_the_same_wheels(tmp_path):
+    gh = FakeGitHub()
+    wheels = _two_wheels(tmp_path)
+    release_assets.attach(gh, "o/r", "v0.2.0", wheels[:1], False, "")
+    gh.releases[0]["draft"] = True  # a run that stopped before publishing
+    release_assets.attach(gh, "o/r", "v0.2.0", wheels, False, "")
+    assert sorted(a["name"] for a in gh.releases[0]["assets"]) == sorted(w.name for w in wheels)
+    assert ("DELETE", "/repos/o/r/releases/assets/100") in gh.calls  # the draft's asset replaced
+    n = len(gh.calls)
+    assert "already published" in release_assets.attach(gh, "o/r", "v0.2.0", wheels, False, "")
+    assert [c[0] for c in gh.calls[n:]] == ["GET"]  # nothing changed
+
+
+def test_a_published_release_is_never_changed(tmp_path):
+    gh = FakeGitHub()
+    wheels = _two_wheels(tmp_path)
+    release_assets.attach(gh, "o/r", "v0.2.0", wheels[:1], False, "")
+    with pytest.raises(release_assets.ReleaseError, match="is not on it: a new wheel needs a new tag"):
+        release_assets.attach(gh, "o/r", "v0.2.0", wheels, False, "")
+    wheels[0].write_bytes(wheels[0].read_bytes() + b"\0")  # rebuilt: same name, other bytes
+    with pytest.raises(release_assets.ReleaseError, match="is not this run's"):
+        release_assets.attach(gh, "o/r", "v0.2.0", wheels[:1], False, "")
+    assert release_assets.main(["--repo", "o/r", "--tag", "v0.2.0", "--prerelease", "false",
+                                str(wheels[1])], api=gh) == 1
 
 
 def test_the_first_release_has_no_published_index(tmp_path, site_server):
