@@ -144,11 +144,14 @@ def parse_compiler_version(text: str) -> Optional[Tuple[str, str]]:
 
 
 def run(cmd: Sequence[str], timeout: float = 120) -> Tuple[int, str]:
-    """Run a command; (exit status, stdout+stderr). A missing program is status 127."""
+    """Run a command; (exit status, stdout+stderr). A missing program is status 127, one that
+    cannot be run (an empty file, no execute permission) 126, as shells report them."""
     try:
         p = subprocess.run(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
     except FileNotFoundError:
         return 127, f"{cmd[0]}: not found"
+    except OSError as e:  # on PATH but not runnable: no permission, not an executable format
+        return 126, f"{cmd[0]}: cannot be run: {e.strerror or e}"
     except subprocess.TimeoutExpired:
         return 124, f"{' '.join(cmd)}: timed out after {timeout:.0f} s"
     return p.returncode, p.stdout.decode(errors="replace")

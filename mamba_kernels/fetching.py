@@ -40,9 +40,10 @@ USER_AGENT = "mamba-kernels"
 class FetchError(Exception):
     """A fetch failed; ``kind`` is "timeout", "http", "network", "size", "scheme" or "file"."""
 
-    def __init__(self, line: str, kind: str) -> None:
+    def __init__(self, line: str, kind: str, status: Optional[int] = None) -> None:
         super().__init__(" ".join(line.split()))
         self.kind = kind
+        self.status = status  # the HTTP status of an HTTP error
 
 
 def parse_timeout(text: Any, what: str = "--timeout") -> float:
@@ -243,7 +244,7 @@ def _as_fetch_error(e: BaseException, watch: Optional[_Watch], done: int = 0,
         if 300 <= e.code < 400:
             return FetchError(f"HTTP {e.code}: too many redirects (more than {MAX_REDIRECTS}, or a loop)",
                               "http")
-        return FetchError(f"HTTP {e.code} {e.reason}", "http")
+        return FetchError(f"HTTP {e.code} {e.reason}", "http", e.code)
     if isinstance(e, urllib.error.URLError):
         reason = e.reason
         if isinstance(reason, (TimeoutError, socket.timeout)):

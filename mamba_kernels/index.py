@@ -50,8 +50,6 @@ import shutil
 import struct
 import sys
 import tempfile
-import urllib.error
-import urllib.request
 import zipfile
 import zlib
 from email.parser import Parser
@@ -59,12 +57,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 from urllib.parse import quote, unquote, urlsplit
 
-from . import variant, wheel_contents
+from . import fetching, variant, wheel_contents
 
 if TYPE_CHECKING:  # packaging is imported where used: `info` and the runtime work without it
     from packaging.requirements import Requirement
 
 PROJECT = "mamba-kernels"  # PEP 503 normalised project name
+PREVIOUS_TIMEOUT = 60.0  # seconds for fetching the published manifest, as a whole
 MANIFEST_SCHEMA = 2  # 2: every wheel has its own url (absolute, or relative to the manifest)
 _READABLE_SCHEMAS = (1, 2)
 _FATBIN_MAGIC = struct.pack("<I", 0xBA55ED50)
@@ -380,15 +379,11 @@ def load_previous(source: str, allow_missing: bool = False) -> List[Dict[str, An
     what = "--previous"
     if _is_url(source):
         try:
-            req = urllib.request.Request(source, headers={"User-Agent": "mamba-kernels-index"})
-            with urllib.request.urlopen(req, timeout=60) as r:
-                raw = r.read()
-        except urllib.error.HTTPError as e:
-            if e.code in (404, 410):
-                return _missing(source, f"HTTP {e.code}", allow_missing)
-            raise _fail(what, source, f"HTTP {e.code} {e.reason}") from None
-        except (urllib.error.URLError, OSError) as e:
-            raise _fail(what, source, f"cannot be fetched: {getattr(e, 'reason', e)}") from None
+            raw = fetching.read_all(source, PREVIOUS_TIMEOUT, fetching.MAX_PAGE_BYTES)[0]
+        except fetching.FetchError as e:
+            if e.status in (404, 410):
+                return _missing(source, f"HTTP {e.status}", allow_missing)
+            raise _fail(what, source, str(e)) from None
     elif "://" in source:
         raise _fail(what, source, "must be a path or an http(s) URL")
     else:
@@ -439,19 +434,46 @@ def load_previous(source: str, allow_missing: bool = False) -> List[Dict[str, An
         for k, v in label_fields(info).items():
             entry.setdefault(k, v)
         entry.setdefault("requires_python", None)
+        _check_entry_fields(entry, where)
         if not _is_url(url):
             if _is_url(source) or urlsplit(url).scheme or url.startswith("/"):
                 raise _fail("wheel", where, f"has the relative URL {url!r}: a published manifest must "
                             "record absolute asset URLs (write it with --asset-url)")
-            local = Path(source).parent / unquote(url)
+            local = Path(source).parent / unquote(url.split("#", 1)[0])  # resolved against its base
             if local.is_symlink() or not local.is_file():
                 raise _fail("wheel", where, f"is linked relatively ({url!r}) but {str(local)!r} is not a "
                             "regular file to carry over")
             if sha256_of(local) != sha:
                 raise _fail("wheel", where, f"{str(local)!r} does not have the recorded sha256")
             entry["_copy_from"] = str(local)
+            entry["url"] = "wheels/" + quote(fn)  # copied under the name it is linked by
         out.append(entry)
     return out
+
+
+# Fields of a carried-over manifest entry that the pages and the resolver read, and their types.
+_ENTRY_TYPES: Dict[str, Tuple[type, ...]] = {
+    "version": (str,), "requires_python": (str, type(None)), "requires_torch": (str, type(None)),
+    "requires_torch_marker": (str, type(None)), "size": (int,), "archs": (dict,), "describe": (str,),
+    "binding": (str,), "torch": (str,), "cuda": (str,), "python": (str,), "platform": (str,),
+    "platform_tag": (str,), "abi3": (bool,), "cxx11_abi": (bool, type(None)), "cuda_major": (int,),
+}
+
+
+def _check_entry_fields(entry: Dict[str, Any], where: str) -> None:
+    for key, kinds in _ENTRY_TYPES.items():
+        if key in entry and (not isinstance(entry[key], kinds) or (
+                isinstance(entry[key], bool) and bool not in kinds)):
+            names = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+            raise _fail("wheel", where, f"has {key!r} {entry[key]!r}: it must be {names}")
+    if entry.get("requires_python") is not None:
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+        try:
+            SpecifierSet(entry["requires_python"])
+        except InvalidSpecifier:
+            raise _fail("wheel", where, f"has requires_python {entry['requires_python']!r}, which is not a "
+                        "version specifier") from None
 
 
 def _missing(source: str, why: str, allow_missing: bool) -> List[Dict[str, Any]]:
@@ -485,10 +507,25 @@ def merge(previous: List[Dict[str, Any]], new: List[Dict[str, Any]]) -> List[Dic
 
 # --- writing the site --------------------------------------------------------------------------
 
+def file_requires_python(filename: str, requires_python: Optional[str]) -> str:
+    """The Pythons a wheel file installs on, for an index page's ``data-requires-python``: its
+    Python tag's (cp311: 3.11 only; cp310-abi3: 3.10 and later), narrowed by METADATA's
+    Requires-Python when that says more. An installer reads the page's value before the tags,
+    so the project's wider Requires-Python alone would invite it to try files that never fit."""
+    info = variant.parse_wheel_name(filename)
+    spec = f">={info.python}" if info.abi3 else f"=={info.python}.*"
+    if requires_python:
+        from packaging.specifiers import SpecifierSet
+
+        if any(not SpecifierSet(requires_python).contains(f"{info.python}.{p}") for p in (0, 99)):
+            spec += "," + str(SpecifierSet(requires_python))
+    return spec
+
+
 def _anchor(href: str, entry: Dict[str, Any]) -> str:
     attrs = f'href="{html.escape(href)}#sha256={entry["sha256"]}"'
-    if entry.get("requires_python"):
-        attrs += f' data-requires-python="{html.escape(entry["requires_python"])}"'
+    needs = file_requires_python(entry["filename"], entry.get("requires_python"))
+    attrs += f' data-requires-python="{html.escape(needs)}"'
     return f"    <a {attrs}>{html.escape(entry['filename'])}</a><br/>"
 
 
@@ -618,20 +655,31 @@ def _rename_exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
+_MARK = ".mamba-kernels-index-temporary"  # in a folder this writer made and may remove
+
+
+def _mark(folder: Path) -> None:
+    (folder / _MARK).write_text("a temporary folder of `python -m mamba_kernels index`\n", encoding="utf-8")
+
+
 def _leftovers(out_dir: Path) -> List[Path]:
+    """The temporary folders earlier runs into ``out_dir`` left: beside it, named after it, a
+    real folder (not a file or a symlink) holding this writer's mark. Nothing else is touched."""
     parent = out_dir.parent
     if not parent.is_dir():
         return []
     pre = (f".{out_dir.name}.new-", f".{out_dir.name}.old-")
-    return sorted(p for p in parent.iterdir() if p.name.startswith(pre) and not p.is_symlink())
+    return sorted(p for p in parent.iterdir() if p.name.startswith(pre) and not p.is_symlink()
+                  and p.is_dir() and (p / _MARK).is_file() and not (p / _MARK).is_symlink())
 
 
 def _recover(out_dir: Path) -> None:
     """After an interrupted run: put a displaced old index back (a run killed between its two
-    renames), then remove the temporary folders of earlier runs. Runs into the same OUT_DIR
-    must not overlap."""
+    renames), then remove the temporary folders of earlier runs (only those this writer marked
+    as its own). Runs into the same OUT_DIR must not overlap."""
     for p in _leftovers(out_dir):
         if p.name.startswith(f".{out_dir.name}.old-") and not out_dir.exists() and _own_index(p):
+            (p / _MARK).unlink()
             os.rename(p, out_dir)
     for p in _leftovers(out_dir):
         shutil.rmtree(p)
@@ -640,14 +688,18 @@ def _recover(out_dir: Path) -> None:
 def _swap_into_place(new: Path, out_dir: Path) -> None:
     """Make the finished folder ``new`` be ``out_dir``: one rename when there was none, one
     atomic exchange where the OS has it, else two renames; then drop the old index."""
+    (new / _MARK).unlink()  # from here on it is the index itself
     if not out_dir.exists():
         os.rename(new, out_dir)
         return
+    _mark(out_dir)  # after the exchange it is the temporary folder `new`
     if _rename_exchange(new, out_dir):
         shutil.rmtree(new)  # now the old index
         return
+    (out_dir / _MARK).unlink()
     old = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.old-"))
     os.rmdir(old)
+    _mark(out_dir)  # it becomes the temporary folder `old`
     os.rename(out_dir, old)
     os.rename(new, out_dir)
     shutil.rmtree(old)
@@ -691,7 +743,8 @@ def _write_index(wheel_dir: Path, out_dir: Path, base_url: Optional[str], asset_
         raise _fail("WHEEL_DIR", wheel_dir, "must be a directory" + ("" if wheel_dir.exists() else
                                                                         " (it does not exist)"))
     template = _asset_url_template(asset_url, base_url)
-    _recover(out_dir)  # first, so that a --previous inside OUT_DIR is back in place
+    _check_out_dir(out_dir, wheel_dir)  # before anything beside it is touched
+    _recover(out_dir)  # then, so that a --previous inside OUT_DIR is back in place
     _check_out_dir(out_dir, wheel_dir)
     wheels = _find_wheels(wheel_dir)
     if not wheels and previous is None:
@@ -721,6 +774,7 @@ def _write_index(wheel_dir: Path, out_dir: Path, base_url: Optional[str], asset_
     mode = out_dir.stat().st_mode & 0o7777 if out_dir.is_dir() else 0o755
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.new-"))
     try:
+        _mark(tmp)
         os.chmod(tmp, mode)
         _write_site(tmp, entries, manifest)
         _swap_into_place(tmp, out_dir)

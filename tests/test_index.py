@@ -179,10 +179,11 @@ def test_index_files_manifest_and_hashes(tmp_path):
     assert (out / "wheels" / w1.name).read_bytes() == w1.read_bytes()
     page = (out / "cu130torch2.14" / "simple" / "mamba-kernels" / "index.html").read_text()
     anchors = re.findall(
-        r'<a href="([^"]+)#sha256=([0-9a-f]{64})" data-requires-python="&gt;=3.9">([^<]+)</a>', page
-    )
-    assert sorted(a[2] for a in anchors) == sorted([w1.name, w2.name])
-    for href, sha, fname in anchors:
+        r'<a href="([^"]+)#sha256=([0-9a-f]{64})" data-requires-python="==(3.1\d).\*">([^<]+)</a>', page
+    )  # cpXY wheels: what their tag says, not METADATA's wider >=3.9
+    assert sorted(a[3] for a in anchors) == sorted([w1.name, w2.name])
+    for href, sha, py, fname in anchors:
+        assert f"-cp{py.replace('.', '')}-" in fname
         assert href.startswith("../../../wheels/") and sha == by_name[fname]["sha256"]
     flat = (out / "cu130torch2.14" / "find-links.html").read_text()
     assert flat.count("#sha256=") == 2 and 'href="../wheels/' in flat
@@ -638,6 +639,7 @@ def test_a_killed_run_leaves_the_old_index_and_the_rerun_works(tmp_path):
     assert _tree(tmp_path / "site") == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".site.new-")]  # its leftover
     # Killed between the two renames of the fallback: the old index sits under a temporary name.
+    index._mark(tmp_path / "site")  # as _swap_into_place marks it before the first rename
     (tmp_path / "site").rename(tmp_path / ".site.old-killed")
     m = index.write_index(
         tmp_path / "b", tmp_path / "site", previous=str(tmp_path / "site" / "manifest.json")
