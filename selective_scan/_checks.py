@@ -28,6 +28,8 @@ def require_tensor(name: str, t: object, optional: bool = False) -> None:
 
 def require_bool(name: str, value: object) -> bool:
     """A flag must be a bool (numpy's bool too): a string such as "no" would otherwise be true."""
+    if value is True or value is False:
+        return value
     numpy_bool = type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")
     if isinstance(value, bool) or numpy_bool:
         return bool(value)
@@ -87,6 +89,76 @@ def _bc_groups(name: str, t: Tensor, batch: int, dstate: int, seqlen: int, is_co
     return groups
 
 
+_WIDE_A = (torch.float64, torch.complex128)
+
+
+def _quick_groups(u, delta, A, B, C, D, z, delta_bias, reference: bool) -> int:
+    """ngroups when every rule of ``check_selective_scan`` holds, else 0 (the full check then
+    names the rule that fails). Each attribute is read once and no message is built: this is
+    the per-call path, and it accepts nothing the full check rejects (a test compares the two
+    on random arguments)."""
+    T = torch.Tensor
+    if not (isinstance(u, T) and isinstance(delta, T) and isinstance(A, T) and isinstance(B, T)
+            and isinstance(C, T)):
+        return 0
+    shape = u.shape
+    if len(shape) != 3:
+        return 0
+    batch, dim, L = shape
+    dt = u.dtype
+    if L < 1 or dt not in INPUT_DTYPES or delta.dtype != dt or delta.shape != shape:
+        return 0
+    dev = u.device
+    if delta.device != dev or A.device != dev or B.device != dev or C.device != dev:
+        return 0
+    ashape = A.shape
+    if len(ashape) != 2 or ashape[0] != dim:
+        return 0
+    n = ashape[1]
+    adt = A.dtype
+    if not 1 <= n <= MAX_DSTATE:
+        return 0
+    narrow = adt == torch.float32 or adt == torch.complex64
+    if not narrow and not ((dt == torch.float64 or reference) and adt in _WIDE_A):
+        return 0
+    want = 2 * L if adt.is_complex else L
+    groups = 0
+    for t in (B, C):
+        bs = t.shape
+        nd = len(bs)
+        if nd == 2:
+            if bs[0] != dim or bs[1] != n or t.dtype != adt:
+                return 0
+            continue
+        if nd == 4:
+            g = bs[1]
+            if g < 1 or bs[0] != batch or bs[2] != n or bs[3] != want:
+                return 0
+        elif nd == 3:
+            g = 1
+            if bs[0] != batch or bs[1] != n or bs[2] != want:
+                return 0
+        else:
+            return 0
+        if t.dtype != dt or (groups and g != groups):
+            return 0
+        groups = g
+    groups = groups or 1
+    if dim % groups:
+        return 0
+    wide = dt == torch.float64
+    for t in (D, delta_bias):
+        if t is not None:
+            if not isinstance(t, T) or t.device != dev or t.shape != (dim,):
+                return 0
+            pdt = t.dtype
+            if pdt != torch.float32 and not (wide and pdt == torch.float64):
+                return 0
+    if z is not None and (not isinstance(z, T) or z.device != dev or z.dtype != dt or z.shape != shape):
+        return 0
+    return groups
+
+
 def check_selective_scan(
     u: Tensor,
     delta: Tensor,
@@ -99,6 +171,23 @@ def check_selective_scan(
     reference: bool = False,
 ) -> int:
     """Validate selective_scan_fn / selective_scan_ref arguments; return ngroups."""
+    return _quick_groups(u, delta, A, B, C, D, z, delta_bias, reference) or check_selective_scan_full(
+        u, delta, A, B, C, D, z, delta_bias, reference
+    )
+
+
+def check_selective_scan_full(
+    u: Tensor,
+    delta: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Optional[Tensor],
+    z: Optional[Tensor],
+    delta_bias: Optional[Tensor],
+    reference: bool = False,
+) -> int:
+    """Every rule, in order, each failure raising with its message; return ngroups."""
     for name, t in (("u", u), ("delta", delta), ("A", A), ("B", B), ("C", C)):
         require_tensor(name, t)
     require_tensor("z", z, optional=True)
