@@ -1,19 +1,32 @@
 // selective_state_update: one decode step of the scan (math in state_update.h).
 //
-// Template instantiations: 3, one per state dtype (fp32, fp16, bf16). The state is the only
-// data the kernel streams (read once, written once), so only its accesses are typed at compile
-// time; every other operand is a handful of values per row, read with a run-time dtype switch
-// that is uniform across the warp. Optional operands, softplus and slot indices are run-time
-// branches too.
+// The step streams the state (read once, written once) and touches a few values per row of
+// everything else, so its speed is the state's bandwidth. The kernel is built for that:
 //
-// Work split: a row is one (batch, head, channel); a group of `lanes` consecutive threads of a
-// warp (a power of two, 1..32) owns it. A lane holds up to kStatesPerThread states of the row in
-// registers, as chunks of 16 bytes: chunk c of lane l covers states (c * lanes + l) * kVec ...,
-// so the lanes of a row read consecutive 16-byte pieces and a warp's accesses coalesce. All
-// loads of a thread are issued before its first store (nothing in between can alias), so a
-// thread waits for memory about once; the row's output is a butterfly sum over its lanes.
+// - Typed at compile time. state_update_kernel<S, T>: S the state's dtype, T the dtype of x,
+//   dt, z, B, C (and out), A in fp32; D and dt_bias each fp32 or T (a warp-uniform choice
+//   between two typed loads). That is the layout models keep (activations in one dtype,
+//   weights in fp32): 9 kernels. Every other mix runs state_update_kernel<S, AnyDtype>, which
+//   reads each operand through a run-time dtype switch: 3 more. 12 kernels in all.
+// - Whole rows, coalesced. A row is one (batch, head, channel); `lanes` consecutive threads of
+//   a warp (a power of two, 1..32) own it, each one 16-byte chunk of its states (4 fp32 or 8
+//   16-bit states). Lane l holds chunk l, so a row's lanes read one contiguous run and, with the
+//   state contiguous, a warp reads 32 x 16 = 512 contiguous bytes per access (dstate 16 fp32:
+//   4 lanes per row, 8 rows per warp).
+// - Two chunks per thread when it pays: "pair" gives a thread the same channel in two batch
+//   rows (b, b + 1; A, D and dt_bias loaded once for both), chosen when the launch still fills
+//   the GPU, so each thread has 32 bytes of state in flight; "wide" gives it two chunks of one
+//   row (lane l and l + 32), needed only for fp32 rows of more than 32 chunks (dstate > 128).
+// - Every load before the first use: the slot index, then x, dt, z, D, dt_bias, A, B, C and
+//   the state of both chunks are issued, then the arithmetic runs, then the stores. Each lane
+//   reads its own B and C values from global memory (cached; the block's rows share them), so
+//   there is no shared memory and no barrier; a row's output is a butterfly sum over its lanes.
+// - Anything the fast path needs but the operands do not offer (unit stride, 16-byte
+//   alignment, a full chunk) falls back to element accesses with the operand's strides, per
+//   operand, at run time.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "device_utils.cuh"
 #include "state_update.h"
@@ -22,220 +35,487 @@ namespace mamba_kernels {
 namespace selective_scan {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kStatesPerThread = 16;  // register budget: 16 fp32 (64 B) or 16 half (32 B) in flight
-// Below this many threads the GPU idles on latency; give rows more lanes (fewer states each).
-constexpr int64_t kMinThreads = 32768;
+constexpr int kThreads = 128;  // most threads per block; fewer when the channel axis is short
+// "pair" (two batch rows per thread) once the launch keeps at least this many threads: about
+// two waves of an H100/H200 at this kernel's occupancy. Below it, more threads (one row each)
+// spread the work more evenly than more bytes per thread would.
+constexpr int64_t kPairMinThreads = int64_t(1) << 18;
+constexpr int kMaxLanes = 32;
 
-// Host-chosen launch shape, passed by value with the params.
-struct Shape {
-  int lanes_log2 = 0;                          // threads per row = 1 << lanes_log2
-  bool state_vec = false;                      // 16-byte state accesses are aligned
-  bool A_vec = false, B_vec = false, C_vec = false;  // vector reads of that operand's chunks
+struct AnyDtype {};  // the operand's dtype is read at run time (the generic kernel)
+
+enum Mode : int { kOne = 0, kPair = 1, kWide = 2 };
+
+// n / d for 0 <= n and a fixed 0 < d. When both are below 2^31 (the launcher checks d; the
+// kernel checks n), a multiply-high and a shift: q = (umulhi(n, m) + n) >> l with
+// l = ceil(log2 d), m = floor(2^32 (2^l - d) / d) + 1, exact for every such n and d. Else a
+// 64-bit division (a long subroutine, for sizes no GPU holds today).
+struct Divider {
+  int64_t d = 1;
+  uint32_t m = 1, l = 0;
+  bool fits = true;  // d < 2^31
+
+  Divider() = default;
+  explicit Divider(int64_t div) : d(div), m(0), l(0), fits(div < (int64_t(1) << 31)) {
+    if (!fits) return;
+    while ((int64_t(1) << l) < div) ++l;
+    m = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << l) - uint64_t(div))) / uint64_t(div) + 1);
+  }
+  __device__ __forceinline__ int64_t div(int64_t n) const {
+    if (fits && (n >> 31) == 0) {
+      const uint32_t u = uint32_t(n);
+      return int64_t((__umulhi(u, m) + u) >> l);
+    }
+    return n / d;
+  }
 };
 
-__device__ __forceinline__ float load_scalar(const void* p, DType t, int64_t i) {
-  switch (t) {
-    case DType::kFloat16: return __half2float(static_cast<const __half*>(p)[i]);
-    case DType::kBFloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
+// Host-chosen launch shape, passed by value with the params; uniform over the launch.
+struct Shape {
+  int lanes_log2 = 0;  // threads per row = 1 << lanes_log2
+  int mode = kOne;
+  int64_t dblocks = 1;       // blocks along the channel axis
+  int64_t block_offset = 0;  // of this launch's first block (launches of at most 2^31 - 1)
+  Divider by_dblocks, by_nheads, by_group;  // dblocks, nheads, heads_per_group
+  bool state_vec = false;                           // 16-byte state accesses are aligned
+  bool A_vec = false, B_vec = false, C_vec = false;  // whole-chunk reads of that operand
+  bool A_bcast = false;  // A has stride 0 along the states (one value per channel)
+};
+
+// --------------------------------------------------------------------- element conversion
+
+template <typename T>
+struct Bits;  // T's bits in the low part of a 32-bit word, and back
+template <>
+struct Bits<float> {
+  static __device__ __forceinline__ float to_f(uint32_t u) { return __uint_as_float(u); }
+  static __device__ __forceinline__ uint32_t of(float v) { return __float_as_uint(v); }
+};
+template <>
+struct Bits<__half> {
+  static __device__ __forceinline__ float to_f(uint32_t u) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(u & 0xffffu)));
+  }
+  static __device__ __forceinline__ uint32_t of(float v) { return __half_as_ushort(__float2half_rn(v)); }
+};
+template <>
+struct Bits<__nv_bfloat16> {
+  static __device__ __forceinline__ float to_f(uint32_t u) { return __uint_as_float(u << 16); }
+  static __device__ __forceinline__ uint32_t of(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+};
+
+template <typename T>
+__device__ __forceinline__ uint32_t raw_at(const T* p, int64_t i) {
+  if constexpr (sizeof(T) == 4) {
+    return reinterpret_cast<const uint32_t*>(p)[i];
+  } else {
+    return reinterpret_cast<const unsigned short*>(p)[i];
   }
 }
 
-__device__ __forceinline__ void store_scalar(void* p, DType t, int64_t i, float v) {
-  switch (t) {
-    case DType::kFloat16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
-    case DType::kBFloat16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
-    default: static_cast<float*>(p)[i] = v; break;
+// ------------------------------------------------------------------------------- chunks
+
+// V consecutive elements of T along the state axis, kept as raw 32-bit words (16-bit values
+// two to a word) and converted at use: half the registers of fp32 copies for 16-bit data, and
+// stores built from integer words stay single vector stores.
+template <typename T, int V>
+struct Chunk {
+  static constexpr int kPerWord = 4 / int(sizeof(T));
+  static constexpr int kWords = V / kPerWord;
+  static_assert(kWords == 2 || kWords % 4 == 0, "a chunk is 8 bytes or whole 16-byte words");
+  uint32_t u[kWords];
+
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) u[w] = 0;
+  }
+  __device__ __forceinline__ float get(int i) const {
+    if constexpr (kPerWord == 1) {
+      return Bits<T>::to_f(u[i]);
+    } else if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+      const uint32_t w = u[i / 2];
+      return __uint_as_float((i & 1) ? (w & 0xffff0000u) : (w << 16));
+    } else {
+      return Bits<T>::to_f((i & 1) ? u[i / 2] >> 16 : u[i / 2]);
+    }
+  }
+  __device__ __forceinline__ void set(int i, float v) {
+    if constexpr (kPerWord == 1) {
+      u[i] = Bits<T>::of(v);
+    } else if (i & 1) {
+      u[i / 2] = (u[i / 2] & 0xffffu) | (Bits<T>::of(v) << 16);
+    } else {
+      u[i / 2] = (u[i / 2] & 0xffff0000u) | Bits<T>::of(v);
+    }
+  }
+  // Whole chunk from / to p (aligned to min(16, V * sizeof(T)) bytes): 8- or 16-byte accesses.
+  __device__ __forceinline__ void load_vec(const T* p) {
+    if constexpr (kWords == 2) {
+      const uint2 w = *reinterpret_cast<const uint2*>(p);
+      u[0] = w.x, u[1] = w.y;
+    } else {
+#pragma unroll
+      for (int q = 0; q < kWords / 4; ++q) {
+        const uint4 w = reinterpret_cast<const uint4*>(p)[q];
+        u[4 * q] = w.x, u[4 * q + 1] = w.y, u[4 * q + 2] = w.z, u[4 * q + 3] = w.w;
+      }
+    }
+  }
+  __device__ __forceinline__ void store_vec(T* p) const {
+    if constexpr (kWords == 2) {
+      *reinterpret_cast<uint2*>(p) = make_uint2(u[0], u[1]);
+    } else {
+#pragma unroll
+      for (int q = 0; q < kWords / 4; ++q) {
+        reinterpret_cast<uint4*>(p)[q] = make_uint4(u[4 * q], u[4 * q + 1], u[4 * q + 2], u[4 * q + 3]);
+      }
+    }
+  }
+  // Elements i < valid from p at `stride` elements apart; the rest 0. (A chunk past the row is
+  // all zeros: it then adds nothing to the row's sum.)
+  __device__ __forceinline__ void load_elems(const T* p, int64_t stride, int valid) {
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+      uint32_t word = 0;
+#pragma unroll
+      for (int k = 0; k < kPerWord; ++k) {
+        const int i = w * kPerWord + k;
+        if (i < valid) word |= raw_at(p, i * stride) << (16 * k);
+      }
+      u[w] = word;
+    }
+  }
+  __device__ __forceinline__ void store_elems(T* p, int64_t stride, int valid) const {
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      if (i < valid) {
+        const uint32_t w = u[i / kPerWord];
+        if constexpr (kPerWord == 1) {
+          reinterpret_cast<uint32_t*>(p)[i * stride] = w;
+        } else {
+          reinterpret_cast<unsigned short*>(p)[i * stride] = static_cast<unsigned short>((i & 1) ? w >> 16 : w);
+        }
+      }
+    }
+  }
+};
+
+// The generic kernel's chunks of run-time dtype: plain fp32 values.
+template <int V>
+struct Chunk<AnyDtype, V> {
+  float v[V];
+  __device__ __forceinline__ float get(int i) const { return v[i]; }
+};
+
+// Chunk of operand o at element offset off (its axis-2 stride is o.s2). vec: read it whole.
+template <typename T, int V>
+__device__ __forceinline__ void load_chunk(Chunk<T, V>& c, const StepOperand& o, int64_t off, int valid,
+                                           bool vec) {
+  const T* p = static_cast<const T*>(o.ptr) + off;
+  if (vec && valid == V) {
+    c.load_vec(p);
+  } else {
+    c.load_elems(p, o.s2, valid);
   }
 }
 
-// v[i] = p[i * stride] for i < valid, else 0. With vec (unit stride, aligned, a full chunk) the
-// run is read as 16-byte words (or one narrower word when the run is shorter).
-template <typename T, int N>
-__device__ __forceinline__ void load_run(float (&v)[N], const T* p, int64_t stride, int valid, bool vec) {
-  constexpr int kPer = N * int(sizeof(T)) < 16 ? N : 16 / int(sizeof(T));
-  if (vec && valid == N) {
+template <typename T, int V>
+__device__ __forceinline__ void load_any_as(Chunk<AnyDtype, V>& c, const StepOperand& o, int64_t off, int valid,
+                                            bool vec) {
+  Chunk<T, V> t;
+  load_chunk(t, o, off, valid, vec);
 #pragma unroll
-    for (int w = 0; w < N / kPer; ++w) {
-      Pack<T, kPer> pk;
-      load_pack(pk, p + w * kPer);
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) v[w * kPer + i] = to_float(pk.e[i]);
+  for (int i = 0; i < V; ++i) c.v[i] = t.get(i);
+}
+
+template <int V>
+__device__ __forceinline__ void load_chunk(Chunk<AnyDtype, V>& c, const StepOperand& o, int64_t off, int valid,
+                                           bool vec) {
+  switch (o.dtype) {
+    case DType::kFloat16: load_any_as<__half>(c, o, off, valid, vec); break;
+    case DType::kBFloat16: load_any_as<__nv_bfloat16>(c, o, off, valid, vec); break;
+    default: load_any_as<float>(c, o, off, valid, vec); break;
+  }
+}
+
+// ----------------------------------------------------------------------- scalar operands
+
+template <typename T>
+__device__ __forceinline__ float load_typed(const void* p, int64_t i) {
+  return Bits<T>::to_f(raw_at(static_cast<const T*>(p), i));
+}
+
+__device__ __forceinline__ float load_any(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::kFloat16: return load_typed<__half>(p, i);
+    case DType::kBFloat16: return load_typed<__nv_bfloat16>(p, i);
+    default: return load_typed<float>(p, i);
+  }
+}
+
+// An activation (x, dt, z): of dtype T in the typed kernels.
+template <typename T>
+__device__ __forceinline__ float load_act(const StepOperand& o, int64_t i) {
+  if constexpr (std::is_same<T, AnyDtype>::value) {
+    return load_any(o.ptr, o.dtype, i);
+  } else {
+    return load_typed<T>(o.ptr, i);
+  }
+}
+
+// A per-channel weight (D, dt_bias): fp32 or T in the typed kernels.
+template <typename T>
+__device__ __forceinline__ float load_weight(const StepOperand& o, int64_t i) {
+  if constexpr (std::is_same<T, AnyDtype>::value) {
+    return load_any(o.ptr, o.dtype, i);
+  } else if constexpr (std::is_same<T, float>::value) {
+    return load_typed<float>(o.ptr, i);
+  } else {
+    return o.dtype == DType::kFloat32 ? load_typed<float>(o.ptr, i) : load_typed<T>(o.ptr, i);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void store_out(void* p, DType t, int64_t i, float v) {
+  if constexpr (std::is_same<T, AnyDtype>::value) {
+    switch (t) {
+      case DType::kFloat16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
+      case DType::kBFloat16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
+      default: static_cast<float*>(p)[i] = v; break;
     }
   } else {
-#pragma unroll
-    for (int i = 0; i < N; ++i) v[i] = i < valid ? to_float(p[i * stride]) : 0.0f;
+    static_cast<T*>(p)[i] = from_float<T>(v);
   }
 }
 
-// How many of the chunk's kVec states at n0.. exist (0..kVec).
-__device__ __forceinline__ int chunk_valid(int64_t dstate, int n0, int vec) {
+// How many of the chunk's V states at n0.. exist (0..V).
+__device__ __forceinline__ int chunk_valid(int64_t dstate, int64_t n0, int vec) {
   const int64_t left = dstate - n0;
   return left <= 0 ? 0 : (left >= vec ? vec : int(left));
 }
 
-// v[c] = the chunk of this lane at n0 = (c * lanes + lane) * kN, read from o at element offset
-// off along axis 2. The dtype switch sits outside the chunk loop so that every load is issued
-// before the first use.
-template <typename T, int kC, int kN>
-__device__ __forceinline__ void load_chunks(float (&v)[kC][kN], const T* p, int64_t stride, int lanes, int lane,
-                                            int64_t dstate, bool vec) {
+// The slot row b reads and writes: b itself, or state_batch_indices[b].
+__device__ __forceinline__ int64_t slot_of(const StateUpdateParams& p, int64_t b) {
+  if (p.slot_idx == nullptr) return b;
+  return p.slot_idx_64 ? static_cast<const int64_t*>(p.slot_idx)[b * p.slot_idx_s]
+                       : int64_t(static_cast<const int32_t*>(p.slot_idx)[b * p.slot_idx_s]);
+}
+
+__device__ __forceinline__ float softplus(float v) { return v <= 20.0f ? log1pf(expf(v)) : v; }
+
+// Butterfly sum over the row's lanes (all 32 lanes of the warp call it; `lanes` is uniform).
+__device__ __forceinline__ float row_sum(float v, int lanes) {
 #pragma unroll
-  for (int c = 0; c < kC; ++c) {
-    const int n0 = (c * lanes + lane) * kN;
-    load_run(v[c], p + n0 * stride, stride, chunk_valid(dstate, n0, kN), vec);
+  for (int off = 1; off < kMaxLanes; off <<= 1) {
+    if (off < lanes) v += __shfl_xor_sync(kFullMask, v, off);
+  }
+  return v;
+}
+
+// ------------------------------------------------------------------------------- kernel
+
+// The operand accesses of the two kinds of kernel. Typed (kFast): the launcher has checked
+// that every chunk is whole and every chunked operand vector-readable (A may instead be one
+// value per channel, stride 0 along the states: Mamba-2's expanded A), so a chunk is one or
+// two vector accesses or nothing. Generic: element accesses with the operand's strides wherever
+// the vector test fails, dtypes read at run time.
+template <bool kFast, typename T, int V>
+__device__ __forceinline__ void load_op(Chunk<T, V>& c, const StepOperand& o, int64_t off, int valid, bool vec) {
+  if constexpr (kFast) {
+    if (valid > 0) {
+      c.load_vec(static_cast<const T*>(o.ptr) + off);
+    } else {
+      c.zero();
+    }
+  } else {
+    load_chunk(c, o, off, valid, vec);
   }
 }
 
-template <int kC, int kN>
-__device__ __forceinline__ void load_chunks(float (&v)[kC][kN], const StepOperand& o, int64_t off, int lanes,
-                                            int lane, int64_t dstate, bool vec) {
-  switch (o.dtype) {
-    case DType::kFloat16:
-      load_chunks(v, static_cast<const __half*>(o.ptr) + off, o.s2, lanes, lane, dstate, vec);
-      break;
-    case DType::kBFloat16:
-      load_chunks(v, static_cast<const __nv_bfloat16*>(o.ptr) + off, o.s2, lanes, lane, dstate, vec);
-      break;
-    default: load_chunks(v, static_cast<const float*>(o.ptr) + off, o.s2, lanes, lane, dstate, vec); break;
+template <bool kFast, typename T, int V>
+__device__ __forceinline__ void load_A(Chunk<T, V>& c, const StepOperand& o, int64_t off, int valid, bool vec,
+                                       bool bcast) {
+  if constexpr (kFast) {
+    if (valid > 0) {
+      if (bcast) {
+        const uint32_t w = raw_at(static_cast<const T*>(o.ptr), off);
+#pragma unroll
+        for (int i = 0; i < Chunk<T, V>::kWords; ++i) c.u[i] = w;
+      } else {
+        c.load_vec(static_cast<const T*>(o.ptr) + off);
+      }
+    } else {
+      c.zero();
+    }
+  } else {
+    load_chunk(c, o, off, valid, vec);
   }
 }
 
-// At most 80 registers (6 blocks of 128 per SM): without the bound the fp32 kernel takes 96
-// and fewer rows are in flight; at 64 it spills.
-template <typename S>
-__global__ void __launch_bounds__(kThreads, 6) state_update_kernel(const StateUpdateParams p, const Shape sh) {
-  constexpr int kVec = 16 / int(sizeof(S));  // states per 16-byte chunk
-  constexpr int kChunks = kStatesPerThread / kVec;
-  constexpr int kStage = int(kStateUpdateMaxDstate / kThreads);  // B, C values staged per thread
-  static_assert(kStage * kThreads == kStateUpdateMaxDstate, "B/C staging covers dstate");
-  // B and C of the block's (batch, group), shared by all its rows: read from global memory once
-  // per block, in fp32, whatever their dtype.
-  __shared__ __align__(16) float B_s[kStateUpdateMaxDstate];
-  __shared__ __align__(16) float C_s[kStateUpdateMaxDstate];
+template <bool kFast, typename S, int V>
+__device__ __forceinline__ void load_state(Chunk<S, V>& c, const S* p, int64_t stride, int valid, bool vec) {
+  if (kFast || (vec && valid == V)) {
+    if (valid > 0) {
+      c.load_vec(p);
+    } else {
+      c.zero();
+    }
+  } else {
+    c.load_elems(p, stride, valid);
+  }
+}
+
+template <bool kFast, typename S, int V>
+__device__ __forceinline__ void store_state(const Chunk<S, V>& c, S* p, int64_t stride, int valid, bool vec) {
+  if (kFast || (vec && valid == V)) {
+    if (valid > 0) c.store_vec(p);
+  } else {
+    c.store_elems(p, stride, valid);
+  }
+}
+
+// Blocks of kThreads per SM the register budget allows: 8 (64 registers, which the typed
+// kernels need without spilling), 6 (80) for the generic kernel and for fp32 activations with a
+// 16-bit state (8 fp32 values per B/C chunk).
+template <typename S, typename T>
+constexpr int min_blocks() {
+  return std::is_same<T, AnyDtype>::value || sizeof(T) > sizeof(S) ? 6 : 8;
+}
+
+// S: the state's dtype. T: x, dt, z, B, C's (A fp32; D, dt_bias fp32 or T), or AnyDtype.
+template <typename S, typename T>
+__global__ void __launch_bounds__(kThreads, min_blocks<S, T>())
+    state_update_kernel(const StateUpdateParams p, const Shape sh) {
+  constexpr int V = 16 / int(sizeof(S));  // states per chunk: one 16-byte state access
+  constexpr bool kFast = !std::is_same<T, AnyDtype>::value;
+  using TA = typename std::conditional<kFast, float, AnyDtype>::type;  // A's type
+  // "wide" is only ever chosen for fp32 states (16-bit rows have at most 32 chunks), so the
+  // 16-bit kernels keep no second A chunk.
+  constexpr bool kCanWide = V == 4;
+
+  // Block blk (d fastest, then head, then batch row or pair of rows) owns rows_per_block
+  // channels of one (batch, head): adjacent blocks touch adjacent state.
+  const int64_t blk = sh.block_offset + blockIdx.x;
+  const int64_t rest = sh.by_dblocks.div(blk);
+  const int64_t dblk = blk - rest * sh.dblocks;
+  const int64_t bidx = sh.by_nheads.div(rest);
+  const int64_t h = rest - bidx * p.nheads;
   const int lanes = 1 << sh.lanes_log2;
   const int lane = int(threadIdx.x) & (lanes - 1);
-  const int64_t d = int64_t(blockIdx.x) * (kThreads >> sh.lanes_log2) + (int(threadIdx.x) >> sh.lanes_log2);
+  const int64_t d = dblk * (int(blockDim.x) >> sh.lanes_log2) + (int(threadIdx.x) >> sh.lanes_log2);
   const bool row_ok = d < p.dim;
-  const int64_t rows_bh = p.batch * p.nheads;
-  // Block-uniform loop (one pass unless batch * nheads > 65535): every thread reaches the
-  // barriers and every lane the shuffles.
-  for (int64_t bh = blockIdx.y; bh < rows_bh; bh += gridDim.y) {
-    const int64_t b = bh / p.nheads;
-    const int64_t h = bh - b * p.nheads;
-    const int64_t g = h / p.heads_per_group;
-    int64_t slot = b;
-    if (p.slot_idx != nullptr) {
-      slot = p.slot_idx_64 ? static_cast<const int64_t*>(p.slot_idx)[b * p.slot_idx_s]
-                           : int64_t(static_cast<const int32_t*>(p.slot_idx)[b * p.slot_idx_s]);
-    }
-    const bool live = row_ok && slot >= 0 && slot < p.nslots;
-    S* st = static_cast<S*>(p.state) + (live ? slot * p.state_s0 + h * p.state_s1 + d * p.state_s2 : 0);
+  const bool pair = sh.mode == kPair;
+  const bool wide = kCanWide && sh.mode == kWide;
+  // this lane's chunk(s) of the row: k0 = lane, k1 = lane + 32 (wide) or lane (pair)
+  const int64_t n0 = int64_t(lane) * V;
+  const int64_t n1 = wide ? n0 + int64_t(kMaxLanes) * V : n0;
+  const int valid0 = row_ok ? chunk_valid(p.dstate, n0, V) : 0;
+  const int64_t grp = sh.by_group.div(h);
+  const int64_t b0 = pair ? 2 * bidx : bidx;
+  const int64_t b1 = pair ? b0 + 1 : b0;
+  const bool has1 = pair ? b1 < p.batch : wide;  // the second chunk exists (uniform in the block)
+  const int valid1 = has1 && row_ok ? chunk_valid(p.dstate, n1, V) : 0;
+  // ---- loads: the slot index first (the state's address needs it), then everything else
+  const int64_t slot0 = slot_of(p, b0);
+  const int64_t slot1 = pair && has1 ? slot_of(p, b1) : slot0;
+  const bool live0 = row_ok && slot0 >= 0 && slot0 < p.nslots;
+  const bool live1 = has1 && row_ok && slot1 >= 0 && slot1 < p.nslots;
 
-    // Loads only, in the order their latency matters: the state (DRAM), then the rest.
-    Pack<S, kVec> sv[kChunks];
-    float a[kChunks][kVec];
-    float xv = 0.0f, dtv = 0.0f, zv = 0.0f, Dv = 0.0f;
-    if (live) {
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        const int n0 = (c * lanes + lane) * kVec;
-        const int valid = chunk_valid(p.dstate, n0, kVec);
-        if (sh.state_vec && valid == kVec) {
-          load_pack(sv[c], st + n0);
-        } else {
-#pragma unroll
-          for (int i = 0; i < kVec; ++i) {
-            sv[c].e[i] = i < valid ? st[(n0 + i) * p.state_s3] : from_float<S>(0.0f);
-          }
-        }
-      }
-      load_chunks(a, p.A, h * p.A.s0 + d * p.A.s1, lanes, lane, p.dstate, sh.A_vec);
-      xv = load_scalar(p.x.ptr, p.x.dtype, b * p.x.s0 + h * p.x.s1 + d * p.x.s2);
-      dtv = load_scalar(p.dt.ptr, p.dt.dtype, b * p.dt.s0 + h * p.dt.s1 + d * p.dt.s2);
-      if (p.dt_bias.ptr != nullptr) {
-        dtv += load_scalar(p.dt_bias.ptr, p.dt_bias.dtype, h * p.dt_bias.s0 + d * p.dt_bias.s1);
-      }
-      if (p.z.ptr != nullptr) zv = load_scalar(p.z.ptr, p.z.dtype, b * p.z.s0 + h * p.z.s1 + d * p.z.s2);
-      if (p.D.ptr != nullptr) Dv = load_scalar(p.D.ptr, p.D.dtype, h * p.D.s0 + d * p.D.s1);
+  float x0 = 0.0f, dt0 = 0.0f, z0 = 0.0f, x1 = 0.0f, dt1 = 0.0f, z1 = 0.0f, Dv = 0.0f, bias = 0.0f;
+  if (row_ok) {
+    const int64_t ox = h * p.x.s1 + d * p.x.s2, odt = h * p.dt.s1 + d * p.dt.s2;
+    x0 = load_act<T>(p.x, b0 * p.x.s0 + ox);
+    dt0 = load_act<T>(p.dt, b0 * p.dt.s0 + odt);
+    if (pair && has1) {
+      x1 = load_act<T>(p.x, b1 * p.x.s0 + ox);
+      dt1 = load_act<T>(p.dt, b1 * p.dt.s0 + odt);
     }
-    float bst[kStage], cst[kStage];
-#pragma unroll
-    for (int k = 0; k < kStage; ++k) {
-      const int n = int(threadIdx.x) + k * kThreads;
-      bst[k] = n < p.dstate ? load_scalar(p.B.ptr, p.B.dtype, b * p.B.s0 + g * p.B.s1 + n * p.B.s2) : 0.0f;
-      cst[k] = n < p.dstate ? load_scalar(p.C.ptr, p.C.dtype, b * p.C.s0 + g * p.C.s1 + n * p.C.s2) : 0.0f;
+    if (p.z.ptr != nullptr) {
+      const int64_t oz = h * p.z.s1 + d * p.z.s2;
+      z0 = load_act<T>(p.z, b0 * p.z.s0 + oz);
+      if (pair && has1) z1 = load_act<T>(p.z, b1 * p.z.s0 + oz);
     }
-#pragma unroll
-    for (int k = 0; k < kStage; ++k) {
-      B_s[threadIdx.x + k * kThreads] = bst[k];
-      C_s[threadIdx.x + k * kThreads] = cst[k];
-    }
-    __syncthreads();
-
-    float acc = 0.0f;
-    if (live) {
-      if (p.dt_softplus) dtv = dtv <= 20.0f ? log1pf(expf(dtv)) : dtv;
-      const float dtx = dtv * xv;
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        const int n0 = (c * lanes + lane) * kVec;
-        const int valid = chunk_valid(p.dstate, n0, kVec);
-        if (valid == 0) continue;
-        float bv[kVec], cv[kVec];
-#pragma unroll
-        for (int w = 0; w < kVec; w += 4) {  // n0 is a multiple of 4: aligned 16-byte reads
-          const float4 b4 = *reinterpret_cast<const float4*>(B_s + n0 + w);
-          const float4 c4 = *reinterpret_cast<const float4*>(C_s + n0 + w);
-          bv[w] = b4.x, bv[w + 1] = b4.y, bv[w + 2] = b4.z, bv[w + 3] = b4.w;
-          cv[w] = c4.x, cv[w + 1] = c4.y, cv[w + 2] = c4.z, cv[w + 3] = c4.w;
-        }
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) {
-          if (i < valid) {
-            const float s = __expf(a[c][i] * dtv) * to_float(sv[c].e[i]) + bv[i] * dtx;
-            acc += cv[i] * s;
-            sv[c].e[i] = from_float<S>(s);
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {  // butterfly over the row's lanes (uniform bound)
-      if (off < lanes) acc += __shfl_xor_sync(kFullMask, acc, off);
-    }
-    if (row_ok && lane == 0) {
-      float o;
-      if (live) {
-        o = p.D.ptr != nullptr ? acc + Dv * xv : acc;
-        if (p.z.ptr != nullptr) o *= silu(zv);
-      } else {
-        o = slot < 0 ? 0.0f : __int_as_float(0x7fc00000);  // padding: 0; index past the cache: NaN
-      }
-      store_scalar(p.out, p.x.dtype, b * p.out_s0 + h * p.out_s1 + d * p.out_s2, o);
-    }
-    if (live) {
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        const int n0 = (c * lanes + lane) * kVec;
-        const int valid = chunk_valid(p.dstate, n0, kVec);
-        if (sh.state_vec && valid == kVec) {
-          *reinterpret_cast<uint4*>(st + n0) = sv[c].raw;
-        } else {
-#pragma unroll
-          for (int i = 0; i < kVec; ++i) {
-            if (i < valid) st[(n0 + i) * p.state_s3] = sv[c].e[i];
-          }
-        }
-      }
-    }
-    __syncthreads();  // B_s / C_s are read before the next pass overwrites them
+    if (p.D.ptr != nullptr) Dv = load_weight<T>(p.D, h * p.D.s0 + d * p.D.s1);
+    if (p.dt_bias.ptr != nullptr) bias = load_weight<T>(p.dt_bias, h * p.dt_bias.s0 + d * p.dt_bias.s1);
   }
+
+  const int64_t oA = h * p.A.s0 + d * p.A.s1;
+  Chunk<TA, V> a0, a1;
+  load_A<kFast>(a0, p.A, oA + n0 * p.A.s2, valid0, sh.A_vec, sh.A_bcast);
+  if (wide) load_A<kFast>(a1, p.A, oA + n1 * p.A.s2, valid1, sh.A_vec, sh.A_bcast);
+
+  // B and C: this lane's own values, for batch row b0 and for the second chunk's row
+  Chunk<T, V> B0, C0, B1, C1;
+  load_op<kFast>(B0, p.B, b0 * p.B.s0 + grp * p.B.s1 + n0 * p.B.s2, valid0, sh.B_vec);
+  load_op<kFast>(C0, p.C, b0 * p.C.s0 + grp * p.C.s1 + n0 * p.C.s2, valid0, sh.C_vec);
+  load_op<kFast>(B1, p.B, b1 * p.B.s0 + grp * p.B.s1 + n1 * p.B.s2, valid1, sh.B_vec);
+  load_op<kFast>(C1, p.C, b1 * p.C.s0 + grp * p.C.s1 + n1 * p.C.s2, valid1, sh.C_vec);
+
+  S* const st_base = static_cast<S*>(p.state) + h * p.state_s1 + d * p.state_s2;
+  S* const st0 = st_base + (live0 ? slot0 * p.state_s0 + n0 * p.state_s3 : 0);
+  S* const st1 = st_base + (live1 ? slot1 * p.state_s0 + n1 * p.state_s3 : 0);
+  const int sv0 = live0 ? valid0 : 0, sv1 = live1 ? valid1 : 0;  // states to read and write
+  Chunk<S, V> s0, s1;
+  load_state<kFast>(s0, st0, p.state_s3, sv0, sh.state_vec);
+  load_state<kFast>(s1, st1, p.state_s3, sv1, sh.state_vec);
+
+  // ---- arithmetic
+  float dtv0 = dt0 + bias;
+  float dtv1 = (pair ? dt1 : dt0) + bias;
+  if (p.dt_softplus) {
+    dtv0 = softplus(dtv0);
+    dtv1 = pair ? softplus(dtv1) : dtv0;
+  }
+  const float dtx0 = dtv0 * x0;
+  const float dtx1 = dtv1 * (pair ? x1 : x0);
+  // Unguarded: a chunk or element that is not there was read as zeros (state, A, B and C),
+  // so it adds exactly 0 to the row and is not stored.
+  float acc0 = 0.0f, acc1 = 0.0f;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const float s = __expf(a0.get(i) * dtv0) * s0.get(i) + B0.get(i) * dtx0;
+    acc0 += C0.get(i) * s;
+    s0.set(i, s);
+  }
+  if (has1) {  // uniform over the block
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const float ai = wide ? a1.get(i) : a0.get(i);
+      const float s = __expf(ai * dtv1) * s1.get(i) + B1.get(i) * dtx1;
+      acc1 += C1.get(i) * s;
+      s1.set(i, s);
+    }
+  }
+  if (pair) {
+    acc0 = row_sum(acc0, lanes);
+    acc1 = row_sum(acc1, lanes);
+  } else {
+    acc0 = row_sum(acc0 + acc1, lanes);
+  }
+
+  // ---- stores: the output (lane 0 of the row), then the state
+  if (row_ok && lane == 0) {
+    // padding (negative index): 0; an index past the cache: NaN, so the mistake shows
+    const float kNaN = __int_as_float(0x7fc00000);
+    const bool hasD = p.D.ptr != nullptr;
+    float o0 = live0 ? (hasD ? acc0 + Dv * x0 : acc0) : (slot0 < 0 ? 0.0f : kNaN);
+    if (live0 && p.z.ptr != nullptr) o0 *= silu(z0);
+    const int64_t oo = h * p.out_s1 + d * p.out_s2;
+    store_out<T>(p.out, p.x.dtype, b0 * p.out_s0 + oo, o0);
+    if (pair && has1) {
+      float o1 = live1 ? (hasD ? acc1 + Dv * x1 : acc1) : (slot1 < 0 ? 0.0f : kNaN);
+      if (live1 && p.z.ptr != nullptr) o1 *= silu(z1);
+      store_out<T>(p.out, p.x.dtype, b1 * p.out_s0 + oo, o1);
+    }
+  }
+  store_state<kFast>(s0, st0, p.state_s3, sv0, sh.state_vec);
+  store_state<kFast>(s1, st1, p.state_s3, sv1, sh.state_vec);
 }
 
+// ------------------------------------------------------------------------------- launch
+
 // Chunks of `chunk` elements of o along axis 2, at element offsets that are multiples of
-// `chunk` along it, may be read as aligned words of min(16, chunk * size) bytes.
+// `chunk` along it, may be read whole: unit stride and min(16, chunk * size)-byte alignment.
 bool vec_ok(const StepOperand& o, int chunk) {
   const int size = dtype_size(o.dtype);
   const int per = std::min(chunk, 16 / size);
@@ -243,33 +523,72 @@ bool vec_ok(const StepOperand& o, int chunk) {
   return o.s2 == 1 && reinterpret_cast<uintptr_t>(o.ptr) % align == 0 && o.s0 % per == 0 && o.s1 % per == 0;
 }
 
-template <typename S>
-cudaError_t launch_typed(const StateUpdateParams& p, cudaStream_t stream) {
-  constexpr int kVec = 16 / int(sizeof(S));
-  constexpr int kChunks = kStatesPerThread / kVec;
+// The launch shape for chunks of V states; sets *fast when the typed kernels' access rules
+// hold (whole chunks, vector-readable state, A, B and C, or A broadcast over the states).
+Shape shape_for(const StateUpdateParams& p, int V, bool* fast) {
+  const int64_t chunks = (p.dstate + V - 1) / V;  // per row, <= 64 (dstate <= 256)
   Shape sh;
-  const int64_t chunks_per_row = (p.dstate + kVec - 1) / kVec;
-  int lanes = 1;
-  while (int64_t(lanes) * kChunks < chunks_per_row) lanes *= 2;  // fit the row in registers
-  // More lanes (fewer states each) while the launch is small, or most of a block would idle on a
-  // short row axis; never more lanes than the row has chunks.
-  const int64_t rows = p.batch * p.nheads * p.dim;
-  while (lanes < 32 && lanes < chunks_per_row &&
-         (rows * lanes < kMinThreads || kThreads / lanes >= 2 * p.dim)) {
-    lanes *= 2;
+  while ((int64_t(1) << sh.lanes_log2) < std::min<int64_t>(chunks, kMaxLanes)) ++sh.lanes_log2;
+  const int64_t lanes = int64_t(1) << sh.lanes_log2;
+  if (chunks > kMaxLanes) {
+    sh.mode = kWide;  // fp32 and dstate > 128: two chunks per lane
+  } else if (p.batch >= 2 && (p.batch / 2) * p.nheads * p.dim * lanes >= kPairMinThreads) {
+    sh.mode = kPair;
   }
-  while ((1 << sh.lanes_log2) < lanes) ++sh.lanes_log2;
-  sh.state_vec = p.state_s3 == 1 && reinterpret_cast<uintptr_t>(p.state) % 16 == 0 && p.state_s0 % kVec == 0 &&
-                 p.state_s1 % kVec == 0 && p.state_s2 % kVec == 0;
-  sh.A_vec = vec_ok(p.A, kVec);
-  sh.B_vec = vec_ok(p.B, kVec);
-  sh.C_vec = vec_ok(p.C, kVec);
-  const int64_t rows_per_block = kThreads / lanes;
-  const int64_t xblocks = (p.dim + rows_per_block - 1) / rows_per_block;
-  if (xblocks > 0x7fffffff) return cudaErrorInvalidValue;
-  const dim3 grid(unsigned(xblocks), unsigned(std::min<int64_t>(p.batch * p.nheads, 65535)));
-  state_update_kernel<S><<<grid, kThreads, 0, stream>>>(p, sh);
-  return cudaGetLastError();
+  sh.state_vec = p.state_s3 == 1 && reinterpret_cast<uintptr_t>(p.state) % 16 == 0 && p.state_s0 % V == 0 &&
+                 p.state_s1 % V == 0 && p.state_s2 % V == 0;
+  sh.A_vec = vec_ok(p.A, V);
+  sh.A_bcast = p.A.s2 == 0;
+  sh.B_vec = vec_ok(p.B, V);
+  sh.C_vec = vec_ok(p.C, V);
+  *fast = p.dstate % V == 0 && sh.state_vec && (sh.A_vec || sh.A_bcast) && sh.B_vec && sh.C_vec;
+  return sh;
+}
+
+template <typename S, typename T>
+cudaError_t launch_kernel(const StateUpdateParams& p, Shape sh, cudaStream_t stream) {
+  // Block: whole warps, at most kThreads, no more rows than the channel axis has.
+  const int lanes = 1 << sh.lanes_log2;
+  const int64_t want = std::min<int64_t>(kThreads, p.dim * lanes);
+  const int threads = int(std::max<int64_t>(32, (want + 31) / 32 * 32));
+  const int64_t rows_per_block = threads / lanes;
+  sh.dblocks = (p.dim + rows_per_block - 1) / rows_per_block;
+  sh.by_dblocks = Divider(sh.dblocks);
+  sh.by_nheads = Divider(p.nheads);
+  sh.by_group = Divider(p.heads_per_group);
+  const int64_t bsteps = sh.mode == kPair ? (p.batch + 1) / 2 : p.batch;
+  const int64_t blocks = sh.dblocks * p.nheads * bsteps;  // < 2^63: at most one per state row
+  constexpr int64_t kMaxGrid = 0x7fffffff;
+  for (sh.block_offset = 0; sh.block_offset < blocks; sh.block_offset += kMaxGrid) {
+    const int64_t n = std::min(kMaxGrid, blocks - sh.block_offset);
+    state_update_kernel<S, T><<<unsigned(n), threads, 0, stream>>>(p, sh);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+bool is(const StepOperand& o, DType t) { return o.dtype == t; }
+bool absent_or(const StepOperand& o, DType t) { return o.ptr == nullptr || o.dtype == t; }
+bool absent_or_weight(const StepOperand& o, DType t) {
+  return o.ptr == nullptr || o.dtype == t || o.dtype == DType::kFloat32;
+}
+
+// The typed kernel for activations of x's dtype when the operands fit it, else the generic one.
+template <typename S>
+cudaError_t launch_for_state(const StateUpdateParams& p, cudaStream_t stream) {
+  bool fast = false;
+  const Shape sh = shape_for(p, 16 / int(sizeof(S)), &fast);
+  const DType t = p.x.dtype;
+  const bool typed = fast && is(p.dt, t) && is(p.B, t) && is(p.C, t) && absent_or(p.z, t) &&
+                     is(p.A, DType::kFloat32) && absent_or_weight(p.D, t) && absent_or_weight(p.dt_bias, t);
+  if (!typed) return launch_kernel<S, AnyDtype>(p, sh, stream);
+  switch (t) {
+    case DType::kFloat32: return launch_kernel<S, float>(p, sh, stream);
+    case DType::kFloat16: return launch_kernel<S, __half>(p, sh, stream);
+    case DType::kBFloat16: return launch_kernel<S, __nv_bfloat16>(p, sh, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace
@@ -279,9 +598,9 @@ cudaError_t launch_state_update(const StateUpdateParams& p, cudaStream_t stream)
   if (p.batch == 0 || p.nheads == 0 || p.dim == 0) return cudaSuccess;
   if (p.heads_per_group < 1) return cudaErrorInvalidValue;
   switch (p.state_dtype) {
-    case DType::kFloat32: return launch_typed<float>(p, stream);
-    case DType::kFloat16: return launch_typed<__half>(p, stream);
-    case DType::kBFloat16: return launch_typed<__nv_bfloat16>(p, stream);
+    case DType::kFloat32: return launch_for_state<float>(p, stream);
+    case DType::kFloat16: return launch_for_state<__half>(p, stream);
+    case DType::kBFloat16: return launch_for_state<__nv_bfloat16>(p, stream);
   }
   return cudaErrorInvalidValue;
 }
