@@ -11,8 +11,9 @@ returns the output for that token:
 Shapes, without / with heads: state (batch, dim, dstate) / (batch, nheads, dim, dstate);
 x, dt, z (batch, dim) / (batch, nheads, dim); A (dim, dstate) / (nheads, dim, dstate);
 B, C (batch, dstate) / (batch, ngroups, dstate) with nheads divisible by ngroups;
-D, dt_bias (dim,) / (nheads, dim). The step runs in float32 (float64 if state or x is
-float64); state keeps its dtype; out has x's dtype.
+D, dt_bias (dim,) / (nheads, dim). ``dt_softplus`` must be a bool (numpy's too), as
+``selective_scan_fn``'s flags: anything else is a TypeError. The step runs in float32
+(float64 if state or x is float64); state keeps its dtype; out has x's dtype.
 
 ``state_batch_indices`` (batch,) integer: row i of x uses and updates
 ``state[state_batch_indices[i]]`` (state may hold more slots than the batch). A negative
@@ -217,10 +218,12 @@ def selective_state_update(
     state_batch_indices: Optional[Tensor] = None,
 ) -> Tensor:
     """One decode step; updates ``state`` in place and returns out (x's shape and dtype)."""
+    # a flag must be a bool, as for selective_scan_fn: dt_softplus="no" would otherwise be true
+    dt_softplus = _checks.require_bool("dt_softplus", dt_softplus)
     fits = _check(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices)
     # state.is_cuda is a flag read; state.device.type builds a device object and a string
     if fits and dispatch.use_cuda(KERNEL, "cuda" if state.is_cuda else state.device.type):
-        args = (state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), state_batch_indices)
+        args = (state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices)
         # no backward (nor has the original): out is explicitly not differentiable; no_grad
         # only when an operand requires grad (else it would change nothing, at ~1 us a step)
         if _requires_grad(state, x, dt, A, B, C, D, z, dt_bias):

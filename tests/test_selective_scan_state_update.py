@@ -131,6 +131,26 @@ def test_bad_shapes():
         selective_state_update(state, x.tolist(), dt, A, B, C)
 
 
+@pytest.mark.parametrize("flag", ["no", "", 0, 1, None, 1.0, torch.tensor(True), [True]], ids=repr)
+def test_dt_softplus_must_be_a_bool(flag):
+    # as selective_scan_fn's flags: "no" used to be truthy and silently applied softplus
+    state, x, dt, A, B, C, D, z, dt_bias = make()
+    before = state.clone()
+    with pytest.raises(TypeError, match=r"dt_softplus must be a bool \(True or False\), got "):
+        selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus=flag)
+    assert torch.equal(state, before), "a rejected call must not touch the state"
+
+
+def test_dt_softplus_accepts_numpy_bools():
+    np = pytest.importorskip("numpy")
+    for flag in (np.bool_(True), np.bool_(False)):
+        state, x, dt, A, B, C, D, z, dt_bias = make()
+        want_out, want_state = loop_state_update(state, x, dt, A, B, C, D, z, dt_bias, bool(flag))
+        out = selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus=flag)
+        torch.testing.assert_close(out.to(F64), want_out, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(state.to(F64), want_state, rtol=1e-5, atol=1e-5)
+
+
 def test_decode_continues_the_scan():
     # prefill with the scan, then one decode step == the scan over L + 1 tokens (mamba#187)
     g = torch.Generator().manual_seed(11)
