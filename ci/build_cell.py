@@ -97,6 +97,24 @@ TORCH_DIR_VAR = "MAMBA_KERNELS_TORCH_DIR"
 TORCH_PTH = "mamba_kernels_ci_torch.pth"
 
 
+# What never goes into the copy of the project a build starts from: git's folder, the compiler
+# cache (mounted into the container on its own), virtual environments and every build output.
+# cibuildwheel copies its whole working directory into the Linux container ("the working
+# directory is the project", its --help says; cibuildwheel 4.3.5 tars it with no exclusions), so
+# `cibuildwheel` runs it from this clean copy (docs/RELEASING.md, "Disk").
+COPY_EXCLUDES = (".git", ".sccache", ".venv", "build", "dist", "wheelhouse", "ci-work", "*.egg-info",
+                 "__pycache__", ".pytest_cache", ".ruff_cache", "*.so", "*.pyd")
+
+
+def stage_project(dest: Path, root: Path = ROOT) -> Path:
+    """A copy of the project at ``dest`` without COPY_EXCLUDES, with the source revision written
+    in (the copy has no .git to read it from)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(root, dest, ignore=shutil.ignore_patterns(*COPY_EXCLUDES))
+    (dest / build.REVISION_FILE).write_text(build.source_revision(str(root)) + "\n")
+    return dest
+
+
 def cell_from(arg: Optional[str]) -> support.Cell:
     text = arg or os.environ.get(CELL_VAR)
     if not text:
@@ -566,17 +584,8 @@ def local(cell: support.Cell, args: argparse.Namespace) -> Path:
         log(f"reusing the wheel built before in {raw}")
         return _finish_local(cell, args, work, py, vpy, home, wheelhouse, raw)
     shutil.rmtree(raw, ignore_errors=True)
-    src = work / "src"  # a clean copy: the build must not depend on the developer's build/ folder
-    shutil.rmtree(src, ignore_errors=True)
-    shutil.copytree(
-        ROOT,
-        src,
-        ignore=shutil.ignore_patterns(
-            ".git", "build", "*.egg-info", ".venv", "wheelhouse", "ci-work", "__pycache__", "dist"
-        ),
-    )
-    rev = build.source_revision(str(ROOT))
-    (src / build.REVISION_FILE).write_text(rev + "\n")
+    # a clean copy: the build must not depend on the developer's build/ folder
+    src = stage_project(work / "src")
     sh([vpy, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(raw), str(src)], env=env)
     return _finish_local(cell, args, work, py, vpy, home, wheelhouse, raw)
 
@@ -698,18 +707,23 @@ def main(argv: Optional[List[str]] = None) -> int:
             Path(cache).mkdir(parents=True, exist_ok=True)
             env = dict(os.environ, **cibuildwheel_env(cell, cache))
             env.update(platforms.for_cell(cell).runner_env())
+            # cibuildwheel copies its working directory into the container: a clean copy, not
+            # this checkout with its .git, compiler cache and build outputs (COPY_EXCLUDES)
+            stage = stage_project(Path(tempfile.mkdtemp(prefix="mamba-kernels-")) / "project")
+            log(f"building from {stage} (the project without {', '.join(COPY_EXCLUDES)})")
             sh(
                 [
                     sys.executable,
                     "-m",
                     "cibuildwheel",
                     "--config-file",
-                    str(CIBW_CONFIG),
+                    str(stage / "ci" / "cibuildwheel.toml"),
                     "--output-dir",
-                    args.output_dir,
-                    str(ROOT),
+                    str(Path(args.output_dir).resolve()),
+                    ".",
                 ],
                 env=env,
+                cwd=stage,
             )
         elif args.cmd == "provision":
             provision(cell_from(args.cell))

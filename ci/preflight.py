@@ -74,6 +74,8 @@ def _load_build_cell():
 
 
 build_cell = _load_build_cell()
+sys.path.insert(0, str(ROOT / "ci"))
+import plan  # noqa: E402  (ci/plan.py: the plan step's matrices, whose size GitHub limits)
 
 # ----------------------------------------------------------------------------- facts
 
@@ -127,9 +129,75 @@ DISK_GB = {
     # The CUDA toolkit: PyPI's 13.x compiler packages; NVIDIA's RPMs with a gcc-toolset and the
     # package manager's cache; NVIDIA's Windows network installer with its downloads.
     "toolkit": {"pypi": 0.4, "nvidia-repo": 1.0, "nvidia-installer": 1.5},
-    # Object files, the compiler cache, the built and the repaired wheel.
-    "build": 1.5,
+    # Object files, the built and the repaired wheel (1.5 GB with the compiler cache, which is
+    # counted on its own from SCCACHE_CACHE_SIZE).
+    "build": 1.1,
 }
+GB = 1e9
+
+
+def _tree_bytes(root: Path, excludes: Sequence[str] = ()) -> int:
+    """Bytes of the files under ``root``, leaving out names matching ``excludes`` (the way
+    shutil.ignore_patterns does for build_cell.stage_project)."""
+    import fnmatch
+    import os
+
+    total = 0
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not any(fnmatch.fnmatch(d, pat) for pat in excludes)]
+        for f in files:
+            if not any(fnmatch.fnmatch(f, pat) for pat in excludes):
+                try:
+                    total += (Path(folder) / f).lstat().st_size
+                except OSError:
+                    pass
+    return total
+
+
+def _tracked_bytes(root: Path) -> Optional[int]:
+    """Bytes of the files git tracks under ``root`` (what CI's checkout holds), None without git."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True,
+                             check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    total = 0
+    for name in out.decode(errors="replace").split("\0"):
+        if name:
+            try:
+                total += (root / name).lstat().st_size
+            except OSError:
+                pass
+    return total
+
+
+def project_sizes(root: Path = ROOT) -> Dict[str, float]:
+    """GB of the checkout as CI has it (its files and .git; never less than the copy) and of the
+    clean copy a build starts from (build_cell.stage_project: no .git, cache or outputs): the
+    files git tracks, or without git every file but build_cell.COPY_EXCLUDES."""
+    tracked = _tracked_bytes(root)
+    copy = (tracked if tracked is not None else _tree_bytes(root, build_cell.COPY_EXCLUDES)) / GB
+    git = _tree_bytes(root / ".git") / GB if (root / ".git").is_dir() else copy
+    return {"checkout": copy + git, "copy": copy}
+
+
+_PROJECT: Dict[str, float] = {}
+
+
+def _project() -> Dict[str, float]:
+    if not _PROJECT:
+        _PROJECT.update(project_sizes())
+    return _PROJECT
+
+
+def _cache_gb(size: str) -> float:
+    """sccache's SCCACHE_CACHE_SIZE ("400M", "2G") in GB."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)", size.strip().upper())
+    if not m:
+        raise ValueError(f"SCCACHE_CACHE_SIZE={size!r} is not a size")
+    return float(m.group(1)) * {"": 1e-9, "K": 1e-6, "M": 1e-3, "G": 1.0, "T": 1e3}[m.group(2)]
 
 REGISTRY_URL = "https://pypi.org/pypi"
 
@@ -705,16 +773,47 @@ def disk_estimate(cell: support.Cell, env: Mapping[str, str]) -> Dict[str, float
         parts["pip cache"] = DISK_GB["download"][kind]
     parts["toolkit"] = DISK_GB["toolkit"][matrix.toolkit_source(cell)]
     parts["build"] = DISK_GB["build"]
+    # The checkout, and the clean copy of the project the build runs from: on Linux that copy is
+    # on the disk twice (cibuildwheel copies it once more into the container), and the restored
+    # compiler cache sits in the checkout (mounted into the container, never copied).
+    proj = _project()
+    parts["checkout"] = proj["checkout"]
+    parts["project copy"] = proj["copy"] * (2 if kind == "linux" else 1)
+    if kind == "linux":
+        parts["compiler cache"] = _cache_gb(env.get("SCCACHE_CACHE_SIZE", "0"))
     return parts
+
+
+# What is on the disk in each phase of a cell's job, beyond what stays from start to end (the
+# image, the checkout, the project copies, the compiler cache and a pip cache): pip's downloads
+# exist only while torch is installed (pip removes its temporary folder when it is done); a
+# stable cell's test replaces the build's torch with its target while the toolkit and the build
+# outputs are still there.
+DISK_PHASES = {
+    "torch install": ("torch", "download"),
+    "build": ("torch", "toolkit", "build"),
+    "stable test": ("toolkit", "build", "torch", "download"),
+}
+_ALWAYS = ("image", "checkout", "project copy", "compiler cache", "pip cache")
+
+
+def disk_peak(cell: support.Cell, parts: Mapping[str, float]) -> Tuple[float, str]:
+    """The largest phase of ``parts`` (GB) and its name."""
+    base = sum(parts.get(k, 0.0) for k in _ALWAYS)
+    phases = {n: base + sum(parts.get(k, 0.0) for k in ks) for n, ks in DISK_PHASES.items()
+              if cell.stable or n != "stable test"}
+    name = max(phases, key=phases.get)
+    return phases[name], name
 
 
 def check_disk(cell: support.Cell, report: CellReport, env: Mapping[str, str],
                free_gb: float = RUNNER_FREE_DISK_GB) -> None:
     parts = disk_estimate(cell, env)
     report.disk_parts = parts
-    report.disk_gb = round(sum(parts.values()), 1)
+    peak, phase = disk_peak(cell, parts)
+    report.disk_gb = round(peak, 1)
     if report.disk_gb >= free_gb:
-        report.fail("disk", f"estimated {report.disk_gb:.1f} GB ("
+        report.fail("disk", f"estimated {report.disk_gb:.1f} GB at its peak ({phase}; parts: "
                             + ", ".join(f"{k} {v:.1f}" for k, v in parts.items())
                             + f") against the runner's {free_gb:.1f} GB free")
 
@@ -811,11 +910,19 @@ def preflight(
                   f"build for {same})" if registry is not None else
                   f"torch from download.pytorch.org for {from_index} cells (not checked)")
     disk_max = max((r.disk_gb for r in reports), default=0.0)
+    margins = []
+    for plat in support.PLATFORMS:
+        mine = [r.disk_gb for r, c in zip(reports, cells) if c.platform == plat]
+        if mine:
+            margins.append(f"{plat} {free_gb - max(mine):.1f} GB")
     job_text = ", ".join(f"{p} {n} ({limit - n} left)" for p, n in jobs.items())
+    out_bytes = plan.output_bytes(plan.outputs(cells)) if all(n <= limit for n in jobs.values()) else 0
     status = "FAILED" if failed or matrix_problems else "passed"
     print(f"preflight {status}: {len(cells)} cells, {len(cells) - failed} pass, {failed} fail; "
-          f"jobs per matrix (limit {limit}): {job_text}; disk: largest estimate {disk_max:.1f} GB "
-          f"of {free_gb:.1f} GB free; {reg_note}; {torch_note}; {time.monotonic() - start:.1f} s",
+          f"jobs per matrix (limit {limit}): {job_text}; plan outputs {out_bytes / 1024:.0f} KB of "
+          f"GitHub's {plan.OUTPUT_LIMIT_BYTES // 1024} KB per job (UTF-16); disk: largest estimate "
+          f"{disk_max:.1f} GB of {free_gb:.1f} GB free, margin {', '.join(margins)}; {reg_note}; "
+          f"{torch_note}; {time.monotonic() - start:.1f} s",
           file=out)
     return 1 if failed or matrix_problems else 0
 

@@ -567,3 +567,40 @@ def test_a_stable_cell_checks_the_registry_for_its_build_and_its_test_torch():
     rep = pf.check_cell(_cell(STABLE_13), pf.Registry(_fake_pypi(torch=torch)))
     assert rep.problems == ["registry: PyPI has no torch 2.14.* wheel for linux_x86_64 cp310",
                             "registry: PyPI has no torch 2.10.* wheel for linux_x86_64 cp310"]
+
+
+# ----------------------------------------------------------------------------- disk
+
+
+def test_disk_counts_the_checkout_the_clean_copies_and_the_compiler_cache():
+    linux, win = _cell(LINUX_13), _cell(WIN_NEW)
+    lp = pf.disk_estimate(linux, pf.cibw_environment(linux))
+    wp = pf.disk_estimate(win, pf.cibw_environment(win))
+    proj = pf.project_sizes()
+    assert proj["checkout"] >= proj["copy"] > 0
+    # Linux: the staged copy and cibuildwheel's copy of it into the container; Windows builds
+    # from the staged copy itself
+    assert lp["project copy"] == pytest.approx(2 * proj["copy"])
+    assert wp["project copy"] == pytest.approx(proj["copy"])
+    assert lp["compiler cache"] == pytest.approx(0.4) and "compiler cache" not in wp  # SCCACHE_CACHE_SIZE
+    assert pf._cache_gb("2G") == 2.0 and pf._cache_gb("400M") == pytest.approx(0.4)
+
+
+def test_disk_peak_is_the_largest_phase():
+    stable, classic = _cell(STABLE_12), _cell(LINUX_12)
+    parts = {"image": 3.0, "torch": 5.0, "download": 3.0, "toolkit": 1.0, "build": 1.0, "checkout": 0.1}
+    # classic: torch is installed once; its downloads are gone before the toolkit and the build
+    assert pf.disk_peak(classic, parts) == (pytest.approx(11.1), "torch install")
+    # stable: the target torch is downloaded while the build's outputs are still there
+    assert pf.disk_peak(stable, parts) == (pytest.approx(13.1), "stable test")
+
+
+def test_the_build_runs_from_a_copy_without_git_cache_or_outputs(tmp_path):
+    root = tmp_path / "repo"
+    for rel in ("setup.py", "ci/build_cell.py", ".git/HEAD", ".sccache/a/b", "build/x.o", "wheelhouse/w.whl",
+                "pkg/__pycache__/m.pyc", "pkg/m.py", "x.egg-info/PKG-INFO"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text("x")
+    dest = build_cell.stage_project(tmp_path / "stage", root)
+    got = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
+    assert got == ["SOURCE_REVISION", "ci/build_cell.py", "pkg/m.py", "setup.py"]
