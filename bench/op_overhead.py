@@ -7,7 +7,10 @@ decode step at batch 1 x 64 channels three ways: the registered op called direct
 (torch.ops.mamba_kernels.selective_state_update.default: the dispatcher and the binding
 alone), the dispatch decision (dispatch.use_cuda), and the public Python function; then every
 other registered op called directly at a tiny shape (batch 1, 64 channels, 16 steps), where the
-host cost is all there is; then a torch.profiler CPU table of the direct decode calls. The
+host cost is all there is; then selective_scan_fn and causal_conv1d_fn at bench_selective_scan's
+overhead shape (1, 64, 128, 16) bf16, each next to its op called directly (the difference is our
+Python layers; the conv with bf16 and with fp32 weight and bias, which the op casts to fp32); then
+torch.profiler CPU tables of the direct decode calls and of each public call. The
 difference between two builds' lines is the binding's own cost.
 """
 
@@ -62,6 +65,37 @@ def tiny_op_calls(dev: str):
     ]
 
 
+def public_calls(dev: str):
+    """(name, call) at bench_selective_scan.py's overhead shape, (1, 64, 128, 16) bf16: each
+    public function next to its op called directly, so their difference is the Python layers;
+    the conv with bf16 weight and bias (what a bf16 model passes, cast to fp32 by the op) and
+    with fp32 ones."""
+    from causal_conv1d import causal_conv1d_fn
+    from selective_scan import selective_scan_fn
+
+    ops = torch.ops.mamba_kernels
+    b, d, L, n = 1, 64, 128, 16
+    bf = dict(device=dev, dtype=torch.bfloat16)
+    u, delta, z = torch.randn(b, d, L, **bf), 0.5 * torch.randn(b, d, L, **bf), torch.randn(b, d, L, **bf)
+    A, D, bias = -torch.rand(d, n, device=dev), torch.randn(d, device=dev), -torch.rand(d, device=dev)
+    B, C = torch.randn(b, 1, n, L, **bf), torch.randn(b, 1, n, L, **bf)
+    x = torch.randn(b, d, L, **bf)
+    w32, b32 = torch.randn(d, 4, device=dev) / 4, torch.randn(d, device=dev)
+    w16, b16 = w32.to(torch.bfloat16), b32.to(torch.bfloat16)
+    return [
+        ("op selective_scan_fwd at (1, 64, 128, 16)",
+         lambda: ops.selective_scan_fwd(u, delta, A, B, C, D, z, bias, True, False)),
+        ("selective_scan_fn at (1, 64, 128, 16)",
+         lambda: selective_scan_fn(u, delta, A, B, C, D=D, z=z, delta_bias=bias, delta_softplus=True)),
+        ("op causal_conv1d_fwd, bf16 weight/bias",
+         lambda: ops.causal_conv1d_fwd(x, w16, b16, None, None, True)),
+        ("causal_conv1d_fn, bf16 weight/bias", lambda: causal_conv1d_fn(x, w16, b16, activation="silu")),
+        ("op causal_conv1d_fwd, fp32 weight/bias",
+         lambda: ops.causal_conv1d_fwd(x, w32, b32, None, None, True)),
+        ("causal_conv1d_fn, fp32 weight/bias", lambda: causal_conv1d_fn(x, w32, b32, activation="silu")),
+    ]
+
+
 def main() -> int:
     import selective_scan._cuda as ext
 
@@ -92,7 +126,7 @@ def main() -> int:
                                                                                  dt_softplus=True))),
         ("torch.empty_like (reference)", per_call_us(lambda: torch.empty_like(state))),
     ]
-    for name, fn in tiny_op_calls(dev):
+    for name, fn in tiny_op_calls(dev) + public_calls(dev):
         try:
             rows.append((f"op {name}", per_call_us(fn)))
         except Exception as e:  # reported in its row; the others still run
@@ -104,6 +138,14 @@ def main() -> int:
             direct()
         torch.cuda.synchronize()
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=60))
+    for name, fn in public_calls(dev)[1::2]:  # where a public call's host time goes
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            for _ in range(200):
+                fn()
+            torch.cuda.synchronize()
+        print(f"\n{name}, 200 calls:")
+        averages = prof.key_averages()
+        print(averages.table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=60))
     return 0
 
 

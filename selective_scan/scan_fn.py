@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import torch
@@ -13,6 +14,7 @@ from . import _checks, pytorch_scan
 
 Tensor = torch.Tensor
 KERNEL = "selective_scan"
+_PACKAGE = sys.modules[__package__]
 
 
 def _opt_to(t: Optional[Tensor], like: Optional[Tensor]) -> Optional[Tensor]:
@@ -29,6 +31,56 @@ def _as_4d(t: Tensor) -> Tensor:
     return t.unsqueeze(1) if t.dim() == 3 else t
 
 
+def _ops_module():
+    """``selective_scan._ops``, imported on first use (importing it loads the extension), then
+    read from the package: what ``from . import _ops`` returns, without its per-call cost."""
+    ops = getattr(_PACKAGE, "_ops", None)
+    if ops is None:
+        from . import _ops as ops
+    return ops
+
+
+def _use_cuda(u: Tensor, A: Tensor) -> bool:
+    # u.is_cuda is a flag read; u.device.type builds a device object and a string
+    return (
+        dispatch.use_cuda(KERNEL, "cuda" if u.is_cuda else u.device.type)
+        and u.dtype in _CUDA_INPUT_DTYPES
+        and A.dtype in _CUDA_A_DTYPES
+    )
+
+
+def _forward(use_cuda, groups, keep, u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state):
+    """(result, last state or None, the two tensors the backward starts from or Nones): the
+    forward of ``SelectiveScanFn``, and all of ``selective_scan_fn`` when autograd records
+    nothing (``keep`` False)."""
+    if use_cuda:
+        keep_y = keep and z is not None
+        out, out_z, ckpt = _ops_module().fwd(
+            u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, delta_softplus, keep_y
+        )
+        saved = (ckpt, out if z is not None else None) if keep else (None, None)
+        result = out_z if z is not None else out
+        last = None
+        if return_last_state:
+            last = ckpt[:, :, -1].clone()  # not a view: the saved states must stay intact
+            if A.is_complex():
+                last = torch.view_as_complex(last.unflatten(-1, (-1, 2)))
+        return result, last, saved
+    p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, groups)
+    out, out_z, last_state, *ckpt = pytorch_scan.forward(p, bool(return_last_state), checkpoints=keep)
+    saved = (ckpt[0] if keep else None, out if keep and z is not None else None)
+    return (out_z if z is not None else out), last_state, saved
+
+
+def _records(tensors) -> bool:
+    """Whether autograd would record an op on these (None never counts)."""
+    if torch.is_grad_enabled():
+        for t in tensors:
+            if t is not None and t.requires_grad:
+                return True
+    return False
+
+
 class SelectiveScanFn(torch.autograd.Function):
     """``out = selective_scan(u, delta, A, B, C, D, z, delta_bias)``; last state is not differentiated."""
 
@@ -39,46 +91,24 @@ class SelectiveScanFn(torch.autograd.Function):
         groups = _checks.check_selective_scan(u, delta, A, B, C, D, z, delta_bias)
         ctx.delta_softplus = bool(delta_softplus)
         ctx.groups = groups
-        use_cuda = (
-            dispatch.use_cuda(KERNEL, u.device.type)
-            and u.dtype in _CUDA_INPUT_DTYPES
-            and A.dtype in _CUDA_A_DTYPES
-        )
+        use_cuda = _use_cuda(u, A)
         ctx.cuda = use_cuda
         # With gradients to come, keep the states (and the ungated y with z) for the backward,
         # unless MAMBA_KERNELS_SCAN_STATES=recompute trades that memory for a second forward scan.
         keep = any(ctx.needs_input_grad[:8]) and knobs.scan_states() == "keep"
-        if use_cuda:
-            from . import _ops
-
-            keep_y = keep and z is not None
-            softplus = ctx.delta_softplus
-            out, out_z, ckpt = _ops.fwd(u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, softplus, keep_y)
-            saved = (ckpt, out if z is not None else None) if keep else (None, None)
-            ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, *saved)
-            result = out_z if z is not None else out
-            if not return_last_state:
-                return result
-            last = ckpt[:, :, -1].clone()  # not a view: the saved states must stay intact
-            if A.is_complex():
-                last = torch.view_as_complex(last.unflatten(-1, (-1, 2)))
-            ctx.mark_non_differentiable(last)
-            return result, last
-        p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, groups)
-        out, out_z, last_state, *ckpt = pytorch_scan.forward(p, bool(return_last_state), checkpoints=keep)
-        saved_y = out if keep and z is not None else None
-        ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, ckpt[0] if keep else None, saved_y)
-        result = out_z if z is not None else out
+        result, last, saved = _forward(
+            use_cuda, groups, keep, u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, return_last_state
+        )
+        ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, *saved)
         if not return_last_state:
             return result
-        ctx.mark_non_differentiable(last_state)
-        return result, last_state
+        ctx.mark_non_differentiable(last)
+        return result, last
 
     @staticmethod
     def backward(ctx, dout, *unused):
         if ctx.cuda:
-            from . import _ops
-
+            _ops = _ops_module()
             u, delta, A, B, C, D, z, delta_bias, ckpt, y = ctx.saved_tensors
             if ckpt is None:  # MAMBA_KERNELS_SCAN_STATES=recompute
                 y, _, ckpt = _ops.fwd(
@@ -134,7 +164,17 @@ def selective_scan_fn(
     """
     delta_softplus = _checks.require_bool("delta_softplus", delta_softplus)
     return_last_state = _checks.require_bool("return_last_state", return_last_state)
-    return SelectiveScanFn.apply(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
+    args = (u, delta, A, B, C, D, z, delta_bias)
+    try:
+        records = _records(args)
+    except AttributeError:  # not a tensor: the Function's checks name it
+        records = True
+    if records:
+        return SelectiveScanFn.apply(*args, delta_softplus, return_last_state)
+    # autograd would record nothing: the same forward without the Function's machinery
+    groups = _checks.check_selective_scan(*args)
+    result, last, _ = _forward(_use_cuda(u, A), groups, False, *args, delta_softplus, return_last_state)
+    return (result, last) if return_last_state else result
 
 
 def selective_scan_ref(
