@@ -346,6 +346,199 @@ def test_repeated_runs_agree_bitwise(ops):
     assert torch.equal(bits(o1), bits(o2)) and torch.equal(bits(s1), bits(s2))
 
 
+# ------------------------------------------------- GPU: every kernel and launch shape of update.cu
+#
+# Which kernel runs (update.cu's launcher): the typed kernel <state dtype, T> when x, dt, B, C
+# (and z) share a dtype T, A is float32, D and dt_bias are each float32 or T, dstate is a whole
+# number of 16-byte chunks (4 fp32 / 8 16-bit states) and state, A (or an A with stride 0 along
+# the states), B and C allow whole-chunk vector reads; otherwise the generic kernel of the state
+# dtype. Launch shape: lanes per row = chunks rounded up to a power of two (at most 32); "wide"
+# (two chunks per lane) for fp32 states with dstate > 128; else "pair" (two batch rows per
+# thread) when batch >= 2 and (batch // 2) * nheads * dim * lanes >= 2**18; else one row each.
+
+PAIR_MIN_THREADS = 1 << 18
+
+
+def _lanes(dstate: int, state_dtype: torch.dtype) -> int:
+    chunk = 16 // torch.empty(0, dtype=state_dtype).element_size()
+    chunks = -(-dstate // chunk)
+    lanes = 1
+    while lanes < min(chunks, 32):
+        lanes *= 2
+    return lanes
+
+
+def _pair_dim(batch: int, nheads: int, dstate: int, state_dtype: torch.dtype) -> int:
+    """An odd channel count just large enough for the pair shape at this batch and heads."""
+    need = -(-PAIR_MIN_THREADS // ((batch // 2) * nheads * _lanes(dstate, state_dtype)))
+    return need | 1
+
+
+ACT = ("x", "dt", "z", "B", "C")
+
+
+@gpu
+@pytest.mark.parametrize("batch", [1, 16, 65, 256])  # one row / one row / pair (odd) / pair
+@pytest.mark.parametrize("weights", ["fp32", "act"])  # A fp32; D, dt_bias fp32 or in T
+@pytest.mark.parametrize("in_dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("state_dtype", DTYPES, ids=str)
+def test_typed_kernels_at_decode_batches(ops, state_dtype, in_dtype, weights, batch):
+    # Mamba-1 decode: dim 5120, dstate 16, 3-D layout, contiguous: every typed kernel
+    dtypes = {n: in_dtype for n in ACT}
+    if weights == "act":
+        dtypes.update(D=in_dtype, dt_bias=in_dtype)
+    inputs = make_inputs(batch, None, 5120, 16, 1, state_dtype, dtypes)
+    run_and_check(ops, *inputs, softplus=True)
+
+
+@gpu
+@pytest.mark.parametrize("batch", [1, 64])
+@pytest.mark.parametrize("state_dtype", DTYPES, ids=str)
+def test_generic_kernel_all_16_bit_with_a_16_bit_A(ops, state_dtype, batch):
+    # a model cast whole to bf16 (A too): the generic kernel, one-row and pair shapes
+    dtypes = {n: torch.bfloat16 for n in NAMES}
+    inputs = make_inputs(batch, None, 5120, 16, 1, state_dtype, dtypes)
+    run_and_check(ops, *inputs, softplus=True)
+
+
+DSTATES = [1, 2, 4, 5, 8, 12, 16, 17, 24, 40, 64, 100, 128, 129, 136, 200, 256]
+
+
+@gpu
+@pytest.mark.parametrize("shape", ["one", "pair"])
+@pytest.mark.parametrize("dstate", DSTATES)
+@pytest.mark.parametrize("state_dtype", DTYPES, ids=str)
+def test_every_dstate_and_chunking(ops, state_dtype, dstate, shape):
+    # whole chunks (typed), partial chunks (generic), fewer chunks than lanes, two chunks per
+    # lane (fp32, dstate > 128: never paired), in the one-row and the pair launch shapes
+    nheads, batch = 2, (3 if shape == "one" else 8)
+    dim = 37 if shape == "one" else _pair_dim(batch, nheads, dstate, state_dtype)
+    dtypes = {n: torch.bfloat16 for n in ACT}
+    inputs = make_inputs(batch, nheads, dim, dstate, 1, state_dtype, dtypes)
+    run_and_check(ops, *inputs, softplus=True)
+
+
+@gpu
+@pytest.mark.parametrize("layout", [(24, 3), (80, 8), (7, 7), (6, 1)], ids=lambda v: f"h{v[0]}g{v[1]}")
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_many_heads_and_groups_in_the_pair_shape(ops, state_dtype, layout):
+    # heads per group 8, 10, 1 and 6 (the kernel divides block and head indices by multiply-shift)
+    nheads, ngroups = layout
+    batch, dstate = 6, 64
+    dim = _pair_dim(batch, nheads, dstate, state_dtype)
+    inputs = make_inputs(batch, nheads, dim, dstate, ngroups, state_dtype, {n: torch.bfloat16 for n in ACT})
+    run_and_check(ops, *inputs, softplus=True)
+
+
+@gpu
+@pytest.mark.parametrize("dim", [1, 3, 33])
+@pytest.mark.parametrize("dstate", [4, 16, 256])
+def test_short_channel_axis(ops, dim, dstate):
+    # blocks shrink to whole warps when a (batch, head) has few channels
+    inputs = make_inputs(5, 3, dim, dstate, 1, torch.float32, {n: torch.bfloat16 for n in ACT})
+    run_and_check(ops, *inputs, softplus=False)
+
+
+@gpu
+@pytest.mark.parametrize("idx_dtype", [torch.int32, torch.int64], ids=str)
+@pytest.mark.parametrize("state_dtype", DTYPES, ids=str)
+def test_pair_shape_with_slot_indices_and_padding(ops, state_dtype, idx_dtype):
+    # pairs of rows with one, both or neither padded, over a cache larger than the batch
+    batch, slots = 33, 50
+    dim = _pair_dim(batch, 1, 16, state_dtype)
+    inputs = make_inputs(batch, None, dim, 16, 1, state_dtype, {n: torch.bfloat16 for n in ACT}, slots=slots)
+    g = torch.Generator().manual_seed(3)
+    idx = torch.randperm(slots, generator=g)[:batch]
+    idx[[0, 1, 4, 9, 32]] = torch.tensor([-1, -1, -7, -1, -1])  # pair 0 both, 2 and 4 one, 16 the odd one
+    run_and_check(ops, *inputs, softplus=True, idx=idx.to("cuda", idx_dtype))
+
+
+@gpu
+def test_pair_shape_index_past_the_cache(ops):
+    batch = 4
+    dim = _pair_dim(batch, 1, 16, torch.float32)
+    state, x, dt, A, B, C, D, z, dt_bias = make_inputs(batch, None, dim, 16, slots=5)
+    idx = torch.tensor([2, 5, -1, 1 << 40], device="cuda")  # rows 1 and 3 out of range
+    before = state.clone()
+    out = ops.update(state, x, dt, A, B, C, D, z, dt_bias, True, idx)
+    torch.cuda.synchronize()
+    assert torch.isnan(out[1]).all() and torch.isnan(out[3]).all() and (out[2] == 0).all()
+    want_out, want_state = reference(before[2:3], x[:1], dt[:1], A, B[:1], C[:1], D, z[:1], dt_bias, True)
+    assert_close(out[:1], want_out, torch.float32)
+    assert_close(state[2:3], want_state, torch.float32)
+    untouched = torch.tensor([True, True, False, True, True], device="cuda")
+    assert torch.equal(bits(state[untouched]), bits(before[untouched]))
+
+
+@gpu
+@pytest.mark.parametrize("dstate", [16, 256])
+@pytest.mark.parametrize("state_dtype", DTYPES, ids=str)
+def test_generic_kernel_strided_state_in_the_large_shapes(ops, state_dtype, dstate):
+    # a window of a bigger cache (no vector access): generic kernel, pair (16) or wide (256 fp32)
+    batch, nheads = 8, 2
+    dim = _pair_dim(batch, nheads, dstate, state_dtype) if dstate == 16 else 65
+    state, x, dt, A, B, C, D, z, dt_bias = make_inputs(
+        batch, nheads, dim, dstate, 1, state_dtype, {n: torch.bfloat16 for n in ACT}
+    )
+    cache = torch.randn(batch + 2, nheads, dim + 1, dstate + 3, device="cuda").to(state_dtype)
+    view = cache[1:-1, :, 1:, 2:-1]
+    view.copy_(state)
+    before = cache.clone()
+    run_and_check(ops, view, x, dt, A, B, C, D, z, dt_bias, softplus=True)
+    outside = torch.ones_like(cache, dtype=torch.bool)
+    outside[1:-1, :, 1:, 2:-1] = False
+    assert torch.equal(bits(cache[outside]), bits(before[outside])), "wrote outside the state view"
+
+
+@gpu
+@pytest.mark.parametrize("state_dtype", DTYPES, ids=str)
+def test_misaligned_state_takes_the_generic_kernel(ops, state_dtype):
+    # contiguous rows but the state starts 1 element into its buffer: no 16-byte accesses
+    batch, dim, dstate = 6, 300, 16
+    buf = torch.randn(batch * dim * dstate + 1, device="cuda").to(state_dtype)
+    state = buf[1:].view(batch, dim, dstate)
+    inputs = list(make_inputs(batch, None, dim, dstate, 1, state_dtype, {n: torch.bfloat16 for n in ACT}))
+    state.copy_(inputs[0])
+    inputs[0] = state
+    run_and_check(ops, *inputs, softplus=True)
+
+
+@gpu
+@pytest.mark.parametrize("state_dtype", DTYPES, ids=str)
+def test_mamba2_broadcast_operands_in_the_pair_shape(ops, state_dtype):
+    # Mamba-2's expanded per-head A, dt, D, dt_bias at a serving batch: typed kernel, A read once
+    batch, nheads, headdim, dstate, ngroups = 64, 8, 64, 128, 2
+    state = torch.randn(batch, nheads, headdim, dstate, device="cuda").to(state_dtype)
+    x = torch.randn(batch, nheads, headdim, device="cuda", dtype=torch.bfloat16)
+    dt = torch.rand(batch, nheads, 1, device="cuda", dtype=torch.bfloat16).expand(-1, -1, headdim)
+    A = (-torch.rand(nheads, 1, 1, device="cuda")).expand(-1, headdim, dstate)
+    B = torch.randn(batch, ngroups, dstate, device="cuda", dtype=torch.bfloat16)
+    C = torch.randn(batch, ngroups, dstate, device="cuda", dtype=torch.bfloat16)
+    D = torch.randn(nheads, 1, device="cuda").expand(-1, headdim)
+    dt_bias = torch.randn(nheads, 1, device="cuda").expand(-1, headdim)
+    z = torch.randn(batch, nheads, headdim, device="cuda", dtype=torch.bfloat16)
+    assert (batch // 2) * nheads * headdim * _lanes(dstate, state_dtype) >= PAIR_MIN_THREADS
+    run_and_check(ops, state, x, dt, A, B, C, D, z, dt_bias, softplus=True)
+
+
+@gpu
+@pytest.mark.parametrize("optional", [False, True])
+def test_pair_shape_without_optional_operands_and_softplus(ops, optional):
+    batch = 64
+    inputs = make_inputs(batch, None, 5120, 16, 1, torch.float32, {n: torch.bfloat16 for n in ACT}, optional)
+    run_and_check(ops, *inputs, softplus=False)
+
+
+@gpu
+def test_pair_shape_repeated_runs_agree_bitwise(ops):
+    inputs = make_inputs(64, None, 5120, 16, 1, torch.float32, {n: torch.bfloat16 for n in ACT})
+    state = inputs[0]
+    s1, s2 = state.clone(), state.clone()
+    o1 = ops.update(s1, *inputs[1:], True, None)
+    o2 = ops.update(s2, *inputs[1:], True, None)
+    assert torch.equal(bits(o1), bits(o2)) and torch.equal(bits(s1), bits(s2))
+
+
 # ------------------------------------------------------------------- GPU: the public function
 
 
