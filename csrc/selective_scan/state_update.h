@@ -23,8 +23,9 @@ struct StepOperand {
 //   dt'   = softplus(dt + dt_bias) (softplus only with dt_softplus; identity above 20)
 //   state = exp(dt' * A) * state + dt' * x * B
 //   out   = (sum_n C * state + D * x) * silu(z)   (D and the gate only when given)
-// Every operand is read in place with its own dtype and strides; only the state's dtype is a
-// compile-time choice (it is the data the kernel streams).
+// Every operand is read in place with its own dtype and strides. The kernel is compiled for
+// each (state dtype, activation dtype) pair with fp32 A, and once per state dtype for any other
+// mix of dtypes or layouts (update.cu says which runs when).
 struct StateUpdateParams {
   DType state_dtype = DType::kFloat32;
   int64_t batch = 0, nheads = 0, dim = 0, dstate = 0;
