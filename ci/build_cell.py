@@ -103,7 +103,7 @@ TORCH_PTH = "mamba_kernels_ci_torch.pth"
 # directory is the project", its --help says; cibuildwheel 4.3.5 tars it with no exclusions), so
 # `cibuildwheel` runs it from this clean copy (docs/RELEASING.md, "Disk").
 COPY_EXCLUDES = (".git", ".sccache", ".venv", "build", "dist", "wheelhouse", "ci-work", "*.egg-info",
-                 "__pycache__", ".pytest_cache", ".ruff_cache", "*.so", "*.pyd")
+                 "__pycache__", ".pytest_cache", ".ruff_cache", "*.so", "*.pyd", ".whl", ".device")
 
 
 def stage_project(dest: Path, root: Path = ROOT) -> Path:
