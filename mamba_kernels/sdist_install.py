@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from . import fetching, wheel_contents
+
 TARGET_VAR = "MAMBA_KERNELS_TARGET_PYTHON"
 INDEX_TIMEOUT_VAR = "MAMBA_KERNELS_INDEX_TIMEOUT"
 RECORD_NAME = "mamba_kernels_install.json"  # in the wheel's dist-info
@@ -230,7 +232,15 @@ def probe_target(python: str, root: str, environ: Mapping[str, str] = os.environ
     if p.returncode != 0:
         last = (p.stderr.strip().splitlines() or ["no output"])[-1]
         raise StopInstall(f"the target interpreter {python} failed to describe its environment: {last}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    lines = p.stdout.strip().splitlines()
+    try:
+        facts = json.loads(lines[-1])
+        target_of(facts)
+    except (ValueError, IndexError, RecursionError, KeyError, TypeError, AttributeError):
+        shown = repr(lines[-1][:80]) if lines else "nothing"
+        raise StopInstall(f"the target interpreter {python} is not a Python this backend can ask: it printed "
+                          f"{shown} instead of its environment") from None
+    return facts
 
 
 def target_of(facts: Mapping[str, Any]):
@@ -255,12 +265,9 @@ def _timeout(environ: Mapping[str, str]) -> float:
     if not raw:
         return DEFAULT_INDEX_TIMEOUT
     try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if value <= 0:
-        raise StopInstall(f"{INDEX_TIMEOUT_VAR}={raw!r} must be a positive number of seconds")
-    return value
+        return fetching.parse_timeout(raw, INDEX_TIMEOUT_VAR)
+    except ValueError as e:
+        raise StopInstall(str(e)) from None
 
 
 def prebuilt(target: Any, indexes: Sequence[str], dest: str, timeout: float
@@ -274,9 +281,12 @@ def prebuilt(target: Any, indexes: Sequence[str], dest: str, timeout: float
     why: List[str] = []
     for index in indexes:
         try:
-            res = resolve.resolve(resolve.read_sources([index], timeout=timeout), target)
+            res = resolve.resolve(resolve.read_source(index, timeout=timeout), target)
         except resolve.SourceError as e:
             why.append(f"the index could not be read ({e})")
+            continue
+        except Exception as e:  # whatever an index holds, the install goes on to the next path
+            why.append(f"the index {index} could not be used ({type(e).__name__}: {e})")
             continue
         if res.selected is None:
             why.append(f"no wheel in {index} fits {resolve.describe_target(target)}")
@@ -284,8 +294,13 @@ def prebuilt(target: Any, indexes: Sequence[str], dest: str, timeout: float
         c = res.selected.candidate
         try:
             path, sha = install.fetch(c, Path(dest), timeout)
+            with zipfile.ZipFile(path) as zf:
+                wheel_contents.vet(zf, f"{'-'.join(c.filename.split('-')[:2])}.dist-info")
         except install.Failure as e:
             why.append(f"the wheel from {index} could not be used ({e.line})")
+            continue
+        except Exception as e:
+            why.append(f"the wheel {c.filename} from {index} could not be used ({type(e).__name__}: {e})")
             continue
         return (c, str(path), sha, index), why
     return None, why
@@ -578,8 +593,9 @@ def build_wheel(root: str, wheel_directory: str, pure_build: Callable[[str], str
             reasons += [f"no prebuilt wheel: {w}" for w in why]
             if got is not None:
                 c, path, sha, index = got
+                how = "sha256 verified" if c.sha256 else "a local index listing no sha256: hashed as read"
                 line = (f"{PREFIX}installed the prebuilt wheel {c.filename} for torch {target.torch} "
-                        f"(from {index}, sha256 verified) as version {version}")
+                        f"(from {index}, {how}) as version {version}")
                 out = Outcome("prebuilt", line, reasons, c.filename, c.url, sha, index, facts)
                 try:
                     name = finish_wheel(path, wheel_directory, version, out.record(found.how, version))

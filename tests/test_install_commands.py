@@ -85,6 +85,8 @@ TOOL_IMPORTS = {
     "mamba_kernels/sdist_install.py": {"packaging", "wheel"},  # the sdist's build backend, at build time
     # `install` reads a wheel's torch pin with packaging, else pip's vendored copy, else a clear error
     "mamba_kernels/install.py": {"packaging", "pip"},
+    # --torch is checked with packaging's version parser, else pip's copy, else a plain character check
+    "mamba_kernels/variant.py": {"packaging", "pip"},
 }
 
 
