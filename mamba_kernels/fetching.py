@@ -27,7 +27,7 @@ import time
 import urllib.error
 import urllib.request
 from typing import IO, Any, Iterator, Optional, Tuple
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 MAX_WHEEL_BYTES = 1 << 30  # 1 GiB: a full-architecture wheel of ours is about 35 MB
 MAX_PAGE_BYTES = 16 << 20  # 16 MiB: a manifest of every wheel ever published is well under 1 MB
@@ -133,11 +133,14 @@ def _opener(watch: _Watch) -> urllib.request.OpenerDirector:
     class Redirects(urllib.request.HTTPRedirectHandler):
         max_redirections = MAX_REDIRECTS
 
-        def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[override]
-            if not is_url(newurl):
-                raise FetchError(f"HTTP {code} redirects to {newurl!r}, which is not an http(s) URL: "
+        def http_error_302(self, req, fp, code, msg, headers):  # type: ignore[override]
+            new = headers.get("location") or headers.get("uri")
+            if new is not None and not is_url(urljoin(req.full_url, new)):
+                raise FetchError(f"HTTP {code} redirects to {new!r}, which is not an http(s) URL: "
                                  "redirects may not leave http(s)", "scheme")
-            return super().redirect_request(req, fp, code, msg, headers, newurl)
+            return super().http_error_302(req, fp, code, msg, headers)
+
+        http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
 
     return urllib.request.build_opener(Http, Https, Redirects)
 

@@ -512,14 +512,18 @@ def file_requires_python(filename: str, requires_python: Optional[str]) -> str:
     Python tag's (cp311: 3.11 only; cp310-abi3: 3.10 and later), narrowed by METADATA's
     Requires-Python when that says more. An installer reads the page's value before the tags,
     so the project's wider Requires-Python alone would invite it to try files that never fit."""
-    info = variant.parse_wheel_name(filename)
-    spec = f">={info.python}" if info.abi3 else f"=={info.python}.*"
-    if requires_python:
-        from packaging.specifiers import SpecifierSet
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
 
-        if any(not SpecifierSet(requires_python).contains(f"{info.python}.{p}") for p in (0, 99)):
-            spec += "," + str(SpecifierSet(requires_python))
-    return spec
+    info = variant.parse_wheel_name(filename)
+    if not info.abi3:  # one Python: METADATA can only say that it does not install at all
+        spec = f"=={info.python}.*"
+        fits = not requires_python or SpecifierSet(requires_python).contains(f"{info.python}.0")
+        return spec if fits else f"{spec},{SpecifierSet(requires_python)}"
+    floor = Version(info.python)
+    more = [str(s) for s in SpecifierSet(requires_python or "")
+            if not (s.operator in (">=", ">") and Version(s.version) < floor)]  # implied by the tag
+    return ",".join([f">={info.python}", *sorted(more)])
 
 
 def _anchor(href: str, entry: Dict[str, Any]) -> str:

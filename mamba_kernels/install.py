@@ -161,6 +161,36 @@ def fetch(c: Candidate, dest: Path, timeout: float, stream: IO[str] = sys.stderr
     except OSError as e:
         raise _fs_failure(f"--dest {dest}: cannot be written", e) from None
     tmp = Path(tmp_name)
+    box: List[Any] = []
+    try:
+        try:
+            _receive(c, fd, tmp, timeout, limit, stream, box)
+        except OSError as e:  # raised by the buffered file's last write, when it closes
+            raise _fs_failure(f"{tmp} cannot be written", e) from None
+        done, digest, progress = box
+        if c.size is not None and done != c.size:
+            raise Failure(f"{c.url}: {done} bytes arrived, the index lists {c.size}", EXIT_VERIFY)
+        if expected is not None and digest != expected:
+            raise Failure(f"{c.filename}: sha256 mismatch: the index lists {expected}, the file "
+                          f"from {c.url} has {digest}", EXIT_VERIFY)
+        try:
+            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, final)
+        except OSError as e:
+            raise _fs_failure(f"{final} cannot be written", e) from None
+        progress.close(done, True)
+        return final, digest
+    except BaseException:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
+
+
+def _receive(c: Candidate, fd: int, tmp: Path, timeout: float, limit: int, stream: IO[str],
+             box: List[Any]) -> None:
+    """Write the bytes of ``c`` to the open file ``fd``; ``box`` gets (count, sha256, progress)."""
     done = 0
     progress: Optional[_Progress] = None
     try:
@@ -189,31 +219,12 @@ def fetch(c: Candidate, dest: Path, timeout: float, stream: IO[str] = sys.stderr
                     code = EXIT_VERIFY if e.kind == "size" else EXIT_FETCH
                     raise Failure(f"{c.url}: download failed after {done} of {src.total or '?'} bytes: {e}",
                                   code) from None
-            try:
-                out.flush()
-                os.fsync(out.fileno())
-            except OSError as e:
-                raise _fs_failure(f"{tmp} cannot be written", e) from None
-        if c.size is not None and done != c.size:
-            raise Failure(f"{c.url}: {done} bytes arrived, the index lists {c.size}", EXIT_VERIFY)
-        digest = h.hexdigest()
-        if expected is not None and digest != expected:
-            raise Failure(f"{c.filename}: sha256 mismatch: the index lists {expected}, the file "
-                          f"from {c.url} has {digest}", EXIT_VERIFY)
-        try:
-            os.chmod(tmp, 0o666 & ~_umask())
-            os.replace(tmp, final)
-        except OSError as e:
-            raise _fs_failure(f"{final} cannot be written", e) from None
-        progress.close(done, True)
-        return final, digest
+            out.flush()
+            os.fsync(out.fileno())
+        box.extend([done, h.hexdigest(), progress])
     except BaseException:
         if progress is not None:
             progress.close(done, False)
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
         raise
 
 

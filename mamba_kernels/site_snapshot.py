@@ -9,7 +9,9 @@ it owns:
   and modules, their ``__pycache__`` files, and every ``mamba_kernels-*.dist-info``;
 - every file the installed distribution's RECORD lists inside the environment (an editable
   install's ``.pth`` and finder, the console scripts);
-- the console scripts the new wheel's ``entry_points.txt`` names, in the scripts folder.
+- the console scripts the new wheel's ``entry_points.txt`` names, in the scripts folder;
+- pip's stash folders beside them (``~amba_kernels`` and the like), which an interrupted pip
+  leaves behind.
 
 :meth:`Snapshot.restore` removes each of these paths as it is now and copies back the ones that
 existed, so the environment is file for file what it was. Standard library only.
@@ -133,6 +135,8 @@ def take(wheel: Path, dist_info: str, sites: Sequence[str], scripts: Optional[st
         site = Path(s)
         paths += [site / t for t in tops]
         globs += [site / "__pycache__" / f"{t[:-3]}.*.pyc" for t in tops if t.endswith(".py")]
+        # pip's stash of what it uninstalls, beside it: the name with its first letters as "~"/"-"
+        globs += [site / f"~*{t[1:]}" for t in tops] + [site / f"~*{project_prefix[1:]}*.dist-info"]
         if site.is_dir():
             for d in site.iterdir():
                 if d.name.startswith(project_prefix) and d.name.endswith(".dist-info"):
