@@ -441,3 +441,19 @@ def test_data_requires_python_follows_the_tag():
     stable = "mamba_kernels-0.1.0+cu130stable2.10-cp310-abi3-manylinux_2_28_x86_64.whl"
     assert index.file_requires_python(stable, ">=3.9") == ">=3.10"
     assert index.file_requires_python(stable, "<3.14,>=3.9") == ">=3.10,<3.14"
+
+
+# ----------------------------------------------------------------------------- speed: no torch import
+
+NO_TORCH = ("import sys\nfrom mamba_kernels import cli\nrc = cli.main(sys.argv[1:])\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\nprint('rc', rc)\n")
+
+
+@pytest.mark.parametrize("verb", [["resolve"], ["download", "--dry-run", "--dest", "house"]])
+def test_the_environment_given_imports_no_torch(verb, served, tmp_path):
+    site = served["root"] / "site3"
+    if not site.exists():
+        index.write_index(served["wheel"].parent, site)
+    r = subprocess.run([sys.executable, "-c", NO_TORCH, *verb, "--index", str(site)] + TORCH,
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip().endswith("rc 0"), r.stdout + r.stderr
