@@ -17,8 +17,8 @@
 //   rows (b, b + 1; A, D and dt_bias loaded once for both), chosen when the launch still fills
 //   the GPU, so each thread has 32 bytes of state in flight; "wide" gives it two chunks of one
 //   row (lane l and l + 32), needed only for fp32 rows of more than 32 chunks (dstate > 128).
-// - Every load before the first use: the slot index, then x, dt, z, D, dt_bias, A, B, C and
-//   the state of both chunks are issued, then the arithmetic runs, then the stores. Each lane
+// - Every load before the first use: the slot index, the state of both chunks, then x, dt, z,
+//   D, dt_bias, A, B and C are issued, then the arithmetic runs, then the stores. Each lane
 //   reads its own B and C values from global memory (cached; the block's rows share them), so
 //   there is no shared memory and no barrier; a row's output is a butterfly sum over its lanes.
 // - Anything the fast path needs but the operands do not offer (unit stride, 16-byte
@@ -415,11 +415,20 @@ __global__ void __launch_bounds__(kThreads, min_blocks<S, T>())
   const int64_t b1 = pair ? b0 + 1 : b0;
   const bool has1 = pair ? b1 < p.batch : wide;  // the second chunk exists (uniform in the block)
   const int valid1 = has1 && row_ok ? chunk_valid(p.dstate, n1, V) : 0;
-  // ---- loads: the slot index first (the state's address needs it), then everything else
+  // ---- loads: the slot index (the state's address needs it), the state, then everything else
   const int64_t slot0 = slot_of(p, b0);
   const int64_t slot1 = pair && has1 ? slot_of(p, b1) : slot0;
   const bool live0 = row_ok && slot0 >= 0 && slot0 < p.nslots;
   const bool live1 = has1 && row_ok && slot1 >= 0 && slot1 < p.nslots;
+
+  // the state first: the one operand that comes from DRAM every step
+  S* const st_base = static_cast<S*>(p.state) + h * p.state_s1 + d * p.state_s2;
+  S* const st0 = st_base + (live0 ? slot0 * p.state_s0 + n0 * p.state_s3 : 0);
+  S* const st1 = st_base + (live1 ? slot1 * p.state_s0 + n1 * p.state_s3 : 0);
+  const int sv0 = live0 ? valid0 : 0, sv1 = live1 ? valid1 : 0;  // states to read and write
+  Chunk<S, V> s0, s1;
+  load_state<kFast>(s0, st0, p.state_s3, sv0, sh.state_vec);
+  load_state<kFast>(s1, st1, p.state_s3, sv1, sh.state_vec);
 
   float x0 = 0.0f, dt0 = 0.0f, z0 = 0.0f, x1 = 0.0f, dt1 = 0.0f, z1 = 0.0f, Dv = 0.0f, bias = 0.0f;
   if (row_ok) {
@@ -450,14 +459,6 @@ __global__ void __launch_bounds__(kThreads, min_blocks<S, T>())
   load_op<kFast>(C0, p.C, b0 * p.C.s0 + grp * p.C.s1 + n0 * p.C.s2, valid0, sh.C_vec);
   load_op<kFast>(B1, p.B, b1 * p.B.s0 + grp * p.B.s1 + n1 * p.B.s2, valid1, sh.B_vec);
   load_op<kFast>(C1, p.C, b1 * p.C.s0 + grp * p.C.s1 + n1 * p.C.s2, valid1, sh.C_vec);
-
-  S* const st_base = static_cast<S*>(p.state) + h * p.state_s1 + d * p.state_s2;
-  S* const st0 = st_base + (live0 ? slot0 * p.state_s0 + n0 * p.state_s3 : 0);
-  S* const st1 = st_base + (live1 ? slot1 * p.state_s0 + n1 * p.state_s3 : 0);
-  const int sv0 = live0 ? valid0 : 0, sv1 = live1 ? valid1 : 0;  // states to read and write
-  Chunk<S, V> s0, s1;
-  load_state<kFast>(s0, st0, p.state_s3, sv0, sh.state_vec);
-  load_state<kFast>(s1, st1, p.state_s3, sv1, sh.state_vec);
 
   // ---- arithmetic
   float dtv0 = dt0 + bias;
