@@ -229,6 +229,23 @@ def test_channel_counts(ops, dim):
     run_and_check(inp, torch.float32)
 
 
+# Problem sizes that pick each states-per-lane layout of the lane forward (fwd_lanes.cu) on a
+# 132-SM GPU: 4 states per lane from about 12,700 channels, 2 from about 6,400, else 1; odd
+# channel counts leave partial blocks, L = 70 a partial tile and a partial chunk.
+@pytest.mark.parametrize(
+    "batch,dim,N,dtype",
+    [
+        (8, 2047, 16, torch.bfloat16),  # kS = 4
+        (7, 2048, 12, torch.float32),   # kS = 4, padded states
+        (4, 2049, 16, torch.float16),   # kS = 2
+        (3, 2048, 5, torch.float32),    # kS = 2, padded states
+    ],
+)
+def test_lane_layouts(ops, batch, dim, N, dtype):
+    inp = make_inputs(batch, dim, 70, N, dtype, seed=batch)
+    run_and_check(inp, dtype, last_state=True)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_strided_views(ops, dtype):
     """u/z as halves of one xz tensor, delta channel-strided, B/C with non-unit L stride,

@@ -11,7 +11,7 @@
 // bitwise reproducible.
 //
 // Instantiations: dtype (3) x real/complex (2) = 6 kernels.
-#include "scan_common.cuh"
+#include "scan_lanes.cuh"
 
 namespace mamba_kernels {
 namespace selective_scan {
@@ -422,6 +422,7 @@ int bwd_threads_per_row(int64_t dstate, bool) {
 }
 
 int64_t bwd_row_blocks(const ScanParams& p) {
+  if (lanes_fit(p.dstate, p.is_complex)) return bwd_lanes_row_blocks(p);
   const int rows = BwdPolicy::kThreads / bwd_threads_per_row(p.dstate, p.is_complex);
   const int64_t dpg = p.dim / p.ngroups;
   return (dpg + rows - 1) / rows;
@@ -429,6 +430,7 @@ int64_t bwd_row_blocks(const ScanParams& p) {
 
 cudaError_t launch_bwd(const ScanParams& p, cudaStream_t stream) {
   if (p.batch == 0 || p.dim == 0 || p.seqlen == 0) return cudaSuccess;
+  if (lanes_fit(p.dstate, p.is_complex)) return launch_bwd_lanes(p, stream);
   return with_dtype_complex(p.dtype, p.is_complex, [&](auto tag, auto cplx) -> cudaError_t {
     using T = typename decltype(tag)::type;
     static constexpr bool kComplex = decltype(cplx)::value;

@@ -12,7 +12,7 @@
 // folded in order, and writes the outputs.
 //
 // Instantiations: dtype (3) x real/complex (2) = 6 kernels.
-#include "scan_common.cuh"
+#include "scan_lanes.cuh"
 
 namespace mamba_kernels {
 namespace selective_scan {
@@ -328,6 +328,8 @@ __global__ void __launch_bounds__(FwdPolicy::kThreads, 3) fwd_kernel(const ScanP
   }
 }
 
+}  // namespace
+
 int sm_count() {
   static int count = [] {
     int dev = 0, n = 0;
@@ -338,14 +340,13 @@ int sm_count() {
   return count;
 }
 
-}  // namespace
-
 int fwd_threads_per_row(int64_t dstate, bool is_complex) {
   const int64_t per = FwdPolicy::kSliceFloats / (is_complex ? 2 : 1);
   return pow2_at_least((dstate + per - 1) / per);
 }
 
 int64_t fwd_segments(const ScanParams& p) {
+  if (lanes_fit(p.dstate, p.is_complex)) return 1;  // the lane kernel fills the GPU in one pass
   const int64_t warps = p.batch * p.dim * fwd_threads_per_row(p.dstate, p.is_complex) / 32 + 1;
   const int64_t sms = sm_count();
   if (warps >= sms * FwdPolicy::kMinWarpsPerSm) return 1;
@@ -356,6 +357,7 @@ int64_t fwd_segments(const ScanParams& p) {
 
 cudaError_t launch_fwd(const ScanParams& p, float* seg_workspace, cudaStream_t stream) {
   if (p.batch == 0 || p.dim == 0 || p.seqlen == 0) return cudaSuccess;
+  if (lanes_fit(p.dstate, p.is_complex)) return launch_fwd_lanes(p, stream);
   return with_dtype_complex(p.dtype, p.is_complex, [&](auto tag, auto cplx) -> cudaError_t {
     using T = typename decltype(tag)::type;
     static constexpr bool kComplex = decltype(cplx)::value;

@@ -76,11 +76,19 @@ int fwd_threads_per_row(int64_t dstate, bool is_complex);
 int bwd_threads_per_row(int64_t dstate, bool is_complex);
 int64_t bwd_row_blocks(const ScanParams& p);  // row blocks per group (the dB/dC partial axis)
 
+// Multiprocessors of the current device (read once), which the grids are sized by.
+int sm_count();
+
 // Segments the forward cuts the sequence into (1: one pass), and the fp32 workspace it then
 // needs: batch * dim * segments * (dstate [x2] + 1) floats, passed to launch_fwd.
 int64_t fwd_segments(const ScanParams& p);
 cudaError_t launch_fwd(const ScanParams& p, float* seg_workspace, cudaStream_t stream);
 cudaError_t launch_bwd(const ScanParams& p, cudaStream_t stream);
+// The lane-per-state kernels for real A and dstate <= 16 (fwd_lanes.cu, bwd_lanes.cu), which
+// launch_fwd / launch_bwd pick for such problems.
+cudaError_t launch_fwd_lanes(const ScanParams& p, cudaStream_t stream);
+cudaError_t launch_bwd_lanes(const ScanParams& p, cudaStream_t stream);
+int64_t bwd_lanes_row_blocks(const ScanParams& p);
 
 // out[o, i] = sum over r of in[o, r, i], added in the order of r in fp32 and rounded once to
 // out_dtype: in (outer, rows, inner) fp32 and out (outer, inner), both contiguous (sum_partials.cu).

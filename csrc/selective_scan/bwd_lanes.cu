@@ -1,0 +1,334 @@
+// Selective-scan backward for real A and dstate <= 16, in the lane-per-state layout
+// (scan_lanes.cuh): lane n of a channel's 16 owns state n and walks the sequence backwards,
+// chunk by chunk, from the forward's saved states.
+//
+// A block owns a range of channels of one (batch, group) and takes them 16 at a time, each
+// time over the whole sequence; the grid's blocks (batch x group x channel ranges) are sized to
+// fill the GPU about twice. Per chunk of 64 steps the block stages the chunk's B and C (shared by
+// all its channels) and each channel's dt, dt*u, the gated dout and u (each lane discretising
+// its own 4 steps; dz is written there too). A forward sweep records the state at the start of
+// each 16-step window (shared memory); each window, from the last, is recomputed into registers
+// (states and decays, the chunk's second exponential for 3/4 of the steps) and swept in reverse
+// with the adjoint g_t = C_t dy_t + a_{t+1} g_{t+1}.
+//
+// Sums, all in fixed orders (bitwise repeatable, no atomics):
+// - over the states (du, ddelta): a reduce-scatter over the 16 lanes per window;
+// - over the channels (variable dB, dC): the warp's two channels by one exchange of halves (lanes
+//   0-15 end with dB, 16-31 with dC), the block's 8 warps through shared memory in warp order,
+//   and the block's channel groups in order into the block's own fp32 row of the partials, which
+//   the caller then sums over the blocks (launch_sum_partials);
+// - over the steps (dA, fixed dB / dC, dD, ddelta_bias): per lane, written per (batch, channel).
+//
+// Instantiations: 3 (dtype).
+#include "scan_lanes.cuh"
+
+namespace mamba_kernels {
+namespace selective_scan {
+namespace {
+
+using LP = LanePolicy;
+
+struct BwdLanes {
+  static constexpr int kWin = 16;                        // steps recomputed into registers at once
+  static constexpr int kWins = kChunk / kWin;            // windows per chunk
+  static constexpr int kRow = kChunk + 4;                // floats per state row of a B/C chunk tile
+  static constexpr int kWarps = LP::kThreads / kWarpSize;
+  static constexpr int kBlocksPerSm = 2;                 // the grid's target (and launch bound)
+  static_assert(kWin == LP::kGroup, "one reduce-scatter per window");
+};
+using BL = BwdLanes;
+
+struct LanesBwdArgs {
+  int64_t row_blocks;  // blocks per (batch, group): channel ranges
+  int64_t groups_per_block;  // 16-channel groups per block
+  bool vec_b, vec_c;
+};
+
+struct BwdLanesSmem {
+  float B[LP::kLanes * BL::kRow];                      // variable B of the chunk, [n][step]
+  float C[LP::kLanes * BL::kRow];
+  float dt[LP::kChannels][kChunk];                     // per channel and step of the chunk
+  float dtu[LP::kChannels][kChunk];
+  float dy[LP::kChannels][kChunk];                     // dout * silu(z)
+  float u[LP::kChannels][kChunk];
+  float starts[BL::kWins][LP::kThreads];               // state at each window start
+  // warp sums of dB (lanes < 16) and dC (lanes >= 16) per lane and window step; rows of 17 keep
+  // both the writes (by lane) and the block sum's reads (by step) free of bank conflicts
+  float red[2][BL::kWarps][kWarpSize][BL::kWin + 1];
+};
+
+template <typename T>
+__global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
+    bwd_lanes_kernel(const ScanParams p, const LanesBwdArgs f) {
+  constexpr int kW = BL::kWin, kRow = BL::kRow;
+  extern __shared__ float4 smem_lanes[];  // BwdLanesSmem: more than the 48 KB of static shared memory
+  BwdLanesSmem& sm = *reinterpret_cast<BwdLanesSmem*>(smem_lanes);
+
+  const int64_t L = p.seqlen, N = p.dstate;
+  const int64_t dpg = p.dim / p.ngroups;
+  const int64_t bg = int64_t(blockIdx.x) / f.row_blocks, rb = int64_t(blockIdx.x) % f.row_blocks;
+  const int64_t b = bg / p.ngroups, g = bg % p.ngroups;
+  const int tid = threadIdx.x, ch = tid / LP::kLanes, s = tid % LP::kLanes;
+  const int warp = tid / kWarpSize, lane = tid % kWarpSize;
+  const bool upper = lane >= LP::kLanes;  // the warp's second channel
+  const bool has_n = s < N;
+  const int64_t n_chunks = (L + kChunk - 1) / kChunk;
+  const bool varB = p.B.variable, varC = p.C.variable;
+  const T* Bv = varB ? static_cast<const T*>(p.B.ptr) + b * p.B.s_b + g * p.B.s_g : nullptr;
+  const T* Cv = varC ? static_cast<const T*>(p.C.ptr) + b * p.C.s_b + g * p.C.s_g : nullptr;
+  float* part_row_B = varB ? p.dB_part + ((b * p.ngroups + g) * f.row_blocks + rb) * N * L : nullptr;
+  float* part_row_C = varC ? p.dC_part + ((b * p.ngroups + g) * f.row_blocks + rb) * N * L : nullptr;
+
+  for (int64_t gi = 0; gi < f.groups_per_block; ++gi) {
+    const int64_t rig = (rb * f.groups_per_block + gi) * LP::kChannels + ch;
+    if ((rb * f.groups_per_block + gi) * LP::kChannels >= dpg) break;  // block-uniform
+    const bool active = rig < dpg;
+    const int64_t d = g * dpg + (active ? rig : 0);  // inactive channels shadow row 0, store nothing
+    const float Af = has_n ? p.A[d * N + s] : 0.0f;
+    const float a2 = Af * kLog2e;
+    const float Bfix = (has_n && !varB) ? static_cast<const float*>(p.B.ptr)[d * N + s] : 0.0f;
+    const float Cfix = (has_n && !varC) ? static_cast<const float*>(p.C.ptr)[d * N + s] : 0.0f;
+    const float Dd = p.D != nullptr ? p.D[d] : 0.0f;
+    const float bias = p.delta_bias != nullptr ? p.delta_bias[d] : 0.0f;
+    float dA = 0.0f, dBf = 0.0f, dCf = 0.0f, dD = 0.0f, dbias = 0.0f, gc = 0.0f;
+
+    for (int64_t c = n_chunks - 1; c >= 0; --c) {
+      const int64_t tc0 = c * kChunk;
+      const int clen = int(L - tc0 < kChunk ? L - tc0 : kChunk);
+      const int nwin = (clen + kW - 1) / kW;
+      // Stage the chunk: B/C by the whole block (4 steps of one state row per thread and
+      // matrix), the per-step values of each channel by its own lanes.
+      for (int i = tid; i < 2 * LP::kLanes * (kChunk / 4); i += LP::kThreads) {
+        const bool isC = i >= LP::kLanes * (kChunk / 4);
+        const int j = i % (LP::kLanes * (kChunk / 4));
+        const int n = j / (kChunk / 4), q = j % (kChunk / 4);
+        const bool var = isC ? varC : varB;
+        if (!var) continue;
+        const T* row = isC ? Cv + n * p.C.s_n : Bv + n * p.B.s_n;
+        float v[4];
+        load_bc4(v, row, isC ? p.C.s_l : p.B.s_l, tc0 + q * 4, L, n < N, isC ? f.vec_c : f.vec_b);
+        *reinterpret_cast<float4*>((isC ? sm.C : sm.B) + n * kRow + q * 4) = make_float4(v[0], v[1], v[2], v[3]);
+      }
+#pragma unroll
+      for (int i = 0; i < kChunk / LP::kLanes; ++i) {
+        const int tt = i * LP::kLanes + s;
+        const int64_t t = tc0 + tt;
+        const bool ok = tt < clen;
+        // (addresses formed here, not kept as row pointers across the chunk: registers)
+        const float uu = ok ? to_float(static_cast<const T*>(p.u)[offset3(p.u_s, b, d, t)]) : 0.0f;
+        const float v = ok ? to_float(static_cast<const T*>(p.delta)[offset3(p.delta_s, b, d, t)]) + bias : 0.0f;
+        const float dt = ok ? (p.softplus ? softplus(v) : v) : 0.0f;
+        float gy = ok ? to_float(static_cast<const T*>(p.dout)[offset3(p.dout_s, b, d, t)]) : 0.0f;
+        if (p.z != nullptr && ok) {
+          const float zz = to_float(static_cast<const T*>(p.z)[offset3(p.z_s, b, d, t)]);
+          if (active) {
+            const float yy = to_float(static_cast<const T*>(p.y)[offset3(p.y_s, b, d, t)]);
+            static_cast<T*>(p.dz)[offset3(p.dz_s, b, d, t)] = from_float<T>(gy * yy * silu_grad(zz));
+          }
+          gy *= silu(zz);
+        }
+        sm.dt[ch][tt] = dt;
+        sm.dtu[ch][tt] = dt * uu;
+        sm.dy[ch][tt] = gy;
+        sm.u[ch][tt] = uu;
+      }
+      __syncthreads();  // the B/C tile and the channel rows are in place
+
+      const float* rowB = sm.B + s * kRow;
+      const float* rowC = sm.C + s * kRow;
+      const float* dtr = sm.dt[ch];
+      const float* dur = sm.dtu[ch];
+      const float* dyr = sm.dy[ch];
+      // Four steps' values from the rows (16-byte reads), fixed B/C as constants.
+      auto get4 = [&](const float* row, float fixed, bool var, int tt, float (&o)[4]) {
+        if (var) {
+          const float4 v = *reinterpret_cast<const float4*>(row + tt);
+          o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+        } else {
+          o[0] = o[1] = o[2] = o[3] = fixed;
+        }
+      };
+      auto row4 = [&](const float* row, int tt, float (&o)[4]) {
+        const float4 v = *reinterpret_cast<const float4*>(row + tt);
+        o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+      };
+      // Forward sweep: the state entering each window.
+      float h = 0.0f;
+      if (c > 0 && has_n) h = p.ckpt[((b * p.dim + d) * n_chunks + c - 1) * N + s];
+      for (int w = 0; w < nwin; ++w) {
+        sm.starts[w][tid] = h;
+        if (w == nwin - 1) break;  // only the last window can be partial
+#pragma unroll
+        for (int q = 0; q < kW / 4; ++q) {
+          const int tt = w * kW + q * 4;
+          float dt4[4], du4[4], b4[4];
+          row4(dtr, tt, dt4);
+          row4(dur, tt, du4);
+          get4(rowB, Bfix, varB, tt, b4);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) h = fmaf(fast_exp2(dt4[j] * a2), h, du4[j] * b4[j]);
+        }
+      }
+      for (int w = nwin - 1; w >= 0; --w) {
+        const int w0 = w * kW;
+        const int valid = clen - w0 < kW ? clen - w0 : kW;
+        const float hstart = sm.starts[w][tid];
+        // This thread's elements of the block's partial row for the window (see the sum
+        // below), read now so their latency hides behind the window's work.
+        float prev[2] = {0.0f, 0.0f};
+        if (gi > 0 && (varB || varC)) {
+#pragma unroll
+          for (int k = 0; k < 2; ++k) {
+            const int o = tid + k * LP::kThreads;
+            const int isC = o / (LP::kLanes * kW);
+            const int n = (o / kW) % LP::kLanes, tw = o % kW;
+            if ((isC ? varC : varB) && n < N && tw < valid) {
+              prev[k] = (isC ? part_row_C : part_row_B)[n * L + tc0 + w0 + tw];
+            }
+          }
+        }
+        // Recompute the window: the state after each step and each step's decay.
+        float hs[kW], aa[kW];
+        {
+          float hh = hstart;
+#pragma unroll
+          for (int q = 0; q < kW / 4; ++q) {
+            const int tt = w0 + q * 4;
+            float dt4[4], du4[4], b4[4];
+            row4(dtr, tt, dt4);
+            row4(dur, tt, du4);
+            get4(rowB, Bfix, varB, tt, b4);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const bool ok = q * 4 + j < valid;
+              const float a = ok ? fast_exp2(dt4[j] * a2) : 1.0f;
+              hh = ok ? fmaf(a, hh, du4[j] * b4[j]) : hh;
+              aa[q * 4 + j] = a;
+              hs[q * 4 + j] = hh;
+            }
+          }
+        }
+        // Reverse sweep. Steps beyond the sequence have dt = dt*u = dy = 0 and a = 1: they
+        // pass the (zero) adjoint through and add nothing.
+        float qa[kW], qb[kW];
+#pragma unroll
+        for (int q = kW / 4 - 1; q >= 0; --q) {
+          const int tt = w0 + q * 4;
+          float dt4[4], du4[4], dy4[4], b4[4], c4[4];
+          row4(dtr, tt, dt4);
+          row4(dur, tt, du4);
+          row4(dyr, tt, dy4);
+          get4(rowB, Bfix, varB, tt, b4);
+          get4(rowC, Cfix, varC, tt, c4);
+#pragma unroll
+          for (int j = 3; j >= 0; --j) {
+            const int k = q * 4 + j;
+            const float gg = fmaf(c4[j], dy4[j], gc);
+            const float hp = k == 0 ? hstart : hs[k - 1];
+            const float da = aa[k] * hp * gg;
+            dA = fmaf(dt4[j], da, dA);
+            qa[k] = Af * da;
+            qb[k] = b4[j] * gg;
+            // (an inactive channel shadows row 0: its terms must be exactly 0, even where row 0
+            // holds non-finite values)
+            const float db = active ? gg * du4[j] : 0.0f;
+            const float dc = active ? hs[k] * dy4[j] : 0.0f;
+            dBf += db;
+            dCf += dc;
+            // The warp's two channels summed: lanes < 16 keep dB, lanes >= 16 dC.
+            const float mine = select(upper, dc, db), theirs = select(upper, db, dc);
+            sm.red[w & 1][warp][lane][k] = mine + __shfl_xor_sync(kFullMask, theirs, LP::kLanes);
+            gc = aa[k] * gg;
+          }
+        }
+        // Over the states: lane s gets the sums of window step s.
+        reduce_scatter16(qa, s);
+        reduce_scatter16(qb, s);
+        if (s < valid) {
+          const int tt = w0 + s;
+          const int64_t t = tc0 + tt;
+          const float dtt = dtr[tt], ut = sm.u[ch][tt], dyt = dyr[tt];
+          float gdt = fmaf(ut, qb[0], qa[0]);
+          if (p.softplus) gdt *= -expm1f(-dtt);  // sigmoid(x) = 1 - exp(-softplus(x))
+          dbias += gdt;
+          dD = fmaf(dyt, ut, dD);
+          if (active) {
+            static_cast<T*>(p.du)[offset3(p.du_s, b, d, t)] = from_float<T>(fmaf(dtt, qb[0], Dd * dyt));
+            static_cast<T*>(p.ddelta)[offset3(p.ddelta_s, b, d, t)] = from_float<T>(gdt);
+          }
+        }
+        __syncthreads();  // every warp's dB/dC sums of the window are in sm.red[w & 1]
+        // Over the block's warps in order, then into the block's row of partials (the first
+        // channel group writes it, later ones add to it: the same thread owns the same
+        // elements every time).
+        if (varB || varC) {
+#pragma unroll
+          for (int k = 0; k < 2; ++k) {
+            const int o = tid + k * LP::kThreads;  // o = (matrix, n, step)
+            const int isC = o / (LP::kLanes * kW);
+            const int n = (o / kW) % LP::kLanes, tw = o % kW;
+            if (!(isC ? varC : varB) || n >= N || tw >= valid) continue;
+            float acc = 0.0f;
+#pragma unroll
+            for (int wp = 0; wp < BL::kWarps; ++wp) acc += sm.red[w & 1][wp][isC * LP::kLanes + n][tw];
+            float* dst = (isC ? part_row_C : part_row_B) + n * L + tc0 + w0 + tw;
+            *dst = gi == 0 ? acc : prev[k] + acc;
+          }
+        }
+      }
+      __syncthreads();  // the chunk's tiles and rows are read before the next chunk is staged
+    }
+    // Per (batch, channel): dA and fixed dB / dC per state, dD and ddelta_bias over the lanes.
+    dD = warp_sum_width<LP::kLanes>(dD);
+    dbias = warp_sum_width<LP::kLanes>(dbias);
+    if (active) {
+      const int64_t off = (b * p.dim + d) * N + s;
+      if (has_n) {
+        p.dA_part[off] = dA;
+        if (!varB) p.dB_part[off] = dBf;
+        if (!varC) p.dC_part[off] = dCf;
+      }
+      if (s == 0) {
+        if (p.dD_part != nullptr) p.dD_part[b * p.dim + d] = dD;
+        if (p.dbias_part != nullptr) p.dbias_part[b * p.dim + d] = dbias;
+      }
+    }
+  }
+}
+
+LanesBwdArgs lanes_bwd_args(const ScanParams& p) {
+  LanesBwdArgs f{};
+  const int64_t dpg = p.dim / p.ngroups;
+  const int64_t groups = (dpg + LP::kChannels - 1) / LP::kChannels;  // 16-channel groups per (batch, group)
+  const int64_t bg = p.batch * p.ngroups;
+  const int64_t target = int64_t(sm_count()) * BL::kBlocksPerSm;
+  int64_t rows = (target + bg - 1) / bg;
+  rows = rows < 1 ? 1 : (rows > groups ? groups : rows);
+  f.groups_per_block = (groups + rows - 1) / rows;
+  f.row_blocks = (groups + f.groups_per_block - 1) / f.groups_per_block;
+  return f;
+}
+
+}  // namespace
+
+int64_t bwd_lanes_row_blocks(const ScanParams& p) { return lanes_bwd_args(p).row_blocks; }
+
+cudaError_t launch_bwd_lanes(const ScanParams& p, cudaStream_t stream) {
+  return with_dtype_complex(p.dtype, false, [&](auto tag, auto) -> cudaError_t {
+    using T = typename decltype(tag)::type;
+    LanesBwdArgs f = lanes_bwd_args(p);
+    f.vec_b = bc_vec4(p.B, sizeof(T));
+    f.vec_c = bc_vec4(p.C, sizeof(T));
+    const int64_t blocks = f.row_blocks * p.batch * p.ngroups;
+    if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
+    auto kernel = bwd_lanes_kernel<T>;
+    const int smem = int(sizeof(BwdLanesSmem));
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return err;
+    kernel<<<unsigned(blocks), LP::kThreads, smem, stream>>>(p, f);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace selective_scan
+}  // namespace mamba_kernels

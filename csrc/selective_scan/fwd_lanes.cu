@@ -1,0 +1,285 @@
+// Selective-scan forward for real A and dstate <= 16, in the lane layout (scan_lanes.cuh): a
+// channel's states are spread over kP = 16 / kS lanes, kS states each, and every lane walks the
+// whole sequence with its states in registers. kS = 4 for problems with channels enough to
+// fill the GPU (4 lanes per channel, 64 channels per block), 2 or 1 for fewer channels (long
+// sequences at small batch), so the resident warps stay high either way.
+//
+// Per 16-step tile: the block stages B and C of the tile (shared by all its channels: one
+// (batch, group)) in shared memory, double buffered, one barrier per tile. Each lane
+// discretises its own steps of its channel (softplus, dt * u) into the channel's shared rows,
+// read back by every lane of the channel as 16-byte broadcasts. The next tile's B/C, u, delta
+// and z are loaded into registers while this one is computed. A step is one ex2 and two FMAs
+// per state; y of each 16 steps is a reduce-scatter over the channel's lanes, after which each
+// lane owns 16 / kP consecutive steps and writes their outputs (vector stores where the
+// tensor allows). No step's work is repeated, and a NaN at step t reaches only steps >= t.
+//
+// Instantiations: 3 (dtype) x 3 (kS = 1, 2, 4).
+#include "scan_lanes.cuh"
+
+namespace mamba_kernels {
+namespace selective_scan {
+namespace {
+
+using LP = LanePolicy;
+
+template <int kS>
+struct FwdLanes {
+  static constexpr int kP = LP::kLanes / kS;     // lanes per channel
+  static constexpr int kCh = LP::kThreads / kP;  // channels per block
+  static constexpr int kQ = LP::kGroup / kP;     // consecutive steps each lane owns per tile
+  static constexpr int kTile = LP::kGroup;      // steps per tile: one reduce-scatter
+  static constexpr int kTRow = 20;               // [step][state] tile rows: 80 B, conflict-free
+  static constexpr int kNRow = kTile + 4;        // [state][step] tile rows
+  // B/C tile per buffer: [state][step] for one state per lane, where a lane reads 4 steps of
+  // its state at once; [step][state] for more, where it reads its kS states.
+  static constexpr int kTileFloats = kS == 1 ? LP::kLanes * kNRow : kTile * kTRow;
+  static constexpr int kLoaders = 2 * LP::kLanes * kTile / 4;  // threads staging a tile, 4 values each
+  static constexpr int kMinBlocks = kS == 1 ? 3 : 2;
+};
+
+struct LanesFwdArgs {
+  int64_t bpg;  // blocks per (batch, group)
+  bool vec_b, vec_c, vec_u, vec_delta, vec_z, vec_out, vec_out_z;
+};
+
+template <typename T, int kS>
+__global__ void __launch_bounds__(LP::kThreads, FwdLanes<kS>::kMinBlocks)
+    fwd_lanes_kernel(const ScanParams p, const LanesFwdArgs f) {
+  using F = FwdLanes<kS>;
+  constexpr int kTL = F::kTile, kP = F::kP, kQ = F::kQ;
+  __shared__ __align__(16) float sB[2][F::kTileFloats];
+  __shared__ __align__(16) float sC[2][F::kTileFloats];
+  __shared__ __align__(16) float sDT[F::kCh][kTL];
+  __shared__ __align__(16) float sDTU[F::kCh][kTL];
+
+  const int64_t L = p.seqlen, N = p.dstate;
+  const int64_t dpg = p.dim / p.ngroups;
+  const int64_t bg = int64_t(blockIdx.x) / f.bpg, rb = int64_t(blockIdx.x) % f.bpg;
+  const int64_t b = bg / p.ngroups, g = bg % p.ngroups;
+  const int tid = threadIdx.x, ch = tid / kP, s = tid % kP;
+  const int64_t rig = rb * F::kCh + ch;
+  const bool active = rig < dpg;
+  const int64_t d = g * dpg + (active ? rig : 0);  // inactive channels shadow row 0, store nothing
+  const int n0 = s * kS;
+
+  float a2[kS], h[kS], Bfix[kS], Cfix[kS];
+#pragma unroll
+  for (int k = 0; k < kS; ++k) {
+    const bool ok = n0 + k < N;
+    a2[k] = ok ? p.A[d * N + n0 + k] * kLog2e : 0.0f;
+    Bfix[k] = (ok && !p.B.variable) ? static_cast<const float*>(p.B.ptr)[d * N + n0 + k] : 0.0f;
+    Cfix[k] = (ok && !p.C.variable) ? static_cast<const float*>(p.C.ptr)[d * N + n0 + k] : 0.0f;
+    h[k] = 0.0f;
+  }
+  const float Dd = p.D != nullptr ? p.D[d] : 0.0f;
+  const float bias = p.delta_bias != nullptr ? p.delta_bias[d] : 0.0f;
+  const T* u = static_cast<const T*>(p.u) + offset3(p.u_s, b, d, 0);
+  const T* delta = static_cast<const T*>(p.delta) + offset3(p.delta_s, b, d, 0);
+  const T* z = p.z != nullptr ? static_cast<const T*>(p.z) + offset3(p.z_s, b, d, 0) : nullptr;
+  const int64_t n_chunks = (L + kChunk - 1) / kChunk;
+
+  // Staging a B/C tile: the first kLoaders threads, 4 values each, of B (first half) or C.
+  const bool loader = tid < F::kLoaders;
+  const bool loads_c = tid >= F::kLoaders / 2;
+  const int li = tid % (F::kLoaders / 2);
+  // [state][step]: 4 steps of state li / 4; [step][state]: states 4 (li / 16) .. + 3 at step li % 16
+  const int ln = kS == 1 ? li / (kTL / 4) : 4 * (li / kTL);
+  const int lt = kS == 1 ? 4 * (li % (kTL / 4)) : li % kTL;
+  // (fields picked one by one: a reference to either parameter struct would put both on the stack)
+  const bool bc_var = loader && (loads_c ? p.C.variable : p.B.variable);
+  const T* bc_base = nullptr;
+  if (bc_var) {
+    bc_base = loads_c ? static_cast<const T*>(p.C.ptr) + b * p.C.s_b + g * p.C.s_g
+                      : static_cast<const T*>(p.B.ptr) + b * p.B.s_b + g * p.B.s_g;
+  }
+  const int64_t bc_sn = loads_c ? p.C.s_n : p.B.s_n, bc_sl = loads_c ? p.C.s_l : p.B.s_l;
+  const bool bc_vec = loads_c ? f.vec_c : f.vec_b;
+  float pf[4];
+  auto fetch_bc = [&](int64_t t0) {
+    if constexpr (kS == 1) {
+      load_bc4(pf, bc_base + ln * bc_sn, bc_sl, t0 + lt, L, bc_var && ln < N, bc_vec);
+    } else {
+      const int64_t t = t0 + lt;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        pf[j] = (bc_var && ln + j < N && t < L) ? to_float(bc_base[(ln + j) * bc_sn + t * bc_sl]) : 0.0f;
+      }
+    }
+  };
+  auto stash_bc = [&](int buf) {
+    if (!loader) return;
+    float* tile = loads_c ? sC[buf] : sB[buf];
+    float* dst = kS == 1 ? tile + ln * F::kNRow + lt : tile + lt * F::kTRow + ln;
+    *reinterpret_cast<float4*>(dst) = make_float4(pf[0], pf[1], pf[2], pf[3]);
+  };
+  // This lane's steps of its channel in tile t0: [t0 + kQ s, + kQ), the steps whose y the
+  // reduce-scatter hands it.
+  Steps<T, kQ> ru, rd, rz;
+  auto fetch_rows = [&](int64_t t0) {
+    const int64_t t = t0 + s * kQ;
+    load_steps(ru, u, p.u_s.l, t, L, f.vec_u);
+    load_steps(rd, delta, p.delta_s.l, t, L, f.vec_delta);
+    if (z != nullptr) load_steps(rz, z, p.z_s.l, t, L, f.vec_z);
+  };
+  fetch_bc(0);
+  fetch_rows(0);
+  stash_bc(0);
+  __syncthreads();
+
+  for (int64_t t0 = 0, k = 0; t0 < L; t0 += kTL, ++k) {
+    const int buf = int(k & 1);
+    const bool more = t0 + kTL < L;
+    // This tile's own steps, discretised into the channel's rows; then the next tile's loads.
+    float uu[kQ], zz[kQ];
+#pragma unroll
+    for (int j = 0; j < kQ; ++j) {
+      const bool ok = t0 + s * kQ + j < L;
+      uu[j] = to_float(ru.e[j]);
+      zz[j] = z != nullptr ? to_float(rz.e[j]) : 0.0f;
+      const float v = to_float(rd.e[j]) + bias;
+      const float dt = ok ? (p.softplus ? softplus(v) : v) : 0.0f;
+      sDT[ch][s * kQ + j] = dt;
+      sDTU[ch][s * kQ + j] = uu[j] * dt;  // (not "dt * uu[j]": the MSVC check reads a declaration)
+    }
+    if (more) {
+      fetch_bc(t0 + kTL);
+      fetch_rows(t0 + kTL);
+    }
+    __syncwarp();
+    const int valid = int(L - t0 < kTL ? L - t0 : kTL);
+    const float* tB = sB[buf];
+    const float* tC = sC[buf];
+    float yp[kTL];
+    // Four steps of the recurrence from 16-byte reads of dt and dt*u; yp[tt + j] gets this
+    // lane's part of y at step tt + j.
+    auto quad = [&](int tt, bool guard) {
+      const float4 dt4 = *reinterpret_cast<const float4*>(&sDT[ch][tt]);
+      const float4 du4 = *reinterpret_cast<const float4*>(&sDTU[ch][tt]);
+      const float dts[4] = {dt4.x, dt4.y, dt4.z, dt4.w};
+      const float dus[4] = {du4.x, du4.y, du4.z, du4.w};
+      float bq[4][kS], cq[4][kS];
+      auto read_tile = [&](const float* tile, bool var, const float (&fixed)[kS], float (&o)[4][kS]) {
+        if (!var) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int m = 0; m < kS; ++m) o[j][m] = fixed[m];
+          return;
+        }
+        if constexpr (kS == 1) {
+          const float4 v = *reinterpret_cast<const float4*>(tile + s * F::kNRow + tt);
+          o[0][0] = v.x, o[1][0] = v.y, o[2][0] = v.z, o[3][0] = v.w;
+        } else if constexpr (kS == 2) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const float2 v = *reinterpret_cast<const float2*>(tile + (tt + j) * F::kTRow + n0);
+            o[j][0] = v.x, o[j][1] = v.y;
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const float4 v = *reinterpret_cast<const float4*>(tile + (tt + j) * F::kTRow + n0);
+            o[j][0] = v.x, o[j][1] = v.y, o[j][2] = v.z, o[j][3] = v.w;
+          }
+        }
+      };
+      read_tile(tB, p.B.variable, Bfix, bq);
+      read_tile(tC, p.C.variable, Cfix, cq);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const bool on = !guard || tt + j < valid;
+        float acc0 = 0.0f, acc1 = 0.0f;  // two chains: half the dependent FMAs per step
+#pragma unroll
+        for (int m = 0; m < kS; ++m) {
+          if (on) {
+            const float a = fast_exp2(dts[j] * a2[m]);
+            h[m] = fmaf(a, h[m], dus[j] * bq[j][m]);
+          }
+          if (m & 1) {
+            acc1 = fmaf(cq[j][m], h[m], acc1);
+          } else {
+            acc0 = fmaf(cq[j][m], h[m], acc0);
+          }
+        }
+        yp[tt + j] = acc0 + acc1;
+      }
+    };
+    if (valid == kTL) {  // no per-step branch in full tiles
+#pragma unroll
+      for (int q = 0; q < kTL / 4; ++q) quad(q * 4, false);
+    } else {  // the sequence's last, partial tile
+#pragma unroll
+      for (int q = 0; q < kTL / 4; ++q) quad(q * 4, true);
+    }
+    reduce_scatter16_over<kP>(yp, s);  // yp[j]: y of step t0 + kQ s + j
+    if (active) {
+      const int64_t t = t0 + s * kQ;
+      float yo[kQ];
+#pragma unroll
+      for (int j = 0; j < kQ; ++j) yo[j] = fmaf(Dd, uu[j], yp[j]);
+      if (p.out != nullptr) {
+        store_steps(static_cast<T*>(p.out) + offset3(p.out_s, b, d, 0), p.out_s.l, t, L, yo, f.vec_out);
+      }
+      if (z != nullptr) {
+#pragma unroll
+        for (int j = 0; j < kQ; ++j) yo[j] *= silu(zz[j]);
+        store_steps(static_cast<T*>(p.out_z) + offset3(p.out_z_s, b, d, 0), p.out_z_s.l, t, L, yo, f.vec_out_z);
+      }
+    }
+    const int64_t t_end = t0 + valid;
+    if (active && (t_end % kChunk == 0 || t_end == L)) {
+      float* dst = p.ckpt + ((b * p.dim + d) * n_chunks + (t_end - 1) / kChunk) * N;
+#pragma unroll
+      for (int m = 0; m < kS; ++m) {
+        if (n0 + m < N) dst[n0 + m] = h[m];
+      }
+    }
+    if (more) stash_bc(buf ^ 1);  // the other buffer's readers finished before the last barrier
+    __syncthreads();              // (also orders this tile's dt rows before the next tile's writes)
+  }
+}
+
+// States per lane: the most (fewest instructions per state) that still give the GPU enough
+// warps to hide latency.
+int lanes_states_per_lane(const ScanParams& p) {
+  const int64_t want = int64_t(sm_count()) * 12 * kWarpSize;  // threads for about 12 warps per SM
+  const int64_t channels = p.batch * p.dim;
+  if (channels * (LP::kLanes / 4) >= want) return 4;
+  if (channels * (LP::kLanes / 2) >= want) return 2;
+  return 1;
+}
+
+template <typename T, int kS>
+cudaError_t launch_lanes(const ScanParams& p, cudaStream_t stream) {
+  using F = FwdLanes<kS>;
+  LanesFwdArgs f{};
+  const int64_t dpg = p.dim / p.ngroups;
+  f.bpg = (dpg + F::kCh - 1) / F::kCh;
+  f.vec_b = bc_vec4(p.B, sizeof(T));
+  f.vec_c = bc_vec4(p.C, sizeof(T));
+  f.vec_u = steps_vec(p.u, p.u_s, sizeof(T), F::kQ);
+  f.vec_delta = steps_vec(p.delta, p.delta_s, sizeof(T), F::kQ);
+  f.vec_z = steps_vec(p.z, p.z_s, sizeof(T), F::kQ);
+  f.vec_out = steps_vec(p.out, p.out_s, sizeof(T), F::kQ);
+  f.vec_out_z = steps_vec(p.out_z, p.out_z_s, sizeof(T), F::kQ);
+  const int64_t blocks = f.bpg * p.batch * p.ngroups;
+  if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  fwd_lanes_kernel<T, kS><<<unsigned(blocks), LP::kThreads, 0, stream>>>(p, f);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_fwd_lanes(const ScanParams& p, cudaStream_t stream) {
+  return with_dtype_complex(p.dtype, false, [&](auto tag, auto) -> cudaError_t {
+    using T = typename decltype(tag)::type;
+    switch (lanes_states_per_lane(p)) {
+      case 4: return launch_lanes<T, 4>(p, stream);
+      case 2: return launch_lanes<T, 2>(p, stream);
+      default: return launch_lanes<T, 1>(p, stream);
+    }
+  });
+}
+
+}  // namespace selective_scan
+}  // namespace mamba_kernels
