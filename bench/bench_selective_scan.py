@@ -553,7 +553,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except provenance.ProvenanceError as e:
         print(f"PROVENANCE FAILED: {e}", file=sys.stderr)
         return 2
-    else:
+    if not args.orig_dir:
         orig_about = ["not loaded (no --orig-dir): nothing is checked against it"]
     header(impls, args, orig_about)
     opt = Options(args.device, args.quick, args.seed)
