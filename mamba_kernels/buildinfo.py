@@ -17,13 +17,14 @@ import glob
 import json
 import os
 import re
+import shlex
 import sys
 import sysconfig
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import support, variant
+from . import release_index, support, variant
 from .version import __version__
 
 
@@ -199,9 +200,14 @@ def fix_command(
             wanted = variant.release_version(public, torch_version, torch_cuda, cxx11_abi)
     except ValueError:
         return f"rebuild against the running torch: {rebuild}"
+    url = release_index.variant_index(wanted.split("+", 1)[1])
+    if url is None:  # MAMBA_KERNELS_INDEX names no site with per-variant pages: the resolver reads it
+        return (f"python -m mamba_kernels install (it picks the wheel for the running torch, "
+                f"mamba-kernels=={wanted}, from {release_index.ENV_VAR}), or rebuild against the running "
+                f"torch: {rebuild}")
     return (
-        f"pip install --no-deps --force-reinstall 'mamba-kernels=={wanted}' (from the mamba-kernels "
-        f"wheel index for cu{torch_cuda.replace('.', '')}), or rebuild against the running torch: {rebuild}"
+        f"pip install --no-deps --force-reinstall 'mamba-kernels=={wanted}' --index-url {shlex.quote(url)}"
+        f", or rebuild against the running torch: {rebuild}"
     )
 
 

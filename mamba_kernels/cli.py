@@ -119,7 +119,7 @@ def _serving_index(torch_facts: Dict[str, Any]) -> Dict[str, Any]:
         return out
     label = variant.variant_label(res.selected.info.variant)
     out["label"] = label
-    out["url"] = next((u for u in (release_index.variant_index_url(i, label) for i in indexes) if u), None)
+    out["url"] = release_index.variant_index(label)
     if out["url"] is None:
         out["why"] = f"label {label}; {' '.join(indexes)} is not a site with per-variant index pages"
     return out

@@ -51,3 +51,14 @@ def variant_index_url(root: str, label: str) -> Optional[str]:
     path = Path(root[len("file://"):] if root.startswith("file://") else root)
     simple = path / label / "simple"
     return str(simple) + os.sep if (simple / "index.html").is_file() else None
+
+
+def variant_index(label: str, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """The PEP 503 index of ``label`` under the first index :func:`default_indexes` names that is
+    a site with per-variant pages (what ``info`` shows and a fix command passes as ``--index-url``);
+    None when none is, or when ``MAMBA_KERNELS_INDEX`` is malformed."""
+    try:
+        indexes, _ = default_indexes(environ)
+    except ValueError:
+        return None
+    return next((u for u in (variant_index_url(i, label) for i in indexes) if u), None)

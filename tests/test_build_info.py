@@ -2,6 +2,8 @@
 compares an extension's BUILD_INFO with the running torch."""
 
 import json
+import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -10,7 +12,7 @@ import types
 import pytest
 import torch
 
-from mamba_kernels import build, build_archs, buildinfo, dispatch
+from mamba_kernels import build, build_archs, buildinfo, dispatch, release_index
 
 
 def sample_info(**over):
@@ -169,6 +171,45 @@ def test_torch_mismatch_names_built_running_and_fix():
     msg = buildinfo.check_text("m", json.dumps(sample_info()), "2.9.1+cu128", "12.8", True)
     assert "'mamba-kernels==0.1.0+cu128torch2.9'" in msg
     assert "MAMBA_KERNELS_FORCE_BUILD=1 pip install --no-build-isolation" in msg
+
+
+def _pasted_pip(fix: str) -> list:
+    """The pip command of a fix as a user pastes it: up to the ', or rebuild' alternative."""
+    return shlex.split(fix.split(", or rebuild")[0])
+
+
+def test_fix_command_names_the_variant_index(monkeypatch):
+    """Without --index-url the pinned local version is on no index pip reads (issue 17)."""
+    monkeypatch.delenv(release_index.ENV_VAR, raising=False)
+    argv = _pasted_pip(buildinfo.fix_command("2.14.1+cu130", "13.0", True, "0.1.0"))
+    assert argv == ["pip", "install", "--no-deps", "--force-reinstall",
+                    "mamba-kernels==0.1.0+cu130stable2.10",
+                    "--index-url", f"{release_index.RELEASE_INDEX}cu130stable2.10/simple/"]
+    argv = _pasted_pip(buildinfo.fix_command("2.9.1+cu128", "12.8", True, "0.1.0"))
+    assert argv[-2:] == ["--index-url", f"{release_index.RELEASE_INDEX}cu128torch2.9/simple/"]
+    # an index with no per-variant pages (a wheel folder): the resolver's command, which reads it
+    monkeypatch.setenv(release_index.ENV_VAR, "/nowhere/wheelhouse")
+    fix = buildinfo.fix_command("2.14.1+cu130", "13.0", True, "0.1.0")
+    assert fix.startswith("python -m mamba_kernels install (")
+    assert "mamba-kernels==0.1.0+cu130stable2.10" in fix
+
+
+def test_fix_command_works_when_pasted(monkeypatch, tmp_path):
+    """pip resolves the pasted command against a site ``index`` wrote (dry run: nothing installed)."""
+    from test_index import make_wheel
+
+    from mamba_kernels import index
+
+    make_wheel(tmp_path / "in", version="0.1.0+cu130stable2.10", py="cp310", abi="abi3",
+               plat=f"manylinux_2_17_{platform.machine()}", requires="torch>=2.10")
+    index.write_index(tmp_path / "in", tmp_path / "site")
+    monkeypatch.setenv(release_index.ENV_VAR, str(tmp_path / "site"))
+    argv = _pasted_pip(buildinfo.fix_command("2.14.1+cu130", "13.0", True, "0.1.0"))
+    assert argv[:2] == ["pip", "install"] and "--index-url" in argv
+    r = subprocess.run([sys.executable, "-m", "pip", *argv[1:], "--dry-run", "--quiet", "--report", "-",
+                        "--disable-pip-version-check"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert [i["metadata"]["version"] for i in json.loads(r.stdout)["install"]] == ["0.1.0+cu130stable2.10"]
 
 
 def test_cuda_and_abi_mismatches():
