@@ -3,7 +3,15 @@
 Importing this package does not import torch; ``backends()`` does.
 """
 
-from .version import __version__
+
+def __getattr__(name: str) -> str:
+    """``__version__``: the installed version with its local label (installed.version), read at
+    first use, not at import (the CLI's fast verbs never read distribution metadata)."""
+    if name == "__version__":
+        from .installed import cached_version
+
+        return cached_version()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def backends():

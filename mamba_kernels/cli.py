@@ -18,30 +18,30 @@ from .version import __version__
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from . import variant
+    from . import installed
     from .environment import snapshot
 
     info = snapshot()
-    info["build"] = _installed_build()
+    info["build"] = installed.describe()
+    info["mamba_kernels"] = info["build"]["version"]
     info["index"] = _serving_index(info["torch"])
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
         return 0
     t = info["torch"]
-    print(f"mamba-kernels {info['mamba_kernels']}")
+    head = installed.lines(info["build"])
+    print(head[0])
     print(f"python        {info['python']} ({info['platform']})")
     if not t.get("installed"):
         print(f"torch         not importable: {t.get('error')}")
         return 0
-    abi = variant.abi_name(t["cxx11_abi"])
-    print(f"torch         {t['version']} (CUDA {t['cuda'] or 'none'}, {abi} ABI)")
+    print(f"torch         {installed.torch_text(t['version'], t['cuda'], t['cxx11_abi'])}")
     if t["gpus"]:
         for g in t["gpus"]:
             print(f"gpu {g['index']}         {g['name']} (sm {g['capability']})")
     else:
         print("gpu           none visible")
-    b = info["build"]
-    print(f"build         {b['label'] or 'no variant label'} ({b['how']})")
+    print(head[1])
     ix = info["index"]
     print(f"index         {' '.join(ix['indexes'])} ({ix['from']})")
     if ix["url"]:
@@ -53,40 +53,6 @@ def _cmd_info(args: argparse.Namespace) -> int:
     for kernel, b in info["backends"].items():
         print(f"{kernel:<15}{b['backend']}: {b['reason']}")
     return 0
-
-
-def _installed_build() -> Dict[str, Any]:
-    """The installed build's variant label: from the distribution's version (a release wheel
-    carries it), else from the compiled extensions' BUILD_INFO (a local build), else none."""
-    from importlib import metadata
-
-    from . import buildinfo, dispatch, variant
-
-    try:
-        version = metadata.version("mamba-kernels")
-    except metadata.PackageNotFoundError:
-        version = None
-    if version and "+" in version:
-        text = version.split("+", 1)[1]
-        try:
-            variant.parse_label(text)
-            return {"label": text, "version": version,
-                    "how": f"the installed distribution's version {version}"}
-        except ValueError:
-            pass
-    for kernel, name in dispatch.EXTENSIONS.items():
-        path = dispatch._extension_file(name)
-        found = buildinfo.find_in_file(path) if path else None
-        if found is not None:
-            try:  # a stable binary is labelled for its target, a classic one for its torch
-                text = (variant.stable_label(found.torch_cuda, found.stable_target) if found.stable
-                        else variant.label(found.torch_version, found.torch_cuda, found.cxx11_abi))
-            except (ValueError, TypeError):
-                continue
-            return {"label": text, "version": version,
-                    "how": f"a local build: BUILD_INFO of {kernel}'s extension ({found.describe()})"}
-    return {"label": None, "version": version, "how": f"mamba-kernels {version or __version__} without a "
-            "compiled extension: the PyTorch path runs"}
 
 
 def _serving_index(torch_facts: Dict[str, Any]) -> Dict[str, Any]:
@@ -154,12 +120,22 @@ def _on_sigterm(signum: int, _frame: Any) -> None:
     raise Terminated(signum)
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed version with its label (read only when asked: metadata)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from . import installed
+
+        print(f"mamba-kernels {installed.version()}")
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="mamba-kernels",
         description="Drop-in causal_conv1d and selective-scan kernels: environment report and tools.",
     )
-    parser.add_argument("--version", action="version", version=f"mamba-kernels {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the installed version and exit")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     p = sub.add_parser("info", help="report the environment and the backend each kernel uses")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")

@@ -25,8 +25,7 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Optional
 
-from . import buildinfo, dispatch, environment, knobs, sdist_install, support
-from .version import __version__
+from . import buildinfo, dispatch, environment, installed, knobs, sdist_install, support
 
 DIST = "mamba-kernels"
 # Top-level names we install: our packages, and the compatibility modules named like the originals'
@@ -276,8 +275,10 @@ def diagnose(target: Optional[environment.Target] = None) -> Dict[str, Any]:
     if nvcc and any(k["backend"] != "cuda" for k in kernels.values()):
         nvcc[0]["broken"] = True  # the fix for the kernels is a build: it would fail
     found += nvcc
+    build = installed.describe()
     return {
-        "mamba_kernels": _installed_version(),
+        "mamba_kernels": build["version"],
+        "build": {k: build[k] for k in ("label", "how")},
         "environment": {**target.as_dict(), "backend_mode": knobs.backend_mode(),
                         "scan_states": knobs.scan_states()},
         "kernels": kernels,
@@ -287,26 +288,17 @@ def diagnose(target: Optional[environment.Target] = None) -> Dict[str, Any]:
     }
 
 
-def _installed_version() -> str:
-    """The installed distribution's version, with a release wheel's label; else the source's."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("mamba-kernels")
-    except metadata.PackageNotFoundError:
-        return __version__
-
-
 def render(report: Dict[str, Any]) -> str:
     env = report["environment"]
-    lines = [f"mamba-kernels {report['mamba_kernels']}",
+    head = installed.lines({"version": report["mamba_kernels"], **report["build"]})
+    lines = [head[0],
              f"python        {env['python']} ({env['platform']})",
-             f"torch         {env['torch'] or 'not installed'} (CUDA {env['torch_cuda'] or 'none'}, "
-             f"cxx11_abi {env['cxx11_abi']})",
+             f"torch         {installed.torch_text(env['torch'], env['torch_cuda'], env['cxx11_abi'])}",
              f"nvcc          {env['nvcc'] or 'not found'} (CUDA_HOME {env['cuda_home'] or 'not set'})",
              f"driver        {env['driver'] or 'none visible'}"]
     lines += [f"gpu {g['index']}         {g['name']} (sm {g['capability']})" for g in env["gpus"]] or [
         "gpu           none visible"]
+    lines.append(head[1])
     lines.append(f"backend mode  {env['backend_mode']}")
     lines.append(f"scan states   {env['scan_states']}")
     if report.get("install_record"):

@@ -5,7 +5,7 @@ and ``selective_scan.selective_state_update`` mirrors
 ``mamba_ssm.ops.triton.selective_state_update``.
 """
 
-from mamba_kernels.version import __version__
+from mamba_kernels import installed
 
 from .selective_scan_interface import mamba_inner_fn, mamba_inner_ref, selective_scan_fn, selective_scan_ref
 from .selective_state_update import selective_state_update
@@ -18,3 +18,11 @@ __all__ = [
     "mamba_inner_ref",
     "selective_state_update",
 ]
+
+
+def __getattr__(name: str) -> str:
+    """``__version__``: the installed version with its local label (mamba_kernels.installed),
+    read at first use, not at import."""
+    if name == "__version__":
+        return installed.cached_version()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,7 +20,8 @@ from test_runtime_guard import (
     unloadable_extension,
 )
 
-from mamba_kernels import cli, dispatch, doctor, environment, support
+from mamba_kernels import cli, dispatch, doctor, environment, installed, sdist_install, support
+from mamba_kernels.version import __version__
 
 NO_GPU = environment.detect(toolchain=False, gpu_archs=[])
 
@@ -200,7 +201,7 @@ def test_info_labels_a_local_stable_build_for_its_target(fresh):
                                                         cuda_major=13, torch_cuda="13.0",
                                                         torch_version="2.14.1+cu130"))
     dispatch.EXTENSIONS["causal_conv1d"] = name
-    build = cli._installed_build()
+    build = installed.describe()
     if build["version"] and "+" in build["version"]:  # an installed release wheel answers first
         return
     assert build["label"] == "cu130stable2.10", build
@@ -212,8 +213,81 @@ def test_doctor_reports_the_installed_distribution_version(monkeypatch):
     from importlib import metadata
 
     real = metadata.version
-    labelled = f"{doctor.__version__}+cu130stable2.10"
+    labelled = f"{__version__}+cu130stable2.10"
     monkeypatch.setattr(metadata, "version", lambda name: labelled if name == "mamba-kernels" else real(name))
     report = doctor.diagnose(NO_GPU)
     assert report["mamba_kernels"] == labelled
     assert doctor.render(report).splitlines()[0] == f"mamba-kernels {labelled}"
+
+
+# ----------------------------------------------------------------------------- one description
+# info and doctor describe an install the same way (issue 17): the version with its label, the
+# C++ ABI written one way, what was installed; the packages' __version__ is that version.
+
+PREBUILT = "mamba_kernels-0.1.0+cu130stable2.10-cp310-abi3-manylinux_2_28_x86_64.whl"
+
+
+def _pretend(monkeypatch, dist_version, record=None):
+    from importlib import metadata
+
+    real = metadata.version
+    monkeypatch.setattr(metadata, "version", lambda n: dist_version if n == "mamba-kernels" else real(n))
+    monkeypatch.setattr(sdist_install, "read_record", lambda: record)
+    installed.cached_version.cache_clear()
+
+
+def _heads(text):
+    """The lines both reports share: the version, torch and build lines."""
+    return [line for line in text.splitlines() if line.startswith(("mamba-kernels ", "torch ", "build "))]
+
+
+def test_a_release_wheel_is_described_once_for_info_doctor_and_the_packages(monkeypatch, capsys):
+    import causal_conv1d
+    import mamba_kernels
+    import selective_scan
+
+    labelled = f"{__version__}+cu130stable2.10"
+    _pretend(monkeypatch, labelled)
+    try:
+        assert causal_conv1d.__version__ == selective_scan.__version__ == labelled
+        assert mamba_kernels.__version__ == labelled
+        assert cli.main(["info"]) == 0
+        info_text = capsys.readouterr().out
+        monkeypatch.setattr(environment, "detect", lambda **kw: NO_GPU)
+        cli.main(["doctor"])
+        doctor_text = capsys.readouterr().out
+    finally:
+        installed.cached_version.cache_clear()
+    heads = _heads(info_text)
+    assert heads == _heads(doctor_text) and len(heads) == 3, (info_text, doctor_text)
+    assert heads[0] == f"mamba-kernels {labelled}"
+    abi = "cxx11" if torch.compiled_with_cxx11_abi() else "pre-cxx11"
+    assert heads[1].endswith(f"(CUDA {torch.version.cuda or 'none'}, {abi} ABI)")
+    assert heads[2].startswith("build         cu130stable2.10 (a release wheel")
+
+
+def test_a_prebuilt_wheel_installed_through_the_sdist_is_not_a_local_build(monkeypatch):
+    """The sdist keeps its own version in METADATA; the label comes from the install record."""
+    _pretend(monkeypatch, __version__, {"path": "prebuilt", "wheel": PREBUILT, "index": "https://h.example/"})
+    try:
+        import causal_conv1d
+
+        assert causal_conv1d.__version__ == f"{__version__}+cu130stable2.10"
+        desc = installed.describe()
+        report = doctor.diagnose(NO_GPU)
+    finally:
+        installed.cached_version.cache_clear()
+    assert desc["label"] == "cu130stable2.10" and "local build" not in desc["how"]
+    assert desc["how"] == (f"the prebuilt wheel {PREBUILT} from https://h.example/, "
+                           "installed through the sdist")
+    assert report["mamba_kernels"] == f"{__version__}+cu130stable2.10"
+    assert report["build"] == {"label": desc["label"], "how": desc["how"]}
+
+
+def test_an_unlabelled_install_keeps_the_plain_version(monkeypatch):
+    _pretend(monkeypatch, __version__, {"path": "pure", "reasons": ["no GPU"]})
+    try:
+        assert installed.version() == __version__
+        assert "through the sdist" in installed.describe()["how"]
+    finally:
+        installed.cached_version.cache_clear()
