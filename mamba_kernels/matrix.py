@@ -158,7 +158,8 @@ def select(
     the ``matrix`` verb: torch ``2.14``, cuda ``13.0``, python ``3.11``, os ``linux``/``windows``,
     arch ``x86_64``/``aarch64``/``amd64``, platform ``linux_x86_64``..., abi ``cxx11``/``pre-cxx11``,
     binding ``classic``/``stable``. torch and python keep the cells whose wheels serve that
-    release / CPython: ``--torch 2.14`` gives the stable cells (support.cells)."""
+    release / CPython: ``--torch 2.14`` gives the stable cells, and so does a torch newer than
+    the support table's newest (support.served_torch)."""
     _choice("binding", binding, BINDINGS)
     _choice("os", os, OS_NAMES)
     _choice("arch", arch, ARCH_NAMES)
@@ -174,7 +175,7 @@ def select(
                        key=lambda v: int(v.split(".")[1]))
         _choice("python", python, known)
     if torch is not None:
-        _choice("torch", torch, [r.torch for r in support.RELEASES])
+        support.served_torch(torch)  # the table's releases, or a newer one the stable cells serve
     out = []
     for cell in support.cells(torch=torch, cuda=cuda, python=python, platform=platform,
                               cxx11_abi=None if abi is None else ABI_NAMES[abi]):

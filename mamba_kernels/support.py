@@ -228,6 +228,27 @@ def torch_release(torch: str) -> TorchRelease:
         ) from None
 
 
+def served_torch(torch: str) -> str:
+    """The release line ("2.14") a cell filter on ``torch`` ("2.16" or "2.16.0+cu130") means: a
+    release of the table, or one newer than the table's newest, which only the stable cells serve
+    (a stable wheel runs on every torch from its target on; a classic wheel exists only for the
+    table's releases below the stable-ABI floor). Else a ValueError naming the releases."""
+    from . import variant  # not at import time: variant imports this module
+
+    newest = RELEASES[-1].torch
+    try:
+        mm = variant.minor(torch)
+    except ValueError:
+        mm = None
+    if mm in _BY_TORCH or (mm is not None and _vkey(mm) > _vkey(newest)
+                           and _vkey(newest) >= _vkey(STABLE_ABI_MIN_TORCH)):
+        return mm  # type: ignore[return-value]
+    raise ValueError(
+        f"torch must be one of the supported releases {', '.join(_BY_TORCH)}, or a newer release "
+        f"(served by the stable wheels), got {torch!r}"
+    )
+
+
 def cuda_major_minor(cuda: str) -> str:
     parts = cuda.split(".")
     if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
@@ -328,12 +349,13 @@ def cells(
 ) -> List[Cell]:
     """Every build cell (classic ones oldest torch first, then the stable ones), optionally
     filtered: ``torch`` and ``python`` keep the cells whose wheels serve that torch release /
-    CPython (a stable cell serves every torch from its target on and every CPython from 3.10
-    on), the others are exact; a ``cxx11_abi`` filter keeps classic cells only."""
+    CPython (a stable cell serves every torch from its target on, newer than the table's newest
+    too (:func:`served_torch`), and every CPython from 3.10 on), the others are exact; a
+    ``cxx11_abi`` filter keeps classic cells only."""
     if platform is not None and platform not in PLATFORMS:
         raise ValueError(f"platform must be one of {', '.join(PLATFORMS)}, got {platform!r}")
     if torch is not None:
-        torch = torch_release(torch).torch  # a clear error for an unknown release
+        torch = served_torch(torch)  # a clear error for an unknown release
     out = list(_iter_cells(torch, cuda, python, platform, cxx11_abi))
     if cxx11_abi is None:
         out += [

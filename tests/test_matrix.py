@@ -113,6 +113,23 @@ def test_filters_combine_and_validate():
             matrix.select(**kwargs)
 
 
+def test_a_torch_newer_than_the_table_gets_the_stable_cells(capsys):
+    """The stable wheels serve every torch from their target on (the resolver accepts
+    --torch 2.16.0+cu130): matrix --torch 2.16 lists them instead of refusing (issue 17)."""
+    newest = support.RELEASES[-1].torch
+    newer = f"{newest.split('.')[0]}.{int(newest.split('.')[1]) + 1}"
+    stable = matrix.select(binding="stable")
+    assert matrix.select(torch=newer) == stable == matrix.select(torch=newest)
+    assert support.cells(torch=f"{newer}.0+cu130", cuda="13.0") == [c for c in stable if c.cuda == "13.0"]
+    assert support.served_torch(f"{newer}.0+cu130") == newer and support.served_torch("2.9.1") == "2.9"
+    assert matrix.select(torch=newer, binding="classic") == []
+    code, out, _ = run(capsys, "--torch", newer, "--wheels")
+    assert code == 0 and len(out.splitlines()) == len(stable)
+    for older in ("2.0", "1.13", "nonsense"):  # older than the table, or no release at all
+        with pytest.raises(ValueError, match=r"torch must be one of the supported releases .*or a newer"):
+            matrix.select(torch=older)
+
+
 def test_ci_fields_of_one_linux_cell():
     (cell,) = matrix.select(torch="2.9", cuda="13.0", python="3.11", platform="linux_x86_64")
     f = matrix.ci_fields(cell, "0.1.0")
