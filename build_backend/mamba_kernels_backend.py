@@ -34,16 +34,18 @@ def _from_sdist() -> bool:
 
 @contextlib.contextmanager
 def _pure() -> Iterator[None]:
-    """setuptools with the CUDA build skipped: the metadata, or the pure-Python wheel."""
-    old = os.environ.get(build.SKIP_BUILD_VAR)
-    os.environ[build.SKIP_BUILD_VAR] = "1"
+    """setuptools with the CUDA build skipped: the metadata, or the pure-Python wheel (the
+    build's own line goes to the log only: the sdist shows its line, which says why)."""
+    saved = {var: os.environ.get(var) for var in (build.SKIP_BUILD_VAR, build.FROM_SDIST_VAR)}
+    os.environ.update({var: "1" for var in saved})
     try:
         yield
     finally:
-        if old is None:
-            del os.environ[build.SKIP_BUILD_VAR]
-        else:
-            os.environ[build.SKIP_BUILD_VAR] = old
+        for var, old in saved.items():
+            if old is None:
+                del os.environ[var]
+            else:
+                os.environ[var] = old
 
 
 def get_requires_for_build_wheel(config_settings=None):

@@ -15,6 +15,10 @@ Knobs (booleans as mamba_kernels.knobs parses them):
                                  architectures, stripped binaries; implies FORCE_BUILD
   TORCH_CUDA_ARCH_LIST           architectures, e.g. "8.0;9.0+PTX" (see build_archs)
   MAX_JOBS, NVCC_THREADS         parallel compile jobs, nvcc threads per job
+
+With a CUDA torch but no GPU visible, the extensions are built only when asked
+(TORCH_CUDA_ARCH_LIST, MAMBA_KERNELS_FORCE_BUILD or MAMBA_KERNELS_RELEASE): :func:`arch_decision`,
+the sdist backend's rule too. One line says what is built or why nothing is (:func:`show`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import build_archs, build_toolchain, knobs, support, variant
+from . import build_archs, build_toolchain, knobs, support, terminal, variant
 from .version import __version__
 
 FORCE_BUILD_VAR = "MAMBA_KERNELS_FORCE_BUILD"
@@ -38,6 +42,9 @@ SKIP_BUILD_VAR = "MAMBA_KERNELS_SKIP_CUDA_BUILD"
 FORCE_CXX11_ABI_VAR = "MAMBA_KERNELS_FORCE_CXX11_ABI"
 RELEASE_VAR = "MAMBA_KERNELS_RELEASE"
 MAX_JOBS_VAR = "MAX_JOBS"
+# Set by the sdist backend around the source build it runs: the backend shows its own line, so
+# the build's line goes to stderr only (the installer shows it with -v).
+FROM_SDIST_VAR = "MAMBA_KERNELS_BUILD_FROM_SDIST"
 NVCC_THREADS_VAR = "NVCC_THREADS"
 
 KERNELS: Tuple[str, ...] = ("causal_conv1d", "selective_scan")  # csrc/<kernel>/ -> <kernel>._cuda
@@ -442,18 +449,49 @@ def install_requires(release_torch: Optional[str] = None, binding: str = CLASSIC
     return [f"torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}"]
 
 
-def _pure(k: BuildKnobs, why: str) -> Plan:
+def arch_decision(k: BuildKnobs, gpus: Sequence[str]) -> Tuple[bool, str]:
+    """(anything to build for?, why) given the knobs and the visible GPUs' capabilities ("9.0"):
+    TORCH_CUDA_ARCH_LIST, the visible GPUs, a release build (the support table's list) or
+    MAMBA_KERNELS_FORCE_BUILD (the default list); with none of them, no build: compiling every
+    architecture for a machine without a GPU takes many minutes nobody asked for."""
+    if k.arch_list:
+        return True, f"for {build_archs.ARCH_LIST_VAR}={k.arch_list}"
+    if gpus:
+        return True, "for the visible GPUs (sm " + ", ".join(gpus) + ")"
+    if k.release:
+        return True, f"{RELEASE_VAR} is on (the support table's architectures)"
+    if k.force:
+        return True, f"{FORCE_BUILD_VAR} is on (no GPU visible: the default architectures)"
+    return False, (f"no GPU is visible to build for (set {build_archs.ARCH_LIST_VAR}, e.g. '9.0', "
+                   f"or {FORCE_BUILD_VAR}=1 to build without one)")
+
+
+def show(line: str, environ: Mapping[str, str]) -> None:
+    """The build's one line, on stderr (the build's log) and, when stderr is not the terminal
+    (pip and uv capture it and hide a successful build's output), on the terminal too; inside
+    the sdist backend's build, which shows its own line, on stderr only."""
+    if not knobs.env_bool(FROM_SDIST_VAR, environ=environ) and not _isatty(sys.stderr):
+        terminal.to_terminal(line, environ)
+    print(line, file=sys.stderr, flush=True)
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def _pure(k: BuildKnobs, why: str, force_makes_it_an_error: bool = True) -> Plan:
     if k.must_build:
         knob = RELEASE_VAR if k.release else FORCE_BUILD_VAR
         raise BuildError(f"{knob} is on but the CUDA extensions cannot be built: {why}")
+    hint = f" Set {FORCE_BUILD_VAR}=1 to make this an error." if force_makes_it_an_error else ""
     return Plan(
         __version__,
         install_requires(),
         build=False,
-        notice=(
-            f"mamba-kernels: installing without the CUDA extensions (the PyTorch path runs): {why}. "
-            f"Set {FORCE_BUILD_VAR}=1 to make this an error."
-        ),
+        notice=f"mamba-kernels: installing without the CUDA extensions (the PyTorch path runs): {why}.{hint}",
     )
 
 
@@ -470,6 +508,9 @@ def make_plan(root: str, environ: Mapping[str, str]) -> Plan:
     problem = torch_problem(torch)
     if problem:
         return _pure(k, problem)
+    wanted, why = arch_decision(k, [f"{a}.{b}" for a, b in torch.gpu_capabilities])
+    if not wanted:  # FORCE_BUILD would build (the default architectures), not fail
+        return _pure(k, why, force_makes_it_an_error=False)
     binding = choose_binding(k.binding, torch.version)
     sources = kernel_sources(root, binding)
     assert torch.cuda is not None
@@ -577,12 +618,26 @@ def _sdist_class() -> type:
     return SdistWithRevision
 
 
-def _build_ext_class(progress: str) -> type:
+def _build_py_class(notice: str, environ: Mapping[str, str]) -> type:
+    from setuptools.command.build_py import build_py
+
+    class BuildPyWithNotice(build_py):
+        """Says why nothing is compiled, once: setup.py runs for the metadata too, build_py
+        only when the wheel is built."""
+
+        def run(self) -> None:
+            show(notice, environ)
+            super().run()
+
+    return BuildPyWithNotice
+
+
+def _build_ext_class(progress: str, environ: Mapping[str, str]) -> type:
     from torch.utils.cpp_extension import BuildExtension
 
     class BuildWithProgress(BuildExtension):
         def run(self) -> None:
-            print(progress, file=sys.stderr, flush=True)
+            show(progress, environ)
             start = time.monotonic()
             super().run()
             print(f"mamba-kernels: extensions compiled in {time.monotonic() - start:.0f} s", file=sys.stderr)
@@ -600,7 +655,7 @@ def setup_kwargs(root: str, environ: Optional[Mapping[str, str]] = None) -> Dict
     cmdclass: Dict[str, type] = {"sdist": _sdist_class()}
     kwargs: Dict[str, Any] = {"version": plan.version, "install_requires": plan.install_requires}
     if not plan.build:
-        print(plan.notice, file=sys.stderr)
+        cmdclass["build_py"] = _build_py_class(plan.notice, env)
         kwargs.update(ext_modules=[], cmdclass=cmdclass)
         return kwargs
     os.environ.update(plan.env)
@@ -627,7 +682,7 @@ def setup_kwargs(root: str, environ: Optional[Mapping[str, str]] = None) -> Dict
         )
         for kernel, files in plan.sources.items()
     ]
-    cmdclass["build_ext"] = _build_ext_class(plan.progress)
+    cmdclass["build_ext"] = _build_ext_class(plan.progress, env)
     kwargs.update(ext_modules=ext_modules, cmdclass=cmdclass)
     if stable:  # the wheel's tags: cp310-abi3-<platform>
         kwargs["options"] = {"bdist_wheel": {"py_limited_api": variant.python_tag(support.STABLE_ABI_PYTHON)}}

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import fetching, wheel_contents
+from .terminal import tell
 
 TARGET_VAR = "MAMBA_KERNELS_TARGET_PYTHON"
 INDEX_TIMEOUT_VAR = "MAMBA_KERNELS_INDEX_TIMEOUT"
@@ -441,20 +442,7 @@ def source_build_decision(target: Any, environ: Mapping[str, str]) -> Tuple[bool
     problem = build.cuda_major_problem(target.nvcc, target.torch_cuda, target.cuda_home or "")
     if problem:
         return False, problem
-    if k.arch_list:
-        return True, f"for {build_archs_name()}={k.arch_list}"
-    if target.gpus:
-        return True, "for the visible GPUs (sm " + ", ".join(target.gpu_archs) + ")"
-    if k.force:
-        return True, f"{build.FORCE_BUILD_VAR} is on (no GPU visible: the default architectures)"
-    return False, (f"no GPU is visible to build for (set {build_archs_name()}, e.g. '9.0', to build "
-                   "without one)")
-
-
-def build_archs_name() -> str:
-    from .build_archs import ARCH_LIST_VAR
-
-    return ARCH_LIST_VAR
+    return build.arch_decision(k, list(target.gpu_archs) if target.gpus else [])
 
 
 def tool_paths() -> List[str]:
@@ -484,6 +472,7 @@ def build_from_source(python: str, root: str, out_dir: str, environ: Mapping[str
     env = probe_env(environ)
     env["PYTHONPATH"] = os.pathsep.join(tool_paths())  # setuptools first, torch from the target
     env[build.FORCE_BUILD_VAR] = "1"  # a plan that cannot build says why instead of going pure
+    env[build.FROM_SDIST_VAR] = "1"  # our own line is shown; the build's goes to the log
     p = subprocess.run([python, "-c", SOURCE_BUILD, out_dir], cwd=root, env=env,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     sys.stderr.write(p.stdout)  # the installer shows it with -v, or when the install fails
@@ -501,24 +490,6 @@ def build_from_source(python: str, root: str, out_dir: str, environ: Mapping[str
 
 
 # ----------------------------------------------------------------------------- telling the user
-
-
-def tell(line: str, environ: Mapping[str, str] = os.environ) -> None:
-    """Show one line to the user. pip and uv hide a successful build's output, so the line goes
-    to the controlling terminal when there is one; else to stderr (shown with -v).
-
-    On its own line: pip's spinner is mid-line. uv redraws a live region of a line per build plus
-    a progress line by moving the cursor up over the rows it drew last; the blank rows after the
-    line take that redraw, so the line stays on screen (tests/test_sdist.py checks the screen)."""
-    tty = "CONOUT$" if sys.platform == "win32" else "/dev/tty"
-    pad = "\n\n" if environ.get("UV") else ""
-    try:
-        with open(tty, "w") as f:
-            f.write("\n" + line + "\n" + pad)
-        return
-    except OSError:
-        pass
-    print(line, file=sys.stderr, flush=True)
 
 
 # ----------------------------------------------------------------------------- the choice

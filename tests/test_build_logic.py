@@ -234,6 +234,79 @@ def test_make_plan_skip_and_missing_sources(tmp_path):
         build.make_plan(str(tmp_path), {"MAMBA_KERNELS_FORCE_BUILD": "1"})
 
 
+# A checkout build (`pip install --no-build-isolation .`) with a CUDA torch and no GPU visible
+# builds only when asked, as the sdist path does, and says what it builds or why not in one line.
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CUDA_TORCH_NO_GPU = build.TorchFacts("2.14.1+cu130", "13.0", True, "/nowhere")
+
+
+def _no_toolkit(environ, search_paths=()):
+    return None
+
+
+@pytest.fixture
+def cuda_torch_no_gpu(monkeypatch):
+    monkeypatch.setattr(build, "gather_torch_facts", lambda: (CUDA_TORCH_NO_GPU, None))
+
+
+def test_checkout_build_without_gpu_builds_nothing_unless_asked(cuda_torch_no_gpu, monkeypatch):
+    def looked(*a, **kw):
+        raise AssertionError("the toolkit was looked for although nothing is to be built")
+
+    monkeypatch.setattr(build_toolchain, "find_cuda_home", looked)
+    plan = build.make_plan(ROOT, {})
+    assert not plan.build
+    assert "no GPU is visible to build for (set TORCH_CUDA_ARCH_LIST, e.g. '9.0', or " \
+           "MAMBA_KERNELS_FORCE_BUILD=1 to build without one)." in plan.notice
+    assert "to make this an error" not in plan.notice  # FORCE_BUILD builds here, it does not fail
+
+
+@pytest.mark.parametrize("env", [{"TORCH_CUDA_ARCH_LIST": "9.0"}, {"MAMBA_KERNELS_FORCE_BUILD": "1"},
+                                 {"MAMBA_KERNELS_RELEASE": "1"}])
+def test_checkout_build_without_gpu_goes_on_when_asked(cuda_torch_no_gpu, monkeypatch, env):
+    """Asked for, the plan goes on to the toolkit (none here: that is the reason it gives)."""
+    monkeypatch.setattr(build_toolchain, "find_cuda_home", _no_toolkit)
+    if build.read_knobs(env).must_build:
+        with pytest.raises(build.BuildError, match="no CUDA toolkit found"):
+            build.make_plan(ROOT, env)
+    else:
+        plan = build.make_plan(ROOT, env)
+        assert not plan.build and "no CUDA toolkit found" in plan.notice
+
+
+def test_arch_decision_is_the_sdist_rule_too():
+    k = build.read_knobs
+    assert build.arch_decision(k({}), ["8.0", "9.0"]) == (True, "for the visible GPUs (sm 8.0, 9.0)")
+    assert build.arch_decision(k({"TORCH_CUDA_ARCH_LIST": "9.0"}), []) == (
+        True, "for TORCH_CUDA_ARCH_LIST=9.0")
+    assert build.arch_decision(k({"MAMBA_KERNELS_FORCE_BUILD": "1"}), [])[0]
+    assert build.arch_decision(k({"MAMBA_KERNELS_RELEASE": "1"}), [])[0]
+    assert build.arch_decision(k({}), [])[0] is False
+
+
+def test_the_one_line_of_a_build_that_compiles_nothing(cuda_torch_no_gpu, monkeypatch, tmp_path, capsys):
+    """Shown once, when the wheel is built (setup.py runs for the metadata too), on the terminal
+    (installers hide a build's output) and in the log; inside the sdist's build, in the log only."""
+    from setuptools.dist import Distribution
+
+    from mamba_kernels import terminal
+
+    shown = []
+    monkeypatch.setattr(terminal, "to_terminal", lambda line, environ=None: shown.append(line) or True)
+    kwargs = build.setup_kwargs(ROOT, {})
+    assert kwargs["ext_modules"] == [] and shown == [] and capsys.readouterr().err == ""
+    monkeypatch.chdir(tmp_path)
+    cmd = kwargs["cmdclass"]["build_py"](Distribution({"name": "x", "packages": []}))
+    cmd.ensure_finalized()
+    cmd.run()
+    assert len(shown) == 1 and shown[0].startswith("mamba-kernels: installing without the CUDA extensions")
+    assert "no GPU is visible to build for" in shown[0]
+    assert capsys.readouterr().err == shown[0] + "\n"  # the build's log keeps it too
+    build.show("inside the sdist", {build.FROM_SDIST_VAR: "1"})
+    assert len(shown) == 1 and capsys.readouterr().err == "inside the sdist\n"
+
+
 def test_kernel_sources_glob(tmp_path):
     (tmp_path / "csrc" / "causal_conv1d").mkdir(parents=True)
     (tmp_path / "csrc" / "selective_scan").mkdir(parents=True)

@@ -559,7 +559,8 @@ def test_source_build_decision_on_this_machine():
     t = sdist_install.target_of(facts)
     assert t.torch == torch.__version__ and t.nvcc and not t.gpus
     assert sdist_install.source_build_decision(t, {}) == (
-        False, "no GPU is visible to build for (set TORCH_CUDA_ARCH_LIST, e.g. '9.0', to build without one)")
+        False, "no GPU is visible to build for (set TORCH_CUDA_ARCH_LIST, e.g. '9.0', "
+        "or MAMBA_KERNELS_FORCE_BUILD=1 to build without one)")
     assert sdist_install.source_build_decision(t, {"TORCH_CUDA_ARCH_LIST": "9.0"})[0]
 
 
