@@ -30,10 +30,11 @@ struct FwdPolicy {
   static constexpr int kSegMaxCL = 256;
   static constexpr int kSegMinCL = 32;
   static constexpr int kSegWarpsPerSm = 32;
-  // __launch_bounds__ minimum resident blocks per SM (each caps the registers per thread).
-  static constexpr int kMinBlocksCF = 6;
-  static constexpr int kMinBlocksCFLean = 8;
-  static constexpr int kMinBlocksCL = 3;
+  // __launch_bounds__ minimum resident blocks per SM (each caps the registers per thread), as
+  // many as the SM holds where fewer fit (fit_blocks_per_sm).
+  static constexpr int kMinBlocksCF = fit_blocks_per_sm(kThreads, 6);
+  static constexpr int kMinBlocksCFLean = fit_blocks_per_sm(kThreads, 8);
+  static constexpr int kMinBlocksCL = fit_blocks_per_sm(kThreads, 3);
 };
 
 struct BwdPolicy {
@@ -57,11 +58,11 @@ struct BwdPolicy {
   // reduce_partials (deterministic mode): block size, partial rows loaded before they are added.
   static constexpr int kReduceThreads = 256;
   static constexpr int kReduceLoads = 8;
-  // __launch_bounds__ minimum resident blocks per SM.
-  static constexpr int kMinBlocksCF = 4;
-  static constexpr int kMinBlocksCFLean = 6;
-  static constexpr int kMinBlocksCL = 2;
-  static constexpr int kMinBlocksCLLean = 6;
+  // __launch_bounds__ minimum resident blocks per SM (fit_blocks_per_sm).
+  static constexpr int kMinBlocksCF = fit_blocks_per_sm(kThreads, 4);
+  static constexpr int kMinBlocksCFLean = fit_blocks_per_sm(kThreads, 6);
+  static constexpr int kMinBlocksCL = fit_blocks_per_sm(kThreads, 2);
+  static constexpr int kMinBlocksCLLean = fit_blocks_per_sm(kThreads, 6);
 };
 
 struct UpdatePolicy {
@@ -70,7 +71,8 @@ struct UpdatePolicy {
   static constexpr int kMaxRegState = 8;
   // update_shift_kernel: batch rows per thread (the weights are loaded once for them).
   static constexpr int kRows = 2;
-  static constexpr int kMinBlocksShift = 12;
+  // 12 blocks of 128 threads from sm_80 on; sm_75 holds 8 (fit_blocks_per_sm).
+  static constexpr int kMinBlocksShift = fit_blocks_per_sm(kThreads, 12);
 };
 
 // item -> (segment, channel, batch) of a channel-first warp; 32-bit division when it fits

@@ -114,9 +114,8 @@ std::tuple<Tensor, Tensor, Tensor> conv_bwd(const Tensor& x, const Tensor& weigh
   const int64_t nbias = bias.has_value() ? p.dim : 0;
   const Tensor dw32 = api::empty(x, {p.dim, p.width}, ScalarType::Float);
   const Tensor db32 = api::empty(x, {nbias}, ScalarType::Float);
-  const OptTensor ws = p.deterministic
-                           ? OptTensor(api::empty(x, {workspace_rows(p), p.dim, p.width + 1}, ScalarType::Float))
-                           : std::nullopt;
+  OptTensor ws;  // emplaced, not `cond ? OptTensor(...) : nullopt` (GCC 12 warns maybe-uninitialized)
+  if (p.deterministic) ws.emplace(api::empty(x, {workspace_rows(p), p.dim, p.width + 1}, ScalarType::Float));
   set_bwd_reductions(p, static_cast<float*>(dw32.data_ptr()),
                      bias.has_value() ? static_cast<float*>(db32.data_ptr()) : nullptr,
                      ws.has_value() ? static_cast<float*>(ws->data_ptr()) : nullptr);

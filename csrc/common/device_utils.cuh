@@ -15,6 +15,22 @@
 
 namespace mamba_kernels {
 
+// Threads one SM holds, for the architecture being compiled: 1024 on sm_75 (Turing), at least
+// 1536 from sm_80 on (2048 on sm_80/90/100; 1536 on sm_86/89/120). The host pass, which ignores
+// launch bounds, takes the later value.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+constexpr int kMaxThreadsPerSm = 1024;
+#else
+constexpr int kMaxThreadsPerSm = 1536;
+#endif
+
+// A __launch_bounds__ minimum of resident blocks per SM that the SM can hold: ``blocks`` of
+// ``threads``, or as many as fit (ptxas warns "threads per SM out of range" and ignores a
+// minimum above it).
+constexpr int fit_blocks_per_sm(int threads, int blocks) {
+  return blocks * threads > kMaxThreadsPerSm ? kMaxThreadsPerSm / threads : blocks;
+}
+
 __device__ __forceinline__ float silu(float z) { return __fdividef(z, 1.0f + __expf(-z)); }
 
 // d silu(z) / dz = s * (1 + z * (1 - s)), s = sigmoid(z)

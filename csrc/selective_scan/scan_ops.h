@@ -81,7 +81,8 @@ std::tuple<Tensor, Tensor, Tensor> scan_fwd(const Tensor& u, const Tensor& delta
   const Tensor ckpt = api::empty(u, {p.batch, p.dim, n_chunks(p.seqlen), state_floats(p)}, ScalarType::Float);
   set_fwd_outputs(p, want_y ? tref(out) : TensorRef(), z.has_value() ? tref(out_z) : TensorRef(), f32_ptr(ckpt));
   const int64_t nws = fwd_workspace_floats(p);
-  const OptTensor ws = nws > 0 ? OptTensor(api::empty(u, {nws}, ScalarType::Float)) : std::nullopt;
+  OptTensor ws;  // emplaced, not `cond ? OptTensor(...) : nullopt` (GCC 12 warns maybe-uninitialized)
+  if (nws > 0) ws.emplace(api::empty(u, {nws}, ScalarType::Float));
   launch_fwd_checked(p, ws.has_value() ? f32_ptr(*ws) : nullptr, api::current_stream(ur.device_index));
   return {out, out_z, ckpt};
 }
@@ -101,9 +102,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> scan_bwd(
   const Tensor du = api::empty_like(u, ur), ddelta = api::empty_like(delta, deltar);
   const ScalarType f32 = ScalarType::Float;
   const Tensor dA_part = api::empty(u, {p.batch, p.dim, state_floats(p)}, f32);
-  const OptTensor dD_part = D.has_value() ? OptTensor(api::empty(u, {p.batch, p.dim}, f32)) : std::nullopt;
-  const OptTensor dbias_part =
-      delta_bias.has_value() ? OptTensor(api::empty(u, {p.batch, p.dim}, f32)) : std::nullopt;
+  OptTensor dD_part, dbias_part;  // emplaced (see scan_fwd's ws)
+  if (D.has_value()) dD_part.emplace(api::empty(u, {p.batch, p.dim}, f32));
+  if (delta_bias.has_value()) dbias_part.emplace(api::empty(u, {p.batch, p.dim}, f32));
   auto part = [&](const BCParams& bc) {
     int64_t dims[5];
     const int n = part_shape(p, bc, dims);

@@ -1,0 +1,69 @@
+"""A clean build log (issue 17): no ptxas "threads per SM out of range" for a launch bound on the
+oldest architecture we build (sm_75 holds 1024 threads per SM), and no GCC -Wmaybe-uninitialized
+in the host code. Compiles with the CUDA toolkit and GCC of this machine; no GPU needed."""
+
+import os
+import shutil
+import subprocess
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from mamba_kernels import build, build_toolchain
+
+ROOT = Path(__file__).resolve().parent.parent
+NVCC = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"
+needs_nvcc = pytest.mark.skipif(not NVCC.is_file(), reason=f"{NVCC} is needed")
+
+# Every __launch_bounds__ minimum of the causal_conv1d policies, in a kernel ptxas checks.
+BOUNDS = {
+    "FwdPolicy": ("kMinBlocksCF", "kMinBlocksCFLean", "kMinBlocksCL"),
+    "BwdPolicy": ("kMinBlocksCF", "kMinBlocksCFLean", "kMinBlocksCL", "kMinBlocksCLLean"),
+    "UpdatePolicy": ("kMinBlocksShift",),
+}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["75", "86", "90"])
+def test_conv_launch_bounds_fit_the_architecture(tmp_path, arch):
+    kernels = "".join(
+        f"__global__ void __launch_bounds__({pol}::kThreads, {pol}::{name}) k_{pol}_{name}(float* x) "
+        f"{{ x[threadIdx.x] = 1.f; }}\n"
+        for pol, names in BOUNDS.items() for name in names
+    )
+    src = tmp_path / "bounds.cu"
+    src.write_text('#include "conv_common.cuh"\nusing namespace mamba_kernels::causal_conv1d;\n' + kernels)
+    r = subprocess.run(
+        [str(NVCC), "-std=c++17", f"-gencode=arch=compute_{arch},code=sm_{arch}", "-c", "-o",
+         str(tmp_path / "bounds.o"), f"-I{ROOT / 'csrc' / 'common'}", f"-I{ROOT / 'csrc' / 'causal_conv1d'}",
+         str(src)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr, r.stderr
+
+
+@needs_nvcc
+@pytest.mark.skipif(not shutil.which("g++"), reason="GCC is needed")
+def test_host_code_has_no_maybe_uninitialized(monkeypatch):
+    """The binding files (where the ops' bodies, with their optional workspaces, are compiled)
+    with the build's own flags, -Wall and -O3 as in a build."""
+    env = dict(os.environ, MAMBA_KERNELS_FORCE_BUILD="1", TORCH_CUDA_ARCH_LIST="9.0",
+               CUDA_HOME=str(NVCC.parent.parent))
+    plan = build.make_plan(str(ROOT), env)
+    from torch.utils import cpp_extension
+
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", plan.env["CUDA_HOME"])  # as setup_kwargs does
+    cxx, _ = build_toolchain.host_compiler(env)
+    includes = plan.include_dirs + cpp_extension.include_paths(device_type="cuda")
+    includes.append(sysconfig.get_paths()["include"])
+    flags = [*plan.flags["cxx"], "-Wall", "-fPIC", "-DTORCH_API_INCLUDE_EXTENSION_H",
+             "-DTORCH_EXTENSION_NAME=_cuda"]
+    if plan.binding == build.STABLE:
+        flags.append("-DPy_LIMITED_API=0x030A0000")
+    files = [f for fs in plan.sources.values() for f in fs if f.endswith("binding.cpp")]
+    assert len(files) == 2, files
+    for src in files:
+        r = subprocess.run([cxx, "-c", "-o", os.devnull, *flags, *(f"-I{d}" for d in includes),
+                            str(ROOT / src)], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        assert "maybe-uninitialized" not in r.stderr, f"{src}:\n{r.stderr[-3000:]}"
