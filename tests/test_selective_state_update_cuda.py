@@ -210,11 +210,9 @@ def test_many_rows_large_dstate(ops, state_dtype, batch, nheads, dim, dstate):
     run_and_check(ops, *inputs, softplus=True)
 
 
-@gpu
-@pytest.mark.parametrize("state_dtype", DTYPES, ids=str)
-def test_mamba2_decode_shape_with_broadcast_operands(ops, state_dtype):
-    # Mamba-2 passes per-head A, dt, D and dt_bias expanded over (dim, dstate) with stride 0
-    batch, nheads, headdim, dstate, ngroups = 3, 8, 64, 128, 1
+def _mamba2_inputs(batch, ngroups, state_dtype, nheads=8, headdim=64, dstate=128):
+    """Mamba-2's decode operands: per-head A, dt, D and dt_bias expanded over (dim, dstate)
+    with stride 0."""
     state = torch.randn(batch, nheads, headdim, dstate, device="cuda").to(state_dtype)
     x = torch.randn(batch, nheads, headdim, device="cuda", dtype=torch.bfloat16)
     dt = torch.rand(batch, nheads, 1, device="cuda", dtype=torch.bfloat16).expand(-1, -1, headdim)
@@ -224,7 +222,13 @@ def test_mamba2_decode_shape_with_broadcast_operands(ops, state_dtype):
     D = torch.randn(nheads, 1, device="cuda").expand(-1, headdim)
     dt_bias = torch.randn(nheads, 1, device="cuda").expand(-1, headdim)
     z = torch.randn(batch, nheads, headdim, device="cuda", dtype=torch.bfloat16)
-    run_and_check(ops, state, x, dt, A, B, C, D, z, dt_bias, softplus=True)
+    return state, x, dt, A, B, C, D, z, dt_bias
+
+
+@gpu
+@pytest.mark.parametrize("state_dtype", DTYPES, ids=str)
+def test_mamba2_decode_shape_with_broadcast_operands(ops, state_dtype):
+    run_and_check(ops, *_mamba2_inputs(3, 1, state_dtype), softplus=True)
 
 
 def _strided(t: torch.Tensor, pad_last: int = 3) -> torch.Tensor:
@@ -507,18 +511,9 @@ def test_misaligned_state_takes_the_generic_kernel(ops, state_dtype):
 @pytest.mark.parametrize("state_dtype", DTYPES, ids=str)
 def test_mamba2_broadcast_operands_in_the_pair_shape(ops, state_dtype):
     # Mamba-2's expanded per-head A, dt, D, dt_bias at a serving batch: typed kernel, A read once
-    batch, nheads, headdim, dstate, ngroups = 64, 8, 64, 128, 2
-    state = torch.randn(batch, nheads, headdim, dstate, device="cuda").to(state_dtype)
-    x = torch.randn(batch, nheads, headdim, device="cuda", dtype=torch.bfloat16)
-    dt = torch.rand(batch, nheads, 1, device="cuda", dtype=torch.bfloat16).expand(-1, -1, headdim)
-    A = (-torch.rand(nheads, 1, 1, device="cuda")).expand(-1, headdim, dstate)
-    B = torch.randn(batch, ngroups, dstate, device="cuda", dtype=torch.bfloat16)
-    C = torch.randn(batch, ngroups, dstate, device="cuda", dtype=torch.bfloat16)
-    D = torch.randn(nheads, 1, device="cuda").expand(-1, headdim)
-    dt_bias = torch.randn(nheads, 1, device="cuda").expand(-1, headdim)
-    z = torch.randn(batch, nheads, headdim, device="cuda", dtype=torch.bfloat16)
+    batch, nheads, headdim, dstate = 64, 8, 64, 128
     assert (batch // 2) * nheads * headdim * _lanes(dstate, state_dtype) >= PAIR_MIN_THREADS
-    run_and_check(ops, state, x, dt, A, B, C, D, z, dt_bias, softplus=True)
+    run_and_check(ops, *_mamba2_inputs(batch, 2, state_dtype, nheads, headdim, dstate), softplus=True)
 
 
 @gpu
