@@ -31,7 +31,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     t = info["torch"]
     head = installed.lines(info["build"])
     print(head[0])
-    print(f"python        {info['python']} ({info['platform']})")
+    print(f"python        {installed.python_text()}")
     if not t.get("installed"):
         print(f"torch         not importable: {t.get('error')}")
         return 0

@@ -292,7 +292,7 @@ def render(report: Dict[str, Any]) -> str:
     env = report["environment"]
     head = installed.lines({"version": report["mamba_kernels"], **report["build"]})
     lines = [head[0],
-             f"python        {env['python']} ({env['platform']})",
+             f"python        {installed.python_text()}",
              f"torch         {installed.torch_text(env['torch'], env['torch_cuda'], env['cxx11_abi'])}",
              f"nvcc          {env['nvcc'] or 'not found'} (CUDA_HOME {env['cuda_home'] or 'not set'})",
              f"driver        {env['driver'] or 'none visible'}"]

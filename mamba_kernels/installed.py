@@ -11,6 +11,8 @@ installed keeps the sdist's version in METADATA, so its label is read from the i
 from __future__ import annotations
 
 import functools
+import platform
+import sysconfig
 from importlib import metadata
 from typing import Any, Dict, List, Optional
 
@@ -103,6 +105,13 @@ def describe() -> Dict[str, Any]:
                 "how": f"a local build{via_sdist}: BUILD_INFO of {kernel}'s extension ({found.describe()})"}
     return {"version": full, "label": None, "record": record,
             "how": f"mamba-kernels {full}{via_sdist} without a compiled extension: the PyTorch path runs"}
+
+
+def python_text() -> str:
+    """``3.11.7 (linux_x86_64)``: the running interpreter's version and its platform tag, the
+    python line's text in both reports."""
+    tag = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+    return f"{platform.python_version()} ({tag})"
 
 
 def torch_text(torch_version: Optional[str], torch_cuda: Optional[str], cxx11_abi: Optional[bool]) -> str:

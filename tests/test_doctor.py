@@ -5,7 +5,9 @@ libc10_cuda.so, an undefined torch symbol, and a shadowing distribution."""
 import dataclasses
 import importlib
 import json
+import platform
 import sys
+import sysconfig
 
 import pytest
 import torch
@@ -237,8 +239,9 @@ def _pretend(monkeypatch, dist_version, record=None):
 
 
 def _heads(text):
-    """The lines both reports share: the version, torch and build lines."""
-    return [line for line in text.splitlines() if line.startswith(("mamba-kernels ", "torch ", "build "))]
+    """The lines both reports share: the version, python, torch and build lines."""
+    prefixes = ("mamba-kernels ", "python ", "torch ", "build ")
+    return [line for line in text.splitlines() if line.startswith(prefixes)]
 
 
 def test_a_release_wheel_is_described_once_for_info_doctor_and_the_packages(monkeypatch, capsys):
@@ -259,11 +262,13 @@ def test_a_release_wheel_is_described_once_for_info_doctor_and_the_packages(monk
     finally:
         installed.cached_version.cache_clear()
     heads = _heads(info_text)
-    assert heads == _heads(doctor_text) and len(heads) == 3, (info_text, doctor_text)
+    assert heads == _heads(doctor_text) and len(heads) == 4, (info_text, doctor_text)
     assert heads[0] == f"mamba-kernels {labelled}"
+    tag = sysconfig.get_platform().replace("-", "_")
+    assert heads[1] == f"python        {platform.python_version()} ({tag})"
     abi = "cxx11" if torch.compiled_with_cxx11_abi() else "pre-cxx11"
-    assert heads[1].endswith(f"(CUDA {torch.version.cuda or 'none'}, {abi} ABI)")
-    assert heads[2].startswith("build         cu130stable2.10 (a release wheel")
+    assert heads[2].endswith(f"(CUDA {torch.version.cuda or 'none'}, {abi} ABI)")
+    assert heads[3].startswith("build         cu130stable2.10 (a release wheel")
 
 
 def test_a_prebuilt_wheel_installed_through_the_sdist_is_not_a_local_build(monkeypatch):
