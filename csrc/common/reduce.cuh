@@ -98,4 +98,34 @@ __device__ __forceinline__ float sum_over_warps(const float (&red)[kWarps][K][L]
   return v;
 }
 
+// c ? a : b on values in registers, as bit operations. A plain ?: on two array elements may be
+// compiled as a select of their addresses, which moves the whole array to local memory.
+__device__ __forceinline__ float select_bits(bool c, float a, float b) {
+  const unsigned m = 0u - unsigned(c);
+  return __uint_as_float((__float_as_uint(a) & m) | (__float_as_uint(b) & ~m));
+}
+
+// One round of a reduce-scatter: lanes kO apart exchange halves of v[0, 2 kHalf); each keeps
+// the sum of the half its bit selects in v[0, kHalf).
+template <int kHalf, int kO, int kN>
+__device__ __forceinline__ void reduce_scatter_round(float (&v)[kN], int s) {
+  const bool upper = (s & kO) != 0;
+#pragma unroll
+  for (int i = 0; i < kHalf; ++i) {
+    const float lo = v[i], hi = v[i + kHalf];
+    v[i] = select_bits(upper, hi, lo) + __shfl_xor_sync(kFullMask, select_bits(upper, lo, hi), kO);
+  }
+}
+
+// v[0..15] summed over each aligned group of kP lanes, scattered: afterwards lane s of a group
+// holds in v[0, 16 / kP) the sums of everyone's v[s * 16 / kP + j]; 16 - 16 / kP shuffles,
+// adding in a fixed order (bitwise repeatable). All 32 lanes must call it.
+template <int kP>
+__device__ __forceinline__ void reduce_scatter16_over(float (&v)[16], int s) {
+  if constexpr (kP >= 2) reduce_scatter_round<8, kP / 2>(v, s);
+  if constexpr (kP >= 4) reduce_scatter_round<4, kP / 4>(v, s);
+  if constexpr (kP >= 8) reduce_scatter_round<2, kP / 8>(v, s);
+  if constexpr (kP >= 16) reduce_scatter_round<1, kP / 16>(v, s);
+}
+
 }  // namespace mamba_kernels

@@ -236,14 +236,14 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
             dBf += db;
             dCf += dc;
             // The warp's two channels summed: lanes < 16 keep dB, lanes >= 16 dC.
-            const float mine = select(upper, dc, db), theirs = select(upper, db, dc);
+            const float mine = select_bits(upper, dc, db), theirs = select_bits(upper, db, dc);
             sm.red[w & 1][warp][lane][k] = mine + __shfl_xor_sync(kFullMask, theirs, LP::kLanes);
             gc = aa[k] * gg;
           }
         }
         // Over the states: lane s gets the sums of window step s.
-        reduce_scatter16(qa, s);
-        reduce_scatter16(qb, s);
+        reduce_scatter16_over<LP::kLanes>(qa, s);
+        reduce_scatter16_over<LP::kLanes>(qb, s);
         if (s < valid) {
           const int tt = w0 + s;
           const int64_t t = tc0 + tt;

@@ -1,11 +1,10 @@
-// The lane-per-state layout of the selective-scan kernels for real A and dstate <= 16 (the
-// models' case): 16 lanes own one channel, lane n its state n, so a warp holds two channels and
-// a block of 256 threads sixteen channels of one (batch, group). Per step a lane does one ex2
-// and two FMAs; what depends on the step but not the state (softplus, dt * u, the gate) is
-// computed once per channel, each lane taking its own steps, and shared through the warp's
-// shared memory; sums over the states (y, and the backward's du / ddelta) are reduce-scatters
-// over the 16 lanes, after which lane s holds step s of a 16-step group. Sixteen lanes per
-// channel give four times the resident warps of two threads per channel at the same dstate.
+// Shared pieces of the lane kernels for real A and dstate <= 16 (the models' case), where a
+// channel's states are spread over several lanes of a warp (fwd_lanes.cu: 4, 2 or 1 states per
+// lane; bwd_lanes.cu: one). What depends on the step but not on the state (softplus, dt * u, the
+// gate) is computed once per channel and shared through the warp's shared memory; sums over
+// the states are reduce-scatters over the channel's lanes, after which each lane holds whole
+// steps. Spreading the states gives four to sixteen times the resident warps of two threads
+// per channel at the same dstate.
 #pragma once
 
 #include "scan_common.cuh"
@@ -14,61 +13,16 @@ namespace mamba_kernels {
 namespace selective_scan {
 
 struct LanePolicy {
-  static constexpr int kLanes = 16;                    // lanes per channel, one state each
-  static constexpr int kThreads = 256;                 // 16 channels per block
-  static constexpr int kChannels = kThreads / kLanes;  // channels per block
-  static constexpr int kTile = 32;                     // steps per B/C tile in shared memory
+  static constexpr int kLanes = 16;                    // lanes per channel at one state per lane
+  static constexpr int kThreads = 256;                 // threads per block
+  static constexpr int kChannels = kThreads / kLanes;  // channels per block at one state per lane
   static constexpr int kGroup = kLanes;                // steps per reduce-scatter
-  static constexpr int kRowPad = 4;                    // a B/C tile row is kTile + 4 floats
-  static constexpr int kRow = kTile + kRowPad;
-  static_assert(kChunk % kTile == 0, "a checkpoint falls at a tile end");
+  static_assert(kChunk % kGroup == 0, "a checkpoint falls at a group end");
 };
 
 // Whether the lane kernels take a problem: real A with at most one state per lane.
 __host__ __device__ inline bool lanes_fit(int64_t dstate, bool is_complex) {
   return !is_complex && dstate >= 1 && dstate <= LanePolicy::kLanes;
-}
-
-// c ? a : b on values in registers, as bit operations. A plain ?: on two array elements may be
-// compiled as a select of their addresses, which moves the whole array to local memory.
-__device__ __forceinline__ float select(bool c, float a, float b) {
-  const unsigned m = 0u - unsigned(c);
-  return __uint_as_float((__float_as_uint(a) & m) | (__float_as_uint(b) & ~m));
-}
-
-// One round of a reduce-scatter: lanes kO apart exchange halves of v[0, 2 kHalf); each keeps
-// the sum of the half its bit selects in v[0, kHalf).
-template <int kHalf, int kO, int kN>
-__device__ __forceinline__ void reduce_scatter_round(float (&v)[kN], int s) {
-  const bool upper = (s & kO) != 0;
-#pragma unroll
-  for (int i = 0; i < kHalf; ++i) {
-    const float lo = v[i], hi = v[i + kHalf];
-    v[i] = select(upper, hi, lo) + __shfl_xor_sync(kFullMask, select(upper, lo, hi), kO);
-  }
-}
-
-// v[0, kP) summed over each aligned group of kP lanes (kP = 1, 2, 4, 8 or 16), scattered:
-// afterwards lane s of a group (s = lane index mod kP) holds in v[0] the sum of everyone's
-// v[s]. log2(kP) rounds, kP - 1 shuffles, adding in a fixed order (bitwise repeatable). All 32
-// lanes must call it.
-template <int kP>
-__device__ __forceinline__ void reduce_scatter(float (&v)[kP], int s) {
-  if constexpr (kP >= 16) reduce_scatter_round<8, 8>(v, s);
-  if constexpr (kP >= 8) reduce_scatter_round<4, 4>(v, s);
-  if constexpr (kP >= 4) reduce_scatter_round<2, 2>(v, s);
-  if constexpr (kP >= 2) reduce_scatter_round<1, 1>(v, s);
-}
-__device__ __forceinline__ void reduce_scatter16(float (&v)[16], int s) { reduce_scatter<16>(v, s); }
-
-// v[0..15] summed over each aligned group of kP lanes, scattered: afterwards lane s of a group
-// holds in v[0, 16 / kP) the sums of everyone's v[s * 16 / kP + j]; 16 - 16 / kP shuffles.
-template <int kP>
-__device__ __forceinline__ void reduce_scatter16_over(float (&v)[16], int s) {
-  if constexpr (kP >= 2) reduce_scatter_round<8, kP / 2>(v, s);
-  if constexpr (kP >= 4) reduce_scatter_round<4, kP / 4>(v, s);
-  if constexpr (kP >= 8) reduce_scatter_round<2, kP / 8>(v, s);
-  if constexpr (kP >= 16) reduce_scatter_round<1, kP / 16>(v, s);
 }
 
 // kQ consecutive steps [t, t + kQ) of a (batch, channel, L) row in storage type, zero beyond
