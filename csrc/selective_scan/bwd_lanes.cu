@@ -19,7 +19,7 @@
 //   the caller then sums over the blocks (launch_sum_partials);
 // - over the steps (dA, fixed dB / dC, dD, ddelta_bias): per lane, written per (batch, channel).
 //
-// Instantiations: 3 (dtype).
+// Instantiations: 3 (dtype) x 2 (B and C both variable, or either fixed).
 #include "scan_lanes.cuh"
 
 namespace mamba_kernels {
@@ -42,22 +42,24 @@ struct LanesBwdArgs {
   int64_t row_blocks;  // blocks per (batch, group): channel ranges
   int64_t groups_per_block;  // 16-channel groups per block
   bool vec_b, vec_c;
+  bool vec_u, vec_delta, vec_dout, vec_z, vec_y, vec_dz;  // 4-step vector access of the rows
 };
 
 struct BwdLanesSmem {
   float B[LP::kLanes * BL::kRow];                      // variable B of the chunk, [n][step]
   float C[LP::kLanes * BL::kRow];
-  float dt[LP::kChannels][kChunk];                     // per channel and step of the chunk
-  float dtu[LP::kChannels][kChunk];
-  float dy[LP::kChannels][kChunk];                     // dout * silu(z)
-  float u[LP::kChannels][kChunk];
+  // per channel and step of the chunk; rows of 68 put the warp's two channels in other banks
+  float dt[LP::kChannels][BL::kRow];
+  float dtu[LP::kChannels][BL::kRow];
+  float dy[LP::kChannels][BL::kRow];                   // dout * silu(z)
+  float u[LP::kChannels][BL::kRow];
   float starts[BL::kWins][LP::kThreads];               // state at each window start
   // warp sums of dB (lanes < 16) and dC (lanes >= 16) per lane and window step; rows of 17 keep
   // both the writes (by lane) and the block sum's reads (by step) free of bank conflicts
   float red[2][BL::kWarps][kWarpSize][BL::kWin + 1];
 };
 
-template <typename T>
+template <typename T, bool kVarBC>
 __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
     bwd_lanes_kernel(const ScanParams p, const LanesBwdArgs f) {
   constexpr int kW = BL::kWin, kRow = BL::kRow;
@@ -73,7 +75,7 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
   const bool upper = lane >= LP::kLanes;  // the warp's second channel
   const bool has_n = s < N;
   const int64_t n_chunks = (L + kChunk - 1) / kChunk;
-  const bool varB = p.B.variable, varC = p.C.variable;
+  const bool varB = kVarBC || p.B.variable, varC = kVarBC || p.C.variable;
   const T* Bv = varB ? static_cast<const T*>(p.B.ptr) + b * p.B.s_b + g * p.B.s_g : nullptr;
   const T* Cv = varC ? static_cast<const T*>(p.C.ptr) + b * p.C.s_b + g * p.C.s_g : nullptr;
   float* part_row_B = varB ? p.dB_part + ((b * p.ngroups + g) * f.row_blocks + rb) * N * L : nullptr;
@@ -109,28 +111,47 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
         load_bc4(v, row, isC ? p.C.s_l : p.B.s_l, tc0 + q * 4, L, n < N, isC ? f.vec_c : f.vec_b);
         *reinterpret_cast<float4*>((isC ? sm.C : sm.B) + n * kRow + q * 4) = make_float4(v[0], v[1], v[2], v[3]);
       }
-#pragma unroll
-      for (int i = 0; i < kChunk / LP::kLanes; ++i) {
-        const int tt = i * LP::kLanes + s;
+      {
+        // This lane's 4 consecutive steps of the channel's rows (vector access where allowed).
+        constexpr int kQ = kChunk / LP::kLanes;
+        const int tt = s * kQ;
         const int64_t t = tc0 + tt;
-        const bool ok = tt < clen;
-        // (addresses formed here, not kept as row pointers across the chunk: registers)
-        const float uu = ok ? to_float(static_cast<const T*>(p.u)[offset3(p.u_s, b, d, t)]) : 0.0f;
-        const float v = ok ? to_float(static_cast<const T*>(p.delta)[offset3(p.delta_s, b, d, t)]) + bias : 0.0f;
-        const float dt = ok ? (p.softplus ? softplus(v) : v) : 0.0f;
-        float gy = ok ? to_float(static_cast<const T*>(p.dout)[offset3(p.dout_s, b, d, t)]) : 0.0f;
-        if (p.z != nullptr && ok) {
-          const float zz = to_float(static_cast<const T*>(p.z)[offset3(p.z_s, b, d, t)]);
-          if (active) {
-            const float yy = to_float(static_cast<const T*>(p.y)[offset3(p.y_s, b, d, t)]);
-            static_cast<T*>(p.dz)[offset3(p.dz_s, b, d, t)] = from_float<T>(gy * yy * silu_grad(zz));
-          }
-          gy *= silu(zz);
+        const int64_t stop = tc0 + clen;
+        Steps<T, kQ> ru, rd, rg;
+        load_steps(ru, static_cast<const T*>(p.u) + offset3(p.u_s, b, d, 0), p.u_s.l, t, stop, f.vec_u);
+        load_steps(rd, static_cast<const T*>(p.delta) + offset3(p.delta_s, b, d, 0), p.delta_s.l, t, stop,
+                   f.vec_delta);
+        load_steps(rg, static_cast<const T*>(p.dout) + offset3(p.dout_s, b, d, 0), p.dout_s.l, t, stop,
+                   f.vec_dout);
+        float uu[kQ], dt[kQ], dtu[kQ], gy[kQ];
+#pragma unroll
+        for (int j = 0; j < kQ; ++j) {
+          const bool ok = t + j < stop;
+          uu[j] = ru.at(j);
+          const float v = rd.at(j) + bias;
+          dt[j] = ok ? (p.softplus ? softplus(v) : v) : 0.0f;
+          dtu[j] = uu[j] * dt[j];
+          gy[j] = rg.at(j);
         }
-        sm.dt[ch][tt] = dt;
-        sm.dtu[ch][tt] = dt * uu;
-        sm.dy[ch][tt] = gy;
-        sm.u[ch][tt] = uu;
+        if (p.z != nullptr) {
+          Steps<T, kQ> rz, ry;
+          load_steps(rz, static_cast<const T*>(p.z) + offset3(p.z_s, b, d, 0), p.z_s.l, t, stop, f.vec_z);
+          load_steps(ry, static_cast<const T*>(p.y) + offset3(p.y_s, b, d, 0), p.y_s.l, t, stop, f.vec_y);
+          float dzq[kQ];
+#pragma unroll
+          for (int j = 0; j < kQ; ++j) {
+            const float zz = rz.at(j);
+            dzq[j] = gy[j] * ry.at(j) * silu_grad(zz);
+            gy[j] *= silu(zz);
+          }
+          if (active) {
+            store_steps(static_cast<T*>(p.dz) + offset3(p.dz_s, b, d, 0), p.dz_s.l, t, stop, dzq, f.vec_dz);
+          }
+        }
+        store_pack<float, kQ>(&sm.dt[ch][tt], dt);
+        store_pack<float, kQ>(&sm.dtu[ch][tt], dtu);
+        store_pack<float, kQ>(&sm.dy[ch][tt], gy);
+        store_pack<float, kQ>(&sm.u[ch][tt], uu);
       }
       __syncthreads();  // the B/C tile and the channel rows are in place
 
@@ -141,7 +162,7 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
       const float* dyr = sm.dy[ch];
       // Four steps' values from the rows (16-byte reads), fixed B/C as constants.
       auto get4 = [&](const float* row, float fixed, bool var, int tt, float (&o)[4]) {
-        if (var) {
+        if (kVarBC || var) {
           const float4 v = *reinterpret_cast<const float4*>(row + tt);
           o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
         } else {
@@ -309,6 +330,28 @@ LanesBwdArgs lanes_bwd_args(const ScanParams& p) {
   return f;
 }
 
+template <typename T, bool kVarBC>
+cudaError_t launch_bwd_lanes_for(const ScanParams& p, cudaStream_t stream) {
+  constexpr int kQ = kChunk / LP::kLanes;
+  LanesBwdArgs f = lanes_bwd_args(p);
+  f.vec_b = bc_vec4(p.B, sizeof(T));
+  f.vec_c = bc_vec4(p.C, sizeof(T));
+  f.vec_u = steps_vec(p.u, p.u_s, sizeof(T), kQ);
+  f.vec_delta = steps_vec(p.delta, p.delta_s, sizeof(T), kQ);
+  f.vec_dout = steps_vec(p.dout, p.dout_s, sizeof(T), kQ);
+  f.vec_z = steps_vec(p.z, p.z_s, sizeof(T), kQ);
+  f.vec_y = steps_vec(p.y, p.y_s, sizeof(T), kQ);
+  f.vec_dz = steps_vec(p.dz, p.dz_s, sizeof(T), kQ);
+  const int64_t blocks = f.row_blocks * p.batch * p.ngroups;
+  if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  auto kernel = bwd_lanes_kernel<T, kVarBC>;
+  const int smem = int(sizeof(BwdLanesSmem));
+  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err != cudaSuccess) return err;
+  kernel<<<unsigned(blocks), LP::kThreads, smem, stream>>>(p, f);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 int64_t bwd_lanes_row_blocks(const ScanParams& p) { return lanes_bwd_args(p).row_blocks; }
@@ -316,17 +359,9 @@ int64_t bwd_lanes_row_blocks(const ScanParams& p) { return lanes_bwd_args(p).row
 cudaError_t launch_bwd_lanes(const ScanParams& p, cudaStream_t stream) {
   return with_dtype_complex(p.dtype, false, [&](auto tag, auto) -> cudaError_t {
     using T = typename decltype(tag)::type;
-    LanesBwdArgs f = lanes_bwd_args(p);
-    f.vec_b = bc_vec4(p.B, sizeof(T));
-    f.vec_c = bc_vec4(p.C, sizeof(T));
-    const int64_t blocks = f.row_blocks * p.batch * p.ngroups;
-    if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
-    auto kernel = bwd_lanes_kernel<T>;
-    const int smem = int(sizeof(BwdLanesSmem));
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (err != cudaSuccess) return err;
-    kernel<<<unsigned(blocks), LP::kThreads, smem, stream>>>(p, f);
-    return cudaGetLastError();
+    // both B and C variable (the models' case) reads the tiles without per-step checks
+    if (p.B.variable && p.C.variable) return launch_bwd_lanes_for<T, true>(p, stream);
+    return launch_bwd_lanes_for<T, false>(p, stream);
   });
 }
 

@@ -1,7 +1,7 @@
 // Selective-scan forward for real A and dstate <= 16, in the lane layout (scan_lanes.cuh): a
 // channel's states are spread over kP = 16 / kS lanes, kS states each, and every lane walks the
 // whole sequence with its states in registers. kS = 4 for problems with channels enough to
-// fill the GPU (4 lanes per channel, 64 channels per block), 2 or 1 for fewer channels (long
+// fill the GPU (4 lanes per channel, 32 channels per block), 2 or 1 for fewer channels (long
 // sequences at small batch), so the resident warps stay high either way.
 //
 // Per 16-step tile: the block stages B and C of the tile (shared by all its channels: one
@@ -13,7 +13,8 @@
 // lane owns 16 / kP consecutive steps and writes their outputs (vector stores where the
 // tensor allows). No step's work is repeated, and a NaN at step t reaches only steps >= t.
 //
-// Instantiations: 3 (dtype) x 3 (kS = 1, 2, 4).
+// Instantiations: 3 (dtype) x 3 (kS = 1, 2, 4) x 2 (B and C both variable, the models' case,
+// read without per-step checks; or either fixed).
 #include "scan_lanes.cuh"
 
 namespace mamba_kernels {
@@ -25,7 +26,10 @@ using LP = LanePolicy;
 template <int kS>
 struct FwdLanes {
   static constexpr int kP = LP::kLanes / kS;     // lanes per channel
-  static constexpr int kCh = LP::kThreads / kP;  // channels per block
+  // 128-thread blocks: finer than 256 at the wave's end, and at the register caps below
+  // (96 registers, 80 for one state per lane) 20 to 24 warps per SM
+  static constexpr int kThreads = 128;
+  static constexpr int kCh = kThreads / kP;  // channels per block
   static constexpr int kQ = LP::kGroup / kP;     // consecutive steps each lane owns per tile
   static constexpr int kTile = LP::kGroup;      // steps per tile: one reduce-scatter
   static constexpr int kTRow = 20;               // [step][state] tile rows: 80 B, conflict-free
@@ -34,7 +38,8 @@ struct FwdLanes {
   // its state at once; [step][state] for more, where it reads its kS states.
   static constexpr int kTileFloats = kS == 1 ? LP::kLanes * kNRow : kTile * kTRow;
   static constexpr int kLoaders = 2 * LP::kLanes * kTile / 4;  // threads staging a tile, 4 values each
-  static constexpr int kMinBlocks = kS == 1 ? 3 : 2;
+  static constexpr int kMinBlocks = kS == 1 ? 6 : 5;
+  static_assert(kLoaders <= kThreads, "every tile value has a loader");
 };
 
 struct LanesFwdArgs {
@@ -42,15 +47,15 @@ struct LanesFwdArgs {
   bool vec_b, vec_c, vec_u, vec_delta, vec_z, vec_out, vec_out_z;
 };
 
-template <typename T, int kS>
-__global__ void __launch_bounds__(LP::kThreads, FwdLanes<kS>::kMinBlocks)
+template <typename T, int kS, bool kVarBC>
+__global__ void __launch_bounds__(FwdLanes<kS>::kThreads, FwdLanes<kS>::kMinBlocks)
     fwd_lanes_kernel(const ScanParams p, const LanesFwdArgs f) {
   using F = FwdLanes<kS>;
   constexpr int kTL = F::kTile, kP = F::kP, kQ = F::kQ;
   __shared__ __align__(16) float sB[2][F::kTileFloats];
   __shared__ __align__(16) float sC[2][F::kTileFloats];
-  __shared__ __align__(16) float sDT[F::kCh][kTL];
-  __shared__ __align__(16) float sDTU[F::kCh][kTL];
+  __shared__ __align__(16) float sDT[F::kCh][F::kNRow];  // rows of 20: the warp's 8 channels' reads
+  __shared__ __align__(16) float sDTU[F::kCh][F::kNRow];  // fall in distinct banks
 
   const int64_t L = p.seqlen, N = p.dstate;
   const int64_t dpg = p.dim / p.ngroups;
@@ -66,9 +71,9 @@ __global__ void __launch_bounds__(LP::kThreads, FwdLanes<kS>::kMinBlocks)
 #pragma unroll
   for (int k = 0; k < kS; ++k) {
     const bool ok = n0 + k < N;
-    a2[k] = ok ? p.A[d * N + n0 + k] * kLog2e : 0.0f;
-    Bfix[k] = (ok && !p.B.variable) ? static_cast<const float*>(p.B.ptr)[d * N + n0 + k] : 0.0f;
-    Cfix[k] = (ok && !p.C.variable) ? static_cast<const float*>(p.C.ptr)[d * N + n0 + k] : 0.0f;
+    a2[k] = ok ? clamp_finite(p.A[d * N + n0 + k] * kLog2e) : 0.0f;
+    Bfix[k] = (!kVarBC && ok && !p.B.variable) ? static_cast<const float*>(p.B.ptr)[d * N + n0 + k] : 0.0f;
+    Cfix[k] = (!kVarBC && ok && !p.C.variable) ? static_cast<const float*>(p.C.ptr)[d * N + n0 + k] : 0.0f;
     h[k] = 0.0f;
   }
   const float Dd = p.D != nullptr ? p.D[d] : 0.0f;
@@ -82,9 +87,10 @@ __global__ void __launch_bounds__(LP::kThreads, FwdLanes<kS>::kMinBlocks)
   const bool loader = tid < F::kLoaders;
   const bool loads_c = tid >= F::kLoaders / 2;
   const int li = tid % (F::kLoaders / 2);
-  // [state][step]: 4 steps of state li / 4; [step][state]: states 4 (li / 16) .. + 3 at step li % 16
-  const int ln = kS == 1 ? li / (kTL / 4) : 4 * (li / kTL);
-  const int lt = kS == 1 ? 4 * (li % (kTL / 4)) : li % kTL;
+  // 4 steps (one vector load) of state li / 4, stored as a column of the [step][state] tile
+  // for kS > 1 (four 4-byte stores) or as a row of the [state][step] tile for kS = 1
+  const int ln = li / (kTL / 4);
+  const int lt = 4 * (li % (kTL / 4));
   // (fields picked one by one: a reference to either parameter struct would put both on the stack)
   const bool bc_var = loader && (loads_c ? p.C.variable : p.B.variable);
   const T* bc_base = nullptr;
@@ -94,32 +100,33 @@ __global__ void __launch_bounds__(LP::kThreads, FwdLanes<kS>::kMinBlocks)
   }
   const int64_t bc_sn = loads_c ? p.C.s_n : p.B.s_n, bc_sl = loads_c ? p.C.s_l : p.B.s_l;
   const bool bc_vec = loads_c ? f.vec_c : f.vec_b;
-  float pf[4];
-  auto fetch_bc = [&](int64_t t0) {
-    if constexpr (kS == 1) {
-      load_bc4(pf, bc_base + ln * bc_sn, bc_sl, t0 + lt, L, bc_var && ln < N, bc_vec);
-    } else {
-      const int64_t t = t0 + lt;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        pf[j] = (bc_var && ln + j < N && t < L) ? to_float(bc_base[(ln + j) * bc_sn + t * bc_sl]) : 0.0f;
-      }
-    }
-  };
+  Steps<T, 4> pf;  // the next tile's 4 values, raw until stashed
+  const bool bc_ok = bc_var && ln < N;
+  const T* bc_row = bc_ok ? bc_base + ln * bc_sn : nullptr;
+  auto fetch_bc = [&](int64_t t0) { load_steps(pf, bc_row, bc_sl, t0 + lt, bc_ok ? L : 0, bc_vec); };
   auto stash_bc = [&](int buf) {
     if (!loader) return;
     float* tile = loads_c ? sC[buf] : sB[buf];
-    float* dst = kS == 1 ? tile + ln * F::kNRow + lt : tile + lt * F::kTRow + ln;
-    *reinterpret_cast<float4*>(dst) = make_float4(pf[0], pf[1], pf[2], pf[3]);
+    if constexpr (kS == 1) {
+      *reinterpret_cast<float4*>(tile + ln * F::kNRow + lt) = make_float4(pf.at(0), pf.at(1), pf.at(2), pf.at(3));
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) tile[(lt + j) * F::kTRow + ln] = pf.at(j);
+    }
   };
   // This lane's steps of its channel in tile t0: [t0 + kQ s, + kQ), the steps whose y the
   // reduce-scatter hands it.
-  Steps<T, kQ> ru, rd, rz;
+  // u and delta are fetched during the tile before, z too at one state per lane (a short
+  // tile); with more states per lane z is fetched at the tile's start, behind a recurrence
+  // long enough to hide it, which keeps two fewer registers live. This tile's u and z stay in
+  // storage type.
+  constexpr bool kZAhead = kS == 1;
+  Steps<T, kQ> ru, rd, rz, cu, cz;
   auto fetch_rows = [&](int64_t t0) {
     const int64_t t = t0 + s * kQ;
     load_steps(ru, u, p.u_s.l, t, L, f.vec_u);
     load_steps(rd, delta, p.delta_s.l, t, L, f.vec_delta);
-    if (z != nullptr) load_steps(rz, z, p.z_s.l, t, L, f.vec_z);
+    if (kZAhead && z != nullptr) load_steps(rz, z, p.z_s.l, t, L, f.vec_z);
   };
   fetch_bc(0);
   fetch_rows(0);
@@ -130,17 +137,24 @@ __global__ void __launch_bounds__(LP::kThreads, FwdLanes<kS>::kMinBlocks)
     const int buf = int(k & 1);
     const bool more = t0 + kTL < L;
     // This tile's own steps, discretised into the channel's rows; then the next tile's loads.
-    float uu[kQ], zz[kQ];
+    cu = ru;
+    if (kZAhead) {
+      cz = rz;
+    } else if (z != nullptr) {
+      load_steps(cz, z, p.z_s.l, t0 + s * kQ, L, f.vec_z);
+    }
+    float dtq[kQ], dtu[kQ];
+    const int64_t left = L - t0 - s * kQ;  // this lane's steps inside the sequence
+    const int mine = left < 0 ? 0 : (left < kQ ? int(left) : kQ);
 #pragma unroll
     for (int j = 0; j < kQ; ++j) {
-      const bool ok = t0 + s * kQ + j < L;
-      uu[j] = to_float(ru.e[j]);
-      zz[j] = z != nullptr ? to_float(rz.e[j]) : 0.0f;
-      const float v = to_float(rd.e[j]) + bias;
-      const float dt = ok ? (p.softplus ? softplus(v) : v) : 0.0f;
-      sDT[ch][s * kQ + j] = dt;
-      sDTU[ch][s * kQ + j] = uu[j] * dt;  // (not "dt * uu[j]": the MSVC check reads a declaration)
+      const bool ok = j < mine;
+      const float v = rd.at(j) + bias;
+      dtq[j] = ok ? (p.softplus ? softplus(v) : v) : 0.0f;
+      dtu[j] = cu.at(j) * dtq[j];
     }
+    store_pack<float, kQ>(&sDT[ch][s * kQ], dtq);
+    store_pack<float, kQ>(&sDTU[ch][s * kQ], dtu);
     if (more) {
       fetch_bc(t0 + kTL);
       fetch_rows(t0 + kTL);
@@ -151,78 +165,74 @@ __global__ void __launch_bounds__(LP::kThreads, FwdLanes<kS>::kMinBlocks)
     const float* tC = sC[buf];
     float yp[kTL];
     // Four steps of the recurrence from 16-byte reads of dt and dt*u; yp[tt + j] gets this
-    // lane's part of y at step tt + j.
-    auto quad = [&](int tt, bool guard) {
+    // lane's part of y at step tt + j. Steps past the end of the sequence need no guard: their
+    // dt, dt*u and B/C are zero, so the decay is exactly 1 (A is finite, clamp_finite) and the
+    // states pass through unchanged.
+    auto quad = [&](int tt) {
       const float4 dt4 = *reinterpret_cast<const float4*>(&sDT[ch][tt]);
       const float4 du4 = *reinterpret_cast<const float4*>(&sDTU[ch][tt]);
       const float dts[4] = {dt4.x, dt4.y, dt4.z, dt4.w};
       const float dus[4] = {du4.x, du4.y, du4.z, du4.w};
-      float bq[4][kS], cq[4][kS];
-      auto read_tile = [&](const float* tile, bool var, const float (&fixed)[kS], float (&o)[4][kS]) {
-        if (!var) {
-#pragma unroll
-          for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int m = 0; m < kS; ++m) o[j][m] = fixed[m];
-          return;
+      // one state per lane: its four steps in one 16-byte read from the [state][step] tile
+      float b4[4] = {}, c4[4] = {};
+      if constexpr (kS == 1) {
+        if (kVarBC || p.B.variable) {
+          const float4 v = *reinterpret_cast<const float4*>(tB + s * F::kNRow + tt);
+          b4[0] = v.x, b4[1] = v.y, b4[2] = v.z, b4[3] = v.w;
         }
-        if constexpr (kS == 1) {
-          const float4 v = *reinterpret_cast<const float4*>(tile + s * F::kNRow + tt);
-          o[0][0] = v.x, o[1][0] = v.y, o[2][0] = v.z, o[3][0] = v.w;
+        if (kVarBC || p.C.variable) {
+          const float4 v = *reinterpret_cast<const float4*>(tC + s * F::kNRow + tt);
+          c4[0] = v.x, c4[1] = v.y, c4[2] = v.z, c4[3] = v.w;
+        }
+      }
+      // this lane's kS states of B (or C) at step tt + j
+      auto read_step = [&](const float* tile, bool var, const float (&fixed)[kS], int j, float (&o)[kS]) {
+        if (!kVarBC && !var) {
+#pragma unroll
+          for (int m = 0; m < kS; ++m) o[m] = fixed[m];
+        } else if constexpr (kS == 1) {
+          o[0] = (tile == tB ? b4 : c4)[j];
         } else if constexpr (kS == 2) {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const float2 v = *reinterpret_cast<const float2*>(tile + (tt + j) * F::kTRow + n0);
-            o[j][0] = v.x, o[j][1] = v.y;
-          }
+          const float2 v = *reinterpret_cast<const float2*>(tile + (tt + j) * F::kTRow + n0);
+          o[0] = v.x, o[1] = v.y;
         } else {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const float4 v = *reinterpret_cast<const float4*>(tile + (tt + j) * F::kTRow + n0);
-            o[j][0] = v.x, o[j][1] = v.y, o[j][2] = v.z, o[j][3] = v.w;
-          }
+          const float4 v = *reinterpret_cast<const float4*>(tile + (tt + j) * F::kTRow + n0);
+          o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
         }
       };
-      read_tile(tB, p.B.variable, Bfix, bq);
-      read_tile(tC, p.C.variable, Cfix, cq);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const bool on = !guard || tt + j < valid;
+        float bq[kS], cq[kS];
+        read_step(tB, p.B.variable, Bfix, j, bq);
+        read_step(tC, p.C.variable, Cfix, j, cq);
         float acc0 = 0.0f, acc1 = 0.0f;  // two chains: half the dependent FMAs per step
 #pragma unroll
         for (int m = 0; m < kS; ++m) {
-          if (on) {
-            const float a = fast_exp2(dts[j] * a2[m]);
-            h[m] = fmaf(a, h[m], dus[j] * bq[j][m]);
-          }
+          const float a = fast_exp2(dts[j] * a2[m]);
+          h[m] = fmaf(a, h[m], dus[j] * bq[m]);
           if (m & 1) {
-            acc1 = fmaf(cq[j][m], h[m], acc1);
+            acc1 = fmaf(cq[m], h[m], acc1);
           } else {
-            acc0 = fmaf(cq[j][m], h[m], acc0);
+            acc0 = fmaf(cq[m], h[m], acc0);
           }
         }
         yp[tt + j] = acc0 + acc1;
       }
     };
-    if (valid == kTL) {  // no per-step branch in full tiles
 #pragma unroll
-      for (int q = 0; q < kTL / 4; ++q) quad(q * 4, false);
-    } else {  // the sequence's last, partial tile
-#pragma unroll
-      for (int q = 0; q < kTL / 4; ++q) quad(q * 4, true);
-    }
+    for (int q = 0; q < kTL / 4; ++q) quad(q * 4);
     reduce_scatter16_over<kP>(yp, s);  // yp[j]: y of step t0 + kQ s + j
     if (active) {
       const int64_t t = t0 + s * kQ;
       float yo[kQ];
 #pragma unroll
-      for (int j = 0; j < kQ; ++j) yo[j] = fmaf(Dd, uu[j], yp[j]);
+      for (int j = 0; j < kQ; ++j) yo[j] = fmaf(Dd, cu.at(j), yp[j]);
       if (p.out != nullptr) {
         store_steps(static_cast<T*>(p.out) + offset3(p.out_s, b, d, 0), p.out_s.l, t, L, yo, f.vec_out);
       }
       if (z != nullptr) {
 #pragma unroll
-        for (int j = 0; j < kQ; ++j) yo[j] *= silu(zz[j]);
+        for (int j = 0; j < kQ; ++j) yo[j] *= silu(cz.at(j));
         store_steps(static_cast<T*>(p.out_z) + offset3(p.out_z_s, b, d, 0), p.out_z_s.l, t, L, yo, f.vec_out_z);
       }
     }
@@ -249,7 +259,7 @@ int lanes_states_per_lane(const ScanParams& p) {
   return 1;
 }
 
-template <typename T, int kS>
+template <typename T, int kS, bool kVarBC>
 cudaError_t launch_lanes(const ScanParams& p, cudaStream_t stream) {
   using F = FwdLanes<kS>;
   LanesFwdArgs f{};
@@ -264,7 +274,7 @@ cudaError_t launch_lanes(const ScanParams& p, cudaStream_t stream) {
   f.vec_out_z = steps_vec(p.out_z, p.out_z_s, sizeof(T), F::kQ);
   const int64_t blocks = f.bpg * p.batch * p.ngroups;
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  fwd_lanes_kernel<T, kS><<<unsigned(blocks), LP::kThreads, 0, stream>>>(p, f);
+  fwd_lanes_kernel<T, kS, kVarBC><<<unsigned(blocks), F::kThreads, 0, stream>>>(p, f);
   return cudaGetLastError();
 }
 
@@ -273,11 +283,16 @@ cudaError_t launch_lanes(const ScanParams& p, cudaStream_t stream) {
 cudaError_t launch_fwd_lanes(const ScanParams& p, cudaStream_t stream) {
   return with_dtype_complex(p.dtype, false, [&](auto tag, auto) -> cudaError_t {
     using T = typename decltype(tag)::type;
-    switch (lanes_states_per_lane(p)) {
-      case 4: return launch_lanes<T, 4>(p, stream);
-      case 2: return launch_lanes<T, 2>(p, stream);
-      default: return launch_lanes<T, 1>(p, stream);
-    }
+    // both B and C variable (the models' case) reads the tiles unconditionally
+    auto by_states = [&](auto var) -> cudaError_t {
+      switch (lanes_states_per_lane(p)) {
+        case 4: return launch_lanes<T, 4, var.value>(p, stream);
+        case 2: return launch_lanes<T, 2, var.value>(p, stream);
+        default: return launch_lanes<T, 1, var.value>(p, stream);
+      }
+    };
+    if (p.B.variable && p.C.variable) return by_states(std::true_type{});
+    return by_states(std::false_type{});
   });
 }
 

@@ -17,6 +17,7 @@ namespace mamba_kernels {
 namespace selective_scan {
 
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kSoftplusThreshold = 20.0f;
 
 // 2^x on the special-function unit (relative error about 2^-22; flushes denormal results).
@@ -26,14 +27,27 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// log(1 + e^x), identity above the threshold. log1p(e) is formed as log(w) * e / (w - 1) with
-// w = 1 + e (exact for tiny e, where w rounds to 1), which needs one special-function log
-// instead of the long log1pf sequence.
+// A log2(e) with +-inf replaced by the largest finite float (NaN kept). The decay of every step
+// with dt > 0 is unchanged (it still underflows to 0 or overflows to inf); a step with dt = 0
+// -- the padding past the end of the sequence, or a softplus that underflowed -- keeps its
+// state, which is the limit of exp(0 A), where the literal 0 * inf would make it NaN.
+__host__ __device__ __forceinline__ float clamp_finite(float a) {
+  constexpr float kMax = 3.4028234663852886e38f;
+  return a < -kMax ? -kMax : (a > kMax ? kMax : a);
+}
+
+// log(1 + e^x), identity above the threshold, without branches. log1p(e) is formed as
+// log(w) * e / (w - 1) with w = 1 + e (exact for tiny e, where w rounds to 1): three
+// special-function operations instead of the long log1pf sequence. Results below 2^-126 flush
+// to zero, as in the decay.
 __device__ __forceinline__ float softplus(float x) {
-  if (x > kSoftplusThreshold) return x;
-  const float e = __expf(x);
+  const float e = fast_exp2(x * kLog2e);
   const float w = 1.0f + e;
-  return w == 1.0f ? e : __logf(w) * __fdividef(e, w - 1.0f);
+  float lg, r;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(lg) : "f"(w));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(w - 1.0f));
+  const float l1p = w == 1.0f ? e : lg * kLn2 * (e * r);
+  return x > kSoftplusThreshold ? x : l1p;
 }
 
 // d softplus(x) / dx = sigmoid(x) (1 above the threshold, where softplus is the identity).

@@ -27,26 +27,67 @@ __host__ __device__ inline bool lanes_fit(int64_t dstate, bool is_complex) {
 
 // kQ consecutive steps [t, t + kQ) of a (batch, channel, L) row in storage type, zero beyond
 // `stop`; one vector access when `vec` (unit stride, rows aligned to kQ elements) and the
-// steps are all inside.
-template <typename T, int kQ>
+// steps are all inside. Steps that fit one vector are kept as its raw words and converted only
+// where read (at()): unpacking 16-bit elements on arrival would wait for the load there and
+// undo the prefetch.
+template <typename T, int kQ, bool kWords = (kQ * sizeof(T) == 4 || kQ * sizeof(T) == 8 || kQ * sizeof(T) == 16)>
 struct Steps {
   T e[kQ];
+  __device__ __forceinline__ float at(int j) const { return to_float(e[j]); }
+  __device__ __forceinline__ void set(int j, T v) { e[j] = v; }
 };
 template <typename T, int kQ>
-__device__ __forceinline__ void load_steps(Steps<T, kQ>& r, const T* row, int64_t s_l, int64_t t, int64_t stop,
-                                           bool vec) {
-  constexpr int kBytes = kQ * int(sizeof(T));
-  if constexpr (kBytes == 4 || kBytes == 8 || kBytes == 16) {
-    if (vec && t + kQ <= stop) {
-      Pack<T, kQ> pk;
-      load_pack(pk, row + t);
-#pragma unroll
-      for (int j = 0; j < kQ; ++j) r.e[j] = pk.e[j];
-      return;
+struct Steps<T, kQ, true> {
+  static constexpr int kPer = 4 / int(sizeof(T));  // elements per 32-bit word
+  static constexpr int kWords = kQ / kPer;
+  uint32_t w[kWords];  // 32-bit words throughout: no 16-bit registers to unpack into on arrival
+  __device__ __forceinline__ float at(int j) const {
+    const uint32_t word = w[j / kPer];
+    if constexpr (sizeof(T) == 4) {
+      return __uint_as_float(word);
+    } else if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+      return __uint_as_float(j % 2 ? word & 0xffff0000u : word << 16);
+    } else {
+      return __half2float(__ushort_as_half(static_cast<unsigned short>(j % 2 ? word >> 16 : word & 0xffffu)));
     }
   }
+  __device__ __forceinline__ void clear() {
 #pragma unroll
-  for (int j = 0; j < kQ; ++j) r.e[j] = t + j < stop ? row[(t + j) * s_l] : from_float<T>(0.0f);
+    for (int i = 0; i < kWords; ++i) w[i] = 0;
+  }
+  __device__ __forceinline__ void set(int j, T v) {  // after clear()
+    uint32_t bits;
+    if constexpr (sizeof(T) == 4) {
+      bits = __float_as_uint(v);
+    } else {
+      bits = *reinterpret_cast<const unsigned short*>(&v);
+    }
+    w[j / kPer] |= bits << (32 / kPer * (j % kPer));
+  }
+  __device__ __forceinline__ void load(const T* ptr) {
+    using W = typename RawWord<kQ * int(sizeof(T))>::type;
+    const W v = *reinterpret_cast<const W*>(ptr);
+    static_assert(sizeof(W) == sizeof(w), "one vector");
+    memcpy(w, &v, sizeof(w));
+  }
+};
+template <typename T, int kQ, bool kW>
+__device__ __forceinline__ void load_steps(Steps<T, kQ, kW>& r, const T* row, int64_t s_l, int64_t t, int64_t stop,
+                                           bool vec) {
+  if constexpr (kW) {
+    if (vec && t + kQ <= stop) {
+      r.load(row + t);
+      return;
+    }
+    r.clear();
+#pragma unroll
+    for (int j = 0; j < kQ; ++j) {
+      if (t + j < stop) r.set(j, row[(t + j) * s_l]);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kQ; ++j) r.set(j, t + j < stop ? row[(t + j) * s_l] : from_float<T>(0.0f));
+  }
 }
 template <typename T, int kQ>
 __device__ __forceinline__ void store_steps(T* row, int64_t s_l, int64_t t, int64_t stop, const float (&v)[kQ],
