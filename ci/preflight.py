@@ -495,11 +495,17 @@ def _release_key(version: str) -> Tuple[int, ...]:
     return tuple(int(x) for x in version.split(".")[:2])
 
 
+def _msvc(cell: support.Cell) -> bool:
+    """Whether nvcc's host compiler for the cell is MSVC (else GCC): torch's flags, the probe's
+    and the compiler rules follow from it."""
+    return platforms.for_cell(cell).host_compiler == "msvc"
+
+
 def torch_nvcc_command(cell: support.Cell, ours: Sequence[str], env: Mapping[str, str]) -> List[str]:
     """The arguments torch's extension builder (the cell's build torch) gives nvcc for one of our
     .cu files, as its ninja rule writes them: its common flags, ours, the standard and the host
     compiler where ours name none, the dependency file unless told not to, -c and -o."""
-    msvc = platforms.for_cell(cell).host_compiler == "msvc"
+    msvc = _msvc(cell)
     flags = ["-D__CUDA_NO_HALF_OPERATORS__", "--expt-relaxed-constexpr"]
     if msvc:
         flags = ["-Xcompiler", "/MD"] + flags + list(ours)
@@ -532,7 +538,7 @@ def nvcc_command_lines(cell: support.Cell, env: Mapping[str, str]) -> Dict[str, 
     line, NVCC_APPEND_FLAGS, which nvcc reads from the environment and joins in that order."""
     pre = shlex.split(env.get("NVCC_PREPEND_FLAGS", ""))
     post = shlex.split(env.get("NVCC_APPEND_FLAGS", ""))
-    msvc = platforms.for_cell(cell).host_compiler == "msvc"
+    msvc = _msvc(cell)
     probe = build_toolchain.nvcc_probe_command("nvcc", "probe.cu", cell.cxx_std, env, windows=msvc)[1:]
     return {
         "build": pre + torch_nvcc_command(cell, our_nvcc_flags(cell), env) + post,
@@ -597,7 +603,7 @@ def host_compiler_of(args: Sequence[str]) -> Optional[str]:
 def check_compiler(cell: support.Cell, report: CellReport, env: Mapping[str, str]) -> None:
     """The host compiler nvcc meets is one it accepts, or the flags to accept it are there."""
     cuda = cell.cuda
-    if platforms.for_cell(cell).host_compiler == "msvc":
+    if _msvc(cell):
         runner = matrix.RUNNERS[cell.platform]
         msvc = RUNNER_MSVC.get(runner)
         refuses = NVCC_MSVC_REFUSES.get(cuda)
