@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Build, repair and verify the release wheel of one matrix cell.
 
 The same module runs a cell in CI (through cibuildwheel) and on a developer machine, from the

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The plan step of .github/workflows/release.yml: which cells a run builds, handed to the build
 jobs as one GitHub job matrix per platform.
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Preflight: check every cell of the release matrix for what can be known without a GPU or a
 runner, before a tag spends hours of runner time finding out.
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Attach a run's wheels to the GitHub Release of its tag, the way immutable releases allow:
 every asset goes to a draft, and the draft is published last.
 

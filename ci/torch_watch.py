@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Notice a torch release the support table lacks, and propose the table entry for it.
 
 ``python -m ci.torch_watch [--pypi-json FILE] [--apply] [--data FILE] [--body FILE]
