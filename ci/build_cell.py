@@ -1,14 +1,15 @@
-#!/usr/bin/env python3
 """Build, repair and verify the release wheel of one matrix cell.
 
-The same script runs a cell in CI (through cibuildwheel) and on a developer machine:
+The same module runs a cell in CI (through cibuildwheel) and on a developer machine, from the
+repository root:
 
-  python ci/build_cell.py local CELL         venv + torch + CUDA toolkit, build, repair, verify,
+  python -m ci.build_cell local CELL         venv + torch + CUDA toolkit, build, repair, verify,
                                              install into a fresh venv and check; -> wheelhouse/
-  python ci/build_cell.py cibuildwheel CELL  run cibuildwheel for the cell (what CI does)
-  python ci/build_cell.py env CELL           print the cibuildwheel environment of the cell
+  python -m ci.build_cell cibuildwheel CELL  run cibuildwheel for the cell (what CI does)
+  python -m ci.build_cell env CELL           print the cibuildwheel environment of the cell
 
-and, called by cibuildwheel inside its build environment (the cell from $MAMBA_KERNELS_CI_CELL):
+and, called by cibuildwheel inside its build environment (the cell from $MAMBA_KERNELS_CI_CELL;
+from the project's root, but check-installed from a folder holding only CHECK_SOURCES):
 
   provision         install the cell's torch and build tools; provision the CUDA toolkit
   repair WHEEL DIR  auditwheel / delvewheel with torch's and CUDA's libraries excluded
@@ -47,39 +48,13 @@ import zipfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-ROOT = Path(__file__).resolve().parent.parent
-if sys.argv[1:2] != ["check-installed"]:
-    # mamba_kernels from this checkout (importable without torch); check-installed must test
-    # the installed wheel instead, so it leaves sys.path alone.
-    sys.path.insert(0, str(ROOT))
-
-# The per-platform cell builders, ci/platforms/ (ci/ is sys.path[0] only when run as a script).
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-# The names the shared steps use, and (F401) the names tests and ci/preflight.py know
-# build_cell by, from the platform modules they moved to.
-import platforms  # noqa: E402
-from platforms.base import CellError, environment_string, log, sh  # noqa: E402, F401
-from platforms.linux import (  # noqa: E402, F401
-    CONTAINER_TOOLKIT,
-    HOST_GCC,
-    SCCACHE_CACHE_SIZE,
-    SCCACHE_VERSION,
-    assemble_pypi_toolkit,
-    host_compiler_env,
-    install_repo_toolkit,
-)
-from platforms.windows import (  # noqa: E402, F401
-    WINDOWS_CUDA,
-    WINDOWS_EXCLUDES,
-    install_windows_toolkit,
-    msvc_env,
-    windows_compiler_env,
-)
-
+from ci import platforms
+from ci.platforms.base import CellError, log, sh
 from mamba_kernels import build, buildinfo, index, matrix, support, variant  # noqa: E402
 from mamba_kernels.version import __version__  # noqa: E402
 
+# The project: the checkout, or for check-installed the folder holding only CHECK_SOURCES.
+ROOT = Path(__file__).resolve().parent.parent
 CELL_VAR = "MAMBA_KERNELS_CI_CELL"
 CIBW_CONFIG = ROOT / "ci" / "cibuildwheel.toml"
 # Libraries wheel repair leaves out (docs/COMPAT.md §8; the lists are data in
@@ -104,6 +79,22 @@ TORCH_PTH = "mamba_kernels_ci_torch.pth"
 # `cibuildwheel` runs it from this clean copy (docs/RELEASING.md, "Disk").
 COPY_EXCLUDES = (".git", ".sccache", ".venv", "build", "dist", "wheelhouse", "ci-work", "*.egg-info",
                  "__pycache__", ".pytest_cache", ".ruff_cache", "*.so", "*.pyd", ".whl", ".device")
+
+
+# What check-installed needs of the project, copied into a folder of their own where it runs
+# (cibuildwheel's test-sources, ci/cibuildwheel.toml): the ci package, and csrc/ to tell which
+# kernels the wheel must hold (kernels_with_sources). `python -m` puts that folder first on
+# sys.path, where no mamba_kernels, causal_conv1d or selective_scan shadows the installed wheel's.
+CHECK_SOURCES = ("ci", "csrc")
+
+
+def stage_check_sources(dest: Path, root: Path = ROOT) -> Path:
+    """A folder at ``dest`` holding only CHECK_SOURCES (without COPY_EXCLUDES), to run
+    ``python -m ci.build_cell check-installed`` from."""
+    shutil.rmtree(dest, ignore_errors=True)
+    for name in CHECK_SOURCES:
+        shutil.copytree(root / name, dest / name, ignore=shutil.ignore_patterns(*COPY_EXCLUDES))
+    return dest
 
 
 def stage_project(dest: Path, root: Path = ROOT) -> Path:
@@ -147,7 +138,7 @@ def find_cuobjdump(cuda_home: Optional[str]) -> Optional[str]:
     """$CUOBJDUMP, else CUDA_HOME/bin, else PATH."""
     if os.environ.get("CUOBJDUMP") and Path(os.environ["CUOBJDUMP"]).is_file():
         return os.environ["CUOBJDUMP"]
-    names = ["cuobjdump.exe", "cuobjdump"] if sys.platform == "win32" else ["cuobjdump"]
+    names = platforms.executable_names("cuobjdump")
     for home in filter(None, [cuda_home, os.environ.get("CUDA_HOME")]):
         for n in names:
             if (Path(home) / "bin" / n).is_file():
@@ -489,8 +480,9 @@ def check_installed(cell: support.Cell, torch_release: Optional[str] = None) -> 
                 f"{kernel}._cuda BUILD_INFO archs {info.sass + info.ptx} != {want_sass + want_ptx}"
             )
         log(f"{kernel}._cuda: {info.describe()}")
-    # the Python paths too, on this torch's CPU operators (the runners have no GPU)
-    import pytorch_path_check
+    # the Python paths too, on this torch's CPU operators (the runners have no GPU); imported
+    # here, as torch is, since the other commands run without torch
+    from ci import pytorch_path_check
 
     problems += pytorch_path_check.problems()
     return problems
@@ -498,10 +490,8 @@ def check_installed(cell: support.Cell, torch_release: Optional[str] = None) -> 
 
 def compiler_env(cell: support.Cell) -> Dict[str, str]:
     """Environment that makes the cell's nvcc accept its host compiler: gcc-toolset's GCC on
-    manylinux_2_28 (host_compiler_env), MSVC override flags on Windows (windows_compiler_env).
-    Each of the two is {} for the other platform's cells, so both are asked; they are looked
-    up here at call time, so a test can replace either."""
-    return {**host_compiler_env(cell), **windows_compiler_env(cell)}
+    manylinux_2_28, MSVC override flags on Windows (the platform's compiler_env)."""
+    return platforms.for_cell(cell).compiler_env(cell)
 
 
 def cibuildwheel_env(cell: support.Cell, sccache_dir: Optional[str] = None) -> Dict[str, str]:
@@ -567,7 +557,7 @@ def local(cell: support.Cell, args: argparse.Namespace) -> Path:
     )
     check_torch(cell, vpy)
     if args.toolkit == "pypi":
-        home = str(assemble_pypi_toolkit(cell, work / "cuda", vpy))
+        home = str(platforms.linux.assemble_pypi_toolkit(cell, work / "cuda", vpy))  # local: Linux
     else:
         home = args.cuda_home or os.environ.get("CUDA_HOME") or "/usr/local/cuda"
     log(f"CUDA_HOME={home}")
@@ -637,18 +627,18 @@ def _finish_local(
         )
         check_torch(cell, tpy, which)
         sh([tpy, "-m", "pip", "install", "--quiet", str(wheel)])
-        check = [tpy, str(Path(__file__).resolve()), "check-installed", matrix.cell_id(cell)]
+        check = [tpy, "-m", "ci.build_cell", "check-installed", matrix.cell_id(cell)]
         if which == BUILD:
             check += ["--torch", torch_of(cell, BUILD)[0]]
-        sh(check, cwd=Path(tempfile.gettempdir()))
+        sh(check, cwd=stage_check_sources(work / "check"))
     return wheel
 
 
 # ----------------------------------------------------------------------------- CLI
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="build_cell.py", description=__doc__.split("\n\n")[0])
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m ci.build_cell", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     lp = sub.add_parser("local", help="the whole cell on this machine")
     lp.add_argument("cell")
@@ -695,74 +685,117 @@ def main(argv: Optional[List[str]] = None) -> int:
     kp = sub.add_parser("check-installed")
     kp.add_argument("cell", nargs="?")
     kp.add_argument("--torch", help="the torch release installed (default: the cell's test torch), e.g. 2.16")
-    args = p.parse_args(argv)
-    try:
-        if args.cmd == "local":
-            print(local(cell_from(args.cell), args))
-        elif args.cmd == "env":
-            print(json.dumps(cibuildwheel_env(cell_from(args.cell)), indent=2))
-        elif args.cmd == "cibuildwheel":
-            cell = cell_from(args.cell)
-            cache = str(Path(args.sccache_dir or ROOT / ".sccache").resolve())
-            Path(cache).mkdir(parents=True, exist_ok=True)
-            env = dict(os.environ, **cibuildwheel_env(cell, cache))
-            env.update(platforms.for_cell(cell).runner_env())
-            # cibuildwheel copies its working directory into the container: a clean copy, not
-            # this checkout with its .git, compiler cache and build outputs (COPY_EXCLUDES)
-            stage = stage_project(Path(tempfile.mkdtemp(prefix="mamba-kernels-")) / "project")
-            log(f"building from {stage} (the project without {', '.join(COPY_EXCLUDES)})")
-            sh(
-                [
-                    sys.executable,
-                    "-m",
-                    "cibuildwheel",
-                    "--config-file",
-                    str(stage / "ci" / "cibuildwheel.toml"),
-                    "--output-dir",
-                    str(Path(args.output_dir).resolve()),
-                    ".",
-                ],
-                env=env,
-                cwd=stage,
-            )
-        elif args.cmd == "provision":
-            provision(cell_from(args.cell))
-        elif args.cmd == "provision-test":
-            provision_test(cell_from(args.cell))
-        elif args.cmd == "repair":
-            import importlib.util
+    return p
 
-            spec = importlib.util.find_spec("torch")
-            torch_lib = str(Path(spec.origin).parent / "lib") if spec and spec.origin else None
-            cell = cell_from(args.cell)
-            wheel = repair(cell, Path(args.wheel), Path(args.dest_dir), torch_lib)
-            problems = verify(cell, wheel, cuda_home=os.environ.get("CUDA_HOME") or toolkit_home(cell))
-            for pr in problems:
-                print(f"FAIL {pr}")
-            if problems:
-                return 1
-            print(f"OK {wheel.name}")
-        elif args.cmd == "verify":
-            wheel = Path(args.wheel)
-            cell = cell_from(args.cell) if args.cell else cell_of_wheel(wheel)
-            home = args.cuda_home or os.environ.get("CUDA_HOME") or toolkit_home(cell)
-            problems = verify(cell, wheel, cuda_home=home, require_cuobjdump=not args.no_cuobjdump)
-            for pr in problems:
-                print(f"FAIL {pr}")
-            if problems:
-                return 1
-            print(f"OK {wheel.name}")
-        elif args.cmd == "check-installed":
-            problems = check_installed(cell_from(args.cell), args.torch)
-            for pr in problems:
-                print(f"FAIL {pr}")
-            if problems:
-                return 1
-            print("OK extensions import and match the cell")
+
+def report(problems: List[str], ok: str) -> int:
+    """One FAIL line per problem (exit status 1), or the OK line (0)."""
+    for pr in problems:
+        print(f"FAIL {pr}")
+    if problems:
+        return 1
+    print(f"OK {ok}")
+    return 0
+
+
+def run_cibuildwheel(cell: support.Cell, output_dir: str, sccache_dir: Optional[str]) -> None:
+    """cibuildwheel for the cell, from a clean copy of the project: cibuildwheel copies its
+    working directory into the container, and this checkout has its .git, compiler cache and
+    build outputs (COPY_EXCLUDES)."""
+    cache = str(Path(sccache_dir or ROOT / ".sccache").resolve())
+    Path(cache).mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, **cibuildwheel_env(cell, cache))
+    env.update(platforms.for_cell(cell).runner_env())
+    stage = stage_project(Path(tempfile.mkdtemp(prefix="mamba-kernels-")) / "project")
+    log(f"building from {stage} (the project without {', '.join(COPY_EXCLUDES)})")
+    sh(
+        [
+            sys.executable,
+            "-m",
+            "cibuildwheel",
+            "--config-file",
+            str(stage / "ci" / "cibuildwheel.toml"),
+            "--output-dir",
+            str(Path(output_dir).resolve()),
+            ".",
+        ],
+        env=env,
+        cwd=stage,
+    )
+
+
+def torch_lib_dir() -> Optional[str]:
+    """torch's lib/ folder in this environment (found without importing torch), or None."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    return str(Path(spec.origin).parent / "lib") if spec and spec.origin else None
+
+
+def cmd_local(args: argparse.Namespace) -> int:
+    print(local(cell_from(args.cell), args))
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    print(json.dumps(cibuildwheel_env(cell_from(args.cell)), indent=2))
+    return 0
+
+
+def cmd_cibuildwheel(args: argparse.Namespace) -> int:
+    run_cibuildwheel(cell_from(args.cell), args.output_dir, args.sccache_dir)
+    return 0
+
+
+def cmd_provision(args: argparse.Namespace) -> int:
+    provision(cell_from(args.cell))
+    return 0
+
+
+def cmd_provision_test(args: argparse.Namespace) -> int:
+    provision_test(cell_from(args.cell))
+    return 0
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    torch_lib = torch_lib_dir()
+    cell = cell_from(args.cell)
+    wheel = repair(cell, Path(args.wheel), Path(args.dest_dir), torch_lib)
+    problems = verify(cell, wheel, cuda_home=os.environ.get("CUDA_HOME") or toolkit_home(cell))
+    return report(problems, wheel.name)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    wheel = Path(args.wheel)
+    cell = cell_from(args.cell) if args.cell else cell_of_wheel(wheel)
+    home = args.cuda_home or os.environ.get("CUDA_HOME") or toolkit_home(cell)
+    problems = verify(cell, wheel, cuda_home=home, require_cuobjdump=not args.no_cuobjdump)
+    return report(problems, wheel.name)
+
+
+def cmd_check_installed(args: argparse.Namespace) -> int:
+    return report(check_installed(cell_from(args.cell), args.torch), "extensions import and match the cell")
+
+
+COMMANDS = {
+    "local": cmd_local,
+    "env": cmd_env,
+    "cibuildwheel": cmd_cibuildwheel,
+    "provision": cmd_provision,
+    "provision-test": cmd_provision_test,
+    "repair": cmd_repair,
+    "verify": cmd_verify,
+    "check-installed": cmd_check_installed,
+}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return COMMANDS[args.cmd](args)
     except (CellError, ValueError) as e:
         print(f"build_cell: error: {e}", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """The plan step of .github/workflows/release.yml: which cells a run builds, handed to the build
 jobs as one GitHub job matrix per platform.
 
-  python ci/plan.py [--event EVENT] [--torch T] [--cuda C] [--python P] [--os O]
+  python -m ci.plan [--event EVENT] [--torch T] [--cuda C] [--python P] [--os O]
                     [--github-output FILE] [--summary FILE]
 
 - A tag push or a dispatch builds the matrix (``python -m mamba_kernels matrix``), filtered by the
@@ -23,14 +22,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
+from ci import platforms
 from mamba_kernels import matrix, support  # noqa: E402
 
 # The matrix fields .github/workflows/build-cells.yml reads (tests/test_workflows.py checks the
@@ -56,7 +50,8 @@ def family(cell: support.Cell) -> Tuple[str, str, str, str]:
     """The toolchain family of a cell: (platform, manylinux image or "windows", CUDA major, binding).
     Cells of one family share the container or runner, the toolkit's source and layout, the host
     compiler rules and the binding, so one built cell stands for them."""
-    return (cell.platform, cell.manylinux or "windows", cell.cuda.split(".")[0], matrix.binding(cell))
+    image = cell.manylinux or platforms.for_cell(cell).name  # no image: the runner itself
+    return (cell.platform, image, cell.cuda.split(".")[0], matrix.binding(cell))
 
 
 def smoke_cells(cells: Sequence[support.Cell]) -> List[support.Cell]:
@@ -119,7 +114,7 @@ def select(event: str, torch: Optional[str] = None, cuda: Optional[str] = None,
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="plan.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m ci.plan", description=__doc__.split("\n\n")[0])
     p.add_argument("--event", default="workflow_dispatch", help="github.event_name")
     for name in ("torch", "cuda", "python", "os"):
         p.add_argument(f"--{name}", default="", help=f"the dispatch's {name} filter (empty: all)")

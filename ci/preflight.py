@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """Preflight: check every cell of the release matrix for what can be known without a GPU or a
 runner, before a tag spends hours of runner time finding out.
 
-  python ci/preflight.py            every check, the registry (PyPI) included
-  python ci/preflight.py --offline  every check but the registry's
-  python ci/preflight.py -v         also one line per cell with its disk estimate
+  python -m ci.preflight            every check, the registry (PyPI) included
+  python -m ci.preflight --offline  every check but the registry's
+  python -m ci.preflight -v         also one line per cell with its disk estimate
 
 Output: one line per failing cell (``FAIL <cell id>: <check>: <reason>; ...``), one line per
 failing job matrix, then one summary line. Exit status 0 only when every cell passes.
@@ -38,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import configparser
-import importlib.util
 import json
 import re
 import shlex
@@ -52,30 +50,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
-from packaging.requirements import Requirement  # noqa: E402
-from packaging.specifiers import SpecifierSet  # noqa: E402
-from packaging.tags import Tag, compatible_tags, cpython_tags  # noqa: E402
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename  # noqa: E402
-from packaging.version import InvalidVersion, Version  # noqa: E402
-
+from ci import build_cell, plan, platforms  # plan: the plan step's matrices, whose size GitHub limits
 from mamba_kernels import build, build_archs, build_toolchain, matrix, support  # noqa: E402
 
-
-def _load_build_cell():
-    path = ROOT / "ci" / "build_cell.py"
-    spec = importlib.util.spec_from_file_location("mamba_kernels_ci_build_cell", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-build_cell = _load_build_cell()
-sys.path.insert(0, str(ROOT / "ci"))
-import plan  # noqa: E402  (ci/plan.py: the plan step's matrices, whose size GitHub limits)
+ROOT = Path(__file__).resolve().parent.parent
 
 # ----------------------------------------------------------------------------- facts
 
@@ -293,18 +277,7 @@ def supported_tags(python: str, platform: str, glibc: Optional[Tuple[int, int]])
     """The wheel tags pip accepts for CPython ``python`` on ``platform`` (a Linux one with glibc
     ``glibc``, the manylinux image's)."""
     major, minor = (int(x) for x in python.split("."))
-    if platform == "win_amd64":
-        plats = ["win_amd64"]
-    else:
-        arch = platform.split("_", 1)[1]
-        top = glibc[1] if glibc else 17
-        plats = []
-        for m in range(top, 4, -1):
-            plats.append(f"manylinux_2_{m}_{arch}")
-            legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}.get(m)
-            if legacy and (m == 17 or arch == "x86_64"):
-                plats.append(f"{legacy}_{arch}")
-        plats.append(f"linux_{arch}")
+    plats = platforms.for_tag(platform).wheel_platforms(platform, glibc)
     py = (major, minor)
     interp = f"cp{major}{minor}"
     return set(cpython_tags(py, abis=[interp], platforms=plats)) | set(compatible_tags(py, interp, plats))
@@ -345,16 +318,12 @@ class CellReport:
         self.problems.append(f"{check}: {reason}")
 
 
-def _platform_kind(cell: support.Cell) -> str:
-    return "windows" if cell.platform == "win_amd64" else "linux"
-
-
 def cibw_environment(cell: support.Cell, env: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """The cell's environment as cibuildwheel itself evaluates CIBW_ENVIRONMENT_<OS>."""
     from cibuildwheel.environment import parse_environment
 
     env = build_cell.cibuildwheel_env(cell) if env is None else env
-    kind = _platform_kind(cell)
+    kind = platforms.for_cell(cell).name
     key = f"CIBW_ENVIRONMENT_{kind.upper()}"
     if key not in env:
         raise ValueError(f"{key} is not set")
@@ -409,14 +378,12 @@ def check_environment(cell: support.Cell, report: CellReport, env: Optional[Mapp
     except Exception as e:  # cibuildwheel's parse errors, a missing key
         report.fail("environment", f"cibuildwheel cannot parse it: {e}")
         return None
-    kind = _platform_kind(cell)
+    plat = platforms.for_cell(cell)
+    kind = plat.name
     home = build_cell.toolkit_home(cell)
     want = {"CUDA_HOME": home, "MAMBA_KERNELS_RELEASE": "1", matrix.BINDING_VAR: matrix.binding(cell)}
-    if kind == "windows":
-        want.update(CUDA_PATH=home, DISTUTILS_USE_SDK="1", PATH=f"{home}\\bin;{RUNNER_PATH[kind]}")
-    else:
-        want.update(PATH=f"{home}/bin:{RUNNER_PATH[kind]}", PYTORCH_NVCC=f"sccache {home}/bin/nvcc",
-                    SCCACHE_DIR="/sccache")
+    want.update(plat.intended_environment(cell, home))
+    want["PATH"] = plat.bin_dir(home) + plat.path_sep + RUNNER_PATH[kind]
     for k, v in want.items():
         if got.get(k) != v:
             report.fail("environment", f"cibuildwheel reads {k}={got.get(k)!r}, intended {v!r}")
@@ -430,8 +397,8 @@ def check_environment(cell: support.Cell, report: CellReport, env: Optional[Mapp
     if not selector(ident):
         report.fail("environment", f"cibuildwheel's selector (CIBW_BUILD, ci/cibuildwheel.toml skip, "
                                    f"requires-python) does not select {ident!r}")
-    if kind == "linux":
-        arch = "x86_64" if cell.platform == "linux_x86_64" else "aarch64"
+    arch = plat.container_arch(cell)
+    if arch is not None:
         image = env.get(f"CIBW_MANYLINUX_{arch.upper()}_IMAGE")
         if image not in _cibuildwheel_images().get(arch, set()):
             report.fail("environment", f"CIBW_MANYLINUX_{arch.upper()}_IMAGE={image!r} is not an image "
@@ -527,13 +494,19 @@ def _release_key(version: str) -> Tuple[int, ...]:
     return tuple(int(x) for x in version.split(".")[:2])
 
 
+def _msvc(cell: support.Cell) -> bool:
+    """Whether nvcc's host compiler for the cell is MSVC (else GCC): torch's flags, the probe's
+    and the compiler rules follow from it."""
+    return platforms.for_cell(cell).host_compiler == "msvc"
+
+
 def torch_nvcc_command(cell: support.Cell, ours: Sequence[str], env: Mapping[str, str]) -> List[str]:
     """The arguments torch's extension builder (the cell's build torch) gives nvcc for one of our
     .cu files, as its ninja rule writes them: its common flags, ours, the standard and the host
     compiler where ours name none, the dependency file unless told not to, -c and -o."""
-    windows = cell.platform == "win_amd64"
+    msvc = _msvc(cell)
     flags = ["-D__CUDA_NO_HALF_OPERATORS__", "--expt-relaxed-constexpr"]
-    if windows:
+    if msvc:
         flags = ["-Xcompiler", "/MD"] + flags + list(ours)
     else:
         flags += ["--compiler-options", "'-fPIC'"] + list(ours)
@@ -541,7 +514,7 @@ def torch_nvcc_command(cell: support.Cell, ours: Sequence[str], env: Mapping[str
         flags.append(f"-std=c++{cell.cxx_std}")
     cc = env.get("CC")
     build_torch = cell.build_with[0]
-    if (not windows and cc and _release_key(build_torch) >= _release_key(support.TORCH_CCBIN_FROM_CC_SINCE)
+    if (not msvc and cc and _release_key(build_torch) >= _release_key(support.TORCH_CCBIN_FROM_CC_SINCE)
             and not any(f.startswith(("-ccbin", "--compiler-bindir")) for f in flags)):
         flags += ["-ccbin", cc]
     deps = [] if env.get("TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES") == "1" else [
@@ -564,8 +537,8 @@ def nvcc_command_lines(cell: support.Cell, env: Mapping[str, str]) -> Dict[str, 
     line, NVCC_APPEND_FLAGS, which nvcc reads from the environment and joins in that order."""
     pre = shlex.split(env.get("NVCC_PREPEND_FLAGS", ""))
     post = shlex.split(env.get("NVCC_APPEND_FLAGS", ""))
-    windows = cell.platform == "win_amd64"
-    probe = build_toolchain.nvcc_probe_command("nvcc", "probe.cu", cell.cxx_std, env, windows=windows)[1:]
+    msvc = _msvc(cell)
+    probe = build_toolchain.nvcc_probe_command("nvcc", "probe.cu", cell.cxx_std, env, windows=msvc)[1:]
     return {
         "build": pre + torch_nvcc_command(cell, our_nvcc_flags(cell), env) + post,
         "probe": pre + probe + post,
@@ -629,7 +602,7 @@ def host_compiler_of(args: Sequence[str]) -> Optional[str]:
 def check_compiler(cell: support.Cell, report: CellReport, env: Mapping[str, str]) -> None:
     """The host compiler nvcc meets is one it accepts, or the flags to accept it are there."""
     cuda = cell.cuda
-    if cell.platform == "win_amd64":
+    if _msvc(cell):
         runner = matrix.RUNNERS[cell.platform]
         msvc = RUNNER_MSVC.get(runner)
         refuses = NVCC_MSVC_REFUSES.get(cuda)
@@ -703,9 +676,11 @@ def torch_from_pypi(cell: support.Cell) -> bool:
 
 
 def torch_on_pypi_is_same_build(cell: support.Cell) -> bool:
-    """PyPI's Linux x86_64 torch is the build of the release's default CUDA variant."""
+    """PyPI's torch for the cell's platform is the build of the release's default CUDA variant
+    (Linux x86_64's is)."""
     torch, cuda = cell.build_with
-    return cell.platform == "linux_x86_64" and cuda == support.torch_release(torch).pypi_cuda
+    return (platforms.for_cell(cell).pypi_torch_is_cuda(cell)
+            and cuda == support.torch_release(torch).pypi_cuda)
 
 
 def _exact_version(req: Requirement) -> Optional[str]:
@@ -762,9 +737,10 @@ def check_registry(cell: support.Cell, report: CellReport, registry: Registry) -
 
 def disk_estimate(cell: support.Cell, env: Mapping[str, str]) -> Dict[str, float]:
     """The cell's peak disk use per part, in GB (DISK_GB)."""
-    kind = _platform_kind(cell)
+    plat = platforms.for_cell(cell)
+    kind = plat.name
     parts: Dict[str, float] = {}
-    if kind == "linux":
+    if plat.in_container:
         parts["image"] = DISK_GB["image"][matrix.ci_fields(cell)["cibw_image"]]
     parts["torch"] = DISK_GB["torch"][kind]
     parts["download"] = DISK_GB["download"][kind]
@@ -778,8 +754,8 @@ def disk_estimate(cell: support.Cell, env: Mapping[str, str]) -> Dict[str, float
     # compiler cache sits in the checkout (mounted into the container, never copied).
     proj = _project()
     parts["checkout"] = proj["checkout"]
-    parts["project copy"] = proj["copy"] * (2 if kind == "linux" else 1)
-    if kind == "linux":
+    parts["project copy"] = proj["copy"] * (2 if plat.in_container else 1)
+    if plat.in_container:
         parts["compiler cache"] = _cache_gb(env.get("SCCACHE_CACHE_SIZE", "0"))
     return parts
 
@@ -928,7 +904,7 @@ def preflight(
 
 
 def main(argv: Optional[List[str]] = None, fetcher: Optional[Fetcher] = None) -> int:
-    p = argparse.ArgumentParser(prog="preflight.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m ci.preflight", description=__doc__.split("\n\n")[0])
     p.add_argument("--offline", action="store_true", help="skip the registry (PyPI) checks")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per cell with its disk estimate")
     p.add_argument("--registry-url", default=REGISTRY_URL, help=f"PyPI's JSON API (default {REGISTRY_URL})")

@@ -1,9 +1,9 @@
 """The PyTorch implementations on CPU under the running torch: every public function, forward and
 backward, on tiny inputs in float32, float16 and bfloat16, against float64 references.
 
-    python ci/pytorch_path_check.py        (exit 1 and one line per problem when any)
+    python -m ci.pytorch_path_check        (exit 1 and one line per problem when any)
 
-A wheel's smoke test runs this on the cell's own torch (ci/build_cell.py check-installed; the
+A wheel's smoke test runs this on the cell's own torch (python -m ci.build_cell check-installed; the
 runners have no GPU), so a torch release whose CPU operators our Python paths trip over (torch
 2.1's CPU addcmul, say, cannot write a float result into a half out=) fails the release instead
 of a user. It imports whatever causal_conv1d / selective_scan are first on the path.

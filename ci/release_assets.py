@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Attach a run's wheels to the GitHub Release of its tag, the way immutable releases allow:
 every asset goes to a draft, and the draft is published last.
 
-  python ci/release_assets.py --repo OWNER/REPO --tag vX.Y.Z --prerelease true|false WHEEL...
+  python -m ci.release_assets --repo OWNER/REPO --tag vX.Y.Z --prerelease true|false WHEEL...
 
 - No release for the tag yet: a draft is created (marked a pre-release for a pre-release
   version), the wheels are uploaded to it, then it is published; a pre-release is never marked
@@ -121,7 +120,7 @@ def attach(api: Api, repo: str, tag: str, wheels: Sequence[Path], prerelease: bo
 
 
 def main(argv: Optional[List[str]] = None, api: Optional[Api] = None) -> int:
-    p = argparse.ArgumentParser(prog="release_assets.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m ci.release_assets", description=__doc__.split("\n\n")[0])
     p.add_argument("--repo", required=True)
     p.add_argument("--tag", required=True)
     p.add_argument("--prerelease", choices=("true", "false"), required=True)

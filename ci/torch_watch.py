@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Notice a torch release the support table lacks, and propose the table entry for it.
 
-``python ci/torch_watch.py [--pypi-json FILE] [--apply] [--data FILE] [--body FILE]
+``python -m ci.torch_watch [--pypi-json FILE] [--apply] [--data FILE] [--body FILE]
 [--proposed FILE] [--github-output FILE]``
 
 Reads PyPI's JSON for torch (or FILE), finds the newest final major.minor release that the support
@@ -22,8 +21,8 @@ closed or merged, is not proposed again.
 A release from the stable-ABI floor (torch 2.10) on needs no new cells: the stable wheels
 already published serve it (docs/COMPAT.md §11). What it needs is a smoke test: on each platform
 and each CUDA variant it ships, install that torch, install the stable wheel the resolver picks
-for it from the release index, and import both extensions (ci/build_cell.py check-installed
---torch). Only a CUDA variant no stable cell serves (a new CUDA major, or a minor with a new
+for it from the release index, and import both extensions (python -m ci.build_cell
+check-installed --torch). Only a CUDA variant no stable cell serves (a new CUDA major, or a minor with a new
 architecture list) makes new stable cells, which are built (from the proposal branch) like a
 release's; a release below the floor would make classic cells, built alike. :func:`plan` says
 which.
@@ -40,15 +39,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
+from ci import platforms
 from mamba_kernels import matrix, support, variant  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SUPPORT_DATA = support.DATA_FILE
 PYPI_URL = "https://pypi.org/pypi/torch/json"
@@ -71,12 +69,10 @@ def newest_missing(pypi: Dict[str, Any], known: Optional[Set[str]] = None) -> Op
 
 
 def _platform_of(filename: str) -> Optional[str]:
-    if "win_amd64" in filename:
-        return "win_amd64"
-    if "aarch64" in filename:
-        return "linux_aarch64"
-    if "manylinux" in filename and "x86_64" in filename:
-        return "linux_x86_64"
+    for p in platforms.PLATFORMS:
+        tag = p.pypi_file_tag(filename)
+        if tag is not None:
+            return tag
     return None
 
 

@@ -5,27 +5,19 @@ how often a cell installs torch."""
 from __future__ import annotations
 
 import fnmatch
-import importlib.util
 import json
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from ci import build_cell, platforms
+from ci.platforms import linux, windows
+from ci.platforms.base import CellError, environment_string
 from mamba_kernels import matrix, support, variant
 
 ROOT = Path(__file__).resolve().parent.parent
 environment = pytest.importorskip("cibuildwheel.environment")
-
-
-def _load(name: str, rel: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-build_cell = _load("build_cell_under_test", "ci/build_cell.py")
 
 WIN_PATH = r"C:\Windows\system32;C:\hostedtoolcache\windows\Python\3.12.8\x64;C:\Program Files\Git\bin"
 LINUX_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -103,7 +95,7 @@ def test_stable_cells_force_the_stable_binding_and_build_cp310_only(cell):
 
 def test_environment_quoting_survives_awkward_values():
     values = {"A": r"C:\a b\$x `y` \"q\"", "B": "plain"}
-    s = build_cell.environment_string(values, path_prefix=r"C:\p q\bin", path_sep=";")
+    s = environment_string(values, path_prefix=r"C:\p q\bin", path_sep=";")
     got = _parsed(s, r"C:\w")
     assert got["A"] == values["A"] and got["B"] == "plain" and got["PATH"] == r"C:\p q\bin;C:\w"
 
@@ -112,7 +104,7 @@ def _patch_sh(monkeypatch, fake_sh):
     # build_cell's shared steps and the platform cell builders (ci/platforms/) run commands
     # through their own module's name.
     monkeypatch.setattr(build_cell, "sh", fake_sh)
-    monkeypatch.setattr(build_cell.platforms.base, "sh", fake_sh)
+    monkeypatch.setattr(platforms.base, "sh", fake_sh)
 
 
 def _captured_sh(monkeypatch):
@@ -131,8 +123,8 @@ def test_pypi_toolkit_installs_exact_existing_versions(cuda, monkeypatch, tmp_pa
     # driver still assembles them (--toolkit pypi).
     cell = support.Cell("2.14", cuda, "3.12", "linux_aarch64", True, "manylinux_2_28", 20)
     calls = _captured_sh(monkeypatch)
-    with pytest.raises(build_cell.CellError):  # nothing really installed: nvcc is missing
-        build_cell.assemble_pypi_toolkit(cell, tmp_path)
+    with pytest.raises(CellError):  # nothing really installed: nvcc is missing
+        linux.assemble_pypi_toolkit(cell, tmp_path)
     reqs = [a for c in calls for a in c if a.startswith("nvidia-")]
     assert all("==" in r and "*" not in r and ">" not in r for r in reqs), reqs
     assert set(support.pypi_toolkit(cuda).requirements()) <= set(reqs)
@@ -296,7 +288,6 @@ def test_verify_accepts_a_stable_wheel_and_names_each_wrong_field(tmp_path):
 
 
 def test_each_platform_has_one_cell_builder_implementing_the_whole_interface():
-    platforms = build_cell.platforms
     base = platforms.base.Platform
     interface = platforms.base.INTERFACE
     assert {"toolkit_home", "provision_toolkit", "cibuildwheel_env", "repair_command"} <= set(interface)
@@ -333,14 +324,12 @@ def test_build_cell_has_no_platform_name_branches():
 def test_windows_installer_is_asked_for_the_components_of_its_release(monkeypatch, tmp_path):
     import urllib.request
 
-    from platforms import windows  # ci/ is on sys.path once build_cell is loaded
-
     for cuda in ("11.8", "12.8", "13.0"):
         cell = matrix.select(platform="win_amd64", cuda=cuda)[0]
         calls = _captured_sh(monkeypatch)
         monkeypatch.setattr(urllib.request, "urlretrieve", lambda url, dest: None)  # nothing downloaded
         monkeypatch.setattr(windows.WINDOWS, "toolkit_home", lambda c: str(tmp_path / "none"))
-        with pytest.raises(build_cell.CellError, match="did not create"):
+        with pytest.raises(CellError, match="did not create"):
             windows.install_windows_toolkit(cell)
         (cmd,) = calls
         assert cmd[1] == "-s" and cmd[-1] == "-n"
@@ -367,8 +356,6 @@ def test_redist_toolkit_is_checked_and_shaped_like_a_toolkit(monkeypatch, tmp_pa
     import shutil
     import urllib.request
 
-    from platforms import linux
-
     src = tmp_path / "src"
     src.mkdir()
     made = {
@@ -388,6 +375,6 @@ def test_redist_toolkit_is_checked_and_shaped_like_a_toolkit(monkeypatch, tmp_pa
     assert [c for c in calls if support.PYPI_CUOBJDUMP in c]  # cuobjdump from PyPI
     # a changed archive is refused before anything is unpacked from it
     bad = dict(tk.archives, cuda_nvcc=(tk.archives["cuda_nvcc"][0], "0" * 64))
-    with pytest.raises(build_cell.CellError, match="sha256"):
+    with pytest.raises(CellError, match="sha256"):
         linux.install_redist_toolkit(cell, support.LinuxToolkit("12.4", "redist", release="12.4.1",
                                                                 archives=bad), tmp_path / "other")

@@ -6,32 +6,21 @@ and one summary line."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import io
 import json
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from ci import build_cell
+from ci import preflight as pf
+from ci.platforms import linux, windows
 from mamba_kernels import matrix, support
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest.importorskip("cibuildwheel.environment")
-
-
-def _load(name: str, rel: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-pf = _load("preflight_under_test", "ci/preflight.py")
-build_cell = pf.build_cell
 
 
 def _cell(cell_id: str) -> support.Cell:
@@ -218,7 +207,7 @@ def test_windows_old_nvcc_without_the_msvc_override_fails(monkeypatch):
     rep = pf.CellReport("x")
     pf.check_compiler(cell, rep, parsed)
     assert rep.problems == []
-    monkeypatch.setattr(build_cell, "windows_compiler_env", lambda c: {})
+    monkeypatch.setattr(windows, "windows_compiler_env", lambda c: {})
     rep = pf.CellReport("x")
     pf.check_compiler(cell, rep, pf.cibw_environment(cell))
     assert len(rep.problems) == 1 and "nvcc 12.1 refuses windows-2022's MSVC 19.44" in rep.problems[0]
@@ -241,7 +230,7 @@ def test_linux_gcc_newer_than_nvcc_accepts_fails(monkeypatch):
     pf.check_compiler(cell, rep, pf.cibw_environment(cell))
     assert rep.problems == []
     # Without the gcc-toolset override the image's GCC 15 meets nvcc 12.6 (GCC <= 13).
-    monkeypatch.setattr(build_cell, "host_compiler_env", lambda c: {})
+    monkeypatch.setattr(linux, "host_compiler_env", lambda c: {})
     rep = pf.CellReport("x")
     pf.check_compiler(cell, rep, pf.cibw_environment(cell))
     assert rep.problems == ["compiler: nvcc 12.6 accepts GCC up to 13, the build uses GCC 15 "
@@ -275,7 +264,7 @@ def _old_host_compiler_env(cell):
 
 
 def test_the_old_host_compiler_environment_gives_nvcc_two_host_compilers(monkeypatch):
-    monkeypatch.setattr(build_cell, "host_compiler_env", _old_host_compiler_env)
+    monkeypatch.setattr(linux, "host_compiler_env", _old_host_compiler_env)
     cell = _cell(MANYLINUX_2_28_12)
     rep = pf.check_cell(cell)
     nvcc = [p for p in rep.problems if p.startswith("nvcc:")]
@@ -334,13 +323,13 @@ def test_repeated_single_valued_options(args, want):
 
 def test_a_ccbin_in_nvcc_flags_from_the_environment_fails_the_preflight(monkeypatch):
     # What the issue asks to catch: NVCC_PREPEND_FLAGS carrying a -ccbin again.
-    real = build_cell.host_compiler_env
+    real = linux.host_compiler_env
 
     def again(cell):
         env = real(cell)
         return dict(env, NVCC_PREPEND_FLAGS=f"-ccbin {env['CXX']}") if env else env
 
-    monkeypatch.setattr(build_cell, "host_compiler_env", again)
+    monkeypatch.setattr(linux, "host_compiler_env", again)
     rc, lines = _run([_cell(MANYLINUX_2_28_12), _cell(LINUX_13)])
     assert rc == 1
     (fail,) = [ln for ln in lines if ln.startswith("FAIL ")]

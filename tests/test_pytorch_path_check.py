@@ -4,16 +4,12 @@ under the test torch, and it reports a function whose result or gradient is off,
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ci"))
-import pytorch_path_check  # noqa: E402
-
-import selective_scan  # noqa: E402
-from selective_scan import selective_scan_fn  # noqa: E402
+import selective_scan
+from ci import pytorch_path_check
+from selective_scan import selective_scan_fn
 
 
 def test_passes_under_this_torch(monkeypatch):

@@ -4,7 +4,6 @@ before merge, and proposed once."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -13,17 +12,8 @@ import sys
 import pytest
 from test_workflows import ROOT, outputs, run_step, step, workflow
 
+from ci import build_cell, torch_watch
 from mamba_kernels import matrix, support
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("torch_watch", ROOT / "ci" / "torch_watch.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-torch_watch = _load()
 
 
 def _vkey(v: str):
@@ -97,19 +87,18 @@ def _tree(root):
 
 
 def test_apply_edits_only_the_data_file_never_code(tmp_path):
-    # A copy of the package and the script, run as the workflow runs it: the one file that changes
-    # is mamba_kernels/support.json, and `changed=` names it for the commit step.
+    # A copy of the packages, run as the workflow runs it (from the repository's root): the one
+    # file that changes is mamba_kernels/support.json, and `changed=` names it for the commit step.
     repo = tmp_path / "repo"
-    shutil.copytree(ROOT / "mamba_kernels", repo / "mamba_kernels",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyd"))
-    (repo / "ci").mkdir()
-    shutil.copyfile(ROOT / "ci" / "torch_watch.py", repo / "ci" / "torch_watch.py")
+    for package in ("mamba_kernels", "ci"):
+        shutil.copytree(ROOT / package, repo / package,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyd"))
     _, _, mm = _pypi(tmp_path)
     before = _tree(repo)
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, str(repo / "ci" / "torch_watch.py"), "--pypi-json",
+    r = subprocess.run([sys.executable, "-m", "ci.torch_watch", "--pypi-json",
                         str(tmp_path / "pypi.json"), "--apply", "--github-output", str(out)],
-                       capture_output=True, text=True, cwd=tmp_path)
+                       capture_output=True, text=True, cwd=repo)
     assert r.returncode == torch_watch.NEW_RELEASE, r.stdout + r.stderr
     after = _tree(repo)
     assert set(after) == set(before)
@@ -243,7 +232,9 @@ def test_the_workflow_smoke_tests_the_published_stable_wheels_on_the_new_torch()
     assert '"torch==${TORCH}.*" --index-url="$TORCH_INDEX"' in run
     assert 'python -m mamba_kernels install --python-exe "$py"' in run  # the release index, verified
     assert 'check-installed "$CELL" --torch "$TORCH"' in run
-    assert run.index("cd \"$RUNNER_TEMP\"") < run.index("check-installed")  # the installed package
+    # from a folder holding only the check's sources, so that mamba_kernels is the installed one
+    assert f'cp -R {" ".join(build_cell.CHECK_SOURCES)} "$RUNNER_TEMP/check/"' in run
+    assert run.index('cd "$RUNNER_TEMP/check"') < run.index("-m ci.build_cell check-installed")
     watch_outputs = wf["jobs"]["watch"]["outputs"]
     assert {"smoke", "n_smoke", "build", "n_build", "problem"} <= set(watch_outputs)
     opener = step(wf, "propose", "Open the pull request")

@@ -15,7 +15,6 @@ import base64
 import functools
 import hashlib
 import http.server
-import importlib.util
 import json
 import os
 import re
@@ -31,6 +30,7 @@ from typing import Any, Dict, Optional
 import pytest
 from ruamel.yaml import YAML
 
+from ci import build_cell, plan, release_assets
 from mamba_kernels import matrix, support
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,17 +44,6 @@ def tool(name: str) -> str:
     path = BIN / name if (BIN / name).exists() else shutil.which(name)
     assert path, f"{name} is not installed: the test extra installs it (pip install {name})"
     return str(path)
-
-
-def _load(name: str, rel: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-build_cell = _load("build_cell", "ci/build_cell.py")
-plan = _load("plan", "ci/plan.py")
 
 
 def workflow(name: str) -> Dict[str, Any]:
@@ -388,7 +377,7 @@ def test_each_wheel_is_attested_and_attached_before_the_index_points_at_it():
     names = [s.get("uses", "").split("@")[0] or s.get("name") for s in pub["steps"]]
     attest = names.index("actions/attest-build-provenance")
     assert pub["steps"][attest]["with"]["subject-path"] == "wheels/*.whl"
-    upload = next(i for i, s in enumerate(pub["steps"]) if "ci/release_assets.py" in s.get("run", ""))
+    upload = next(i for i, s in enumerate(pub["steps"]) if "-m ci.release_assets" in s.get("run", ""))
     assert attest < upload
     assert pub["needs"] == ["check", "sdist"] and "needs.sdist.result == 'success'" in pub["if"]
     assert pub["steps"][upload]["env"]["PRERELEASE"] == "${{ needs.sdist.outputs.prerelease }}"
@@ -551,8 +540,6 @@ def test_the_first_pre_release_writes_no_live_index(tmp_path, site_server):
 
 
 # ------------------------------------------------------------------ the Release (ci/release_assets.py)
-
-release_assets = _load("release_assets", "ci/release_assets.py")
 
 
 class FakeGitHub:
@@ -777,27 +764,16 @@ def test_cibuildwheel_env_of_a_cell():
 
 
 def test_build_cell_cli_env_and_bad_cell():
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "ci" / "build_cell.py"), "env", "cu130torch2.9-cp311-linux_x86_64"],
-        capture_output=True,
-        text=True,
-    )
+    def env(cell: str) -> subprocess.CompletedProcess:
+        # as CI runs it: a module, from the repository's root
+        return subprocess.run([sys.executable, "-m", "ci.build_cell", "env", cell],
+                              capture_output=True, text=True, cwd=ROOT)
+
+    r = env("cu130torch2.9-cp311-linux_x86_64")
     assert r.returncode == 0 and json.loads(r.stdout)["CIBW_BUILD"] == "cp311-manylinux_x86_64"
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "ci" / "build_cell.py"), "env", "cu130stable2.10-cp310-linux_aarch64"],
-        capture_output=True,
-        text=True,
-    )
+    r = env("cu130stable2.10-cp310-linux_aarch64")
     assert r.returncode == 0 and json.loads(r.stdout)["CIBW_BUILD"] == "cp310-manylinux_aarch64"
-    r = subprocess.run(  # torch 2.14 is served by the stable cells, not a cell of its own
-        [sys.executable, str(ROOT / "ci" / "build_cell.py"), "env", "cu130torch2.14-cp311-linux_x86_64"],
-        capture_output=True,
-        text=True,
-    )
-    assert r.returncode == 1 and "cell must be a cell id" in r.stderr
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "ci" / "build_cell.py"), "env", "cu130torch9.9-cp311-linux_x86_64"],
-        capture_output=True,
-        text=True,
-    )
-    assert r.returncode == 1 and "cell must be a cell id" in r.stderr
+    # torch 2.14 is served by the stable cells, not a cell of its own; 9.9 is no release
+    for bad in ("cu130torch2.14-cp311-linux_x86_64", "cu130torch9.9-cp311-linux_x86_64"):
+        r = env(bad)
+        assert r.returncode == 1 and "cell must be a cell id" in r.stderr

@@ -48,13 +48,21 @@ class Platform:
     """One platform's cell builder (like cibuildwheel's platforms/linux.py, windows.py): where
     the toolkit lives and how it is provisioned, the cibuildwheel environment's platform part,
     the repair command, and what the build and test environments need beyond the shared steps.
-    ci/build_cell.py holds the shared steps (torch, verify, the CLI) and picks one of these with
-    ``platforms.for_cell``."""
+    ci/build_cell.py holds the shared steps (torch, verify, the CLI) and ci/preflight.py the
+    checks; both pick one of these with ``platforms.for_cell``."""
 
     #: cibuildwheel's name of the platform ("linux", "windows").
     name: str = ""
     #: The wheel platform tags (support.PLATFORMS) this builder serves.
     tags: Tuple[str, ...] = ()
+    #: The family of the host compiler nvcc drives ("gcc", "msvc"): torch's nvcc flags and the
+    #: compiler rules ci/preflight.py applies follow from it.
+    host_compiler: str = ""
+    #: Whether cibuildwheel builds in a container (an image on the runner's disk, the project
+    #: copied into it, the compiler cache mounted into it).
+    in_container: bool = False
+    #: The separator of PATH's entries.
+    path_sep: str = ""
 
     def handles(self, cell: support.Cell) -> bool:
         return cell.platform in self.tags
@@ -99,7 +107,41 @@ class Platform:
         raise NotImplementedError
 
     def builds_locally(self, cell: support.Cell) -> bool:
-        """Whether ``build_cell.py local`` can build the cell on this machine."""
+        """Whether ``python -m ci.build_cell local`` can build the cell on this machine."""
+        raise NotImplementedError
+
+    def runs_here(self) -> bool:
+        """Whether this process runs on this platform."""
+        raise NotImplementedError
+
+    def executable_names(self, tool: str) -> List[str]:
+        """The file names ``tool`` may have in a bin/ folder, preferred first."""
+        raise NotImplementedError
+
+    def bin_dir(self, home: str) -> str:
+        """The bin/ folder of the toolkit at ``home``, written as this platform writes paths."""
+        raise NotImplementedError
+
+    def intended_environment(self, cell: support.Cell, home: str) -> Dict[str, str]:
+        """What the cell's build environment must hold beyond the shared values and PATH, stated
+        on its own (not read from cibuildwheel_env) so that ci/preflight.py can check that."""
+        raise NotImplementedError
+
+    def container_arch(self, cell: support.Cell) -> Optional[str]:
+        """cibuildwheel's architecture name of the cell's manylinux image; None without a container."""
+        raise NotImplementedError
+
+    def wheel_platforms(self, tag: str, glibc: Optional[Tuple[int, int]]) -> List[str]:
+        """The wheel platform tags pip accepts on ``tag`` (with glibc ``glibc`` on Linux), best first."""
+        raise NotImplementedError
+
+    def pypi_torch_is_cuda(self, cell: support.Cell) -> bool:
+        """Whether PyPI's torch wheel for the cell's platform is a CUDA build (the release's default
+        variant's)."""
+        raise NotImplementedError
+
+    def pypi_file_tag(self, filename: str) -> Optional[str]:
+        """Which of this platform's tags a PyPI file of torch is for, or None."""
         raise NotImplementedError
 
 

@@ -179,6 +179,9 @@ def host_compiler_env(cell: support.Cell) -> Dict[str, str]:
 class Linux(Platform):
     name = "linux"
     tags = ("linux_x86_64", "linux_aarch64")
+    host_compiler = "gcc"
+    in_container = True
+    path_sep = ":"
 
     def toolkit_home(self, cell: support.Cell) -> str:
         if matrix.toolkit_source(cell) == "pypi":
@@ -203,7 +206,7 @@ class Linux(Platform):
         from it."""
         home = extra["CUDA_HOME"]
         extra = dict(extra, **compiler)
-        key = "X86_64" if cell.platform == "linux_x86_64" else "AARCH64"
+        key = self.container_arch(cell).upper()
         env = {f"CIBW_MANYLINUX_{key}_IMAGE": matrix.ci_fields(cell)["cibw_image"]}
         # Without -MD (torch's ninja rule adds it to nvcc unless told not to) sccache can cache
         # the nvcc objects; the size cap keeps a few dozen such caches inside the repository's
@@ -214,7 +217,8 @@ class Linux(Platform):
             PYTORCH_NVCC=f"sccache {home}/bin/nvcc",
             TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES="1",
         )
-        env["CIBW_ENVIRONMENT_LINUX"] = environment_string(extra, path_prefix=f"{home}/bin", path_sep=":")
+        env["CIBW_ENVIRONMENT_LINUX"] = environment_string(extra, path_prefix=self.bin_dir(home),
+                                                           path_sep=self.path_sep)
         env["CIBW_CONTAINER_ENGINE"] = f"docker; create_args: --volume {host_cache}:/sccache"
         return env
 
@@ -240,7 +244,47 @@ class Linux(Platform):
         return {}
 
     def builds_locally(self, cell: support.Cell) -> bool:
-        return cell.platform == support.PLATFORMS[0] and sys.platform == "linux"
+        return cell.platform == support.PLATFORMS[0] and self.runs_here()
+
+    def runs_here(self) -> bool:
+        return sys.platform == "linux"
+
+    def executable_names(self, tool: str) -> List[str]:
+        return [tool]
+
+    def bin_dir(self, home: str) -> str:
+        return f"{home}/bin"
+
+    def intended_environment(self, cell: support.Cell, home: str) -> Dict[str, str]:
+        # nvcc through the compiler cache, whose folder is the one mounted into the container
+        return {"PYTORCH_NVCC": f"sccache {home}/bin/nvcc", "SCCACHE_DIR": "/sccache"}
+
+    def container_arch(self, cell: support.Cell) -> Optional[str]:
+        return cell.platform.split("_", 1)[1]
+
+    def wheel_platforms(self, tag: str, glibc: Optional[Tuple[int, int]]) -> List[str]:
+        """manylinux_2_<m> from the image's glibc down to 2_5 (with the legacy aliases of 2_17,
+        2_12 and 2_5 where they exist for the architecture), then the bare linux tag."""
+        arch = tag.split("_", 1)[1]
+        top = glibc[1] if glibc else 17
+        plats = []
+        for m in range(top, 4, -1):
+            plats.append(f"manylinux_2_{m}_{arch}")
+            legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}.get(m)
+            if legacy and (m == 17 or arch == "x86_64"):
+                plats.append(f"{legacy}_{arch}")
+        plats.append(f"linux_{arch}")
+        return plats
+
+    def pypi_torch_is_cuda(self, cell: support.Cell) -> bool:
+        return cell.platform == "linux_x86_64"
+
+    def pypi_file_tag(self, filename: str) -> Optional[str]:
+        if "aarch64" in filename:
+            return "linux_aarch64"
+        if "manylinux" in filename and "x86_64" in filename:
+            return "linux_x86_64"
+        return None
 
 
 LINUX = Linux()

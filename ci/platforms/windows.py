@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -88,6 +89,9 @@ def windows_compiler_env(cell: support.Cell) -> Dict[str, str]:
 class Windows(Platform):
     name = "windows"
     tags = ("win_amd64",)
+    host_compiler = "msvc"
+    in_container = False
+    path_sep = ";"
 
     def toolkit_home(self, cell: support.Cell) -> str:
         return rf"C:\Program Files\NVIDIA GPU Computing Toolkit\CUDA\v{cell.cuda}"
@@ -104,7 +108,7 @@ class Windows(Platform):
         """No container and no compiler cache: the toolkit and MSVC are the runner's."""
         home = extra["CUDA_HOME"]
         extra = dict(extra, CUDA_PATH=home, DISTUTILS_USE_SDK="1", **compiler)
-        value = environment_string(extra, path_prefix=home + "\\bin", path_sep=";")
+        value = environment_string(extra, path_prefix=self.bin_dir(home), path_sep=self.path_sep)
         return {"CIBW_ENVIRONMENT_WINDOWS": value}
 
     def build_tools(self) -> List[str]:
@@ -127,6 +131,31 @@ class Windows(Platform):
 
     def builds_locally(self, cell: support.Cell) -> bool:
         return False
+
+    def runs_here(self) -> bool:
+        return sys.platform == "win32"
+
+    def executable_names(self, tool: str) -> List[str]:
+        return [f"{tool}.exe", tool]
+
+    def bin_dir(self, home: str) -> str:
+        return home + "\\bin"
+
+    def intended_environment(self, cell: support.Cell, home: str) -> Dict[str, str]:
+        # CUDA_PATH is what NVIDIA's installer sets; DISTUTILS_USE_SDK: MSVC from the prompt's environment
+        return {"CUDA_PATH": home, "DISTUTILS_USE_SDK": "1"}
+
+    def container_arch(self, cell: support.Cell) -> Optional[str]:
+        return None
+
+    def wheel_platforms(self, tag: str, glibc: Optional[Tuple[int, int]]) -> List[str]:
+        return [tag]
+
+    def pypi_torch_is_cuda(self, cell: support.Cell) -> bool:
+        return False
+
+    def pypi_file_tag(self, filename: str) -> Optional[str]:
+        return "win_amd64" if "win_amd64" in filename else None
 
 
 WINDOWS = Windows()
