@@ -27,7 +27,7 @@ template <int kS>
 struct FwdLanes {
   static constexpr int kP = LP::kLanes / kS;     // lanes per channel
   // 128-thread blocks: finer than 256 at the wave's end, and at the register caps below
-  // (96 registers, 80 for one state per lane) 20 to 24 warps per SM
+  // (96 registers) 20 warps per SM
   static constexpr int kThreads = 128;
   static constexpr int kCh = kThreads / kP;  // channels per block
   static constexpr int kQ = LP::kGroup / kP;     // consecutive steps each lane owns per tile
@@ -38,7 +38,7 @@ struct FwdLanes {
   // its state at once; [step][state] for more, where it reads its kS states.
   static constexpr int kTileFloats = kS == 1 ? LP::kLanes * kNRow : kTile * kTRow;
   static constexpr int kLoaders = 2 * LP::kLanes * kTile / 4;  // threads staging a tile, 4 values each
-  static constexpr int kMinBlocks = kS == 1 ? 6 : 5;
+  static constexpr int kMinBlocks = 5;
   static_assert(kLoaders <= kThreads, "every tile value has a loader");
 };
 
@@ -102,8 +102,12 @@ __global__ void __launch_bounds__(FwdLanes<kS>::kThreads, FwdLanes<kS>::kMinBloc
   const bool bc_vec = loads_c ? f.vec_c : f.vec_b;
   Steps<T, 4> pf;  // the next tile's 4 values, raw until stashed
   const bool bc_ok = bc_var && ln < N;
-  const T* bc_row = bc_ok ? bc_base + ln * bc_sn : nullptr;
-  auto fetch_bc = [&](int64_t t0) { load_steps(pf, bc_row, bc_sl, t0 + lt, bc_ok ? L : 0, bc_vec); };
+  const T* bc_at = bc_ok ? bc_base + ln * bc_sn + lt * bc_sl : nullptr;  // advanced per tile
+  const int64_t bc_end = bc_ok ? L - lt : 0;  // left = bc_end - t0
+  auto fetch_bc = [&](int64_t t0) {
+    load_steps_at(pf, bc_at, bc_sl, bc_end - t0, bc_vec);
+    if (bc_ok) bc_at += kTL * bc_sl;
+  };
   auto stash_bc = [&](int buf) {
     if (!loader) return;
     float* tile = loads_c ? sC[buf] : sB[buf];
@@ -122,14 +126,24 @@ __global__ void __launch_bounds__(FwdLanes<kS>::kThreads, FwdLanes<kS>::kMinBloc
   // storage type.
   constexpr bool kZAhead = kS == 1;
   Steps<T, kQ> ru, rd, rz, cu, cz;
-  auto fetch_rows = [&](int64_t t0) {
-    const int64_t t = t0 + s * kQ;
-    load_steps(ru, u, p.u_s.l, t, L, f.vec_u);
-    load_steps(rd, delta, p.delta_s.l, t, L, f.vec_delta);
-    if (kZAhead && z != nullptr) load_steps(rz, z, p.z_s.l, t, L, f.vec_z);
+  // the lane's first step of the tile to fetch (u, delta) or of this tile (z, out, out_z)
+  const T* u_at = u + s * kQ * p.u_s.l;
+  const T* delta_at = delta + s * kQ * p.delta_s.l;
+  const T* z_at = z != nullptr ? z + s * kQ * p.z_s.l : nullptr;
+  T* out_at = p.out != nullptr ? static_cast<T*>(p.out) + offset3(p.out_s, b, d, s * kQ) : nullptr;
+  T* out_z_at = p.out_z != nullptr ? static_cast<T*>(p.out_z) + offset3(p.out_z_s, b, d, s * kQ) : nullptr;
+  const int64_t lane_end = L - s * kQ;  // this lane's steps left in a tile at t0: lane_end - t0
+  auto fetch_rows = [&](int64_t t0, int z_ahead) {  // z_ahead: tiles between t0 and z_at
+    load_steps_at(ru, u_at, p.u_s.l, lane_end - t0, f.vec_u);
+    load_steps_at(rd, delta_at, p.delta_s.l, lane_end - t0, f.vec_delta);
+    if (kZAhead && z != nullptr) {
+      load_steps_at(rz, z_at + z_ahead * kTL * p.z_s.l, p.z_s.l, lane_end - t0, f.vec_z);
+    }
+    u_at += kTL * p.u_s.l;
+    delta_at += kTL * p.delta_s.l;
   };
   fetch_bc(0);
-  fetch_rows(0);
+  fetch_rows(0, 0);
   stash_bc(0);
   __syncthreads();
 
@@ -141,10 +155,10 @@ __global__ void __launch_bounds__(FwdLanes<kS>::kThreads, FwdLanes<kS>::kMinBloc
     if (kZAhead) {
       cz = rz;
     } else if (z != nullptr) {
-      load_steps(cz, z, p.z_s.l, t0 + s * kQ, L, f.vec_z);
+      load_steps_at(cz, z_at, p.z_s.l, lane_end - t0, f.vec_z);
     }
     float dtq[kQ], dtu[kQ];
-    const int64_t left = L - t0 - s * kQ;  // this lane's steps inside the sequence
+    const int64_t left = lane_end - t0;  // this lane's steps inside the sequence
     const int mine = left < 0 ? 0 : (left < kQ ? int(left) : kQ);
 #pragma unroll
     for (int j = 0; j < kQ; ++j) {
@@ -157,7 +171,7 @@ __global__ void __launch_bounds__(FwdLanes<kS>::kThreads, FwdLanes<kS>::kMinBloc
     store_pack<float, kQ>(&sDTU[ch][s * kQ], dtu);
     if (more) {
       fetch_bc(t0 + kTL);
-      fetch_rows(t0 + kTL);
+      fetch_rows(t0 + kTL, 1);
     }
     __syncwarp();
     const int valid = int(L - t0 < kTL ? L - t0 : kTL);
@@ -216,24 +230,23 @@ __global__ void __launch_bounds__(FwdLanes<kS>::kThreads, FwdLanes<kS>::kMinBloc
             acc0 = fmaf(cq[m], h[m], acc0);
           }
         }
-        yp[tt + j] = acc0 + acc1;
+        yp[tt + j] = kS == 1 ? acc0 : acc0 + acc1;  // (acc0 + 0 is not acc0 for acc0 = -0)
       }
     };
 #pragma unroll
     for (int q = 0; q < kTL / 4; ++q) quad(q * 4);
     reduce_scatter16_over<kP>(yp, s);  // yp[j]: y of step t0 + kQ s + j
     if (active) {
-      const int64_t t = t0 + s * kQ;
       float yo[kQ];
 #pragma unroll
       for (int j = 0; j < kQ; ++j) yo[j] = fmaf(Dd, cu.at(j), yp[j]);
       if (p.out != nullptr) {
-        store_steps(static_cast<T*>(p.out) + offset3(p.out_s, b, d, 0), p.out_s.l, t, L, yo, f.vec_out);
+        store_steps_at(out_at, p.out_s.l, lane_end - t0, yo, f.vec_out);
       }
       if (z != nullptr) {
 #pragma unroll
         for (int j = 0; j < kQ; ++j) yo[j] *= silu(cz.at(j));
-        store_steps(static_cast<T*>(p.out_z) + offset3(p.out_z_s, b, d, 0), p.out_z_s.l, t, L, yo, f.vec_out_z);
+        store_steps_at(out_z_at, p.out_z_s.l, lane_end - t0, yo, f.vec_out_z);
       }
     }
     const int64_t t_end = t0 + valid;
@@ -244,6 +257,9 @@ __global__ void __launch_bounds__(FwdLanes<kS>::kThreads, FwdLanes<kS>::kMinBloc
         if (n0 + m < N) dst[n0 + m] = h[m];
       }
     }
+    if (z_at != nullptr) z_at += kTL * p.z_s.l;
+    if (out_at != nullptr) out_at += kTL * p.out_s.l;
+    if (out_z_at != nullptr) out_z_at += kTL * p.out_z_s.l;
     if (more) stash_bc(buf ^ 1);  // the other buffer's readers finished before the last barrier
     __syncthreads();              // (also orders this tile's dt rows before the next tile's writes)
   }

@@ -71,38 +71,51 @@ struct Steps<T, kQ, true> {
     memcpy(w, &v, sizeof(w));
   }
 };
+// The kQ steps from `at` (a lane's first step; stride s_l), of which `left` (possibly <= 0)
+// are inside the sequence; the rest read as zero. Kernels advance `at` one tile at a time, so
+// no step index is multiplied by a stride.
 template <typename T, int kQ, bool kW>
-__device__ __forceinline__ void load_steps(Steps<T, kQ, kW>& r, const T* row, int64_t s_l, int64_t t, int64_t stop,
-                                           bool vec) {
+__device__ __forceinline__ void load_steps_at(Steps<T, kQ, kW>& r, const T* at, int64_t s_l, int64_t left,
+                                              bool vec) {
   if constexpr (kW) {
-    if (vec && t + kQ <= stop) {
-      r.load(row + t);
+    if (vec && left >= kQ) {
+      r.load(at);
       return;
     }
     r.clear();
 #pragma unroll
     for (int j = 0; j < kQ; ++j) {
-      if (t + j < stop) r.set(j, row[(t + j) * s_l]);
+      if (j < left) r.set(j, at[j * s_l]);
     }
   } else {
 #pragma unroll
-    for (int j = 0; j < kQ; ++j) r.set(j, t + j < stop ? row[(t + j) * s_l] : from_float<T>(0.0f));
+    for (int j = 0; j < kQ; ++j) r.set(j, j < left ? at[j * s_l] : from_float<T>(0.0f));
   }
 }
+template <typename T, int kQ, bool kW>
+__device__ __forceinline__ void load_steps(Steps<T, kQ, kW>& r, const T* row, int64_t s_l, int64_t t, int64_t stop,
+                                           bool vec) {
+  load_steps_at(r, row + t * s_l, s_l, stop - t, vec);
+}
+// Stores the first `left` of kQ steps at `at` (one vector store when `vec` and all are inside).
 template <typename T, int kQ>
-__device__ __forceinline__ void store_steps(T* row, int64_t s_l, int64_t t, int64_t stop, const float (&v)[kQ],
-                                            bool vec) {
+__device__ __forceinline__ void store_steps_at(T* at, int64_t s_l, int64_t left, const float (&v)[kQ], bool vec) {
   constexpr int kBytes = kQ * int(sizeof(T));
   if constexpr (kBytes == 4 || kBytes == 8 || kBytes == 16) {
-    if (vec && t + kQ <= stop) {
-      store_pack<T, kQ>(row + t, v);
+    if (vec && left >= kQ) {
+      store_pack<T, kQ>(at, v);
       return;
     }
   }
 #pragma unroll
   for (int j = 0; j < kQ; ++j) {
-    if (t + j < stop) row[(t + j) * s_l] = from_float<T>(v[j]);
+    if (j < left) at[j * s_l] = from_float<T>(v[j]);
   }
+}
+template <typename T, int kQ>
+__device__ __forceinline__ void store_steps(T* row, int64_t s_l, int64_t t, int64_t stop, const float (&v)[kQ],
+                                            bool vec) {
+  store_steps_at(row + t * s_l, s_l, stop - t, v, vec);
 }
 
 // Whether a (batch, channel, L) tensor allows kQ-element vector access along L.
