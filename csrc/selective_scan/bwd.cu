@@ -17,14 +17,6 @@ namespace mamba_kernels {
 namespace selective_scan {
 namespace {
 
-struct BwdPolicy {
-  static constexpr int kThreads = 128;
-  static constexpr int kStates = 4;            // states per thread
-  static constexpr int kTileFloats = 64 * 64;  // B (and C) floats per shared tile, at most
-  static constexpr int kRowPad = 4;            // keeps rows of per-step arrays in distinct banks
-  template <bool kComplex>
-  __host__ __device__ static constexpr int window() { return kComplex ? 4 : 8; }  // steps in registers
-};
 
 template <bool kComplex>
 __host__ __device__ constexpr int bwd_rs(int tpr) {  // floats per step of a B/C tile (all slices)

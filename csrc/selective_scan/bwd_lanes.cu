@@ -28,15 +28,7 @@ namespace {
 
 using LP = LanePolicy;
 
-struct BwdLanes {
-  static constexpr int kWin = 16;                        // steps recomputed into registers at once
-  static constexpr int kWins = kChunk / kWin;            // windows per chunk
-  static constexpr int kRow = kChunk + 4;                // floats per state row of a B/C chunk tile
-  static constexpr int kWarps = LP::kThreads / kWarpSize;
-  static constexpr int kBlocksPerSm = 2;                 // the grid's target (and launch bound)
-  static_assert(kWin == LP::kGroup, "one reduce-scatter per window");
-};
-using BL = BwdLanes;
+using BL = BwdLanesPolicy;
 
 struct LanesBwdArgs {
   int64_t row_blocks;  // blocks per (batch, group): channel ranges

@@ -18,15 +18,6 @@ namespace mamba_kernels {
 namespace selective_scan {
 namespace {
 
-struct FwdPolicy {
-  static constexpr int kThreads = 128;
-  static constexpr int kTile = 16;      // steps per tile (one B/C tile in shared memory)
-  static constexpr int kSliceFloats = 8;  // floats of state per thread: 8 real or 4 complex states
-  static constexpr int kPrefetch = 4;   // B (and C) tile elements per thread held for the next tile
-  static constexpr int kMinWarpsPerSm = 4;    // below this, cut the sequence into segments
-  static constexpr int kTargetWarpsPerSm = 8;
-  static constexpr int64_t kMinSegment = 1024;  // steps; a multiple of kChunk
-};
 
 struct FwdLaunch {
   int tpr;              // threads per channel
@@ -39,7 +30,7 @@ struct FwdLaunch {
 };
 
 template <typename T, bool kComplex>
-__global__ void __launch_bounds__(FwdPolicy::kThreads, 3) fwd_kernel(const ScanParams p, const FwdLaunch f) {
+__global__ void __launch_bounds__(FwdPolicy::kThreads, FwdPolicy::kMinBlocks) fwd_kernel(const ScanParams p, const FwdLaunch f) {
   constexpr int kSF = FwdPolicy::kSliceFloats;
   constexpr int kNS = kComplex ? kSF / 2 : kSF;
   constexpr int kF = kComplex ? 2 : 1;

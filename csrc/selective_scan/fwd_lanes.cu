@@ -23,24 +23,6 @@ namespace {
 
 using LP = LanePolicy;
 
-template <int kS>
-struct FwdLanes {
-  static constexpr int kP = LP::kLanes / kS;     // lanes per channel
-  // 128-thread blocks: finer than 256 at the wave's end, and at the register caps below
-  // (96 registers) 20 warps per SM
-  static constexpr int kThreads = 128;
-  static constexpr int kCh = kThreads / kP;  // channels per block
-  static constexpr int kQ = LP::kGroup / kP;     // consecutive steps each lane owns per tile
-  static constexpr int kTile = LP::kGroup;      // steps per tile: one reduce-scatter
-  static constexpr int kTRow = 20;               // [step][state] tile rows: 80 B, conflict-free
-  static constexpr int kNRow = kTile + 4;        // [state][step] tile rows
-  // B/C tile per buffer: [state][step] for one state per lane, where a lane reads 4 steps of
-  // its state at once; [step][state] for more, where it reads its kS states.
-  static constexpr int kTileFloats = kS == 1 ? LP::kLanes * kNRow : kTile * kTRow;
-  static constexpr int kLoaders = 2 * LP::kLanes * kTile / 4;  // threads staging a tile, 4 values each
-  static constexpr int kMinBlocks = 5;
-  static_assert(kLoaders <= kThreads, "every tile value has a loader");
-};
 
 struct LanesFwdArgs {
   int64_t bpg;  // blocks per (batch, group)
@@ -48,9 +30,9 @@ struct LanesFwdArgs {
 };
 
 template <typename T, int kS, bool kVarBC>
-__global__ void __launch_bounds__(FwdLanes<kS>::kThreads, FwdLanes<kS>::kMinBlocks)
+__global__ void __launch_bounds__(FwdLanesPolicy<kS>::kThreads, FwdLanesPolicy<kS>::kMinBlocks)
     fwd_lanes_kernel(const ScanParams p, const LanesFwdArgs f) {
-  using F = FwdLanes<kS>;
+  using F = FwdLanesPolicy<kS>;
   constexpr int kTL = F::kTile, kP = F::kP, kQ = F::kQ;
   __shared__ __align__(16) float sB[2][F::kTileFloats];
   __shared__ __align__(16) float sC[2][F::kTileFloats];
@@ -277,7 +259,7 @@ int lanes_states_per_lane(const ScanParams& p) {
 
 template <typename T, int kS, bool kVarBC>
 cudaError_t launch_lanes(const ScanParams& p, cudaStream_t stream) {
-  using F = FwdLanes<kS>;
+  using F = FwdLanesPolicy<kS>;
   LanesFwdArgs f{};
   const int64_t dpg = p.dim / p.ngroups;
   f.bpg = (dpg + F::kCh - 1) / F::kCh;

@@ -8,17 +8,11 @@
 #pragma once
 
 #include "scan_common.cuh"
+#include "scan_policy.cuh"
 
 namespace mamba_kernels {
 namespace selective_scan {
 
-struct LanePolicy {
-  static constexpr int kLanes = 16;                    // lanes per channel at one state per lane
-  static constexpr int kThreads = 256;                 // threads per block
-  static constexpr int kChannels = kThreads / kLanes;  // channels per block at one state per lane
-  static constexpr int kGroup = kLanes;                // steps per reduce-scatter
-  static_assert(kChunk % kGroup == 0, "a checkpoint falls at a group end");
-};
 
 // Whether the lane kernels take a problem: real A with at most one state per lane.
 __host__ __device__ inline bool lanes_fit(int64_t dstate, bool is_complex) {

@@ -7,13 +7,14 @@
 #include <cstdint>
 
 #include "device_utils.cuh"
+#include "scan_policy.cuh"
 #include "selective_scan.h"
 
 namespace mamba_kernels {
 namespace selective_scan {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = SumPartialsPolicy::kThreads;
 
 // in: (outer, rows, inner) fp32, contiguous; out: (outer, inner) of T, contiguous.
 template <typename T>

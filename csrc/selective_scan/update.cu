@@ -29,18 +29,16 @@
 #include <type_traits>
 
 #include "device_utils.cuh"
+#include "scan_policy.cuh"
 #include "state_update.h"
 
 namespace mamba_kernels {
 namespace selective_scan {
 namespace {
 
-constexpr int kThreads = 128;  // most threads per block; fewer when the channel axis is short
-// "pair" (two batch rows per thread) once the launch keeps at least this many threads: about
-// two waves of an H100/H200 at this kernel's occupancy. Below it, more threads (one row each)
-// spread the work more evenly than more bytes per thread would.
-constexpr int64_t kPairMinThreads = int64_t(1) << 18;
-constexpr int kMaxLanes = 32;
+constexpr int kThreads = UpdatePolicy::kThreads;
+constexpr int64_t kPairMinThreads = UpdatePolicy::kPairMinThreads;
+constexpr int kMaxLanes = UpdatePolicy::kMaxLanes;
 
 struct AnyDtype {};  // the operand's dtype is read at run time (the generic kernel)
 

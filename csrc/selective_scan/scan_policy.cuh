@@ -1,0 +1,91 @@
+// Tuning of every selective-scan kernel in one place: block sizes, register caps (the launch
+// bounds), tiles and the occupancy targets the grids are sized by. Each struct belongs to one
+// kernel family; the kernels read their shapes from here and hold no literals of their own.
+#pragma once
+
+#include <cstdint>
+
+#include "device_utils.cuh"
+#include "selective_scan.h"
+
+namespace mamba_kernels {
+namespace selective_scan {
+
+// fwd.cu: the general forward (complex A, dstate > 16).
+struct FwdPolicy {
+  static constexpr int kThreads = 128;
+  static constexpr int kMinBlocks = fit_blocks_per_sm(kThreads, 3);  // __launch_bounds__
+  static constexpr int kTile = 16;      // steps per tile (one B/C tile in shared memory)
+  static constexpr int kSliceFloats = 8;  // floats of state per thread: 8 real or 4 complex states
+  static constexpr int kPrefetch = 4;   // B (and C) tile elements per thread held for the next tile
+  static constexpr int kMinWarpsPerSm = 4;    // below this, cut the sequence into segments
+  static constexpr int kTargetWarpsPerSm = 8;
+  static constexpr int64_t kMinSegment = 1024;  // steps; a multiple of kChunk
+};
+
+// bwd.cu: the general backward.
+struct BwdPolicy {
+  static constexpr int kThreads = 128;
+  static constexpr int kStates = 4;            // states per thread
+  static constexpr int kTileFloats = 64 * 64;  // B (and C) floats per shared tile, at most
+  static constexpr int kRowPad = 4;            // keeps rows of per-step arrays in distinct banks
+  template <bool kComplex>
+  __host__ __device__ static constexpr int window() { return kComplex ? 4 : 8; }  // steps in registers
+};
+
+// The lane kernels for real A and dstate <= 16 (scan_lanes.cuh).
+struct LanePolicy {
+  static constexpr int kLanes = 16;                    // lanes per channel at one state per lane
+  static constexpr int kThreads = 256;                 // threads per block
+  static constexpr int kChannels = kThreads / kLanes;  // channels per block at one state per lane
+  static constexpr int kGroup = kLanes;                // steps per reduce-scatter
+  static_assert(kChunk % kGroup == 0, "a checkpoint falls at a group end");
+};
+
+// fwd_lanes.cu, for kS states per lane.
+template <int kS>
+struct FwdLanesPolicy {
+  static constexpr int kP = LanePolicy::kLanes / kS;     // lanes per channel
+  // 128-thread blocks: finer than 256 at the wave's end, and at the register caps below
+  // (96 registers) 20 warps per SM
+  static constexpr int kThreads = 128;
+  static constexpr int kCh = kThreads / kP;  // channels per block
+  static constexpr int kQ = LanePolicy::kGroup / kP;     // consecutive steps each lane owns per tile
+  static constexpr int kTile = LanePolicy::kGroup;      // steps per tile: one reduce-scatter
+  static constexpr int kTRow = 20;               // [step][state] tile rows: 80 B, conflict-free
+  static constexpr int kNRow = kTile + 4;        // [state][step] tile rows
+  // B/C tile per buffer: [state][step] for one state per lane, where a lane reads 4 steps of
+  // its state at once; [step][state] for more, where it reads its kS states.
+  static constexpr int kTileFloats = kS == 1 ? LanePolicy::kLanes * kNRow : kTile * kTRow;
+  static constexpr int kLoaders = 2 * LanePolicy::kLanes * kTile / 4;  // threads staging a tile, 4 values each
+  static constexpr int kMinBlocks = fit_blocks_per_sm(kThreads, 5);  // __launch_bounds__
+  static_assert(kLoaders <= kThreads, "every tile value has a loader");
+};
+
+// bwd_lanes.cu.
+struct BwdLanesPolicy {
+  static constexpr int kWin = 16;                        // steps recomputed into registers at once
+  static constexpr int kWins = kChunk / kWin;            // windows per chunk
+  static constexpr int kRow = kChunk + 4;                // floats per state row of a B/C chunk tile
+  static constexpr int kWarps = LanePolicy::kThreads / kWarpSize;
+  static constexpr int kBlocksPerSm = fit_blocks_per_sm(LanePolicy::kThreads, 2);  // grid target, launch bound
+  static_assert(kWin == LanePolicy::kGroup, "one reduce-scatter per window");
+};
+
+// sum_partials.cu.
+struct SumPartialsPolicy {
+  static constexpr int kThreads = 256;
+};
+
+// update.cu: the decode step (selective_state_update).
+struct UpdatePolicy {
+  static constexpr int kThreads = 128;  // most threads per block; fewer when the channel axis is short
+  // "pair" (two batch rows per thread) once the launch keeps at least this many threads: about
+  // two waves of an H100/H200 at this kernel's occupancy. Below it, more threads (one row each)
+  // spread the work more evenly than more bytes per thread would.
+  static constexpr int64_t kPairMinThreads = int64_t(1) << 18;
+  static constexpr int kMaxLanes = 32;
+};
+
+}  // namespace selective_scan
+}  // namespace mamba_kernels
