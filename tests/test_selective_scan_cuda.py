@@ -335,6 +335,27 @@ def test_a_minus_inf(ops):
     run_and_check(inp, torch.float32, grads=False, last_state=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_minus_inf_at_a_zero_dt_keeps_the_state(ops, dtype):
+    # The lane kernels (real A, dstate <= 16) take exp(dt A) at dt = 0 as 1 for every A, -inf
+    # included (docs/SCAN.md): the state passes through such a step. The reference gets the
+    # same with A at the most negative finite float, where every dt > 0 still decays to 0.
+    from selective_scan import selective_scan_fn
+
+    inp = make_inputs(2, 4, 45, 8, dtype, bias=False)
+    inp["A"][1, 2] = float("-inf")
+    inp["delta"] = (inp["delta"].float().abs() + 0.05).to(dtype)  # dt > 0 (no softplus) ...
+    inp["delta"][:, 1, 7] = 0.0  # ... except exactly 0 at step 7 of channel 1
+    out, last = selective_scan_fn(*[inp[k] for k in NAMES], delta_softplus=False, return_last_state=True)
+    ref_in = dict(inp, A=inp["A"].clone())
+    ref_in["A"][1, 2] = -torch.finfo(torch.float32).max
+    ref_out, ref_last = reference(
+        *[ref_in[k].double() if ref_in[k] is not None else None for k in NAMES], delta_softplus=False
+    )
+    assert_close(out, ref_out, dtype, "out")
+    assert_close(last, ref_last, torch.float32, "last_state")
+
+
 def test_dim_over_65536(ops):
     from selective_scan import selective_scan_fn
 

@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
     const bool active = rig < dpg;
     const int64_t d = g * dpg + (active ? rig : 0);  // inactive channels shadow row 0, store nothing
     const float Af = has_n ? p.A[d * N + s] : 0.0f;
-    const float a2 = Af * kLog2e;
+    const float a2 = clamp_finite(Af * kLog2e);  // as the forward: its states are recomputed here
     const float Bfix = (has_n && !varB) ? static_cast<const float*>(p.B.ptr)[d * N + s] : 0.0f;
     const float Cfix = (has_n && !varC) ? static_cast<const float*>(p.C.ptr)[d * N + s] : 0.0f;
     const float Dd = p.D != nullptr ? p.D[d] : 0.0f;
