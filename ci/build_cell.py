@@ -77,13 +77,17 @@ from platforms.windows import (  # noqa: E402, F401
     windows_compiler_env,
 )
 
-from mamba_kernels import build, buildinfo, index, matrix, support, variant  # noqa: E402
-from mamba_kernels.version import __version__  # noqa: E402
+from mamba_kernels.build import plan as build  # noqa: E402
+from mamba_kernels.facts import support, variant, versions  # noqa: E402
+from mamba_kernels.facts.version import __version__  # noqa: E402
+from mamba_kernels.install import wheel_metadata  # noqa: E402
+from mamba_kernels.release import index, matrix  # noqa: E402
+from mamba_kernels.runtime import buildinfo  # noqa: E402
 
 CELL_VAR = "MAMBA_KERNELS_CI_CELL"
 CIBW_CONFIG = ROOT / "ci" / "cibuildwheel.toml"
 # Libraries wheel repair leaves out (docs/COMPAT.md §8; the lists are data in
-# mamba_kernels/support.json): torch's and CUDA's come from the installed torch, the MSVC C++
+# mamba_kernels/facts/support.json): torch's and CUDA's come from the installed torch, the MSVC C++
 # runtime from the system. verify rejects each of them in any wheel (vendored_problems).
 LINUX_EXCLUDES = support.LINUX_EXCLUDES
 WINDOWS_TORCH_CUDA_EXCLUDES = support.WINDOWS_TORCH_CUDA_EXCLUDES
@@ -199,7 +203,7 @@ def check_torch(cell: support.Cell, python: str, which: str = BUILD) -> None:
         env=torch_env(),
     )
     version, cuda = (out.stdout.split() + ["", ""])[:2]
-    if variant.minor(version) != want_torch or cuda != want_cuda:
+    if versions.minor(version) != want_torch or cuda != want_cuda:
         raise CellError(
             f"installed torch {version} (CUDA {cuda}) is not the cell's {which} torch {want_torch} "
             f"with CUDA {want_cuda}: {out.stderr.strip()[-300:]}"
@@ -355,11 +359,11 @@ def verify(
     want_name = variant.wheel_name(version, cell).replace(variant.platform_tag(cell), plat_tag)
     if wheel.name != want_name:
         problems.append(f"file name {wheel.name!r} != expected {want_name!r}")
-    meta = index.wheel_metadata(wheel)
+    meta = wheel_metadata.wheel_metadata(wheel)
     want_version = variant.cell_release_version(version, cell)
     if meta["version"] != want_version:
         problems.append(f"METADATA Version {meta['version']!r} != {want_version!r}")
-    pin = index.torch_pin(meta["requires_dist"])
+    pin = wheel_metadata.torch_pin(meta["requires_dist"])
     if pin != variant.cell_torch_requirement(cell):
         problems.append(f"METADATA torch requirement {pin!r} != {variant.cell_torch_requirement(cell)!r}")
     want_tags = {f"{variant.wheel_tags(cell)}-{t}" for t in plat_tag.split(".")}
@@ -422,7 +426,7 @@ def verify(
     return problems
 
 
-# The BUILD_INFO keys a stable build adds (mamba_kernels/build.py writes them): the binding,
+# The BUILD_INFO keys a stable build adds (mamba_kernels/build/plan.py writes them): the binding,
 # the torch it targets and the CUDA major it needs.
 STABLE_INFO_KEYS = ("binding", "stable_target", "cuda_major")
 
@@ -464,13 +468,13 @@ def check_installed(cell: support.Cell, torch_release: Optional[str] = None) -> 
 
     import torch
 
-    from mamba_kernels import buildinfo
+    from mamba_kernels.runtime import buildinfo
 
     problems = []
     test_torch = torch_release or torch_of(cell, TEST)[0]
     if torch_release is not None and not cell.serves_torch(torch_release):
         problems.append(f"the cell's wheel does not serve torch {torch_release} ({variant.cell_label(cell)})")
-    if variant.minor(torch.__version__) != test_torch:
+    if versions.minor(torch.__version__) != test_torch:
         problems.append(f"installed torch {torch.__version__} is not the cell's test torch {test_torch}")
     want_sass, want_ptx = expected_targets(cell)
     for kernel in ("causal_conv1d", "selective_scan"):

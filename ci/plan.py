@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mamba_kernels import matrix, support  # noqa: E402
+from mamba_kernels.facts import support  # noqa: E402
+from mamba_kernels.release import matrix  # noqa: E402
 
 # The matrix fields .github/workflows/build-cells.yml reads (tests/test_workflows.py checks the
 # workflow reads no other): the job's name and runner, its limits, and the compiler cache key.

@@ -62,7 +62,11 @@ from packaging.tags import Tag, compatible_tags, cpython_tags  # noqa: E402
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename  # noqa: E402
 from packaging.version import InvalidVersion, Version  # noqa: E402
 
-from mamba_kernels import build, build_archs, build_toolchain, matrix, support  # noqa: E402
+from mamba_kernels.build import archs as build_archs  # noqa: E402
+from mamba_kernels.build import plan as build  # noqa: E402
+from mamba_kernels.build import toolchain as build_toolchain  # noqa: E402
+from mamba_kernels.facts import support, versions  # noqa: E402
+from mamba_kernels.release import matrix  # noqa: E402
 
 
 def _load_build_cell():
@@ -92,7 +96,7 @@ RUNNER_PATH = {
     "windows": r"C:\Windows\system32;C:\hostedtoolcache\windows\Python\3.12.10\x64;C:\Program Files\Git\bin",
 }
 
-# Host compilers nvcc accepts (docs/COMPAT.md §7; the facts are data in mamba_kernels/support.json,
+# Host compilers nvcc accepts (docs/COMPAT.md §7; the facts are data in mamba_kernels/facts/support.json,
 # copied here so a test can vary them). nvcc's crt/host_config.h stops the compile ("unsupported
 # GNU version" / "unsupported Microsoft Visual Studio version") when the host compiler is newer
 # than the CUDA release knows.
@@ -462,10 +466,6 @@ def _major(cuda: str) -> str:
     return cuda.split(".")[0]
 
 
-def _vkey(version: str) -> Tuple[int, ...]:
-    return tuple(int(x) for x in version.split("."))
-
-
 def check_stable(cell: support.Cell, report: CellReport) -> None:
     """A stable cell's target, build torch and test torch fit its CUDA (nothing for a classic one)."""
     if not cell.stable:
@@ -482,10 +482,10 @@ def check_stable(cell: support.Cell, report: CellReport) -> None:
     test, test_cuda = cell.test_with
     if test_cuda not in support.torch_release(test).cuda[cell.platform]:
         report.fail("stable", f"test torch {test} has no CUDA {test_cuda} build for {cell.platform}")
-    elif _major(test_cuda) != _major(cell.cuda) or _vkey(test_cuda) < _vkey(cell.cuda):
+    elif _major(test_cuda) != _major(cell.cuda) or versions.key(test_cuda) < versions.key(cell.cuda):
         report.fail("stable", f"test torch {test}'s CUDA {test_cuda} cannot run a CUDA {cell.cuda} binary "
                               "(same major, minor not below the binary's)")
-    if _vkey(test) < _vkey(cell.torch):
+    if versions.key(test) < versions.key(cell.torch):
         report.fail("stable", f"test torch {test} is older than the target {cell.torch}")
 
 
@@ -499,7 +499,8 @@ def check_stable_coverage(cells: Sequence[support.Cell]) -> List[str]:
             continue
         for rel in support.stable_releases():
             for cuda in rel.cuda[plat]:
-                if not any(_major(c.cuda) == _major(cuda) and _vkey(c.cuda) <= _vkey(cuda) for c in stable):
+                if not any(_major(c.cuda) == _major(cuda) and versions.key(c.cuda) <= versions.key(cuda)
+                           for c in stable):
                     problems.append(f"FAIL stable {plat}: torch {rel.torch} with CUDA {cuda} has no stable "
                                     f"cell (CUDA {_major(cuda)}.x with a minor not above {cuda})")
     return problems
@@ -550,7 +551,7 @@ def torch_nvcc_command(cell: support.Cell, ours: Sequence[str], env: Mapping[str
 
 
 def our_nvcc_flags(cell: support.Cell) -> List[str]:
-    """The nvcc flags our build passes for the cell (mamba_kernels/build.py, release build)."""
+    """The nvcc flags our build passes for the cell (mamba_kernels/build/plan.py, release build)."""
     plan = build_archs.choose_archs(arch_list=None, release=True, gpu_capabilities=(), cuda=cell.cuda,
                                     platform=cell.platform)
     return build.compile_flags(platform=cell.platform, cxx_std=cell.cxx_std, nvcc_version=cell.cuda,

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from causal_conv1d import causal_conv1d_fn
 from causal_conv1d.cpp_functions import causal_conv1d_bwd_function, causal_conv1d_fwd_function
-from mamba_kernels import dispatch, knobs
+from mamba_kernels.runtime import dispatch, knobs
 
 from . import _amp, _checks, pytorch_scan
 from .rms_norm import rms_norm_backward, rms_norm_forward

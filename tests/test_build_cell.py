@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mamba_kernels import matrix, support, variant
+from mamba_kernels.facts import support, variant
+from mamba_kernels.release import matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 environment = pytest.importorskip("cibuildwheel.environment")

@@ -12,7 +12,10 @@ import types
 import pytest
 import torch
 
-from mamba_kernels import build, build_archs, buildinfo, dispatch, release_index
+from mamba_kernels.build import archs as build_archs
+from mamba_kernels.build import plan as build
+from mamba_kernels.facts import release_index
+from mamba_kernels.runtime import buildinfo, dispatch
 
 
 def sample_info(**over):
@@ -198,7 +201,7 @@ def test_fix_command_works_when_pasted(monkeypatch, tmp_path):
     """pip resolves the pasted command against a site ``index`` wrote (dry run: nothing installed)."""
     from test_index import make_wheel
 
-    from mamba_kernels import index
+    from mamba_kernels.release import index
 
     make_wheel(tmp_path / "in", version="0.1.0+cu130stable2.10", py="cp310", abi="abi3",
                plat=f"manylinux_2_17_{platform.machine()}", requires="torch>=2.10")

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from mamba_kernels import cli, index
+from mamba_kernels.cli import main as cli
+from mamba_kernels.install import wheel_metadata
+from mamba_kernels.release import index
 
 BIN = Path(sys.executable).parent
 CUDA_HOME = Path("/usr/local/cuda")
@@ -630,7 +632,7 @@ def test_a_killed_run_leaves_the_old_index_and_the_rerun_works(tmp_path):
     index.write_index(tmp_path / "a", tmp_path / "site")
     before = _tree(tmp_path / "site")
     code = (
-        "import os, sys\nfrom mamba_kernels import cli, index\n"
+        "import os, sys\nfrom mamba_kernels.cli import main as cli\nfrom mamba_kernels.release import index\n"
         "index._swap_into_place = lambda new, out: os._exit(9)\n"
         "sys.exit(cli.main(['index', sys.argv[1], sys.argv[2]]))\n"
     )
@@ -826,10 +828,11 @@ def test_torch_pin_markers_that_hold_are_kept(tmp_path):
     assert e["requires_torch"] == "torch==2.14.*"
     assert e["requires_torch_marker"] == 'sys_platform == "linux" and python_version >= "3.9"'
     assert (
-        index.torch_pin(['torch==2.14.*; sys_platform == "linux"']) is None
+        wheel_metadata.torch_pin(['torch==2.14.*; sys_platform == "linux"']) is None
     )  # no environment: unconditional only
-    env = index.target_environment("3.12", "win_amd64")
-    assert index.torch_pin(['torch==2.14.*; sys_platform == "win32"', "numpy"], env) == "torch==2.14.*"
+    env = wheel_metadata.target_environment("3.12", "win_amd64")
+    pin = wheel_metadata.torch_pin(['torch==2.14.*; sys_platform == "win32"', "numpy"], env)
+    assert pin == "torch==2.14.*"
 
 
 # --- pip against a merged index served over HTTP ------------------------------------------------

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from mamba_kernels import matrix, support
+from mamba_kernels.facts import support
+from mamba_kernels.release import matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest.importorskip("cibuildwheel.environment")

@@ -4,7 +4,7 @@ of cibuildwheel's own platform modules: ``linux`` (manylinux containers) and ``w
 
 from __future__ import annotations
 
-from mamba_kernels import support
+from mamba_kernels.facts import support
 
 from . import base, linux, windows
 from .base import Platform

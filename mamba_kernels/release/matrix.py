@@ -20,8 +20,8 @@ import sys
 from collections import Counter
 from typing import Any, Dict, Iterable, List, Optional
 
-from . import support, variant
-from .version import __version__
+from ..facts import support, variant
+from ..facts.version import __version__
 
 # GitHub Actions refuses a job matrix of more than 256 entries.
 GITHUB_MATRIX_LIMIT = 256
@@ -36,7 +36,6 @@ ARCH_NAMES = {"x86_64": ("linux_x86_64", "win_amd64"), "aarch64": ("linux_aarch6
               "amd64": ("win_amd64",)}
 ABI_NAMES = variant.ABI_NAMES
 # The binding a cell's build is forced to (the build knob MAMBA_KERNELS_BINDING).
-BINDINGS = ("classic", "stable")
 BINDING_VAR = "MAMBA_KERNELS_BINDING"
 TORCH_INDEX = "https://download.pytorch.org/whl/{tag}"
 # Hosted runners stop a job at 6 h; the build step stops earlier so the compiler cache is saved
@@ -53,7 +52,7 @@ def cell_id(cell: support.Cell) -> str:
 
 def binding(cell: support.Cell) -> str:
     """The binding the cell's build uses: ``stable`` or ``classic``."""
-    return BINDINGS[cell.stable]
+    return variant.BINDINGS[cell.stable]
 
 
 def cuda_tag(cuda: str) -> str:
@@ -160,7 +159,7 @@ def select(
     binding ``classic``/``stable``. torch and python keep the cells whose wheels serve that
     release / CPython: ``--torch 2.14`` gives the stable cells, and so does a torch newer than
     the support table's newest (support.served_torch)."""
-    _choice("binding", binding, BINDINGS)
+    _choice("binding", binding, variant.BINDINGS)
     _choice("os", os, OS_NAMES)
     _choice("arch", arch, ARCH_NAMES)
     _choice("platform", platform, support.PLATFORMS)
@@ -183,7 +182,7 @@ def select(
             continue
         if arch is not None and cell.platform not in ARCH_NAMES[arch]:
             continue
-        if binding is not None and cell.stable != (binding == "stable"):
+        if binding is not None and cell.stable != (binding == variant.STABLE):
             continue
         out.append(cell)
     return out

@@ -1,7 +1,7 @@
 """The support table: which torch / CUDA / Python / platform / C++ ABI combinations exist, and
 the toolchain facts that go with them.
 
-The facts themselves are data, in ``mamba_kernels/support.json`` next to this file; this module
+The facts themselves are data, in ``mamba_kernels/facts/support.json`` next to this file; this module
 is the one reader of that file, and ``ci/torch_watch.py`` edits the data (never code) through
 :func:`read_data` / :func:`write_data`, which keep one canonical formatting so a change shows as
 a small diff. setup.py, the build-matrix generator, the resolver, the doctor, CI and the tests
@@ -37,6 +37,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+from . import versions
 
 DATA_FILE = Path(__file__).resolve().with_name("support.json")
 # The keys of one entry of ``releases``, in the order the data file keeps them.
@@ -76,10 +78,6 @@ def write_data(data: Mapping[str, Any], path: Union[str, Path] = DATA_FILE) -> P
     text = dump_data(data)
     Path(path).write_text(text, encoding="utf-8", newline="\n")
     return Path(path)
-
-
-def _vkey(v: str) -> Tuple[int, ...]:
-    return tuple(int(x) for x in v.split("."))
 
 
 @dataclass(frozen=True)
@@ -123,7 +121,7 @@ def _versions(value: Any, where: str) -> Tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise DataError(f"{where}: expected a list of version strings, got {value!r}")
     try:
-        keys = [_vkey(v) for v in value]
+        keys = [versions.key(v) for v in value]
     except ValueError:
         raise DataError(f"{where}: expected versions like '3.11' or '12.6', got {value!r}") from None
     if keys != sorted(set(keys)):
@@ -172,7 +170,7 @@ def _check(data: Mapping[str, Any]) -> None:
     """Everything this module derives from ``data`` can be derived (DataError otherwise)."""
     platforms = tuple(data["platforms"])
     rels = [release_from_data(e, platforms) for e in data["releases"]]
-    if [_vkey(r.torch) for r in rels] != sorted({_vkey(r.torch) for r in rels}):
+    if [versions.key(r.torch) for r in rels] != sorted({versions.key(r.torch) for r in rels}):
         raise DataError("releases: torch versions must be distinct and oldest first")
     for arch, table in data["default_archs"].items():
         for cuda, archs in table.items():
@@ -199,7 +197,7 @@ _check(_DATA)
 
 PLATFORMS: Tuple[str, ...] = tuple(_DATA["platforms"])  # ("linux_x86_64", "linux_aarch64", "win_amd64")
 # The oldest CPython this package runs on (pyproject.toml requires-python).
-MIN_PYTHON: Tuple[int, ...] = _vkey(_DATA["min_python"])
+MIN_PYTHON: Tuple[int, ...] = versions.key(_DATA["min_python"])
 # PyTorch's stable ABI (docs/COMPAT.md §11): the oldest torch a stable-ABI build may target
 # (its TORCH_TARGET_VERSION), and the CPython its abi3 wheels are tagged for (cp310-abi3).
 STABLE_ABI_MIN_TORCH: str = _DATA["stable_abi"]["min_torch"]
@@ -218,10 +216,8 @@ _ARCHS_AARCH64: Dict[str, Tuple[str, ...]] = {
 
 def torch_release(torch: str) -> TorchRelease:
     """The release line for a torch version ("2.6" or "2.6.0+cu126")."""
-    from . import variant  # not at import time: variant imports this module
-
     try:
-        return _BY_TORCH[variant.minor(torch)]
+        return _BY_TORCH[versions.minor(torch)]
     except (KeyError, ValueError):
         raise ValueError(
             f"torch must be one of the supported releases {', '.join(_BY_TORCH)}, got {torch!r}"
@@ -233,15 +229,13 @@ def served_torch(torch: str) -> str:
     release of the table, or one newer than the table's newest, which only the stable cells serve
     (a stable wheel runs on every torch from its target on; a classic wheel exists only for the
     table's releases below the stable-ABI floor). Else a ValueError naming the releases."""
-    from . import variant  # not at import time: variant imports this module
-
     newest = RELEASES[-1].torch
     try:
-        mm = variant.minor(torch)
+        mm = versions.minor(torch)
     except ValueError:
         mm = None
-    if mm in _BY_TORCH or (mm is not None and _vkey(mm) > _vkey(newest)
-                           and _vkey(newest) >= _vkey(STABLE_ABI_MIN_TORCH)):
+    if mm in _BY_TORCH or (mm is not None and versions.key(mm) > versions.key(newest)
+                           and versions.key(newest) >= versions.key(STABLE_ABI_MIN_TORCH)):
         return mm  # type: ignore[return-value]
     raise ValueError(
         f"torch must be one of the supported releases {', '.join(_BY_TORCH)}, or a newer release "
@@ -266,9 +260,10 @@ def default_archs(cuda: str, platform: str) -> Tuple[str, ...]:
     table = _ARCHS_AARCH64 if platform == "linux_aarch64" else _ARCHS_X86
     if mm in table:
         return table[mm]
-    same_major = [v for v in table if v.split(".")[0] == mm.split(".")[0] and _vkey(v) < _vkey(mm)]
+    same_major = [v for v in table
+                  if v.split(".")[0] == mm.split(".")[0] and versions.key(v) < versions.key(mm)]
     if same_major:
-        return table[max(same_major, key=_vkey)]
+        return table[max(same_major, key=versions.key)]
     raise ValueError(
         f"no default architecture list for CUDA {mm} on {platform}: known CUDA versions are "
         f"{', '.join(table)}; set TORCH_CUDA_ARCH_LIST"
@@ -316,13 +311,13 @@ class Cell:
     def serves_torch(self, torch: str) -> bool:
         """Whether this cell's wheel is meant for torch release ``torch`` ("2.12")."""
         if self.stable:
-            return _vkey(torch) >= _vkey(self.torch)
+            return versions.key(torch) >= versions.key(self.torch)
         return torch == self.torch
 
     def serves_python(self, python: str) -> bool:
         """Whether this cell's wheel installs on CPython ``python`` ("3.12", not free-threaded)."""
         if self.stable:
-            return _vkey(python) >= _vkey(self.python)
+            return versions.key(python) >= versions.key(self.python)
         return python == self.python
 
 
@@ -332,12 +327,12 @@ def _matches(value: str, wanted: Optional[str]) -> bool:
 
 def classic_releases() -> Tuple[TorchRelease, ...]:
     """The releases served by per-minor (classic) cells: those below the stable-ABI floor."""
-    return tuple(r for r in RELEASES if _vkey(r.torch) < _vkey(STABLE_ABI_MIN_TORCH))
+    return tuple(r for r in RELEASES if versions.key(r.torch) < versions.key(STABLE_ABI_MIN_TORCH))
 
 
 def stable_releases() -> Tuple[TorchRelease, ...]:
     """The releases served by the stable cells: the stable-ABI floor and every newer one."""
-    return tuple(r for r in RELEASES if _vkey(r.torch) >= _vkey(STABLE_ABI_MIN_TORCH))
+    return tuple(r for r in RELEASES if versions.key(r.torch) >= versions.key(STABLE_ABI_MIN_TORCH))
 
 
 def cells(
@@ -390,7 +385,7 @@ def release_cells(rel: TorchRelease) -> List[Cell]:
     for plat in PLATFORMS:
         for cu in rel.cuda[plat]:
             for py in rel.pythons_on(plat):
-                if _vkey(py) >= MIN_PYTHON:
+                if versions.key(py) >= MIN_PYTHON:
                     ml = None if plat == "win_amd64" else rel.manylinux
                     out.append(Cell(rel.torch, cu, py, plat, rel.cxx11_abi(cu, plat), ml, rel.cxx_std))
     return out
@@ -404,10 +399,10 @@ def _closest_variant(variants: Tuple[str, ...], cuda: str) -> Optional[str]:
     """Of ``variants``, the same-major one nearest ``cuda``: the newest not above it, else the
     oldest above it (a build only needs torch's CUDA major to equal nvcc's)."""
     same = [v for v in variants if _major(v) == _major(cuda)]
-    below = [v for v in same if _vkey(v) <= _vkey(cuda)]
+    below = [v for v in same if versions.key(v) <= versions.key(cuda)]
     if below:
-        return max(below, key=_vkey)
-    return min(same, key=_vkey) if same else None
+        return max(below, key=versions.key)
+    return min(same, key=versions.key) if same else None
 
 
 def stable_cells(
@@ -423,12 +418,12 @@ def stable_cells(
     while it ships one). ``releases`` replaces the table's (ci/torch_watch.py asks what a new
     release would change)."""
     served = stable_releases() if releases is None else tuple(
-        r for r in releases if _vkey(r.torch) >= _vkey(STABLE_ABI_MIN_TORCH))
+        r for r in releases if versions.key(r.torch) >= versions.key(STABLE_ABI_MIN_TORCH))
     out: List[Cell] = []
     for plat in PLATFORMS:
         if not _matches(plat, platform):
             continue
-        variants = sorted({c for r in served for c in r.cuda[plat]}, key=_vkey)
+        variants = sorted({c for r in served for c in r.cuda[plat]}, key=versions.key)
         last: Dict[str, Tuple[str, ...]] = {}
         for cu in variants:
             archs = default_archs(cu, plat)
@@ -441,7 +436,8 @@ def stable_cells(
             builders = builders or [r for r in served if STABLE_ABI_PYTHON in r.pythons_on(plat)
                                     and _closest_variant(r.cuda[plat], cu)]
             testers = [r for r in served if STABLE_ABI_PYTHON in r.pythons_on(plat)
-                       and any(_major(v) == _major(cu) and _vkey(v) >= _vkey(cu) for v in r.cuda[plat])]
+                       and any(_major(v) == _major(cu) and versions.key(v) >= versions.key(cu)
+                               for v in r.cuda[plat])]
             if not builders or not testers:
                 raise DataError(
                     f"stable cell CUDA {cu} on {plat}: no served torch release ships a CUDA {_major(cu)}.x "
@@ -449,8 +445,9 @@ def stable_cells(
                 )
             build = builders[-1]
             test = testers[0]
-            test_cuda = min((v for v in test.cuda[plat] if _major(v) == _major(cu) and _vkey(v) >= _vkey(cu)),
-                            key=_vkey)
+            test_cuda = min((v for v in test.cuda[plat]
+                             if _major(v) == _major(cu) and versions.key(v) >= versions.key(cu)),
+                            key=versions.key)
             out.append(Cell(
                 torch=STABLE_ABI_MIN_TORCH, cuda=cu, python=STABLE_ABI_PYTHON, platform=plat,
                 cxx11_abi=None, manylinux=None if plat == "win_amd64" else build.manylinux,
@@ -498,7 +495,7 @@ def windows_components(cuda: str) -> Tuple[str, ...]:
     if mm not in WINDOWS_COMPONENTS:
         raise ValueError(f"no Windows installer components are known for CUDA {mm}: known are "
                          f"{', '.join(WINDOWS_COMPONENTS)}; add them to windows_components in "
-                         "mamba_kernels/support.json")
+                         "mamba_kernels/facts/support.json")
     return WINDOWS_COMPONENTS[mm]
 
 
@@ -547,7 +544,7 @@ def linux_toolkit(cuda: str, manylinux: str, arch: str = "linux-x86_64") -> Linu
             return LinuxToolkit(mm, src, release=entry["release"], archives=archives, arch=arch)
         return LinuxToolkit(mm, src, packages=tuple(entry), arch=arch)
     raise ValueError(f"no CUDA {mm} toolkit is known for {manylinux} ({arch}): the sources "
-                     f"{', '.join(sources)} in linux_toolkits of mamba_kernels/support.json list none")
+                     f"{', '.join(sources)} in linux_toolkits of mamba_kernels/facts/support.json list none")
 
 
 def redist_url(name: str, version: str, arch: str) -> str:
@@ -602,7 +599,7 @@ MSVC_RUNTIME_EXCLUDES: Tuple[str, ...] = tuple(_DATA["wheel_excludes"]["msvc_run
 
 def nvcc_needs_msvc_override(cuda: str) -> bool:
     """True when nvcc of CUDA ``cuda`` must be told to accept the runners' MSVC 19.4x."""
-    return _vkey(cuda_major_minor(cuda)) < _vkey(NVCC_FIRST_ACCEPTING_MSVC_19_4)
+    return versions.key(cuda_major_minor(cuda)) < versions.key(NVCC_FIRST_ACCEPTING_MSVC_19_4)
 
 
 # The oldest NVIDIA driver that runs code built with each CUDA major, through CUDA's minor
@@ -622,6 +619,6 @@ def driver_runs(driver: str, cuda: str, windows: bool = False) -> Optional[bool]
     if need is None:
         return None
     try:
-        return _vkey(driver) >= _vkey(need)
+        return versions.key(driver) >= versions.key(need)
     except ValueError:
         return None

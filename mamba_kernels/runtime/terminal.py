@@ -2,7 +2,7 @@
 
 pip and uv hide a successful build's output, so :func:`tell` writes the line to the controlling
 terminal when there is one, else to stderr (shown with -v). The sdist backend's line and a
-source build's progress line (mamba_kernels/build.py) both go through it.
+source build's progress line (mamba_kernels/build/plan.py) both go through it.
 """
 
 from __future__ import annotations

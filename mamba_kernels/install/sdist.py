@@ -5,7 +5,7 @@ when it builds a wheel from an unpacked sdist. It does the first of these that a
 never installs or changes torch (the wheel it hands back declares no torch requirement):
 
 1. ``prebuilt``: the release index (``MAMBA_KERNELS_INDEX``, else the published one, both read
-   by mamba_kernels.release_index) has a wheel for the target environment: it is downloaded, its
+   by mamba_kernels.facts.release_index) has a wheel for the target environment: it is downloaded, its
    sha256 checked, and handed back with the sdist's version (the variant stays in BUILD_INFO
    and in the install record). Installers compare the built wheel's version with the sdist's;
    pip's wheel cache refuses a cached wheel whose version differs (docs/INSTALL.md).
@@ -25,32 +25,39 @@ stops with one line giving the command that works. The build environment's own t
 looked at.
 
 Each wheel carries an install record (``mamba_kernels_install.json`` in its dist-info): the
-path taken, the line shown, the target. :func:`read_record` reads it back at run time for
-``python -m mamba_kernels doctor`` and the fallback warning (:func:`install_note`).
+path taken, the line shown, the target. mamba_kernels/runtime/install_record.py reads it back at
+run time for ``python -m mamba_kernels doctor`` and the fallback warning.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import io
 import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import zipfile
 from dataclasses import dataclass, field
+from email.parser import BytesHeaderParser, HeaderParser
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import fetching, wheel_contents
-from .terminal import tell
+from ..build import plan as build
+from ..facts import release_index
+from ..runtime import install_record
+from ..runtime.terminal import tell
+from . import fetching, resolve, wheel_contents
+from . import installer as install
+from .environment import Gpu, Target
 
 TARGET_VAR = "MAMBA_KERNELS_TARGET_PYTHON"
 INDEX_TIMEOUT_VAR = "MAMBA_KERNELS_INDEX_TIMEOUT"
-RECORD_NAME = "mamba_kernels_install.json"  # in the wheel's dist-info
-DISTRIBUTION = "mamba-kernels"
 DEFAULT_INDEX_TIMEOUT = 20.0
 PROBE_TIMEOUT = 180.0
 # Variables an installer sets for its isolated build; the target's interpreter runs without them.
@@ -214,7 +221,7 @@ def installer_command(environ: Mapping[str, str] = os.environ,
 
 
 PROBE = ("import json, sys; sys.path.insert(0, sys.argv[1]); "
-         "from mamba_kernels.environment import detect; print(json.dumps(detect().as_dict()))")
+         "from mamba_kernels.install.environment import detect; print(json.dumps(detect().as_dict()))")
 
 
 def probe_env(environ: Mapping[str, str]) -> Dict[str, str]:
@@ -224,7 +231,7 @@ def probe_env(environ: Mapping[str, str]) -> Dict[str, str]:
 
 
 def probe_target(python: str, root: str, environ: Mapping[str, str] = os.environ) -> Dict[str, Any]:
-    """The target environment as mamba_kernels.environment.detect() sees it from ``python``."""
+    """The target environment as mamba_kernels.install.environment.detect() sees it from ``python``."""
     try:
         p = subprocess.run([python, "-c", PROBE, root], capture_output=True, text=True,
                            env=probe_env(environ), timeout=PROBE_TIMEOUT, cwd=root)
@@ -245,9 +252,7 @@ def probe_target(python: str, root: str, environ: Mapping[str, str] = os.environ
 
 
 def target_of(facts: Mapping[str, Any]):
-    """A mamba_kernels.environment.Target from the probe's ``as_dict()``."""
-    from .environment import Gpu, Target
-
+    """A mamba_kernels.install.environment.Target from the probe's ``as_dict()``."""
     return Target(
         python=facts["python"], platform=facts["platform"], platform_tags=tuple(facts["platform_tags"]),
         torch=facts["torch"], torch_cuda=facts["torch_cuda"], cxx11_abi=facts["cxx11_abi"],
@@ -274,10 +279,9 @@ def _timeout(environ: Mapping[str, str]) -> float:
 def prebuilt(target: Any, indexes: Sequence[str], dest: str, timeout: float
              ) -> Tuple[Optional[Tuple[Any, str, str, str]], List[str]]:
     """The first index (in order) with a wheel for ``target``, fetched and verified into ``dest``
-    by mamba_kernels.install.fetch: ((candidate, path, sha256, index) or None, why not, per
+    by mamba_kernels.install.installer.fetch: ((candidate, path, sha256, index) or None, why not, per
     index). An index that cannot be read, has no fitting wheel, or whose download fails or does
     not verify is one reason, and the next index is tried."""
-    from . import install, resolve
 
     why: List[str] = []
     for index in indexes:
@@ -312,6 +316,7 @@ def prebuilt(target: Any, indexes: Sequence[str], dest: str, timeout: float
 
 def _metadata_text(text: str, version: str) -> str:
     """METADATA with ``Version`` set and every torch requirement dropped (never install torch)."""
+    # optional: packaging is read only where a requirement or version is
     from packaging.requirements import InvalidRequirement, Requirement
 
     head, sep, body = text.partition("\n\n")
@@ -343,6 +348,7 @@ def finish_wheel(src: str, out_dir: str, version: str, record: Mapping[str, Any]
     """Copy the wheel ``src`` into ``out_dir`` as version ``version`` (file name, dist-info name,
     METADATA), without torch requirements, with the install record added; RECORD is rewritten by
     wheel's WheelFile. Returns the new file name."""
+    # the sdist's build requirements have wheel; the runtime need not
     from wheel.wheelfile import WheelFile
 
     parts = os.path.basename(src)[:-len(".whl")].split("-")
@@ -369,7 +375,7 @@ def finish_wheel(src: str, out_dir: str, version: str, record: Mapping[str, Any]
                 info.compress_type = zipfile.ZIP_DEFLATED
                 zout.writestr(info, data)
             text = json.dumps(dict(record), indent=2, sort_keys=True) + "\n"
-            zout.writestr(f"{new_info}/{RECORD_NAME}", text)
+            zout.writestr(f"{new_info}/{install_record.RECORD_NAME}", text)
     os.replace(tmp, out_path)
     os.rmdir(part_dir)
     return out_name
@@ -377,6 +383,7 @@ def finish_wheel(src: str, out_dir: str, version: str, record: Mapping[str, Any]
 
 def _requires_txt(text: str) -> str:
     """An egg-info requires.txt without the torch line of its unconditional section."""
+    # optional: packaging is read only where a requirement or version is
     from packaging.requirements import InvalidRequirement, Requirement
 
     out, section = [], None
@@ -397,8 +404,6 @@ def strip_torch_from_sdist(path: str) -> None:
     """Rewrite the sdist at ``path`` so that its metadata (PKG-INFO, the egg-info) declares no
     torch requirement: uv takes an sdist's PKG-INFO as the wheel's metadata without building,
     and a torch requirement there would make installers install or change torch."""
-    import io
-    import tarfile
 
     tmp = path + ".part"
     with tarfile.open(path, "r:gz") as tin, tarfile.open(tmp, "w:gz", format=tarfile.PAX_FORMAT) as tout:
@@ -418,8 +423,6 @@ def strip_torch_from_sdist(path: str) -> None:
 
 
 def _version_of(pkg_info: bytes) -> str:
-    from email.parser import BytesHeaderParser
-
     return BytesHeaderParser().parsebytes(pkg_info)["Version"]
 
 
@@ -428,8 +431,6 @@ def _version_of(pkg_info: bytes) -> str:
 
 def source_build_decision(target: Any, environ: Mapping[str, str]) -> Tuple[bool, str]:
     """(build from source?, why) for the target environment and the build knobs."""
-    from . import build
-
     k = build.read_knobs(environ)
     if k.skip:
         return False, f"{build.SKIP_BUILD_VAR} is on"
@@ -448,8 +449,6 @@ def source_build_decision(target: Any, environ: Mapping[str, str]) -> Tuple[bool
 def tool_paths() -> List[str]:
     """The directories this build environment's build tools import from (setuptools, wheel,
     packaging, ninja's module), for the target's interpreter to find them."""
-    import importlib.util
-
     dirs: List[str] = []
     for mod in ("setuptools", "wheel", "packaging", "ninja"):
         spec = importlib.util.find_spec(mod)
@@ -467,8 +466,6 @@ SOURCE_BUILD = ("import sys; from setuptools import build_meta; "
 def build_from_source(python: str, root: str, out_dir: str, environ: Mapping[str, str]) -> str:
     """Build the wheel with the target's interpreter and torch; the path of the wheel. A blocked
     or failed build is a RuntimeError whose message is the build's last error line."""
-    from . import build
-
     env = probe_env(environ)
     env["PYTHONPATH"] = os.pathsep.join(tool_paths())  # setuptools first, torch from the target
     env[build.FORCE_BUILD_VAR] = "1"  # a plan that cannot build says why instead of going pure
@@ -523,8 +520,6 @@ def stop_line(problem: str, command: str) -> str:
 
 def sdist_version(root: str) -> str:
     """The version in the sdist's PKG-INFO."""
-    from email.parser import HeaderParser
-
     with open(os.path.join(root, "PKG-INFO"), encoding="utf-8") as f:
         return HeaderParser().parse(f)["Version"]
 
@@ -533,7 +528,6 @@ def build_wheel(root: str, wheel_directory: str, pure_build: Callable[[str], str
                 environ: Mapping[str, str] = os.environ) -> str:
     """The backend's build_wheel for an unpacked sdist at ``root``. ``pure_build(out_dir)``
     builds the pure-Python wheel (setuptools with the CUDA build skipped) and returns its path."""
-    from . import build, release_index
 
     version = sdist_version(root)
     try:
@@ -609,35 +603,3 @@ def build_wheel(root: str, wheel_directory: str, pure_build: Callable[[str], str
             name = finish_wheel(pure, wheel_directory, version, out.record(found.how, version))
     tell(out.line, environ)
     return name
-
-
-# ----------------------------------------------------------------------------- reading it back
-
-
-def read_record() -> Optional[Dict[str, Any]]:
-    """The install record of the installed distribution, or None (not installed from the sdist)."""
-    from importlib import metadata
-
-    try:
-        text = metadata.distribution(DISTRIBUTION).read_text(RECORD_NAME)
-    except metadata.PackageNotFoundError:
-        return None
-    if not text:
-        return None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def install_note() -> str:
-    """A sentence for the fallback warning when the install from the sdist went pure-Python:
-    why, as recorded then; empty otherwise (never raises: it decorates a warning)."""
-    try:
-        record = read_record()
-    except Exception:
-        return ""
-    if not record or record.get("path") != "pure" or not record.get("reasons"):
-        return ""
-    return f" When it was installed from the sdist: {'; '.join(str(r) for r in record['reasons'])}."

@@ -2,7 +2,7 @@
 environment, taken before the installer runs and put back when it fails or is interrupted.
 
 What an install of our wheel may change is known before it runs, because the wheel's contents
-are vetted (mamba_kernels/wheel_contents.py) and the installed distribution's RECORD lists what
+are vetted (mamba_kernels/install/wheel_contents.py) and the installed distribution's RECORD lists what
 it owns:
 
 - in each of the environment's site folders (purelib, platlib): the wheel's top-level folders

@@ -3,8 +3,8 @@
 Reads the candidate wheels from one or more sources: our ``manifest.json`` (a path or URL; a
 directory holding one), a PEP 503 simple page or PEP 691 JSON page, a ``--find-links`` page, or
 a plain directory of wheels (by file name alone). Then it checks each candidate against the
-target environment (:func:`mamba_kernels.environment.detect`) with the rules of
-docs/COMPAT.md §9, as :mod:`mamba_kernels.variant` writes them:
+target environment (:func:`mamba_kernels.install.environment.detect`) with the rules of
+docs/COMPAT.md §9, as :mod:`mamba_kernels.facts.variant` writes them:
 
 - the wheel's Python tag is the target's (a ``cp310-abi3`` stable wheel: any CPython from 3.10
   on; no wheel of ours loads on a free-threaded CPython) and its platform tag installs there;
@@ -36,8 +36,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import unquote, urljoin, urlsplit
 
-from . import fetching, support, variant
+from ..facts import release_index, support, variant, versions
+from . import fetching
 from .environment import Target, detect, parse_gpu_archs, tag_installs
+from .wheel_metadata import sha256_of
 
 PROJECT = "mamba-kernels"
 DEFAULT_TIMEOUT = 30.0
@@ -98,10 +100,6 @@ class Resolution:
 
 # ----------------------------------------------------------------------------- reading sources
 
-def _is_url(text: str) -> bool:
-    return fetching.is_url(text)
-
-
 def _fetch(url: str, source: str, deadline: float) -> Tuple[bytes, str, str]:
     """(body, content type, final URL) of ``url``, or a one-line SourceError naming ``source``."""
     try:
@@ -122,9 +120,9 @@ def _join(base: str, ref: str, source: str, remote: bool) -> str:
     """``ref`` (an href or a manifest url) relative to ``base`` (a URL or a local file path). An
     index read over http(s) may point only to http(s) URLs; a local one also to local files."""
     ref_no_frag = ref.split("#", 1)[0]
-    if _is_url(base) or _is_url(ref_no_frag):
+    if fetching.is_url(base) or fetching.is_url(ref_no_frag):
         out = urljoin(base, ref_no_frag)
-        if remote and not _is_url(out):
+        if remote and not fetching.is_url(out):
             raise SourceError(f"--index {source}: lists {ref!r}, which is not an http(s) URL: an index "
                               "read over http(s) may point only to http(s) URLs (docs/INSTALL.md, What is "
                               "trusted)")
@@ -291,7 +289,7 @@ def _from_json(data: Any, base: str, source: str, remote: bool) -> List[Candidat
 
 def _read(where: str, source: str, deadline: float, depth: int = 0, remote: bool = False
           ) -> List[Candidate]:
-    if _is_url(where):
+    if fetching.is_url(where):
         body, ctype, base = _fetch(where, source, deadline)
         remote = True
     else:
@@ -333,7 +331,7 @@ def read_source(source: str, timeout: float = DEFAULT_TIMEOUT) -> List[Candidate
     pages it links), or a one-line SourceError."""
     if not source.strip():
         raise SourceError(f"--index {source!r}: must be a path or a URL, not empty")
-    if "://" in source and not _is_url(source) and not source.startswith("file://"):
+    if "://" in source and not fetching.is_url(source) and not source.startswith("file://"):
         raise SourceError(f"--index {source}: must be a path or an http(s) URL")
     try:
         where = fetching.local_path(source)
@@ -456,7 +454,7 @@ def judge(c: Candidate, target: Target) -> Verdict:
         problems = variant.mismatches(built, target.torch, target.torch_cuda, target.cxx11_abi, who)
         v.reasons.extend(problems)
         try:
-            t_mm, b_mm = _cc_key(variant.minor(target.torch)), _cc_key(built.torch)
+            t_mm, b_mm = _cc_key(versions.minor(target.torch)), _cc_key(built.torch)
             if not built.stable or t_mm < b_mm:  # a stable wheel is as near to every newer torch
                 dist += abs(t_mm[1] - b_mm[1]) * 10 + abs(t_mm[0] - b_mm[0]) * 100
         except ValueError:
@@ -542,8 +540,6 @@ def resolve(candidates: Sequence[Candidate], target: Target) -> Resolution:
 
 
 def _sha256_of(path: str) -> Optional[str]:
-    from .index import sha256_of
-
     try:
         return sha256_of(Path(path))
     except OSError:
@@ -625,7 +621,7 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
         return 2
     res = resolve(candidates, target)
     chosen = res.selected
-    if chosen is not None and chosen.candidate.sha256 is None and not _is_url(chosen.candidate.url):
+    if chosen is not None and chosen.candidate.sha256 is None and not fetching.is_url(chosen.candidate.url):
         chosen.candidate = replace(chosen.candidate, sha256=_sha256_of(chosen.candidate.url))
     if args.json:
         print(json.dumps(res.as_dict(), indent=2))
@@ -703,7 +699,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def default_sources() -> List[str]:
     """The indexes read when none is given: $MAMBA_KERNELS_INDEX, else the release index
-    (mamba_kernels/release_index.py)."""
-    from . import release_index
-
+    (mamba_kernels/facts/release_index.py)."""
     return list(release_index.default_indexes()[0])

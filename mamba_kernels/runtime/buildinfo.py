@@ -3,7 +3,7 @@ running torch before dispatch trusts the binary: the metadata travels inside the
 a wheel paired with the wrong torch is refused with a reason instead of failing at a symbol
 (the rules: docs/COMPAT.md §9).
 
-Each extension exposes ``BUILD_INFO``: the JSON string mamba_kernels/build.py compiled in.
+Each extension exposes ``BUILD_INFO``: the JSON string mamba_kernels/build/plan.py compiled in.
 
 Two rules, by the binary's ``binding`` (docs/STABLE_ABI.md): a classic binary needs the torch
 minor it was built against; a stable-ABI binary runs on every torch from its ``stable_target``
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import release_index, support, variant
-from .version import __version__
+from ..facts import release_index, support, variant, versions
+from ..facts.version import __version__
 
 
 @dataclass(frozen=True)
@@ -38,12 +38,12 @@ class BuildInfo:
     sass: Tuple[str, ...]
     ptx: Tuple[str, ...]
     raw: Dict[str, Any]
-    binding: str = "classic"  # "stable": PyTorch's stable ABI (absent in older metadata: classic)
+    binding: str = variant.CLASSIC  # variant.STABLE: PyTorch's stable ABI (absent in older metadata: classic)
     stable_target: Optional[str] = None  # stable: the oldest torch it runs on, "2.10"
 
     @property
     def stable(self) -> bool:
-        return self.binding == "stable"
+        return self.binding == variant.STABLE
 
     @property
     def variant(self) -> variant.Variant:
@@ -51,7 +51,7 @@ class BuildInfo:
             assert self.stable_target is not None
             return variant.Variant(self.stable_target, self.torch_cuda, None, stable=True)
         return variant.Variant(
-            variant.minor(self.torch_version), self.torch_cuda, self.cxx11_abi
+            versions.minor(self.torch_version), self.torch_cuda, self.cxx11_abi
         )
 
     def describe(self) -> str:
@@ -107,11 +107,11 @@ def parse(text: str) -> BuildInfo:
     package_version = data.get("package_version", "unknown")
     if package_version != "unknown":
         package_version = _field(data, "package_version", _VERSION, "0.1.0+cu130torch2.14")
-    binding = data.get("binding", "classic")
-    if binding not in ("classic", "stable"):
+    binding = data.get("binding", variant.CLASSIC)
+    if binding not in variant.BINDINGS:
         raise ValueError(f"BUILD_INFO binding must be 'classic' or 'stable', got {binding!r}")
     stable_target = None
-    if binding == "stable":
+    if binding == variant.STABLE:
         stable_target = _field(data, "stable_target", _CUDA, "2.10")  # M.m, like torch_cuda
     return BuildInfo(
         torch_version=_field(data, "torch_version", _VERSION, "2.14.1+cu130"),
@@ -193,7 +193,7 @@ def fix_command(
         )
     public = version.split("+")[0]
     try:
-        if _at_least(variant.minor(torch_version), support.STABLE_ABI_MIN_TORCH):
+        if _at_least(versions.minor(torch_version), support.STABLE_ABI_MIN_TORCH):
             # torch >= the stable target is served by the stable wheel of its CUDA major
             wanted = variant.stable_release_version(public, torch_cuda, support.STABLE_ABI_MIN_TORCH)
         else:
@@ -255,6 +255,7 @@ def problems(
 def running() -> Tuple[str, Optional[str], Optional[bool]]:
     """The running torch's version, CUDA version (None for a CPU build) and C++ ABI (None on
     Windows, where MSVC has no ABI flag)."""
+    # optional: importing the package never imports torch
     import torch
 
     abi = None if sys.platform == "win32" else bool(torch._C._GLIBCXX_USE_CXX11_ABI)
@@ -362,6 +363,7 @@ def arch_problem(name: str, info: BuildInfo, gpu: str, capability: str) -> Optio
 def matching_build_info() -> str:
     """A BUILD_INFO string that fits the running torch (what a fresh local build records);
     for tests and diagnostics that need a known-good reference."""
+    # optional: importing the package never imports torch
     import torch
 
     abi = None if sys.platform == "win32" else bool(torch._C._GLIBCXX_USE_CXX11_ABI)

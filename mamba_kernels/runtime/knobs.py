@@ -9,13 +9,15 @@ from __future__ import annotations
 import os
 from typing import Mapping, Optional, Tuple
 
+from ..facts import variant
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 BACKEND_VAR = "MAMBA_KERNELS_BACKEND"
 BACKENDS = ("auto", "cuda", "reference")
 BINDING_VAR = "MAMBA_KERNELS_BINDING"
-BINDINGS = ("auto", "stable", "classic")
+BINDINGS = ("auto", variant.STABLE, variant.CLASSIC)
 SCAN_STATES_VAR = "MAMBA_KERNELS_SCAN_STATES"
 SCAN_STATES = ("keep", "recompute")
 

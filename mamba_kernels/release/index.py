@@ -11,7 +11,7 @@ can serve:
     OUT_DIR/wheels/<file>                           wheels linked relatively (no --asset-url)
 
 ``<label>`` is the variant label (``cu128torch2.8``, or ``cu130stable2.10`` for a stable-ABI
-wheel; grammar in mamba_kernels/variant.py); one index per label, because a classic wheel pins
+wheel; grammar in mamba_kernels/facts/variant.py); one index per label, because a classic wheel pins
 ``torch==M.m.*`` and an index mixing torch releases would invite the installer to replace the
 user's torch. A stable label's index holds the cp310-abi3 wheels (one per platform) that
 require ``torch>=2.10`` and serve every torch from 2.10 on built for that CUDA major.
@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import errno
-import hashlib
 import html
 import json
 import os
@@ -52,15 +51,15 @@ import sys
 import tempfile
 import zipfile
 import zlib
-from email.parser import Parser
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 from urllib.parse import quote, unquote, urlsplit
 
-from . import fetching, variant, wheel_contents
+from ..facts import variant
+from ..install import fetching, wheel_contents, wheel_metadata
 
 if TYPE_CHECKING:  # packaging is imported where used: `info` and the runtime work without it
-    from packaging.requirements import Requirement
+    pass
 
 PROJECT = "mamba-kernels"  # PEP 503 normalised project name
 PREVIOUS_TIMEOUT = 60.0  # seconds for fetching the published manifest, as a whole
@@ -69,9 +68,6 @@ _READABLE_SCHEMAS = (1, 2)
 _FATBIN_MAGIC = struct.pack("<I", 0xBA55ED50)
 _BINARY_SUFFIXES = (".so", ".pyd", ".dll")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-# Marker variables a wheel's tags do not determine: a pin under one of them may or may not hold.
-_UNDECIDABLE_MARKER_VARS = ("python_full_version", "platform_release", "platform_version",
-                            "implementation_version")
 _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, struct.error,
                NotImplementedError, RuntimeError, UnicodeDecodeError)
 
@@ -114,29 +110,6 @@ def fatbin_archs(data: bytes) -> Tuple[List[str], List[str]]:
     return [f"sm_{a}" for a in sorted(sass)], [f"compute_{a}" for a in sorted(ptx)]
 
 
-def wheel_metadata(path: Path) -> Dict[str, Any]:
-    """METADATA of a wheel: Name, Version, Requires-Python and the Requires-Dist list."""
-    with zipfile.ZipFile(path) as zf:
-        names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
-        if len(names) != 1:
-            raise ValueError(
-                f"wheel {path.name!r} must hold exactly one *.dist-info/METADATA, found {len(names)}"
-            )
-        msg = Parser().parsestr(zf.read(names[0]).decode("utf-8"))
-    return {
-        "name": msg.get("Name", ""),
-        "version": msg.get("Version", ""),
-        "requires_python": msg.get("Requires-Python"),
-        "requires_dist": msg.get_all("Requires-Dist") or [],
-    }
-
-
-def dist_info_name(filename: str) -> str:
-    """The ``.dist-info`` folder a wheel of this file name holds: ``<dist>-<version>.dist-info``."""
-    dist, version = filename.split("-")[:2]
-    return f"{dist}-{version}.dist-info"
-
-
 def wheel_archs(path: Path) -> Dict[str, Dict[str, List[str]]]:
     """CUDA targets of every compiled module in a wheel: {member: {"sass": [...], "ptx": [...]}}."""
     out: Dict[str, Dict[str, List[str]]] = {}
@@ -149,82 +122,7 @@ def wheel_archs(path: Path) -> Dict[str, Dict[str, List[str]]]:
     return out
 
 
-def sha256_of(path: Path) -> str:
-    """The file's sha256 as hex, read in 1 MiB blocks (the one hashing routine of the package)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 # --- torch pin, with environment markers ------------------------------------------------------
-
-def target_environment(python: str, platform: str) -> Dict[str, str]:
-    """The marker environment of any install of a wheel for CPython ``python`` ("3.11") on one
-    of our ``platform`` names (``linux_x86_64``, ``linux_aarch64``, ``win_amd64``)."""
-    env = {"implementation_name": "cpython", "platform_python_implementation": "CPython",
-           "python_version": python, "extra": ""}
-    if platform == "win_amd64":
-        env.update(sys_platform="win32", platform_system="Windows", os_name="nt", platform_machine="AMD64")
-    else:
-        machine = "aarch64" if platform == "linux_aarch64" else "x86_64"
-        env.update(sys_platform="linux", platform_system="Linux", os_name="posix", platform_machine=machine)
-    return env
-
-
-def _torch_requirements(requires_dist: List[str]) -> List[Requirement]:
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
-
-    out = []
-    for text in requires_dist:
-        try:
-            req = Requirement(text)
-        except InvalidRequirement as e:
-            raise ValueError(f"Requires-Dist {text!r} is not a valid requirement ({e})") from None
-        if canonicalize_name(req.name) == "torch":
-            out.append(req)
-    return out
-
-
-def _applies(req: Requirement, environment: Optional[Dict[str, str]]) -> bool:
-    """Whether ``req`` applies to every install in ``environment`` (no extra requested).
-
-    Without an environment only an unconditional requirement applies. A marker on a variable the
-    environment does not fix (``python_full_version``, ``platform_release``, ...) is an error:
-    such a pin holds on some installs of the wheel and not on others.
-    """
-    if req.marker is None:
-        return True
-    if environment is None:
-        return False
-    text = str(req.marker)
-    for var in _UNDECIDABLE_MARKER_VARS:
-        if re.search(rf"\b{var}\b", text):
-            raise ValueError(
-                f"the torch requirement {str(req)!r} depends on {var}, which the wheel's tags do "
-                "not fix: the pin must hold on every install of the wheel"
-            )
-    return bool(req.marker.evaluate(dict(environment)))
-
-
-def torch_pin(requires_dist: List[str], environment: Optional[Dict[str, str]] = None) -> Optional[str]:
-    """The torch requirement of a wheel (``torch==2.14.*``, no marker, no spaces) that applies to
-    every install in ``environment`` (see :func:`target_environment`); None when there is none.
-
-    Markers are evaluated, not dropped: ``torch==2.14.*; sys_platform == "win32"`` is no pin
-    for a Linux wheel. Without ``environment`` only unconditional requirements count. When
-    several apply, all of them are returned joined by ``" and "`` so that a comparison with the
-    one expected pin fails.
-    """
-    found = []
-    for req in _torch_requirements(requires_dist):
-        if _applies(req, environment):
-            spec = "torch" + ("[" + ",".join(sorted(req.extras)) + "]" if req.extras else "")
-            spec += f" @ {req.url}" if req.url else str(req.specifier)
-            found.append(spec)
-    return " and ".join(found) if found else None
 
 
 def _check_torch_pin(
@@ -237,10 +135,10 @@ def _check_torch_pin(
         want = variant.stable_torch_requirement(info.variant.torch)
     else:
         want = variant.torch_requirement(info.variant.torch)
-    env = target_environment(info.python, info.platform)
+    env = wheel_metadata.target_environment(info.python, info.platform)
     try:
-        reqs = _torch_requirements(requires_dist)
-        pin = torch_pin(requires_dist, env)
+        reqs = wheel_metadata.torch_requirements(requires_dist)
+        pin = wheel_metadata.torch_pin(requires_dist, env)
     except ValueError as e:
         raise _fail("wheel", where, str(e)) from None
     if pin is None and reqs:
@@ -250,7 +148,7 @@ def _check_torch_pin(
                     f"{info.platform} install without extras")
     if pin != want:
         raise _fail("wheel", where, f"Requires-Dist must pin {want!r}, got {pin!r}")
-    markers = [str(r.marker) for r in reqs if r.marker is not None and _applies(r, env)]
+    markers = [str(r.marker) for r in reqs if r.marker is not None and wheel_metadata.applies(r, env)]
     return pin, (" and ".join(markers) or None)
 
 
@@ -263,6 +161,7 @@ def check_filename(filename: str, where: Optional[str] = None) -> variant.WheelI
     and written exactly ``mamba_kernels``: two names differing only in case or punctuation
     would be the same project to an installer and may be the same file on the host.
     """
+    # optional: packaging is read only where a requirement or version is
     from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
     where = where or filename
@@ -292,6 +191,7 @@ def check_filename(filename: str, where: Optional[str] = None) -> variant.WheelI
 
 def describe_wheel(path: Path) -> Dict[str, Any]:
     """One manifest entry (without URL), after checking the file, its name, METADATA and pin."""
+    # optional: packaging is read only where a requirement or version is
     from packaging.utils import canonicalize_name
 
     path = Path(path)
@@ -305,11 +205,11 @@ def describe_wheel(path: Path) -> Dict[str, Any]:
         raise _fail("wheel", where, "is empty (0 bytes): an interrupted download or copy?")
     try:
         with zipfile.ZipFile(path) as zf:
-            wheel_contents.vet(zf, dist_info_name(path.name))  # before reading any member
+            wheel_contents.vet(zf, wheel_metadata.dist_info_name(path.name))  # before reading any member
             bad = zf.testzip()
         if bad is not None:
             raise zipfile.BadZipFile(f"member {bad!r} fails its CRC check")
-        meta = wheel_metadata(path)
+        meta = wheel_metadata.wheel_metadata(path)
         archs = wheel_archs(path)
     except _ZIP_ERRORS as e:
         raise _fail("wheel", where, f"not a readable wheel (zip archive): {e}") from None
@@ -340,7 +240,7 @@ def describe_wheel(path: Path) -> Dict[str, Any]:
         "requires_python": meta["requires_python"],
         "requires_torch": pin,
         "requires_torch_marker": marker,
-        "sha256": sha256_of(path),
+        "sha256": wheel_metadata.sha256_of(path),
         "size": path.stat().st_size,
         "archs": archs,
     }
@@ -351,7 +251,7 @@ def label_fields(info: variant.WheelInfo) -> Dict[str, Any]:
     entries): binding, torch (a stable wheel's target), cuda, cuda_major, abi3, describe."""
     assert info.variant is not None
     return {
-        "binding": "stable" if info.variant.stable else "classic",
+        "binding": variant.BINDINGS[info.variant.stable],
         "torch": info.variant.torch,
         "cuda": info.variant.cuda,
         "cuda_major": int(info.variant.cuda.split(".")[0]),
@@ -361,10 +261,6 @@ def label_fields(info: variant.WheelInfo) -> Dict[str, Any]:
 
 
 # --- the previously published index -----------------------------------------------------------
-
-def _is_url(text: str) -> bool:
-    return text.startswith(("http://", "https://"))
-
 
 def load_previous(source: str, allow_missing: bool = False) -> List[Dict[str, Any]]:
     """The wheels of the published manifest at ``source`` (a path or an http(s) URL).
@@ -377,7 +273,7 @@ def load_previous(source: str, allow_missing: bool = False) -> List[Dict[str, An
     recorded ("_copy_from" names that file).
     """
     what = "--previous"
-    if _is_url(source):
+    if fetching.is_url(source):
         try:
             raw = fetching.read_all(source, PREVIOUS_TIMEOUT, fetching.MAX_PAGE_BYTES)[0]
         except fetching.FetchError as e:
@@ -435,15 +331,15 @@ def load_previous(source: str, allow_missing: bool = False) -> List[Dict[str, An
             entry.setdefault(k, v)
         entry.setdefault("requires_python", None)
         _check_entry_fields(entry, where)
-        if not _is_url(url):
-            if _is_url(source) or urlsplit(url).scheme or url.startswith("/"):
+        if not fetching.is_url(url):
+            if fetching.is_url(source) or urlsplit(url).scheme or url.startswith("/"):
                 raise _fail("wheel", where, f"has the relative URL {url!r}: a published manifest must "
                             "record absolute asset URLs (write it with --asset-url)")
             local = Path(source).parent / unquote(url.split("#", 1)[0])  # resolved against its base
             if local.is_symlink() or not local.is_file():
                 raise _fail("wheel", where, f"is linked relatively ({url!r}) but {str(local)!r} is not a "
                             "regular file to carry over")
-            if sha256_of(local) != sha:
+            if wheel_metadata.sha256_of(local) != sha:
                 raise _fail("wheel", where, f"{str(local)!r} does not have the recorded sha256")
             entry["_copy_from"] = str(local)
             entry["url"] = "wheels/" + quote(fn)  # copied under the name it is linked by
@@ -467,6 +363,7 @@ def _check_entry_fields(entry: Dict[str, Any], where: str) -> None:
             names = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
             raise _fail("wheel", where, f"has {key!r} {entry[key]!r}: it must be {names}")
     if entry.get("requires_python") is not None:
+        # optional: packaging is read only where a requirement or version is
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
         try:
@@ -512,6 +409,7 @@ def file_requires_python(filename: str, requires_python: Optional[str]) -> str:
     Python tag's (cp311: 3.11 only; cp310-abi3: 3.10 and later), narrowed by METADATA's
     Requires-Python when that says more. An installer reads the page's value before the tags,
     so the project's wider Requires-Python alone would invite it to try files that never fit."""
+    # optional: packaging is read only where a requirement or version is
     from packaging.specifiers import SpecifierSet
     from packaging.version import Version
 
@@ -544,12 +442,12 @@ def _write_site(site: Path, entries: List[Dict[str, Any]], manifest: Dict[str, A
     """Every file of the index into the (new, empty) folder ``site``."""
     for e in entries:
         src = e.get("_copy_from") or e.get("_path")
-        if not _is_url(e["url"]):
+        if not fetching.is_url(e["url"]):
             (site / "wheels").mkdir(exist_ok=True)
             shutil.copyfile(src, site / "wheels" / e["filename"])
 
     def href(e: Dict[str, Any], depth: int) -> str:
-        return e["url"] if _is_url(e["url"]) else "../" * depth + e["url"]
+        return e["url"] if fetching.is_url(e["url"]) else "../" * depth + e["url"]
 
     by_label: Dict[str, List[Dict[str, Any]]] = {}
     for e in entries:
@@ -580,7 +478,7 @@ def _asset_url_template(asset_url: Optional[str], base_url: Optional[str]) -> Op
     rest = asset_url.replace("{filename}", "")
     if asset_url.count("{filename}") != 1 or "{" in rest or "}" in rest:
         raise _fail("--asset-url", asset_url, "must hold the placeholder {filename} once and no other braces")
-    if not _is_url(asset_url) or not urlsplit(asset_url).netloc:
+    if not fetching.is_url(asset_url) or not urlsplit(asset_url).netloc:
         raise _fail("--asset-url", asset_url, "must be an absolute http(s) URL")
     return asset_url
 

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from dataclasses import dataclass
 from typing import Callable, List, Mapping, Optional, Sequence, Tuple
@@ -171,7 +172,6 @@ def host_compiler(environ: Mapping[str, str]) -> Tuple[str, Optional[Tuple[str, 
     (family, version)."""
     if sys.platform == "win32":
         return "cl", ("msvc", environ.get("VCToolsVersion", "unknown"))
-    import sysconfig
 
     cxx = (environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++").split()[0]
     _, out = run([cxx, "--version"], timeout=30)

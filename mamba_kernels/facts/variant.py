@@ -31,8 +31,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
-from . import support
+from . import support, versions
 
+# The two bindings a wheel is built with (docs/STABLE_ABI.md): PyTorch's C++ API, tied to one
+# torch minor, or its stable ABI, one binary for every torch from the target on.
+CLASSIC = "classic"
+STABLE = "stable"
+BINDINGS = (CLASSIC, STABLE)  # indexed by Cell.stable
 DIST_NAME = "mamba_kernels"  # the distribution name as it appears in wheel file names
 
 _LABEL_RE = re.compile(
@@ -67,20 +72,12 @@ class Variant:
         return text
 
 
-def minor(version: str, what: str = "torch") -> str:
-    """The release line "M.m" of a version ("2.14.1+cu130", "2.8.0a0+5228986c.nv25.06", "13.0")."""
-    parts = version.split("+")[0].split(".")
-    if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
-        raise ValueError(f"{what} must look like 'M.m' or 'M.m.p', got {version!r}")
-    return f"{int(parts[0])}.{int(parts[1])}"
-
-
 def check_torch_version(version: str, what: str = "--torch") -> str:
     """``version`` stripped, when it is a torch version as ``torch.__version__`` writes it: a
     PEP 440 version (packaging's parser) of at least major.minor, whose local label, when it
     names a CUDA (``+cu130``), has two or three digits; else a ValueError naming ``what``."""
     text = version.strip()
-    minor(text, what)
+    versions.minor(text, what)
     version_class = _version_class()
     if version_class is not None:
         try:
@@ -101,6 +98,7 @@ def check_torch_version(version: str, what: str = "--torch") -> str:
 def _version_class() -> Optional[Tuple[Any, Any]]:
     """packaging's (Version, InvalidVersion), or pip's copy of them; None without either."""
     try:
+        # optional: packaging, else pip's copy, else no PEP 440 check
         from packaging.version import InvalidVersion, Version
     except ImportError:
         try:
@@ -116,7 +114,7 @@ def cuda_tag(cuda: str) -> str:
 
 
 def _cuda_tag(cuda: str) -> str:
-    major, mi = minor(cuda, "cuda").split(".")
+    major, mi = versions.minor(cuda, "cuda").split(".")
     if int(mi) > 9:
         raise ValueError(f"cuda minor must be a single digit for the cu{{XYZ}} tag, got {cuda!r}")
     return f"cu{major}{mi}"
@@ -125,7 +123,7 @@ def _cuda_tag(cuda: str) -> str:
 def needs_abi_marker(torch: str) -> bool:
     """True for torch releases that shipped both C++ ABIs on Linux (only 2.6)."""
     try:
-        return support.torch_release(minor(torch, "torch")).has_two_abis
+        return support.torch_release(versions.minor(torch, "torch")).has_two_abis
     except ValueError:
         return False
 
@@ -135,7 +133,7 @@ def label(torch: str, cuda: str, cxx11_abi: Optional[bool] = None) -> str:
 
     ``cxx11_abi`` is required for (and only written for) releases with two ABIs, on Linux.
     """
-    mm = minor(torch, "torch")
+    mm = versions.minor(torch, "torch")
     text = f"{_cuda_tag(cuda)}torch{mm}"
     if needs_abi_marker(mm) and cxx11_abi is not None:
         text += "cxx11" if cxx11_abi else "precxx11"
@@ -149,8 +147,8 @@ def stable_label(cuda: str, target_torch: str) -> str:
     was compiled with; any M.m[.p][+x]); it must not be older than the stable ABI's first
     usable release (docs/COMPAT.md §11).
     """
-    mm = minor(target_torch, "target_torch")
-    if _vkey(mm) < _vkey(support.STABLE_ABI_MIN_TORCH):
+    mm = versions.minor(target_torch, "target_torch")
+    if versions.key(mm) < versions.key(support.STABLE_ABI_MIN_TORCH):
         raise ValueError(
             f"target_torch must be at least {support.STABLE_ABI_MIN_TORCH} for a stable-ABI build "
             f"(the first release whose stable ABI covers these kernels), got {target_torch!r}"
@@ -178,7 +176,7 @@ def parse_label(text: str) -> Variant:
             f"label must look like {_LABEL_FORMS}: a stable label has no C++ ABI marker, got {text!r}"
         )
     torch = f"{int(m.group('tmaj'))}.{int(m.group('tmin'))}"
-    if stable and _vkey(torch) < _vkey(support.STABLE_ABI_MIN_TORCH):
+    if stable and versions.key(torch) < versions.key(support.STABLE_ABI_MIN_TORCH):
         raise ValueError(
             f"label {text!r}: a stable label's target_torch must be at least "
             f"{support.STABLE_ABI_MIN_TORCH} (the first release whose stable ABI covers these kernels)"
@@ -196,10 +194,6 @@ def describe_label(text: str) -> str:
     return parse_label(text).describe()
 
 
-def _vkey(version: str) -> tuple:
-    return tuple(int(x) for x in version.split("."))
-
-
 def release_version(version: str, torch: str, cuda: str, cxx11_abi: Optional[bool] = None) -> str:
     """The version a release wheel carries in METADATA and its file name."""
     if "+" in version:
@@ -209,7 +203,7 @@ def release_version(version: str, torch: str, cuda: str, cxx11_abi: Optional[boo
 
 def torch_requirement(torch: str) -> str:
     """The torch pin of a classic release wheel: ``torch==M.m.*``."""
-    return f"torch=={minor(torch, 'torch')}.*"
+    return f"torch=={versions.minor(torch, 'torch')}.*"
 
 
 def stable_release_version(version: str, cuda: str, target_torch: str) -> str:
@@ -221,7 +215,7 @@ def stable_release_version(version: str, cuda: str, target_torch: str) -> str:
 
 def stable_torch_requirement(target_torch: str) -> str:
     """The torch requirement of a stable release wheel: ``torch>=M.m`` (its target)."""
-    return f"torch>={minor(target_torch, 'target_torch')}"
+    return f"torch>={versions.minor(target_torch, 'target_torch')}"
 
 
 def platform_tag(cell: support.Cell) -> str:
@@ -237,7 +231,7 @@ def platform_tag(cell: support.Cell) -> str:
 
 
 def python_tag(python: str) -> str:
-    return "cp" + minor(python, "python").replace(".", "")
+    return "cp" + versions.minor(python, "python").replace(".", "")
 
 
 def cell_label(cell: support.Cell) -> str:
@@ -333,9 +327,9 @@ def mismatches(
     equal where both are known (never for stable: its ABI is C).
     """
     problems: List[str] = []
-    running_mm = minor(torch_version, "torch_version")
+    running_mm = versions.minor(torch_version, "torch_version")
     if built.stable:
-        if _vkey(running_mm) < _vkey(built.torch):
+        if versions.key(running_mm) < versions.key(built.torch):
             problems.append(
                 f"it needs torch >= {built.torch} (stable ABI), the {who} is {running_mm}"
             )
@@ -345,7 +339,7 @@ def mismatches(
         problems.append(f"it needs a CUDA {built.cuda} build of torch, the {who} has no CUDA")
     else:
         b_major, b_minor = (int(x) for x in built.cuda.split("."))
-        r_major, r_minor = (int(x) for x in minor(torch_cuda, "torch_cuda").split("."))
+        r_major, r_minor = (int(x) for x in versions.minor(torch_cuda, "torch_cuda").split("."))
         if b_major != r_major:
             problems.append(f"CUDA {built.cuda} has another major version than torch's CUDA {torch_cuda}")
         elif b_minor > r_minor:

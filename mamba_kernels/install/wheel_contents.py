@@ -1,7 +1,7 @@
 """What a wheel of ours may hold: the layout our build produces, checked before a wheel is
 indexed (``index``), installed (``install``) or written to a wheelhouse (``download``).
 
-The build (setup.py through mamba_kernels/build.py, then auditwheel or delvewheel) writes only
+The build (setup.py through mamba_kernels/build/plan.py, then auditwheel or delvewheel) writes only
 
 - the packages and top-level modules of ``[tool.setuptools]`` in pyproject.toml
   (:data:`PACKAGES`, :data:`MODULES`; tests/test_wheel_contents.py keeps the two in step);

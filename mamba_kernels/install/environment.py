@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import re
+import site
 import sys
 import sysconfig
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .version import __version__
+from ..build import toolchain as build_toolchain
+from ..facts import support, variant, versions
+from ..facts.version import __version__
+from ..runtime import knobs
+from ..runtime.dispatch import backends
 
 
 def _torch_facts() -> Dict[str, Any]:
     try:
+        # optional: the report works without torch
         import torch
     except ImportError as e:
         return {"installed": False, "error": str(e)}
@@ -35,9 +42,6 @@ def _torch_facts() -> Dict[str, Any]:
 
 
 def snapshot() -> Dict[str, Any]:
-    from . import knobs
-    from .dispatch import backends
-
     torch_facts = _torch_facts()
     info: Dict[str, Any] = {
         "mamba_kernels": __version__,
@@ -140,8 +144,6 @@ def platform_tags_for(tag: str) -> Tuple[Optional[str], Tuple[str, ...]]:
     """(our platform name, the wheel platform tags that install there) for a platform given on
     the command line: one of our names (any glibc), a wheel platform tag such as
     ``manylinux_2_28_x86_64`` (glibc 2.28: that tag and every older one), or ``win_amd64``."""
-    from . import support
-
     text = tag.strip().lower().replace("-", "_")
     aliases = {"windows": "win_amd64", "win": "win_amd64", "linux": "linux_x86_64",
                "linux_arm64": "linux_aarch64", "aarch64": "linux_aarch64", "x86_64": "linux_x86_64"}
@@ -251,11 +253,10 @@ def _nvidia_smi(runner: Runner) -> Tuple[Tuple[Gpu, ...], Optional[str]]:
 
 def _torch_build() -> Optional[Tuple[str, Optional[str], Optional[bool], Any]]:
     """(version, CUDA, C++ ABI, module) of the importable torch, None without one."""
-    import importlib.util
-
     if "torch" not in sys.modules and importlib.util.find_spec("torch") is None:
         return None
     try:
+        # optional: the report works without torch
         import torch
     except Exception:  # a broken torch is no torch to match against
         return None
@@ -297,7 +298,6 @@ def detect(
     one CUDA variant only. Without ``cxx11_abi``: the installed torch's when it is that build,
     cxx11 for an NGC build, else the support table's ABI of that torch/CUDA/platform.
     """
-    from . import build_toolchain, support, variant
 
     environ = os.environ if environ is None else environ
     runner = runner or build_toolchain.run
@@ -306,7 +306,7 @@ def detect(
     # Python and platform
     if python is not None:
         free_threaded = python.strip().endswith("t")  # "3.13t", as the wheel tag cp313t writes it
-        py = variant.minor(python.strip()[:-1] if free_threaded else python, "--python")
+        py = versions.minor(python.strip()[:-1] if free_threaded else python, "--python")
         src["python"] = "given"
     else:
         py = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -384,8 +384,6 @@ def detect(
     # toolkit
     home = how = nvcc = None
     if toolchain:
-        import site
-
         paths = [p for p in (getattr(site, "getsitepackages", lambda: [])() or [])]
         found = build_toolchain.find_cuda_home(environ, search_paths=paths)
         if found is not None:
@@ -402,8 +400,6 @@ def detect(
 def _table_cuda(torch: str, platform: Optional[str]) -> Tuple[Optional[str], str]:
     """The CUDA of a torch version without a ``+cuXYZ`` label: on Linux x86_64 the plain PyPI
     wheel's CUDA; elsewhere the release's one CUDA variant, when it has one."""
-    from . import support
-
     try:
         rel = support.torch_release(torch)
     except ValueError:
@@ -417,8 +413,6 @@ def _table_cuda(torch: str, platform: Optional[str]) -> Tuple[Optional[str], str
 
 
 def _table_abi(torch: str, cuda: Optional[str], platform: Optional[str]) -> Optional[bool]:
-    from . import support
-
     if platform is None or cuda is None:
         return None
     try:

@@ -16,13 +16,14 @@ import sysconfig
 from importlib import metadata
 from typing import Any, Dict, List, Optional
 
-from . import buildinfo, dispatch, sdist_install, variant
-from .version import __version__
+from ..facts import variant
+from ..facts.version import __version__
+from . import buildinfo, dispatch, install_record
 
 
 def _distribution_version() -> Optional[str]:
     try:
-        return metadata.version(sdist_install.DISTRIBUTION)
+        return metadata.version(install_record.DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return None
 
@@ -52,7 +53,7 @@ def _prebuilt_from_sdist(record: Optional[Dict[str, Any]]) -> Optional[variant.W
 
 def _read_record() -> Optional[Dict[str, Any]]:
     try:
-        return sdist_install.read_record()
+        return install_record.read_record()
     except (OSError, UnicodeDecodeError):
         return None
 

@@ -14,13 +14,16 @@ import sys
 import threading
 from typing import Any, Dict, List, Optional
 
-from .version import __version__
+from ..facts import release_index, variant, versions
+from ..facts.version import __version__
+from ..install import doctor, environment, resolve
+from ..install import installer as install
+from ..install.environment import snapshot
+from ..release import index, matrix
+from ..runtime import installed
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from . import installed
-    from .environment import snapshot
-
     info = snapshot()
     info["build"] = installed.describe()
     info["mamba_kernels"] = info["build"]["version"]
@@ -58,7 +61,6 @@ def _cmd_info(args: argparse.Namespace) -> int:
 def _serving_index(torch_facts: Dict[str, Any]) -> Dict[str, Any]:
     """The index ``install`` reads and, for the running torch, the label of the release wheel and
     its PEP 503 index URL (the resolver's own choice among the wheels the matrix builds)."""
-    from . import environment, matrix, release_index, resolve, variant
 
     indexes, origin = release_index.default_indexes()
     out: Dict[str, Any] = {"indexes": list(indexes), "from": origin, "label": None, "url": None, "why": ""}
@@ -73,7 +75,7 @@ def _serving_index(torch_facts: Dict[str, Any]) -> Dict[str, Any]:
                                 gpu_archs=[g["capability"] for g in torch_facts.get("gpus", [])],
                                 toolchain=False)
     try:
-        cells = matrix.select(torch=variant.minor(target.torch or ""), python=target.python,
+        cells = matrix.select(torch=versions.minor(target.torch or ""), python=target.python,
                               platform=target.platform)
     except ValueError as e:
         out["why"] = f"no release wheel known for this environment ({e})"
@@ -92,8 +94,6 @@ def _serving_index(torch_facts: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from . import doctor
-
     return doctor.main(as_json=args.json)
 
 
@@ -124,8 +124,6 @@ class _Version(argparse.Action):
     """``--version``: the installed version with its label (read only when asked: metadata)."""
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        from . import installed
-
         print(f"mamba-kernels {installed.version()}")
         parser.exit(0)
 
@@ -143,7 +141,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="diagnose what is broken and print the one command that fixes each")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_doctor)
-    from . import index, install, matrix, resolve  # `matrix`, `index`: release tooling; the rest: users
 
     resolve.register(sub)
     install.register(sub)

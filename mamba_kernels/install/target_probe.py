@@ -25,6 +25,7 @@ def facts():
     out.update(purelib=paths["purelib"], platlib=paths["platlib"], scripts=paths["scripts"])
     try:
         if importlib.util.find_spec("torch") is not None:
+            # optional: the probe reports a target without torch
             import torch
 
             abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None)

@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Callable, Dict, Optional, Tuple
 
-from . import buildinfo, knobs, sdist_install
-from .version import __version__
+from ..facts.version import __version__
+from . import buildinfo, install_record, knobs
 
 # kernel family -> import name of its compiled extension
 EXTENSIONS: Dict[str, str] = {
@@ -158,6 +158,7 @@ def _check_gpus(kernel: str, status: ExtensionStatus) -> ExtensionStatus:
         info = None  # the metadata check judged it; nothing to compare the GPUs with
     if info is None or not (info.sass or info.ptx):
         return replace(status, gpus_checked=True, cuda_ready=True)
+    # optional: importing the package never imports torch
     import torch
 
     name = EXTENSIONS[kernel]
@@ -177,6 +178,7 @@ def _check_gpus(kernel: str, status: ExtensionStatus) -> ExtensionStatus:
 
 
 def _gpu_name(device: int) -> str:
+    # optional: importing the package never imports torch
     import torch
 
     try:
@@ -247,7 +249,7 @@ def _decide_first(kernel: str, device_type: str, mode: str) -> bool:
             f"mamba_kernels: running {kernel} on CUDA tensors with the slower PyTorch "
             f"implementation because {why}. "
             f"Set {knobs.BACKEND_VAR}=reference to silence this or =cuda to make it an error."
-            f"{sdist_install.install_note()}",
+            f"{install_record.install_note()}",
             RuntimeWarning,
             stacklevel=4,
         )
@@ -258,13 +260,22 @@ def _opaque_to_torch_compile(fn: Callable[[str, str], bool]) -> Callable[[str, s
     """torch.compile must not trace the decision (a lock, an import, a warning would each
     break the graph): it runs eagerly at trace time and enters the graph as a constant."""
     try:
+        # optional: torch is imported at the first decision, not when this module is
         from torch._dynamo import assume_constant_result
     except ImportError:  # no torch, or a torch without dynamo: nothing traces us
         return fn
     return assume_constant_result(fn)
 
 
-use_cuda = _opaque_to_torch_compile(_decide)
+def __getattr__(name: str) -> Callable[[str, str], bool]:
+    """``use_cuda(kernel, device_type)``: :func:`_decide` made opaque to torch.compile, built at
+    its first use, so that importing this module (the package, the CLI, setup.py) never imports
+    torch. torch.compile reads a missing module attribute through getattr, so a first use
+    inside a traced function gets the same opaque function."""
+    if name == "use_cuda":
+        fn = globals()["use_cuda"] = _opaque_to_torch_compile(_decide)
+        return fn
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def backends() -> Dict[str, Dict[str, str]]:

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Sequence, Tuple
 
-from . import support
+from ..facts import support
 
 ARCH_LIST_VAR = "TORCH_CUDA_ARCH_LIST"
 

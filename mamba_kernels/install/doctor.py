@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.metadata
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -25,7 +26,9 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Optional
 
-from . import buildinfo, dispatch, environment, installed, knobs, sdist_install, support
+from ..facts import support
+from ..runtime import buildinfo, dispatch, install_record, installed, knobs
+from . import environment
 
 DIST = "mamba-kernels"
 # Top-level names we install: our packages, and the compatibility modules named like the originals'
@@ -284,7 +287,7 @@ def diagnose(target: Optional[environment.Target] = None) -> Dict[str, Any]:
         "kernels": kernels,
         "problems": found,
         "broken": any(p["broken"] for p in found),
-        "install_record": sdist_install.read_record(),  # how the sdist installed it, or None
+        "install_record": install_record.read_record(),  # how the sdist installed it, or None
     }
 
 
@@ -315,8 +318,6 @@ def render(report: Dict[str, Any]) -> str:
 
 
 def main(as_json: bool = False, target: Optional[environment.Target] = None) -> int:
-    import json
-
     report = diagnose(target)
     print(json.dumps(report, indent=2) if as_json else render(report))
     return 1 if report["broken"] else 0

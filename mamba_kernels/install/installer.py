@@ -46,7 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from . import environment, fetching, index, release_index, resolve, site_snapshot, variant, wheel_contents
+from ..facts import release_index, variant
+from . import environment, fetching, resolve, site_snapshot, target_probe, wheel_contents, wheel_metadata
 from .resolve import Candidate, Resolution, SourceError
 
 EXIT_OK = 0
@@ -73,10 +74,6 @@ class Failure(Exception):
 
 
 # ----------------------------------------------------------------------------- fetching
-
-def _is_url(text: str) -> bool:
-    return text.startswith(("http://", "https://"))
-
 
 def _size(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
@@ -132,7 +129,7 @@ def fetch(c: Candidate, dest: Path, timeout: float, stream: IO[str] = sys.stderr
 
     The trust rules (docs/INSTALL.md, What is trusted): a wheel listed by a remote index needs
     the sha256 that index lists (``allow_unhashed`` relaxes this); the download is bounded by
-    the size the index records, else :data:`mamba_kernels.fetching.MAX_WHEEL_BYTES`, and by
+    the size the index records, else :data:`mamba_kernels.install.fetching.MAX_WHEEL_BYTES`, and by
     ``timeout`` as a whole. The file appears under its name, readable as the umask allows, only
     once it is complete and verified; on any failure, or an interrupt, the partial file is
     removed and :class:`Failure` (or the interrupt) propagates."""
@@ -144,7 +141,7 @@ def fetch(c: Candidate, dest: Path, timeout: float, stream: IO[str] = sys.stderr
     if expected is not None and not _SHA256_RE.match(expected):
         raise Failure(f"{c.filename}: the index lists sha256 {c.sha256!r}, which is not 64 hex digits",
                       EXIT_VERIFY)
-    if expected is None and (c.remote or _is_url(c.url)) and not allow_unhashed:
+    if expected is None and (c.remote or fetching.is_url(c.url)) and not allow_unhashed:
         raise Failure(f"{c.filename}: the index {c.source or c.url} lists no sha256 for it: a wheel from a "
                       "remote index must carry one (--allow-unhashed accepts it anyway)", EXIT_VERIFY)
     limit = fetching.MAX_WHEEL_BYTES if c.size is None else c.size
@@ -232,6 +229,7 @@ def _receive(c: Candidate, fd: int, tmp: Path, timeout: float, limit: int, strea
 
 def _requirement_class() -> Any:
     try:
+        # optional: packaging is read only where a requirement or version is
         from packaging.requirements import Requirement
     except ImportError:  # pip carries a copy; install needs pip (or uv) anyway
         try:
@@ -248,8 +246,8 @@ def check_wheel(path: Path, torch_version: str, python: str, platform: Optional[
     ``platform`` install; else return that requirement (for the report)."""
     try:
         with zipfile.ZipFile(path) as zf:
-            wheel_contents.vet(zf, index.dist_info_name(path.name))
-        meta = index.wheel_metadata(path)
+            wheel_contents.vet(zf, wheel_metadata.dist_info_name(path.name))
+        meta = wheel_metadata.wheel_metadata(path)
     except wheel_contents.WheelContentError as e:
         raise Failure(f"{path.name}: {e}: not the layout our build writes, refused", EXIT_VERIFY) from None
     except Exception as e:  # zipfile raises several kinds on a damaged archive
@@ -263,7 +261,7 @@ def check_wheel(path: Path, torch_version: str, python: str, platform: Optional[
         raise Failure(f"{path.name}: METADATA Version {meta['version']!r} is not the file name's "
                       f"{in_name!r}", EXIT_VERIFY)
     requirement = _requirement_class()
-    env = index.target_environment(python, platform) if platform else None
+    env = wheel_metadata.target_environment(python, platform) if platform else None
     pins = []
     for text in meta["requires_dist"]:
         try:
@@ -302,8 +300,6 @@ class Interpreter:
 
 def probe(executable: Optional[str]) -> Interpreter:
     """What ``executable`` (None: the running interpreter) has installed."""
-    from . import target_probe
-
     if executable is None:
         return Interpreter(sys.executable, target_probe.facts())
     # Always asked, never compared by path: a venv's python is a link to its base interpreter.
@@ -444,7 +440,7 @@ def obtain(verb: str, sources: Sequence[str], target: environment.Target, dest: 
         _describe_choice(res, source)
         c = res.selected.candidate
         if dest is None:
-            if c.sha256 is None and (c.remote or _is_url(c.url)) and not allow_unhashed:
+            if c.sha256 is None and (c.remote or fetching.is_url(c.url)) and not allow_unhashed:
                 refused = Failure(f"{c.filename}: the index {source} lists no sha256 for it: it would be "
                                   "refused (--allow-unhashed accepts it)", EXIT_VERIFY)
                 last = _shown(verb, refused, more)
@@ -574,7 +570,7 @@ def _install(args: argparse.Namespace) -> int:
             return EXIT_OK
         _say("running " + shlex.join(cmd))
         f = interp.facts
-        snap = site_snapshot.take(got.path, index.dist_info_name(name), [f["purelib"], f["platlib"]],
+        snap = site_snapshot.take(got.path, wheel_metadata.dist_info_name(name), [f["purelib"], f["platlib"]],
                                   f["scripts"], f["prefix"])
         try:
             try:
