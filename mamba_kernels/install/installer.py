@@ -44,7 +44,7 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import IO, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..facts import release_index, variant
 from . import environment, fetching, resolve, site_snapshot, target_probe, wheel_contents, wheel_metadata
@@ -392,7 +392,7 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def _warn(verb: str, text: str) -> None:
+def warn(verb: str, text: str) -> None:
     print(f"mamba-kernels {verb}: {text}", file=sys.stderr, flush=True)
 
 
@@ -408,7 +408,7 @@ def _describe_choice(res: Resolution, source: str) -> None:
 
 
 def _report_no_match(target: environment.Target, rejected: List[resolve.Verdict]) -> None:
-    _say(f"no wheel fits: {resolve._no_match_line(target, len(rejected))}")
+    _say(f"no wheel fits: {resolve.no_match_line(target, len(rejected))}")
     for line in resolve.no_match_lines(rejected, False, "`resolve --all` lists every one"):
         _say(line)
 
@@ -435,7 +435,7 @@ def obtain(verb: str, sources: Sequence[str], target: environment.Target, dest: 
             for v in res.rejected:
                 rejected.setdefault(v.candidate.filename, v)
             if more:
-                _warn(verb, f"--index {source}: no wheel fits{more}")
+                warn(verb, f"--index {source}: no wheel fits{more}")
             continue
         _describe_choice(res, source)
         c = res.selected.candidate
@@ -479,7 +479,7 @@ def obtain(verb: str, sources: Sequence[str], target: environment.Target, dest: 
 
 def _shown(verb: str, failure: Failure, more: str) -> Failure:
     """``failure``, printed now (with ``more``) and marked so that it is not printed again."""
-    _warn(verb, failure.line + more)
+    warn(verb, failure.line + more)
     failure.shown = True
     return failure
 
@@ -552,7 +552,7 @@ def _sources(args: argparse.Namespace) -> Tuple[Tuple[str, ...], str]:
     return release_index.default_indexes()
 
 
-def _install(args: argparse.Namespace) -> int:
+def run_install(args: argparse.Namespace) -> int:
     sources, origin = _sources(args)
     interp = probe(args.python_exe)
     target, installed_torch = install_target(args, interp)
@@ -589,7 +589,7 @@ def _install(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _download(args: argparse.Namespace) -> int:
+def run_download(args: argparse.Namespace) -> int:
     if not args.dest.strip():
         raise Failure("--dest must name a folder, got ''", EXIT_USAGE)
     dest = Path(args.dest)
@@ -620,66 +620,3 @@ def _download(args: argparse.Namespace) -> int:
          "Python whose torch it was chosen for:")
     _say(f"  python -m pip install --no-deps --no-index --find-links DIR 'mamba-kernels=={version}'")
     return EXIT_OK
-
-
-Verb = Callable[[argparse.Namespace], int]
-
-
-def _verb(name: str, body: Verb, interrupted: str) -> Verb:
-    """A verb's entry point: its Failure as one line and its exit code; Ctrl-C as ``interrupted``."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return body(args)
-        except Failure as e:
-            if not e.shown:
-                _warn(name, e.line)
-            return e.code
-        except KeyboardInterrupt as e:
-            _warn(name, interrupted)
-            return getattr(e, "exit_status", EXIT_INTERRUPTED)
-
-    return run
-
-
-_cmd_install = _verb("install", _install, "interrupted: the partial download was removed and the "
-                     "environment is as it was before")
-_cmd_download = _verb("download", _download, "interrupted: the partial download was removed")
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    resolve.add_target_arguments(p)
-    p.add_argument("--dry-run", action="store_true",
-                   help="choose and print what would be done; fetch nothing")
-    p.add_argument("--allow-unhashed", action="store_true",
-                   help="accept a wheel from a remote index that lists no sha256 for it (for a local "
-                        "mirror you trust; docs/INSTALL.md, What is trusted)")
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``install`` and ``download`` verbs to the CLI."""
-    codes = ("exit status: 0 done, 2 bad arguments, 3 no wheel fits, 4 no index or download could be read "
-             "(network, timeout, truncated, malformed page), 5 the file did not verify (sha256, no hash, "
-             "not our wheel, torch pin), 6 the target cannot take it (no torch, no pip/uv, installer "
-             "failed), 7 a file could not be written (disk full, read-only, not a folder), 130 "
-             "interrupted (143 on SIGTERM)")
-    p = subparsers.add_parser(
-        "install", help="choose, download, verify and install the release wheel for this environment",
-        description="Choose the release wheel for the target interpreter's torch, download it, verify "
-                    "its sha256 and install that exact file with pip --no-deps (torch is never "
-                    "changed). " + codes,
-    )
-    _common(p)
-    p.add_argument("--python-exe", metavar="PATH",
-                   help="the interpreter whose environment gets the wheel (default: this one); its torch "
-                        "decides the wheel")
-    p.set_defaults(func=_cmd_install)
-    p = subparsers.add_parser(
-        "download", help="fill a wheelhouse with the verified release wheel for another machine",
-        description="Choose the release wheel for the machine the options describe (this one where "
-                    "not given), download and verify it into --dest, and print how to install it "
-                    "there. " + codes,
-    )
-    p.add_argument("--dest", required=True, metavar="DIR", help="the wheelhouse directory (created)")
-    _common(p)
-    p.set_defaults(func=_cmd_download)

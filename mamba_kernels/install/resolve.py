@@ -29,16 +29,15 @@ import argparse
 import html.parser
 import json
 import re
-import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import unquote, urljoin, urlsplit
 
 from ..facts import release_index, support, variant, versions
 from . import fetching
-from .environment import Target, detect, parse_gpu_archs, tag_installs
+from .environment import Target, parse_gpu_archs, tag_installs
 from .wheel_metadata import sha256_of
 
 PROJECT = "mamba-kernels"
@@ -92,7 +91,7 @@ class Resolution:
             "selected": s.candidate.filename if s else None,
             "url": s.candidate.url if s else None,
             "sha256": s.candidate.sha256 if s else None,
-            "reason": "; ".join(s.why) if s else _no_match_line(self.target, len(self.rejected)),
+            "reason": "; ".join(s.why) if s else no_match_line(self.target, len(self.rejected)),
             "rejected": [{"file": v.candidate.filename, "reasons": v.reasons} for v in self.rejected],
             "target": self.target.as_dict(),
         }
@@ -539,7 +538,7 @@ def resolve(candidates: Sequence[Candidate], target: Target) -> Resolution:
     return Resolution(target, selected, rejected)
 
 
-def _sha256_of(path: str) -> Optional[str]:
+def local_sha256(path: str) -> Optional[str]:
     try:
         return sha256_of(Path(path))
     except OSError:
@@ -564,7 +563,7 @@ def chosen_lines(res: Resolution, extra: Sequence[str] = ()) -> List[str]:
     return lines + list(extra) + [f"why     {why}" for why in res.selected.why]
 
 
-def _no_match_line(t: Target, n: int) -> str:
+def no_match_line(t: Target, n: int) -> str:
     if n == 0:
         return "no wheel of mamba-kernels in the given index"
     return f"none of the {n} candidate wheel(s) fits {describe_target(t)}"
@@ -608,39 +607,6 @@ def no_match_lines(rejected: Sequence[Verdict], show_all: bool,
     return lines
 
 
-def _cmd_resolve(args: argparse.Namespace) -> int:
-    def warn(text: str) -> None:
-        print(f"mamba-kernels resolve: {text}", file=sys.stderr)
-
-    target = detect(**target_overrides(args), toolchain=False)
-    sources = args.index or default_sources()
-    candidates, n_read = read_each(sources, args.timeout, warn)
-    if n_read == 0:
-        if len(sources) > 1:
-            warn(f"none of the {len(sources)} indexes could be read")
-        return 2
-    res = resolve(candidates, target)
-    chosen = res.selected
-    if chosen is not None and chosen.candidate.sha256 is None and not fetching.is_url(chosen.candidate.url):
-        chosen.candidate = replace(chosen.candidate, sha256=_sha256_of(chosen.candidate.url))
-    if args.json:
-        print(json.dumps(res.as_dict(), indent=2))
-        return 0 if res.selected else EXIT_NO_MATCH
-    if res.selected is not None:
-        print(res.selected.candidate.filename)
-        for line in chosen_lines(res, [f"target  {describe_target(target)}"]):
-            print(f"  {line}")
-        if res.rejected:
-            print(f"{len(res.rejected)} other candidate(s) not chosen; --json lists each with its reasons")
-        return 0
-    print(f"no wheel fits: {_no_match_line(target, len(res.rejected))}")
-    for line in no_match_lines(res.rejected, args.all):
-        print(line)
-    print("no prebuilt wheel: build from source (pip install --no-build-isolation .) or use the "
-          "pure-PyTorch path")
-    return EXIT_NO_MATCH
-
-
 def target_overrides(args: argparse.Namespace) -> Dict[str, Any]:
     """The keyword arguments of :func:`detect` the command line gives (None: detect it)."""
     return {
@@ -648,53 +614,6 @@ def target_overrides(args: argparse.Namespace) -> Dict[str, Any]:
         "cxx11_abi": None if args.cxx11_abi is None else args.cxx11_abi == "1",
         "gpu_archs": None if args.gpu_arch is None else list(parse_gpu_archs(args.gpu_arch)),
     }
-
-
-def _index_arg(text: str) -> str:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("must be a path or a URL, got ''")
-    return text
-
-
-def _timeout_arg(text: str) -> float:
-    try:
-        return fetching.parse_timeout(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e).replace("--timeout ", "", 1)) from None
-
-
-def add_target_arguments(p: argparse.ArgumentParser) -> None:
-    """The options every verb that picks a wheel takes (resolve, install, download): the indexes,
-    the target environment's overrides, the network timeout."""
-    p.add_argument("--index", action="append", metavar="URL|DIR", type=_index_arg,
-                   help="manifest.json (path or URL), a PEP 503/691 page, a find-links page, or a "
-                        "directory of wheels; repeatable, tried in order (default: $MAMBA_KERNELS_INDEX, "
-                        "else the release index)")
-    p.add_argument("--torch", help="torch version, e.g. 2.4.1, 2.4.1+cu121 or 2.8.0a0+5228986c39.nv25.06")
-    p.add_argument("--cuda", help="torch's CUDA version, e.g. 12.4 (none for a CPU build)")
-    p.add_argument("--python", help="CPython version, e.g. 3.11 (3.13t: free-threaded)")
-    p.add_argument("--platform", help="linux_x86_64, linux_aarch64, win_amd64, or a wheel platform tag "
-                                      "such as manylinux_2_28_x86_64")
-    p.add_argument("--cxx11-abi", choices=("0", "1"), help="torch's C++ ABI (_GLIBCXX_USE_CXX11_ABI)")
-    p.add_argument("--gpu-arch", metavar="8.0,9.0", help="GPU compute capabilities")
-    p.add_argument("--timeout", type=_timeout_arg, default=DEFAULT_TIMEOUT,
-                   help="seconds reading one index (with the pages it links), or downloading one wheel, "
-                        "may take as a whole (default %(default)s)")
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``resolve`` verb to the CLI."""
-    p = subparsers.add_parser(
-        "resolve", help="pick the release wheel for this (or another) environment, and say why",
-        description="Pick the release wheel that fits the target environment (this machine, or the "
-                    "one the options describe) from the given index, and say why; exit 3 when none "
-                    "fits, listing every candidate with its reasons, nearest first.",
-    )
-    add_target_arguments(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object (every candidate)")
-    p.add_argument("--all", action="store_true",
-                   help=f"when none fits, list every candidate (default: the nearest {NEAREST_SHOWN})")
-    p.set_defaults(func=_cmd_resolve)
 
 
 def default_sources() -> List[str]:

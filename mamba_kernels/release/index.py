@@ -38,7 +38,6 @@ without these keys get them from their label when carried over.
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import errno
 import html
@@ -625,10 +624,10 @@ def write_index(
     function wrote: it is replaced as a whole, by rename, only after the new site is complete.
     Every problem with the input raises :class:`IndexInputError` (a ValueError), one line.
     """
-    return _write_index_counted(wheel_dir, out_dir, base_url, asset_url, previous, allow_missing_previous)[0]
+    return write_index_counted(wheel_dir, out_dir, base_url, asset_url, previous, allow_missing_previous)[0]
 
 
-def _write_index_counted(wheel_dir: Path, out_dir: Path, base_url: Optional[str], asset_url: Optional[str],
+def write_index_counted(wheel_dir: Path, out_dir: Path, base_url: Optional[str], asset_url: Optional[str],
                          previous: Optional[str], allow_missing_previous: bool) -> Tuple[Dict[str, Any], int]:
     """:func:`write_index`, also returning how many wheels came from the previous manifest."""
     wheel_dir, out_dir = Path(wheel_dir), Path(out_dir)
@@ -684,43 +683,3 @@ def _write_index(wheel_dir: Path, out_dir: Path, base_url: Optional[str], asset_
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return manifest, len(old)
-
-
-def _cmd_index(args: argparse.Namespace) -> int:
-    manifest, n_previous = _write_index_counted(Path(args.wheel_dir), Path(args.out_dir), args.base_url,
-                                                args.asset_url, args.previous, args.allow_missing_previous)
-    if args.json:
-        print(json.dumps(manifest, indent=2))
-    else:
-        for label in manifest["variants"]:
-            n = sum(1 for w in manifest["wheels"] if w["label"] == label)
-            print(f"{label} ({variant.describe_label(label)}): {n} wheel(s): "
-                  f"pip install {PROJECT} --index-url <OUT_DIR URL>/{label}/simple/")
-        n_wheels, n_variants = len(manifest["wheels"]), len(manifest["variants"])
-        print(f"wrote {args.out_dir} ({n_wheels} wheels, {n_variants} variants; "
-              f"{n_previous} from the previous manifest)")
-    return 0
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``index`` verb to the CLI."""
-    p = subparsers.add_parser(
-        "index", help="write a static wheel index (PEP 503 per variant, find-links pages, manifest)",
-        description="Write the static index of the release wheels under WHEEL_DIR, plus every wheel "
-                    "of the previously published manifest, into OUT_DIR (replaced atomically).",
-    )
-    p.add_argument("wheel_dir", metavar="WHEEL_DIR", help="folder searched recursively for .whl files")
-    p.add_argument("out_dir", metavar="OUT_DIR",
-                   help="new or empty folder, or an index this command wrote (replaced as a whole)")
-    p.add_argument("--previous", metavar="MANIFEST",
-                   help="the published manifest.json (path or http(s) URL): its wheels stay in the index")
-    p.add_argument("--allow-missing-previous", action="store_true",
-                   help="a --previous that does not exist (no file, HTTP 404/410) means no earlier "
-                        "release (the first one); other failures stay errors")
-    p.add_argument("--asset-url", metavar="TEMPLATE",
-                   help="absolute URL of each new wheel, with {filename} for its (URL-quoted) file "
-                        "name, e.g. https://github.com/OWNER/REPO/releases/download/vX.Y.Z/{filename}; "
-                        "without it (and --base-url) new wheels are copied into OUT_DIR/wheels/")
-    p.add_argument("--base-url", help="short for --asset-url BASE_URL/{filename}")
-    p.add_argument("--json", action="store_true", help="print the manifest")
-    p.set_defaults(func=_cmd_index)
