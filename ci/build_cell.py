@@ -81,7 +81,7 @@ from mamba_kernels.build import plan as build  # noqa: E402
 from mamba_kernels.facts import support, variant, versions  # noqa: E402
 from mamba_kernels.facts.version import __version__  # noqa: E402
 from mamba_kernels.install import wheel_metadata  # noqa: E402
-from mamba_kernels.release import index, matrix  # noqa: E402
+from mamba_kernels.release import fatbin, matrix  # noqa: E402
 from mamba_kernels.runtime import buildinfo  # noqa: E402
 
 CELL_VAR = "MAMBA_KERNELS_CI_CELL"
@@ -393,7 +393,7 @@ def verify(
                 for k in want:
                     if got[k] != want[k]:
                         problems.append(f"{ext[0]}: BUILD_INFO {k} {got[k]!r} != {want[k]!r}")
-            sass, ptx = index.fatbin_archs(data)
+            sass, ptx = fatbin.fatbin_archs(data)
             if (sass, ptx) != (want_sass, want_ptx):
                 problems.append(f"{ext[0]}: fat binary holds {sass + ptx}, expected {want_sass + want_ptx}")
             tool = find_cuobjdump(cuda_home)

@@ -28,7 +28,7 @@ from mamba_kernels.cli import main as cli
 from mamba_kernels.install import environment, fetching, wheel_contents, wheel_metadata
 from mamba_kernels.install import installer as install
 from mamba_kernels.install import sdist as sdist_install
-from mamba_kernels.release import index
+from mamba_kernels.release import index, wheel_check
 
 TORCH = ["--torch", "2.14.1", "--cuda", "13.0", "--python", "3.11", "--platform", "linux_x86_64"]
 NAME = "mamba_kernels-0.1.0+cu130torch2.14-cp311-cp311-manylinux_2_28_x86_64.whl"
@@ -370,7 +370,7 @@ BAD_MEMBERS = {
 def test_wheel_contents_are_vetted_by_index_install_and_download(case, tmp_path, capsys):
     members, words = BAD_MEMBERS[case]
     w = _with_members(tmp_path, members, case)
-    with pytest.raises(index.IndexInputError, match="not the layout our build writes") as e:
+    with pytest.raises(wheel_check.IndexInputError, match="not the layout our build writes") as e:
         index.write_index(w.parent, tmp_path / "site")
     assert words in str(e.value) and not (tmp_path / "site").exists()
     rc, _, err = _cli(["download", "--dest", str(tmp_path / "house"), "--index", str(w.parent)] + TORCH,
@@ -400,7 +400,7 @@ def test_index_never_deletes_what_it_did_not_create(served, tmp_path):
     (tmp_path / ".site.old-notes").write_text("a plain file")
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "own.txt").write_text("not an index")
-    with pytest.raises(index.IndexInputError, match="OUT_DIR"):
+    with pytest.raises(wheel_check.IndexInputError, match="OUT_DIR"):
         index.write_index(served["wheel"].parent, tmp_path / "site")
     assert (mine / "precious.txt").read_text() == "keep"
     index.write_index(served["wheel"].parent, tmp_path / "site2")
@@ -435,7 +435,7 @@ def test_previous_fields_of_the_wrong_type_are_one_line(served, tmp_path):
     entry = {"filename": NAME, "url": "https://example.invalid/x.whl", "sha256": "0" * 64,
              "requires_python": 5}
     p = _manifest(tmp_path / "prev", [entry])
-    with pytest.raises(index.IndexInputError, match="'requires_python' 5: it must be str or null"):
+    with pytest.raises(wheel_check.IndexInputError, match="'requires_python' 5: it must be str or null"):
         index.write_index(served["wheel"].parent, tmp_path / "site", previous=str(p))
 
 

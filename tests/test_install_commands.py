@@ -84,6 +84,9 @@ SHIPPED = ("mamba_kernels", "causal_conv1d", "selective_scan")  # [tool.setuptoo
 TOOL_IMPORTS = {
     "mamba_kernels/build/plan.py": {"setuptools"},
     "mamba_kernels/release/index.py": {"packaging"},
+    "mamba_kernels/release/wheel_check.py": {"packaging"},
+    # a wheel's torch pin, read by `install` and by the index writer (both with packaging)
+    "mamba_kernels/install/wheel_metadata.py": {"packaging"},
     "mamba_kernels/release/matrix.py": {"packaging"},
     "mamba_kernels/install/sdist.py": {"packaging", "wheel"},  # the sdist's build backend, at build time
     # `install` reads a wheel's torch pin with packaging, else pip's vendored copy, else a clear error

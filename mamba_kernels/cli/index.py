@@ -20,7 +20,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
         for label in manifest["variants"]:
             n = sum(1 for w in manifest["wheels"] if w["label"] == label)
             print(f"{label} ({variant.describe_label(label)}): {n} wheel(s): "
-                  f"pip install {index.PROJECT} --index-url <OUT_DIR URL>/{label}/simple/")
+                  f"pip install {variant.PROJECT} --index-url <OUT_DIR URL>/{label}/simple/")
         n_wheels, n_variants = len(manifest["wheels"]), len(manifest["variants"])
         print(f"wrote {args.out_dir} ({n_wheels} wheels, {n_variants} variants; "
               f"{n_previous} from the previous manifest)")

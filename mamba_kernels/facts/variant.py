@@ -38,6 +38,7 @@ from . import support, versions
 CLASSIC = "classic"
 STABLE = "stable"
 BINDINGS = (CLASSIC, STABLE)  # indexed by Cell.stable
+PROJECT = "mamba-kernels"  # the distribution's name, PEP 503 normalised
 DIST_NAME = "mamba_kernels"  # the distribution name as it appears in wheel file names
 
 _LABEL_RE = re.compile(

@@ -36,11 +36,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import unquote, urljoin, urlsplit
 
 from ..facts import release_index, support, variant, versions
+from ..facts.variant import PROJECT
 from . import fetching
 from .environment import Target, parse_gpu_archs, tag_installs
 from .wheel_metadata import sha256_of
 
-PROJECT = "mamba-kernels"
 DEFAULT_TIMEOUT = 30.0
 EXIT_NO_MATCH = 3
 _ACCEPT = ("application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.5, "

@@ -12,14 +12,15 @@ import json
 from importlib import metadata
 from typing import Any, Dict, Optional
 
+from ..facts import variant
+
 RECORD_NAME = "mamba_kernels_install.json"  # in the wheel's dist-info
-DISTRIBUTION = "mamba-kernels"
 
 
 def read_record() -> Optional[Dict[str, Any]]:
     """The install record of the installed distribution, or None (not installed from the sdist)."""
     try:
-        text = metadata.distribution(DISTRIBUTION).read_text(RECORD_NAME)
+        text = metadata.distribution(variant.PROJECT).read_text(RECORD_NAME)
     except metadata.PackageNotFoundError:
         return None
     if not text:

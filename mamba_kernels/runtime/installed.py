@@ -23,7 +23,7 @@ from . import buildinfo, dispatch, install_record
 
 def _distribution_version() -> Optional[str]:
     try:
-        return metadata.version(install_record.DISTRIBUTION)
+        return metadata.version(variant.PROJECT)
     except metadata.PackageNotFoundError:
         return None
 
