@@ -85,6 +85,7 @@ TOOL_IMPORTS = {
     "mamba_kernels/build/plan.py": {"setuptools"},
     "mamba_kernels/release/index.py": {"packaging"},
     "mamba_kernels/release/wheel_check.py": {"packaging"},
+    "mamba_kernels/release/published.py": {"packaging"},
     # a wheel's torch pin, read by `install` and by the index writer (both with packaging)
     "mamba_kernels/install/wheel_metadata.py": {"packaging"},
     "mamba_kernels/release/matrix.py": {"packaging"},
