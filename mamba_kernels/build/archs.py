@@ -1,8 +1,8 @@
 """GPU architectures of a build: parsing TORCH_CUDA_ARCH_LIST, choosing defaults, -gencode flags.
 
 Pure functions over plain facts (no torch, no subprocess) so tests can feed them any case.
-Architectures are written as torch writes them: "8.6", "9.0a" (arch-specific), "10.0f"
-(family, nvcc >= 12.9), with "+PTX" to also embed PTX.
+Architectures are :class:`mamba_kernels.facts.archs.Arch`; a list entry may add "+PTX" to also
+embed PTX.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 from ..facts import support
+from ..facts.archs import ENTRY_RE, Arch
 
 ARCH_LIST_VAR = "TORCH_CUDA_ARCH_LIST"
 
@@ -25,34 +26,6 @@ _NAMED = {
     "blackwell+tegra": "11.0",
     "blackwell": "10.0;10.3;12.0;12.1+PTX",
 }
-_ENTRY_RE = re.compile(r"^(?P<major>\d{1,2})\.(?P<minor>\d)(?P<suffix>[af]?)(?P<ptx>\+PTX)?$", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class Arch:
-    major: int
-    minor: int
-    suffix: str = ""  # "", "a" (arch-specific) or "f" (family)
-
-    @classmethod
-    def parse(cls, text: str) -> Arch:
-        m = _ENTRY_RE.match(text.strip())
-        if not m or m.group("ptx"):
-            raise ValueError(f"architecture must look like '9.0', '9.0a' or '10.0f', got {text!r}")
-        return cls(int(m.group("major")), int(m.group("minor")), m.group("suffix").lower())
-
-    @property
-    def number(self) -> str:  # "90a"
-        return f"{self.major}{self.minor}{self.suffix}"
-
-    @property
-    def key(self) -> Tuple[int, int, str]:
-        return (self.major, self.minor, self.suffix)
-
-    def __str__(self) -> str:
-        return f"{self.major}.{self.minor}{self.suffix}"
-
-
 @dataclass(frozen=True)
 class ArchPlan:
     """What to compile: SASS targets, the ones that also get PTX, and where the list came from."""
@@ -63,11 +36,11 @@ class ArchPlan:
 
     @property
     def sass_names(self) -> List[str]:
-        return [f"sm_{a.number}" for a in self.sass]
+        return [a.sass_name for a in self.sass]
 
     @property
     def ptx_names(self) -> List[str]:
-        return [f"compute_{a.number}" for a in self.ptx]
+        return [a.ptx_name for a in self.ptx]
 
     def describe(self) -> str:
         text = " ".join(self.sass_names)
@@ -88,7 +61,7 @@ def parse_arch_list(value: str) -> Tuple[Tuple[Arch, ...], Tuple[Arch, ...]]:
     for entry in entries:
         named = _NAMED.get(entry.lower())
         for item in (named.split(";") if named else [entry]):
-            m = _ENTRY_RE.match(item)
+            m = ENTRY_RE.match(item)
             if not m:
                 raise ValueError(
                     f"{ARCH_LIST_VAR}={value!r}: entry {entry!r} is not an architecture; use "

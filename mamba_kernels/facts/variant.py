@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
 from . import support, versions
+from .archs import Arch
 
 # The two bindings a wheel is built with (docs/STABLE_ABI.md): PyTorch's C++ API, tied to one
 # torch minor, or its stable ABI, one binary for every torch from the target on.
@@ -368,22 +369,12 @@ def arch_runs(sass: Sequence[str], ptx: Sequence[str], capability: str) -> bool:
     targets ("sm_90", "sm_90a") and PTX ("compute_90"): an exact SASS match of the plain
     target, a SASS of the same major and not higher minor (binary compatibility within a
     major), or PTX for an architecture not above the GPU's (JIT)."""
-    cap = _cc(capability)
-    for s in sass:
-        if s.endswith(("a", "f")):
-            # Arch-specific (sm_90a) runs only on that exact GPU; family (sm_100f) on its major.
-            c = _cc(s[3:-1])
-            if (s.endswith("a") and c == cap) or (s.endswith("f") and c[0] == cap[0] and c[1] <= cap[1]):
+    cap = Arch.capability(capability)
+    for s in map(Arch.target, sass):
+        # Arch-specific (sm_90a) runs only on that exact GPU; family (sm_100f) on its major.
+        if s.suffix == "a":
+            if (s.major, s.minor) == (cap.major, cap.minor):
                 return True
-            continue
-        c = _cc(s[3:])
-        if c[0] == cap[0] and c[1] <= cap[1]:
+        elif s.major == cap.major and s.minor <= cap.minor:
             return True
-    return any(_cc(p.rstrip("af")[8:]) <= cap for p in ptx)
-
-
-def _cc(text: str) -> tuple:
-    text = text.replace(".", "")
-    if not text.isdigit() or len(text) < 2:
-        raise ValueError(f"compute capability must look like '9.0' or '90', got {text!r}")
-    return (int(text[:-1]), int(text[-1]))
+    return any((p.major, p.minor) <= (cap.major, cap.minor) for p in map(Arch.target, ptx))

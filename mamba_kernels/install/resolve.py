@@ -36,6 +36,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import unquote, urljoin, urlsplit
 
 from ..facts import release_index, support, variant, versions
+from ..facts.archs import Arch
 from ..facts.variant import PROJECT
 from . import fetching
 from .environment import Target, parse_gpu_archs, tag_installs
@@ -362,15 +363,6 @@ def _version_key(version: str) -> Tuple[int, ...]:
     return tuple(int(x) for x in m.group(0).split(".")) if m else (0,)
 
 
-def _cc_key(text: str) -> Tuple[int, int]:
-    a, b = text.split(".")
-    return int(a), int(b)
-
-
-def _sm(cap: str) -> str:
-    return cap.replace(".", "")
-
-
 def _arch_lists(c: Candidate, built: variant.Variant, platform: Optional[str]
                 ) -> Tuple[List[Tuple[List[str], List[str]]], str]:
     """[(SASS, PTX) per compiled module] and where the lists come from."""
@@ -386,7 +378,7 @@ def _arch_lists(c: Candidate, built: variant.Variant, platform: Optional[str]
     except ValueError:
         return [], f"no arch list known for CUDA {built.cuda} on {platform}"
     how = "by file name" if c.archs is None else "the manifest records none"
-    return ([([f"sm_{_sm(a)}" for a in archs], [f"compute_{_sm(archs[-1])}"])],
+    return ([([Arch.parse(a).sass_name for a in archs], [Arch.parse(archs[-1]).ptx_name])],
             f"arch list from the support table for CUDA {built.cuda} on {platform} ({how})")
 
 
@@ -407,7 +399,7 @@ def _gpu_check(c: Candidate, built: variant.Variant, target: Target, platform: O
                             f"through its PTX ({', '.join(p) or 'none'}); {how}")
         else:
             sass = lists[0][0]
-            direct = f"sm_{_sm(cap)}" in sass
+            direct = Arch.capability(cap).sass_name in sass
             ok.append(f"sm {cap} " + ("in SASS" if direct else "runs (same-major SASS or PTX)"))
     return problems, f"GPU {', '.join(ok)}; {how}"
 
@@ -453,13 +445,13 @@ def judge(c: Candidate, target: Target) -> Verdict:
         problems = variant.mismatches(built, target.torch, target.torch_cuda, target.cxx11_abi, who)
         v.reasons.extend(problems)
         try:
-            t_mm, b_mm = _cc_key(versions.minor(target.torch)), _cc_key(built.torch)
+            t_mm, b_mm = versions.minor_key(target.torch), versions.minor_key(built.torch)
             if not built.stable or t_mm < b_mm:  # a stable wheel is as near to every newer torch
                 dist += abs(t_mm[1] - b_mm[1]) * 10 + abs(t_mm[0] - b_mm[0]) * 100
         except ValueError:
             pass
         if target.torch_cuda:
-            b, t = _cc_key(built.cuda), _cc_key(target.torch_cuda)
+            b, t = versions.minor_key(built.cuda), versions.minor_key(target.torch_cuda)
             dist += abs(b[0] - t[0]) * 10 + abs(b[1] - t[1])
         if not problems:
             if built.stable:
@@ -490,14 +482,14 @@ def judge(c: Candidate, target: Target) -> Verdict:
 def _python_check(info: variant.WheelInfo, target: Target) -> Tuple[List[str], int, Optional[str]]:
     """(reasons, distance, what holds) for the wheel's Python tags against the target's."""
     want = f"Python {target.python}" + (" (free-threaded)" if target.free_threaded else "")
-    tag = f"cp{_sm(info.python)}" + ("-abi3" if info.abi3 else "")
+    tag = variant.python_tag(info.python) + ("-abi3" if info.abi3 else "")
     gap = abs(int(info.python.split(".")[1]) - int(target.python.split(".")[1]))
     if target.free_threaded:
         why = ("the stable ABI (abi3) does not load on a free-threaded CPython" if info.abi3 else
                "a free-threaded CPython loads only cpXYt wheels")
         return [f"{tag} cannot serve {want}: {why}; no wheel of ours is built for it"], gap + 1, None
     if info.abi3:
-        if _cc_key(target.python) < _cc_key(info.python):
+        if versions.minor_key(target.python) < versions.minor_key(info.python):
             return [f"{tag} needs CPython >= {info.python}, the target is {want}"], gap, None
         return [], 0, f"{tag} serves {want} (CPython >= {info.python})"
     if info.python != target.python:
@@ -507,7 +499,7 @@ def _python_check(info: variant.WheelInfo, target: Target) -> Tuple[List[str], i
 
 def _preference(v: Verdict, target: Target) -> Tuple:
     assert v.info is not None and v.info.variant is not None
-    cuda = _cc_key(v.info.variant.cuda)
+    cuda = versions.minor_key(v.info.variant.cuda)
     exact = v.info.variant.cuda == target.torch_cuda
     classic = not v.info.variant.stable
     return (exact, cuda, _version_key(v.info.version), classic, v.candidate.filename)

@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..facts import release_index, support, variant, versions
+from ..facts.archs import Arch
 from ..facts.version import __version__
 
 
@@ -350,7 +351,7 @@ def arch_problem(name: str, info: BuildInfo, gpu: str, capability: str) -> Optio
     architectures and the fix: a build for this GPU."""
     if variant.arch_runs(info.sass, info.ptx, capability):
         return None
-    sm = "sm_" + capability.replace(".", "")
+    sm = Arch.capability(capability).sass_name
     return (
         f"{name} holds no code for {gpu} (compute capability {capability}, {sm}): the binary has "
         f"SASS {' '.join(info.sass) or 'none'} and PTX {' '.join(info.ptx) or 'none'}, and none of them "
