@@ -426,11 +426,6 @@ def verify(
     return problems
 
 
-# The BUILD_INFO keys a stable build adds (mamba_kernels/build/plan.py writes them): the binding,
-# the torch it targets and the CUDA major it needs.
-STABLE_INFO_KEYS = ("binding", "stable_target", "cuda_major")
-
-
 def build_info_expectations(
     cell: support.Cell, found: Any, want_version: str, want_sass: List[str], want_ptx: List[str]
 ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
@@ -450,7 +445,7 @@ def build_info_expectations(
     if cell.stable:
         want.update(binding="stable", stable_target=cell.torch, cuda_major=int(cell.cuda.split(".")[0]),
                     nvcc=cell.cuda, torch_cuda=cell.cuda)
-        got.update({k: info.get(k) for k in STABLE_INFO_KEYS})
+        got.update({k: info.get(k) for k in buildinfo.STABLE_KEYS})
         got["torch_cuda"] = info.get("torch_cuda")
         got["nvcc"] = ".".join(str(info.get("nvcc_version", "")).split(".")[:2])
     else:

@@ -42,6 +42,17 @@ def stable_info(**over):
     return json.dumps(info)
 
 
+def test_the_written_record_is_the_schema():
+    # one definition (buildinfo.SCHEMA): the build writes exactly its keys, in its order, and
+    # the reader accepts what the build writes
+    for info in (sample_info(), json.loads(stable_info())):
+        assert list(info) == [f.key for f in buildinfo.SCHEMA]
+        assert buildinfo.parse(json.dumps(info)).raw == info
+    assert set(buildinfo.STABLE_KEYS) <= set(buildinfo.FIELDS)
+    with pytest.raises(ValueError, match=r"missing \['cuda_major'\], unknown \['cuda'\]"):
+        buildinfo.record(**{**{k: v for k, v in sample_info().items() if k != "cuda_major"}, "cuda": 13})
+
+
 def test_build_info_records_binding_target_and_cuda_major():
     classic = sample_info()
     assert (classic["binding"], classic["stable_target"], classic["cuda_major"]) == ("classic", None, 13)

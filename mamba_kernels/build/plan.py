@@ -38,7 +38,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from ..facts import support, variant, versions
 from ..facts.variant import CLASSIC, STABLE
 from ..facts.version import __version__
-from ..runtime import knobs, terminal
+from ..runtime import buildinfo, knobs, terminal
 from . import archs as build_archs
 from . import toolchain as build_toolchain
 
@@ -350,24 +350,24 @@ def build_info(
     classic) decide which rule the runtime guard applies; ``cuda_major`` is the CUDA runtime
     major the binary links (libcudart.so.<major>), which the stable ABI does not cover."""
     assert torch.cuda is not None
-    return {
-        "format": 1,
-        "package_version": version,
-        "torch_version": torch.version,
-        "torch_cuda": torch.cuda,
-        "nvcc_version": nvcc_version,
-        "cxx11_abi": None if platform == "win_amd64" else cxx11_abi,
-        "host_compiler": host_compiler,
-        "cxx_standard": f"c++{cxx_std}",
-        "sass": arch_plan.sass_names,
-        "ptx": arch_plan.ptx_names,
-        "platform": platform,
-        "source_revision": revision,
-        "release": release,
-        "binding": binding,
-        "stable_target": STABLE_TARGET if binding == STABLE else None,
-        "cuda_major": int(nvcc_version.split(".")[0]),
-    }
+    return buildinfo.record(
+        format=buildinfo.FORMAT,
+        package_version=version,
+        torch_version=torch.version,
+        torch_cuda=torch.cuda,
+        nvcc_version=nvcc_version,
+        cxx11_abi=None if platform == "win_amd64" else cxx11_abi,
+        host_compiler=host_compiler,
+        cxx_standard=f"c++{cxx_std}",
+        sass=arch_plan.sass_names,
+        ptx=arch_plan.ptx_names,
+        platform=platform,
+        source_revision=revision,
+        release=release,
+        binding=binding,
+        stable_target=STABLE_TARGET if binding == STABLE else None,
+        cuda_major=int(nvcc_version.split(".")[0]),
+    )
 
 
 def build_info_header(info: Mapping[str, Any]) -> str:

@@ -76,17 +76,67 @@ _SASS = re.compile(r"^sm_\d{2,}[af]?$")
 _PTX = re.compile(r"^compute_\d{2,}[af]?$")
 
 
-def _field(data: Dict[str, Any], key: str, pattern: re.Pattern[str], example: str) -> str:
-    value = data[key]
-    if not isinstance(value, str) or not pattern.match(value):
-        raise ValueError(f"BUILD_INFO {key} must be a string like {example!r}, got {value!r}")
+@dataclass(frozen=True)
+class Field:
+    """One BUILD_INFO key: whether every binary has it (older ones may lack the others), and
+    for a checked one the shape of its value (a pattern, with an example for the message)."""
+
+    key: str
+    required: bool = False
+    pattern: Optional[re.Pattern[str]] = None
+    example: str = ""
+
+
+# The BUILD_INFO schema, in the order the build writes it (build/plan.py build_info through
+# record); parse reads it and ci/build_cell.py checks a release wheel's by these keys.
+SCHEMA: Tuple[Field, ...] = (
+    Field("format"),
+    Field("package_version", pattern=_VERSION, example="0.1.0+cu130torch2.14"),  # or "unknown"
+    Field("torch_version", True, _VERSION, "2.14.1+cu130"),
+    Field("torch_cuda", True, _CUDA, "13.0"),
+    Field("nvcc_version", True, _NVCC, "13.0"),
+    Field("cxx11_abi", True),  # true, false, or null where torch has one ABI (Windows)
+    Field("host_compiler"),
+    Field("cxx_standard"),
+    Field("sass", pattern=_SASS, example="sm_90"),
+    Field("ptx", pattern=_PTX, example="compute_90"),
+    Field("platform"),
+    Field("source_revision"),
+    Field("release"),
+    Field("binding"),  # classic or stable (absent in older metadata: classic)
+    Field("stable_target", pattern=_CUDA, example="2.10"),  # stable: the oldest torch it runs on, M.m
+    Field("cuda_major"),  # the CUDA runtime major the binary links, which the stable ABI does not cover
+)
+FIELDS: Dict[str, Field] = {f.key: f for f in SCHEMA}
+FORMAT = 1
+# What a stable binary's record adds to the classic judgement: its binding, target and CUDA major.
+STABLE_KEYS = ("binding", "stable_target", "cuda_major")
+
+
+def record(**values: Any) -> Dict[str, Any]:
+    """A BUILD_INFO object with exactly the schema's keys, in its order: the writer's one way
+    to make it, so that what is written is what :func:`parse` reads."""
+    missing = [f.key for f in SCHEMA if f.key not in values]
+    unknown = sorted(set(values) - set(FIELDS))
+    if missing or unknown:
+        raise ValueError(f"a BUILD_INFO record needs exactly the schema's keys: missing {missing}, "
+                         f"unknown {unknown}")
+    return {f.key: values[f.key] for f in SCHEMA}
+
+
+def _field(data: Dict[str, Any], key: str) -> str:
+    value, f = data[key], FIELDS[key]
+    assert f.pattern is not None
+    if not isinstance(value, str) or not f.pattern.match(value):
+        raise ValueError(f"BUILD_INFO {key} must be a string like {f.example!r}, got {value!r}")
     return value
 
 
-def _arch_list(data: Dict[str, Any], key: str, pattern: re.Pattern[str], example: str) -> Tuple[str, ...]:
-    value = data.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) and pattern.match(v) for v in value):
-        raise ValueError(f"BUILD_INFO {key} must be a list of names like {example!r}, got {value!r}")
+def _arch_list(data: Dict[str, Any], key: str) -> Tuple[str, ...]:
+    value, f = data.get(key, []), FIELDS[key]
+    assert f.pattern is not None
+    if not isinstance(value, list) or not all(isinstance(v, str) and f.pattern.match(v) for v in value):
+        raise ValueError(f"BUILD_INFO {key} must be a list of names like {f.example!r}, got {value!r}")
     return tuple(value)
 
 
@@ -99,7 +149,7 @@ def parse(text: str) -> BuildInfo:
         raise ValueError(f"BUILD_INFO is not JSON ({e}): {str(text)[:120]!r}") from None
     if not isinstance(data, dict):
         raise ValueError(f"BUILD_INFO must be a JSON object, got {type(data).__name__}")
-    missing = [k for k in ("torch_version", "torch_cuda", "nvcc_version", "cxx11_abi") if k not in data]
+    missing = [f.key for f in SCHEMA if f.required and f.key not in data]
     if missing:
         raise ValueError(f"BUILD_INFO lacks {', '.join(missing)}")
     abi = data["cxx11_abi"]
@@ -107,21 +157,21 @@ def parse(text: str) -> BuildInfo:
         raise ValueError(f"BUILD_INFO cxx11_abi must be true, false or null, got {abi!r}")
     package_version = data.get("package_version", "unknown")
     if package_version != "unknown":
-        package_version = _field(data, "package_version", _VERSION, "0.1.0+cu130torch2.14")
+        package_version = _field(data, "package_version")
     binding = data.get("binding", variant.CLASSIC)
     if binding not in variant.BINDINGS:
         raise ValueError(f"BUILD_INFO binding must be 'classic' or 'stable', got {binding!r}")
     stable_target = None
     if binding == variant.STABLE:
-        stable_target = _field(data, "stable_target", _CUDA, "2.10")  # M.m, like torch_cuda
+        stable_target = _field(data, "stable_target")
     return BuildInfo(
-        torch_version=_field(data, "torch_version", _VERSION, "2.14.1+cu130"),
-        torch_cuda=_field(data, "torch_cuda", _CUDA, "13.0"),
-        nvcc_version=_field(data, "nvcc_version", _NVCC, "13.0"),
+        torch_version=_field(data, "torch_version"),
+        torch_cuda=_field(data, "torch_cuda"),
+        nvcc_version=_field(data, "nvcc_version"),
         cxx11_abi=abi,
         package_version=package_version,
-        sass=_arch_list(data, "sass", _SASS, "sm_90"),
-        ptx=_arch_list(data, "ptx", _PTX, "compute_90"),
+        sass=_arch_list(data, "sass"),
+        ptx=_arch_list(data, "ptx"),
         raw=data,
         binding=binding,
         stable_target=stable_target,
