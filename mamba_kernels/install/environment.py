@@ -301,40 +301,61 @@ def detect(
 
     environ = os.environ if environ is None else environ
     runner = runner or build_toolchain.run
-    src: Dict[str, str] = {}
+    src: Dict[str, str] = {}  # where each field came from, in the order they are decided
+    py, free_threaded = _python(python, src)
+    plat, ptags = _platform(platform_tag, src)
+    installed, tv, same_build = _torch(torch, src)
+    torch_module = installed[3] if installed else sys.modules.get("torch")
+    tcuda = _torch_cuda(cuda, tv, same_build, installed, plat, src)
+    abi = _cxx11_abi(cxx11_abi, tv, tcuda, same_build, installed, plat, src)
+    gpus, driver = _gpus(gpu_archs, torch_module, runner, src)
+    home, how, nvcc = _toolkit(environ, runner) if toolchain else (None, None, None)
+    return Target(python=py, platform=plat, platform_tags=tuple(ptags), torch=tv, torch_cuda=tcuda,
+                  cxx11_abi=abi, gpus=tuple(gpus), driver=driver, cuda_home=home, cuda_home_how=how,
+                  nvcc=nvcc, sources=src, free_threaded=free_threaded)
 
-    # Python and platform
+
+_Installed = Optional[Tuple[str, Optional[str], Optional[bool], Any]]  # what _torch_build returns
+
+
+def _python(python: Optional[str], src: Dict[str, str]) -> Tuple[str, bool]:
+    """(major.minor, free-threaded) of the target's Python."""
     if python is not None:
         free_threaded = python.strip().endswith("t")  # "3.13t", as the wheel tag cp313t writes it
-        py = versions.minor(python.strip()[:-1] if free_threaded else python, "--python")
         src["python"] = "given"
-    else:
-        py = f"{sys.version_info[0]}.{sys.version_info[1]}"
-        free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
-        src["python"] = "detected"
+        return versions.minor(python.strip()[:-1] if free_threaded else python, "--python"), free_threaded
+    src["python"] = "detected"
+    return f"{sys.version_info[0]}.{sys.version_info[1]}", bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+def _platform(platform_tag: Optional[str], src: Dict[str, str]) -> Tuple[Optional[str], Sequence[str]]:
+    """(our platform name, the wheel platform tags that install there)."""
     if platform_tag is not None:
-        plat, ptags = platform_tags_for(platform_tag)
         src["platform"] = "given"
-    else:
-        plat = platform_name(sys.platform, platform.machine())
-        ptags = local_platform_tags(plat)
-        src["platform"] = "detected"
+        return platform_tags_for(platform_tag)
+    plat = platform_name(sys.platform, platform.machine())
+    src["platform"] = "detected"
+    return plat, local_platform_tags(plat)
 
-    # torch: a given version describes the target as it is; the installed torch is not imported
-    # (it may not be the target's, and importing it takes seconds)
+
+def _torch(torch: Optional[str], src: Dict[str, str]) -> Tuple[_Installed, Optional[str], bool]:
+    """(the installed torch build, the target's torch version, whether the two are one build).
+    A given version describes the target as it is; the installed torch is then not imported
+    (it may not be the target's, and importing it takes seconds)."""
     installed = _torch_build() if torch is None else None
-    torch_module = installed[3] if installed else sys.modules.get("torch")
-    same_build = False
     if torch is not None:
-        tv = variant.check_torch_version(torch, "--torch")
         src["torch"] = "given"
-    elif installed is not None:
-        tv, same_build = installed[0], True
+        return installed, variant.check_torch_version(torch, "--torch"), False
+    if installed is not None:
         src["torch"] = "detected"
-    else:
-        tv = None
-        src["torch"] = "not installed"
+        return installed, installed[0], True
+    src["torch"] = "not installed"
+    return installed, None, False
 
+
+def _torch_cuda(cuda: Optional[str], tv: Optional[str], same_build: bool, installed: _Installed,
+                plat: Optional[str], src: Dict[str, str]) -> Optional[str]:
+    """torch's CUDA: given, from the version's +cuXYZ, the installed build's, or the table's."""
     tcuda: Optional[str] = None
     if cuda is not None:
         text = cuda.strip().lower()
@@ -351,7 +372,12 @@ def detect(
             src["torch_cuda"] = "detected"
         else:
             tcuda, src["torch_cuda"] = _table_cuda(tv, plat)
+    return tcuda
 
+
+def _cxx11_abi(cxx11_abi: Optional[bool], tv: Optional[str], tcuda: Optional[str], same_build: bool,
+               installed: _Installed, plat: Optional[str], src: Dict[str, str]) -> Optional[bool]:
+    """torch's C++ ABI: given, the installed build's, cxx11 for NGC, else the support table's."""
     abi: Optional[bool] = None
     if cxx11_abi is not None:
         abi, src["cxx11_abi"] = bool(cxx11_abi), "given"
@@ -365,11 +391,15 @@ def detect(
     else:
         abi = _table_abi(tv, tcuda, plat)
         src["cxx11_abi"] = "from the support table" if abi is not None else "unknown (give --cxx11-abi)"
+    return abi
 
-    # GPUs and driver
+
+def _gpus(gpu_archs: Optional[Sequence[str]], torch_module: Any, runner: Runner,
+          src: Dict[str, str]) -> Tuple[Sequence[Gpu], Optional[str]]:
+    """(the GPUs, the driver version): given, from torch when it initialised CUDA, else nvidia-smi."""
     driver = None
     if gpu_archs is not None:
-        gpus = tuple(Gpu(i, c) for i, c in enumerate(gpu_archs))
+        gpus: Sequence[Gpu] = tuple(Gpu(i, c) for i, c in enumerate(gpu_archs))
         src["gpus"] = "given"
     else:
         from_torch = _gpus_from_torch(torch_module)
@@ -380,21 +410,22 @@ def detect(
             src["gpus"] = "detected (nvidia-smi)" if gpus else "none visible (nvidia-smi)"
     if driver is None and gpu_archs is None and gpus:
         driver = _nvidia_smi(runner)[1]
+    return gpus, driver
 
-    # toolkit
+
+def _toolkit(environ: Mapping[str, str], runner: Runner
+             ) -> Tuple[Optional[str], Optional[str], Optional[str]]:
+    """(CUDA_HOME, how it was found, its nvcc's version)."""
     home = how = nvcc = None
-    if toolchain:
-        paths = [p for p in (getattr(site, "getsitepackages", lambda: [])() or [])]
-        found = build_toolchain.find_cuda_home(environ, search_paths=paths)
-        if found is not None:
-            home, how = found.path, found.how
-            exe = os.path.join(home, "bin", "nvcc.exe" if sys.platform == "win32" else "nvcc")
-            if os.path.isfile(exe):
-                rc, out = runner([exe, "--version"], NVCC_TIMEOUT)
-                nvcc = build_toolchain.parse_nvcc_version(out) if rc == 0 else None
-    return Target(python=py, platform=plat, platform_tags=tuple(ptags), torch=tv, torch_cuda=tcuda,
-                  cxx11_abi=abi, gpus=tuple(gpus), driver=driver, cuda_home=home, cuda_home_how=how,
-                  nvcc=nvcc, sources=src, free_threaded=free_threaded)
+    paths = [p for p in (getattr(site, "getsitepackages", lambda: [])() or [])]
+    found = build_toolchain.find_cuda_home(environ, search_paths=paths)
+    if found is not None:
+        home, how = found.path, found.how
+        exe = os.path.join(home, "bin", "nvcc.exe" if sys.platform == "win32" else "nvcc")
+        if os.path.isfile(exe):
+            rc, out = runner([exe, "--version"], NVCC_TIMEOUT)
+            nvcc = build_toolchain.parse_nvcc_version(out) if rc == 0 else None
+    return home, how, nvcc
 
 
 def _table_cuda(torch: str, platform: Optional[str]) -> Tuple[Optional[str], str]:
