@@ -33,7 +33,7 @@ import sys
 import sysconfig
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..facts import support, variant, versions
 from ..facts.variant import CLASSIC, STABLE
@@ -493,8 +493,35 @@ def _pure(k: BuildKnobs, why: str, force_makes_it_an_error: bool = True) -> Plan
 
 
 def make_plan(root: str, environ: Mapping[str, str]) -> Plan:
-    """Decide whether and how to build; raises BuildError when a build is required and blocked."""
+    """Decide whether and how to build; raises BuildError when a build is required and blocked.
+    Each step gives the next what it needs, or the plan for the pure-Python package and why."""
     k = read_knobs(environ)
+    torch = _buildable_torch(root, k)
+    if isinstance(torch, Plan):
+        return torch
+    binding = choose_binding(k.binding, torch.version)
+    sources = kernel_sources(root, binding)
+    assert torch.cuda is not None
+    platform = current_platform()
+    tools = _usable_toolchain(k, torch, environ, platform)
+    if isinstance(tools, Plan):
+        return tools
+    arch_plan = build_archs.choose_archs(
+        arch_list=k.arch_list,
+        release=k.release,
+        gpu_capabilities=torch.gpu_capabilities,
+        cuda=torch.cuda,
+        platform=platform,
+    )
+    problem = build_archs.unsupported(arch_plan, tools.nvcc_archs, tools.nvcc_version)
+    if problem:
+        return _pure(k, problem)
+    return _build_plan(root, k, torch, binding, sources, platform, tools, arch_plan)
+
+
+def _buildable_torch(root: str, k: BuildKnobs) -> Union[TorchFacts, Plan]:
+    """The torch to build against, or the pure plan: the knobs, the sources, torch itself and
+    the architecture decision may each say there is nothing to build."""
     if k.skip:
         return _pure(k, f"{SKIP_BUILD_VAR} is on")
     if not kernel_sources(root):
@@ -508,10 +535,25 @@ def make_plan(root: str, environ: Mapping[str, str]) -> Plan:
     wanted, why = arch_decision(k, [f"{a}.{b}" for a, b in torch.gpu_capabilities])
     if not wanted:  # FORCE_BUILD would build (the default architectures), not fail
         return _pure(k, why, force_makes_it_an_error=False)
-    binding = choose_binding(k.binding, torch.version)
-    sources = kernel_sources(root, binding)
+    return torch
+
+
+@dataclass(frozen=True)
+class _Toolchain:
+    """What the build compiles with: the toolkit, its nvcc, the host compiler, the C++ standard."""
+
+    home: build_toolchain.CudaHome
+    nvcc_version: str
+    nvcc_archs: List[str]
+    cxx_std: int
+    cxx: str
+    compiler: Optional[Tuple[str, str]]  # (family, version)
+
+
+def _usable_toolchain(k: BuildKnobs, torch: TorchFacts, environ: Mapping[str, str],
+                      platform: str) -> Union[_Toolchain, Plan]:
+    """The CUDA toolkit and host compiler, each probed, or the pure plan saying which is unusable."""
     assert torch.cuda is not None
-    platform = current_platform()
     site = [p for p in sys.path if p.endswith("site-packages")]
     home = build_toolchain.find_cuda_home(environ, search_paths=site)
     if home is None:
@@ -531,17 +573,26 @@ def make_plan(root: str, environ: Mapping[str, str]) -> Plan:
     problem = problem or build_toolchain.probe_torch_headers(cxx, cxx_std, torch.include_dir)
     if problem:
         return _pure(k, problem)
-    arch_plan = build_archs.choose_archs(
-        arch_list=k.arch_list,
-        release=k.release,
-        gpu_capabilities=torch.gpu_capabilities,
-        cuda=torch.cuda,
-        platform=platform,
-    )
-    problem = build_archs.unsupported(arch_plan, nvcc_archs, nvcc_version)
-    if problem:
-        return _pure(k, problem)
+    return _Toolchain(home, nvcc_version, nvcc_archs, cxx_std, cxx, compiler)
 
+
+def _release_version(k: BuildKnobs, torch: TorchFacts, binding: str, cxx11_abi: bool
+                     ) -> Tuple[str, List[str]]:
+    """(the version, the requirements): a release build's carry its label and its torch pin."""
+    assert torch.cuda is not None
+    if k.release and binding == STABLE:
+        return (variant.stable_release_version(__version__, torch.cuda, STABLE_TARGET),
+                install_requires(release_torch=torch.version, binding=binding))
+    if k.release:
+        return (variant.release_version(__version__, torch.version, torch.cuda, cxx11_abi),
+                install_requires(release_torch=torch.version))
+    return __version__, install_requires()
+
+
+def _build_plan(root: str, k: BuildKnobs, torch: TorchFacts, binding: str, sources: Dict[str, List[str]],
+                platform: str, tools: _Toolchain, arch_plan: build_archs.ArchPlan) -> Plan:
+    """The plan of a build: jobs, flags, version, BUILD_INFO, the progress line, the environment."""
+    home, nvcc_version, cxx_std = tools.home, tools.nvcc_version, tools.cxx_std
     cxx11_abi = True if k.force_cxx11_abi else torch.cxx11_abi
     n_targets = len(arch_plan.sass) + len(arch_plan.ptx)
     jobs, threads = choose_parallelism(
@@ -551,15 +602,8 @@ def make_plan(root: str, environ: Mapping[str, str]) -> Plan:
         platform=platform, cxx_std=cxx_std, nvcc_version=nvcc_version, arch_plan=arch_plan,
         nvcc_threads=threads, release=k.release, cxx11_abi=cxx11_abi, binding=binding,
     )
-    compiler_text = " ".join(compiler) if compiler else cxx
-    version = __version__
-    requires = install_requires()
-    if k.release and binding == STABLE:
-        version = variant.stable_release_version(__version__, torch.cuda, STABLE_TARGET)
-        requires = install_requires(release_torch=torch.version, binding=binding)
-    elif k.release:
-        version = variant.release_version(__version__, torch.version, torch.cuda, cxx11_abi)
-        requires = install_requires(release_torch=torch.version)
+    compiler_text = " ".join(tools.compiler) if tools.compiler else tools.cxx
+    version, requires = _release_version(k, torch, binding, cxx11_abi)
     info = build_info(
         torch=torch, nvcc_version=nvcc_version, cxx11_abi=cxx11_abi, host_compiler=compiler_text,
         cxx_std=cxx_std, arch_plan=arch_plan, platform=platform, revision=source_revision(root),
