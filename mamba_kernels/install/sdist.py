@@ -48,12 +48,11 @@ from email.parser import BytesHeaderParser, HeaderParser
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..build import plan as build
+from ..build import plan
 from ..facts import release_index
 from ..runtime import install_record
 from ..runtime.terminal import tell
-from . import fetching, resolve, wheel_contents
-from . import installer as install
+from . import fetching, installer, resolve, wheel_contents
 from .environment import Gpu, Target
 
 TARGET_VAR = "MAMBA_KERNELS_TARGET_PYTHON"
@@ -298,10 +297,10 @@ def prebuilt(target: Any, indexes: Sequence[str], dest: str, timeout: float
             continue
         c = res.selected.candidate
         try:
-            path, sha = install.fetch(c, Path(dest), timeout)
+            path, sha = installer.fetch(c, Path(dest), timeout)
             with zipfile.ZipFile(path) as zf:
                 wheel_contents.vet(zf, f"{'-'.join(c.filename.split('-')[:2])}.dist-info")
-        except install.Failure as e:
+        except installer.Failure as e:
             why.append(f"the wheel from {index} could not be used ({e.line})")
             continue
         except Exception as e:
@@ -431,19 +430,19 @@ def _version_of(pkg_info: bytes) -> str:
 
 def source_build_decision(target: Any, environ: Mapping[str, str]) -> Tuple[bool, str]:
     """(build from source?, why) for the target environment and the build knobs."""
-    k = build.read_knobs(environ)
+    k = plan.read_knobs(environ)
     if k.skip:
-        return False, f"{build.SKIP_BUILD_VAR} is on"
+        return False, f"{plan.SKIP_BUILD_VAR} is on"
     if target.torch is None:
         return False, "there is no torch in the target environment to build against"
     if not target.torch_cuda:
         return False, f"torch {target.torch} is a CPU-only build"
     if not target.nvcc:
         return False, "no CUDA toolkit (nvcc) was found to build with (set CUDA_HOME)"
-    problem = build.cuda_major_problem(target.nvcc, target.torch_cuda, target.cuda_home or "")
+    problem = plan.cuda_major_problem(target.nvcc, target.torch_cuda, target.cuda_home or "")
     if problem:
         return False, problem
-    return build.arch_decision(k, list(target.gpu_archs) if target.gpus else [])
+    return plan.arch_decision(k, list(target.gpu_archs) if target.gpus else [])
 
 
 def tool_paths() -> List[str]:
@@ -468,8 +467,8 @@ def build_from_source(python: str, root: str, out_dir: str, environ: Mapping[str
     or failed build is a RuntimeError whose message is the build's last error line."""
     env = probe_env(environ)
     env["PYTHONPATH"] = os.pathsep.join(tool_paths())  # setuptools first, torch from the target
-    env[build.FORCE_BUILD_VAR] = "1"  # a plan that cannot build says why instead of going pure
-    env[build.FROM_SDIST_VAR] = "1"  # our own line is shown; the build's goes to the log
+    env[plan.FORCE_BUILD_VAR] = "1"  # a plan that cannot build says why instead of going pure
+    env[plan.FROM_SDIST_VAR] = "1"  # our own line is shown; the build's goes to the log
     p = subprocess.run([python, "-c", SOURCE_BUILD, out_dir], cwd=root, env=env,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     sys.stderr.write(p.stdout)  # the installer shows it with -v, or when the install fails
@@ -478,8 +477,8 @@ def build_from_source(python: str, root: str, out_dir: str, environ: Mapping[str
         lines = [ln for ln in p.stdout.strip().splitlines() if ln.strip()]
         errors = [ln for ln in lines if "error" in ln.lower()] or lines or ["no output"]
         last = errors[-1].strip()
-        # build.py's refusal names the FORCE_BUILD set here, not by the user: keep the reason only.
-        for prefix in (f"{PREFIX}error: ", f"{build.FORCE_BUILD_VAR} is on but the CUDA extensions cannot "
+        # build/plan.py's refusal names the FORCE_BUILD set here, not by the user: keep the reason only.
+        for prefix in (f"{PREFIX}error: ", f"{plan.FORCE_BUILD_VAR} is on but the CUDA extensions cannot "
                                            "be built: "):
             last = last[len(prefix):] if last.startswith(prefix) else last
         raise RuntimeError(last)
@@ -531,7 +530,7 @@ def build_wheel(root: str, wheel_directory: str, pure_build: Callable[[str], str
 
     version = sdist_version(root)
     try:
-        knobs = build.read_knobs(environ)
+        knobs = plan.read_knobs(environ)
     except ValueError as e:
         raise StopInstall(str(e)) from None
     found = find_target(environ)
@@ -549,7 +548,7 @@ def build_wheel(root: str, wheel_directory: str, pure_build: Callable[[str], str
         except ValueError as e:
             raise StopInstall(str(e)) from None
         if knobs.force:
-            reasons.append(f"{build.FORCE_BUILD_VAR} is on, so no prebuilt wheel is used")
+            reasons.append(f"{plan.FORCE_BUILD_VAR} is on, so no prebuilt wheel is used")
         elif target.torch is None:
             reasons.append(f"there is no torch in the target environment {where}; install torch, then "
                            "mamba-kernels again (--force-reinstall --no-deps) for the CUDA kernels")
@@ -576,7 +575,7 @@ def build_wheel(root: str, wheel_directory: str, pure_build: Callable[[str], str
                     built = build_from_source(found.python, root, os.path.join(tmp, "src"), environ)
                 except RuntimeError as e:
                     if knobs.force:
-                        raise StopInstall(f"{PREFIX}error: {build.FORCE_BUILD_VAR} is on and the source "
+                        raise StopInstall(f"{PREFIX}error: {plan.FORCE_BUILD_VAR} is on and the source "
                                           f"build failed: {e}") from None
                     reasons.append(f"the source build failed: {e}")
                 else:
@@ -588,12 +587,12 @@ def build_wheel(root: str, wheel_directory: str, pure_build: Callable[[str], str
                     name = finish_wheel(built, wheel_directory, version, out.record(found.how, version))
             else:
                 if knobs.force:
-                    raise StopInstall(f"{PREFIX}error: {build.FORCE_BUILD_VAR} is on but the CUDA "
+                    raise StopInstall(f"{PREFIX}error: {plan.FORCE_BUILD_VAR} is on but the CUDA "
                                       f"extensions cannot be built: {why}")
                 reasons.append(f"no source build: {why}")
         # 3. pure Python
         if out is None and knobs.force:
-            raise StopInstall(f"{PREFIX}error: {build.FORCE_BUILD_VAR} is on but the CUDA extensions cannot "
+            raise StopInstall(f"{PREFIX}error: {plan.FORCE_BUILD_VAR} is on but the CUDA extensions cannot "
                               f"be built: {'; '.join(reasons)}")
         if out is None:
             line = (f"{PREFIX}installed without the CUDA extensions, the PyTorch path runs: "
