@@ -5,9 +5,8 @@
 [--proposed FILE] [--github-output FILE]``
 
 Reads PyPI's JSON for torch (or FILE), finds the newest final major.minor release that the support
-table (mamba_kernels/facts/support.json, read by mamba_kernels/facts/support.py) does not list, and prints
-what
-PyPI says about it: the CPython versions with wheels per platform (from the file names),
+table (mamba_kernels/facts/support.json, read by mamba_kernels/facts/support.py) does not list, and
+prints what PyPI says about it: the CPython versions with wheels per platform (from the file names),
 Requires-Python, and the CUDA variant of the default Linux wheel (from its CUDA requirements).
 With --apply it appends a ``releases`` entry to the data file (never to code) for a pull request a
 maintainer completes (PyTorch's own index, which holds the other CUDA variants, is not reachable
