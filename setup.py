@@ -1,5 +1,5 @@
 """Thin setup: the version, the torch requirement and the CUDA extensions come from
-mamba_kernels/build.py (importable without torch), which explains every decision."""
+mamba_kernels/build/plan.py (importable without torch), which explains every decision."""
 
 import os
 import sys
@@ -8,7 +8,7 @@ from setuptools import setup
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, ROOT)
-from mamba_kernels.build import BuildError, setup_kwargs  # noqa: E402
+from mamba_kernels.build.plan import BuildError, setup_kwargs  # noqa: E402
 
 try:
     kwargs = setup_kwargs(ROOT)

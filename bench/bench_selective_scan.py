@@ -116,7 +116,7 @@ def load_ours(device: str) -> Impl:
     try:
         import causal_conv1d
         import selective_scan
-        from mamba_kernels import dispatch, knobs
+        from mamba_kernels.runtime import dispatch, knobs
     except Exception as e:  # a broken checkout: nothing to compare
         raise provenance.ProvenanceError(f"ours: import failed: {_brief(e)}") from e
     impl = Impl("ours", selective_scan.selective_scan_fn, selective_scan.selective_state_update,

@@ -39,7 +39,7 @@ if has install; then
     log "install $(basename "$whl") into $SITE: rc=$?"
     (cd /tmp && PYTHONPATH="$SITE" python3 -c "
 import torch, causal_conv1d._cuda as c, selective_scan._cuda as s
-from mamba_kernels import buildinfo
+from mamba_kernels.runtime import buildinfo
 print('torch', torch.__version__, '| loaded', c.__file__)
 for m in (c, s):
     print(m.__name__, buildinfo.check_module(m) or 'ok', m.BUILD_INFO)

@@ -90,7 +90,7 @@ def _stand_in_update(x, conv_state, weight, bias, silu_activation, cache_seqlens
 def stand_in_extension(kernel: str, lib: torch.library.Library, schemas: dict, impls: dict) -> None:
     """Define ``schemas`` in ``lib`` with the CPU ``impls`` and make a dummy module stand for
     ``kernel``'s compiled extension (imported by its ``_ops`` modules, reported usable by dispatch)."""
-    from mamba_kernels import dispatch
+    from mamba_kernels.runtime import dispatch
 
     name = dispatch.EXTENSIONS[kernel]
     ext = types.ModuleType(name)
@@ -104,7 +104,7 @@ def stand_in_extension(kernel: str, lib: torch.library.Library, schemas: dict, i
 def decide_as_cuda() -> None:
     """Make the dispatch decision as for CUDA tensors (the real ``dispatch.use_cuda``, asked
     about ``"cuda"``); once per process."""
-    from mamba_kernels import dispatch
+    from mamba_kernels.runtime import dispatch
 
     real = dispatch.use_cuda
     if not getattr(real, "as_cuda", False):
@@ -143,7 +143,7 @@ def per_call_us(fn: Callable[[], object], reps: int, calls: int) -> float:
 
 def cases() -> List[tuple]:
     from causal_conv1d import causal_conv1d_fn, causal_conv1d_update, cpp_functions
-    from mamba_kernels import dispatch
+    from mamba_kernels.runtime import dispatch
 
     ops = torch.ops.mamba_kernels
     x = torch.randn(1, 64, 128, dtype=torch.bfloat16)

@@ -80,7 +80,7 @@ def install_stand_ins() -> torch.library.Library:
 
 def cases() -> List[tuple]:
     from causal_conv1d import causal_conv1d_fn
-    from mamba_kernels import dispatch, knobs
+    from mamba_kernels.runtime import dispatch, knobs
     from selective_scan import selective_scan_fn
 
     ops = torch.ops.mamba_kernels

@@ -68,7 +68,7 @@ def install_stand_ins() -> torch.library.Library:
 
 
 def cases() -> List[tuple]:
-    from mamba_kernels import dispatch
+    from mamba_kernels.runtime import dispatch
     from selective_scan import selective_state_update
 
     op = torch.ops.mamba_kernels.selective_state_update.default

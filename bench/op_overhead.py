@@ -99,7 +99,7 @@ def public_calls(dev: str):
 def main() -> int:
     import selective_scan._cuda as ext
 
-    from mamba_kernels import dispatch
+    from mamba_kernels.runtime import dispatch
     from selective_scan import selective_state_update
 
     print("extension:", ext.__file__)

@@ -1,8 +1,8 @@
 """The PEP 517 build backend of mamba-kernels: setuptools.build_meta, plus the install-time
-choice when a wheel is built from our sdist (mamba_kernels/sdist_install.py says what and why).
+choice when a wheel is built from our sdist (mamba_kernels/install/sdist.py says what and why).
 
 From a source checkout, for editable installs, and for release builds (MAMBA_KERNELS_RELEASE)
-every hook is setuptools' own: setup.py and mamba_kernels/build.py decide as they always did.
+every hook is setuptools' own: setup.py and mamba_kernels/build/plan.py decide as they always did.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from setuptools.build_meta import (  # noqa: F401  (hooks used as they are)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # the package's build helpers, importable without torch
 
-from mamba_kernels import build, knobs, sdist_install  # noqa: E402
+from mamba_kernels.build import plan as build  # noqa: E402
+from mamba_kernels.install import sdist as sdist_install  # noqa: E402
+from mamba_kernels.runtime import knobs  # noqa: E402
 
 
 def _from_sdist() -> bool:

@@ -21,7 +21,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from mamba_kernels import dispatch
+from mamba_kernels.runtime import dispatch
 
 from . import _checks, reference
 from ._checks import KERNEL_DTYPES

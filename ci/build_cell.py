@@ -50,15 +50,19 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ci import platforms
 from ci.platforms.base import CellError, log, sh
-from mamba_kernels import build, buildinfo, index, matrix, support, variant  # noqa: E402
-from mamba_kernels.version import __version__  # noqa: E402
+from mamba_kernels.build import plan as build
+from mamba_kernels.facts import support, variant, versions
+from mamba_kernels.facts.version import __version__
+from mamba_kernels.install import wheel_metadata
+from mamba_kernels.release import fatbin, matrix
+from mamba_kernels.runtime import buildinfo
 
 # The project: the checkout, or for check-installed the folder holding only CHECK_SOURCES.
 ROOT = Path(__file__).resolve().parent.parent
 CELL_VAR = "MAMBA_KERNELS_CI_CELL"
 CIBW_CONFIG = ROOT / "ci" / "cibuildwheel.toml"
 # Libraries wheel repair leaves out (docs/COMPAT.md §8; the lists are data in
-# mamba_kernels/support.json): torch's and CUDA's come from the installed torch, the MSVC C++
+# mamba_kernels/facts/support.json): torch's and CUDA's come from the installed torch, the MSVC C++
 # runtime from the system. verify rejects each of them in any wheel (vendored_problems).
 LINUX_EXCLUDES = support.LINUX_EXCLUDES
 WINDOWS_TORCH_CUDA_EXCLUDES = support.WINDOWS_TORCH_CUDA_EXCLUDES
@@ -190,7 +194,7 @@ def check_torch(cell: support.Cell, python: str, which: str = BUILD) -> None:
         env=torch_env(),
     )
     version, cuda = (out.stdout.split() + ["", ""])[:2]
-    if variant.minor(version) != want_torch or cuda != want_cuda:
+    if versions.minor(version) != want_torch or cuda != want_cuda:
         raise CellError(
             f"installed torch {version} (CUDA {cuda}) is not the cell's {which} torch {want_torch} "
             f"with CUDA {want_cuda}: {out.stderr.strip()[-300:]}"
@@ -346,11 +350,11 @@ def verify(
     want_name = variant.wheel_name(version, cell).replace(variant.platform_tag(cell), plat_tag)
     if wheel.name != want_name:
         problems.append(f"file name {wheel.name!r} != expected {want_name!r}")
-    meta = index.wheel_metadata(wheel)
+    meta = wheel_metadata.wheel_metadata(wheel)
     want_version = variant.cell_release_version(version, cell)
     if meta["version"] != want_version:
         problems.append(f"METADATA Version {meta['version']!r} != {want_version!r}")
-    pin = index.torch_pin(meta["requires_dist"])
+    pin = wheel_metadata.torch_pin(meta["requires_dist"])
     if pin != variant.cell_torch_requirement(cell):
         problems.append(f"METADATA torch requirement {pin!r} != {variant.cell_torch_requirement(cell)!r}")
     want_tags = {f"{variant.wheel_tags(cell)}-{t}" for t in plat_tag.split(".")}
@@ -380,7 +384,7 @@ def verify(
                 for k in want:
                     if got[k] != want[k]:
                         problems.append(f"{ext[0]}: BUILD_INFO {k} {got[k]!r} != {want[k]!r}")
-            sass, ptx = index.fatbin_archs(data)
+            sass, ptx = fatbin.fatbin_archs(data)
             if (sass, ptx) != (want_sass, want_ptx):
                 problems.append(f"{ext[0]}: fat binary holds {sass + ptx}, expected {want_sass + want_ptx}")
             tool = find_cuobjdump(cuda_home)
@@ -413,11 +417,6 @@ def verify(
     return problems
 
 
-# The BUILD_INFO keys a stable build adds (mamba_kernels/build.py writes them): the binding,
-# the torch it targets and the CUDA major it needs.
-STABLE_INFO_KEYS = ("binding", "stable_target", "cuda_major")
-
-
 def build_info_expectations(
     cell: support.Cell, found: Any, want_version: str, want_sass: List[str], want_ptx: List[str]
 ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
@@ -437,7 +436,7 @@ def build_info_expectations(
     if cell.stable:
         want.update(binding="stable", stable_target=cell.torch, cuda_major=int(cell.cuda.split(".")[0]),
                     nvcc=cell.cuda, torch_cuda=cell.cuda)
-        got.update({k: info.get(k) for k in STABLE_INFO_KEYS})
+        got.update({k: info.get(k) for k in buildinfo.STABLE_KEYS})
         got["torch_cuda"] = info.get("torch_cuda")
         got["nvcc"] = ".".join(str(info.get("nvcc_version", "")).split(".")[:2])
     else:
@@ -455,13 +454,13 @@ def check_installed(cell: support.Cell, torch_release: Optional[str] = None) -> 
 
     import torch
 
-    from mamba_kernels import buildinfo
+    from mamba_kernels.runtime import buildinfo
 
     problems = []
     test_torch = torch_release or torch_of(cell, TEST)[0]
     if torch_release is not None and not cell.serves_torch(torch_release):
         problems.append(f"the cell's wheel does not serve torch {torch_release} ({variant.cell_label(cell)})")
-    if variant.minor(torch.__version__) != test_torch:
+    if versions.minor(torch.__version__) != test_torch:
         problems.append(f"installed torch {torch.__version__} is not the cell's test torch {test_torch}")
     want_sass, want_ptx = expected_targets(cell)
     for kernel in ("causal_conv1d", "selective_scan"):

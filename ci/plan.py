@@ -25,7 +25,8 @@ import json
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ci import platforms
-from mamba_kernels import matrix, support  # noqa: E402
+from mamba_kernels.facts import support, versions
+from mamba_kernels.release import matrix
 
 # The matrix fields .github/workflows/build-cells.yml reads (tests/test_workflows.py checks the
 # workflow reads no other): the job's name and runner, its limits, and the compiler cache key.
@@ -42,8 +43,9 @@ class PlanError(RuntimeError):
     """The plan cannot be made; the message is one line."""
 
 
-def _vkey(v: str) -> Tuple[int, ...]:
-    return tuple(int(x) for x in v.split("."))
+def _rank(cell: support.Cell) -> Tuple[Tuple[int, ...], ...]:
+    """Newest build torch, then CUDA, then Python: the cell a family's smoke build takes."""
+    return versions.key(cell.build_with[0]), versions.key(cell.cuda), versions.key(cell.python)
 
 
 def family(cell: support.Cell) -> Tuple[str, str, str, str]:
@@ -60,9 +62,8 @@ def smoke_cells(cells: Sequence[support.Cell]) -> List[support.Cell]:
     best: Dict[Tuple[str, str, str, str], support.Cell] = {}
     for cell in cells:
         key = family(cell)
-        rank = (_vkey(cell.build_with[0]), _vkey(cell.cuda), _vkey(cell.python))
         held = best.get(key)
-        if held is None or rank > (_vkey(held.build_with[0]), _vkey(held.cuda), _vkey(held.python)):
+        if held is None or _rank(cell) > _rank(held):
             best[key] = cell
     order = {family(c): i for i, c in reversed(list(enumerate(cells)))}
     return sorted(best.values(), key=lambda c: order[family(c)])

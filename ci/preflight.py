@@ -57,7 +57,11 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from ci import build_cell, plan, platforms  # plan: the plan step's matrices, whose size GitHub limits
-from mamba_kernels import build, build_archs, build_toolchain, matrix, support  # noqa: E402
+from mamba_kernels.build import archs as build_archs
+from mamba_kernels.build import plan as build
+from mamba_kernels.build import toolchain as build_toolchain
+from mamba_kernels.facts import support, versions
+from mamba_kernels.release import matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,7 +80,7 @@ RUNNER_PATH = {
     "windows": r"C:\Windows\system32;C:\hostedtoolcache\windows\Python\3.12.10\x64;C:\Program Files\Git\bin",
 }
 
-# Host compilers nvcc accepts (docs/COMPAT.md §7; the facts are data in mamba_kernels/support.json,
+# Host compilers nvcc accepts (docs/COMPAT.md §7; the facts are data in mamba_kernels/facts/support.json,
 # copied here so a test can vary them). nvcc's crt/host_config.h stops the compile ("unsupported
 # GNU version" / "unsupported Microsoft Visual Studio version") when the host compiler is newer
 # than the CUDA release knows.
@@ -429,10 +433,6 @@ def _major(cuda: str) -> str:
     return cuda.split(".")[0]
 
 
-def _vkey(version: str) -> Tuple[int, ...]:
-    return tuple(int(x) for x in version.split("."))
-
-
 def check_stable(cell: support.Cell, report: CellReport) -> None:
     """A stable cell's target, build torch and test torch fit its CUDA (nothing for a classic one)."""
     if not cell.stable:
@@ -449,10 +449,10 @@ def check_stable(cell: support.Cell, report: CellReport) -> None:
     test, test_cuda = cell.test_with
     if test_cuda not in support.torch_release(test).cuda[cell.platform]:
         report.fail("stable", f"test torch {test} has no CUDA {test_cuda} build for {cell.platform}")
-    elif _major(test_cuda) != _major(cell.cuda) or _vkey(test_cuda) < _vkey(cell.cuda):
+    elif _major(test_cuda) != _major(cell.cuda) or versions.key(test_cuda) < versions.key(cell.cuda):
         report.fail("stable", f"test torch {test}'s CUDA {test_cuda} cannot run a CUDA {cell.cuda} binary "
                               "(same major, minor not below the binary's)")
-    if _vkey(test) < _vkey(cell.torch):
+    if versions.key(test) < versions.key(cell.torch):
         report.fail("stable", f"test torch {test} is older than the target {cell.torch}")
 
 
@@ -466,7 +466,8 @@ def check_stable_coverage(cells: Sequence[support.Cell]) -> List[str]:
             continue
         for rel in support.stable_releases():
             for cuda in rel.cuda[plat]:
-                if not any(_major(c.cuda) == _major(cuda) and _vkey(c.cuda) <= _vkey(cuda) for c in stable):
+                if not any(_major(c.cuda) == _major(cuda) and versions.key(c.cuda) <= versions.key(cuda)
+                           for c in stable):
                     problems.append(f"FAIL stable {plat}: torch {rel.torch} with CUDA {cuda} has no stable "
                                     f"cell (CUDA {_major(cuda)}.x with a minor not above {cuda})")
     return problems
@@ -490,10 +491,6 @@ NVCC_SINGLE_VALUED: Tuple[Tuple[str, ...], ...] = support.NVCC_SINGLE_VALUED
 _SRC, _OBJ = "csrc/kernel.cu", "build/kernel.o"
 
 
-def _release_key(version: str) -> Tuple[int, ...]:
-    return tuple(int(x) for x in version.split(".")[:2])
-
-
 def _msvc(cell: support.Cell) -> bool:
     """Whether nvcc's host compiler for the cell is MSVC (else GCC): torch's flags, the probe's
     and the compiler rules follow from it."""
@@ -514,7 +511,8 @@ def torch_nvcc_command(cell: support.Cell, ours: Sequence[str], env: Mapping[str
         flags.append(f"-std=c++{cell.cxx_std}")
     cc = env.get("CC")
     build_torch = cell.build_with[0]
-    if (not msvc and cc and _release_key(build_torch) >= _release_key(support.TORCH_CCBIN_FROM_CC_SINCE)
+    ccbin_since = versions.minor_key(support.TORCH_CCBIN_FROM_CC_SINCE)
+    if (not msvc and cc and versions.minor_key(build_torch) >= ccbin_since
             and not any(f.startswith(("-ccbin", "--compiler-bindir")) for f in flags)):
         flags += ["-ccbin", cc]
     deps = [] if env.get("TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES") == "1" else [
@@ -523,7 +521,7 @@ def torch_nvcc_command(cell: support.Cell, ours: Sequence[str], env: Mapping[str
 
 
 def our_nvcc_flags(cell: support.Cell) -> List[str]:
-    """The nvcc flags our build passes for the cell (mamba_kernels/build.py, release build)."""
+    """The nvcc flags our build passes for the cell (mamba_kernels/build/plan.py, release build)."""
     plan = build_archs.choose_archs(arch_list=None, release=True, gpu_capabilities=(), cuda=cell.cuda,
                                     platform=cell.platform)
     return build.compile_flags(platform=cell.platform, cxx_std=cell.cxx_std, nvcc_version=cell.cuda,
@@ -642,12 +640,12 @@ def check_compiler(cell: support.Cell, report: CellReport, env: Mapping[str, str
         report.fail("compiler", f"cannot tell the GCC version of {', '.join(unknown)} "
                                 f"({', '.join(names[k] for k in unknown)})")
         return
-    versions = set(chosen.values())
-    if len(versions) > 1:
+    gccs = set(chosen.values())
+    if len(gccs) > 1:
         report.fail("compiler", "CXX and nvcc's -ccbin name different GCCs: "
                                 + ", ".join(f"{k} {v}" for k, v in chosen.items()))
         return
-    gcc = versions.pop() if versions else IMAGE_GCC.get(image)
+    gcc = gccs.pop() if gccs else IMAGE_GCC.get(image)
     if gcc is None:
         report.fail("compiler", f"no GCC fact for image {image}: add it to ci/preflight.py")
         return

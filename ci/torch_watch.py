@@ -4,8 +4,8 @@
 [--proposed FILE] [--github-output FILE]``
 
 Reads PyPI's JSON for torch (or FILE), finds the newest final major.minor release that the support
-table (mamba_kernels/support.json, read by mamba_kernels/support.py) does not list, and prints what
-PyPI says about it: the CPython versions with wheels per platform (from the file names),
+table (mamba_kernels/facts/support.json, read by mamba_kernels/facts/support.py) does not list, and
+prints what PyPI says about it: the CPython versions with wheels per platform (from the file names),
 Requires-Python, and the CUDA variant of the default Linux wheel (from its CUDA requirements).
 With --apply it appends a ``releases`` entry to the data file (never to code) for a pull request a
 maintainer completes (PyTorch's own index, which holds the other CUDA variants, is not reachable
@@ -41,10 +41,11 @@ import json
 import re
 import urllib.request
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set
 
 from ci import platforms
-from mamba_kernels import matrix, support, variant  # noqa: E402
+from mamba_kernels.facts import support, variant, versions
+from mamba_kernels.release import matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,18 +54,13 @@ PYPI_URL = "https://pypi.org/pypi/torch/json"
 NEW_RELEASE = 10
 
 
-def _mm(version: str) -> Tuple[int, int]:
-    parts = version.split(".")
-    return int(parts[0]), int(parts[1])
-
-
 def newest_missing(pypi: Dict[str, Any], known: Optional[Set[str]] = None) -> Optional[str]:
     """The newest final release (``2.16.0``) whose major.minor the table (or ``known``) lacks,
     or None."""
     known = {r.torch for r in support.RELEASES} if known is None else known
     finals = [v for v, files in pypi["releases"].items() if re.fullmatch(r"\d+\.\d+\.\d+", v) and files]
-    newest_known = max(_mm(t + ".0") for t in known)
-    missing = [v for v in finals if f"{_mm(v)[0]}.{_mm(v)[1]}" not in known and _mm(v) > newest_known]
+    newest_known = max(versions.minor_key(t + ".0") for t in known)
+    missing = [v for v in finals if versions.minor(v) not in known and versions.minor_key(v) > newest_known]
     return max(missing, key=lambda v: tuple(int(x) for x in v.split("."))) if missing else None
 
 
@@ -133,10 +129,10 @@ def release_entry(f: Dict[str, Any]) -> Dict[str, Any]:
 
 def _serving(cells: List[support.Cell], platform: str, cuda: str) -> Optional[support.Cell]:
     """The stable cell whose wheel the resolver picks for torch's CUDA ``cuda`` on ``platform``:
-    the same major, the highest minor not above torch's (mamba_kernels/resolve.py)."""
+    the same major, the highest minor not above torch's (mamba_kernels/install/resolve.py)."""
     fits = [c for c in cells if c.platform == platform and c.cuda.split(".")[0] == cuda.split(".")[0]
-            and _mm(c.cuda) <= _mm(cuda)]
-    return max(fits, key=lambda c: _mm(c.cuda)) if fits else None
+            and versions.minor_key(c.cuda) <= versions.minor_key(cuda)]
+    return max(fits, key=lambda c: versions.minor_key(c.cuda)) if fits else None
 
 
 def plan(entry: Dict[str, Any]) -> Dict[str, Any]:
@@ -149,7 +145,7 @@ def plan(entry: Dict[str, Any]) -> Dict[str, Any]:
     with the wheel the resolver picks, on the newest CPython the release has there.
     """
     new = support.release_from_data(entry)
-    if _mm(new.torch + ".0") < _mm(support.STABLE_ABI_MIN_TORCH + ".0"):
+    if versions.minor_key(new.torch + ".0") < versions.minor_key(support.STABLE_ABI_MIN_TORCH + ".0"):
         cells = support.release_cells(new)
         return {"torch": new.torch, "build": [matrix.cell_id(c) for c in cells], "smoke": []}
     # By id: a newer build torch for an existing cell makes no new wheel.
@@ -158,7 +154,8 @@ def plan(entry: Dict[str, Any]) -> Dict[str, Any]:
     built = [c for c in after if matrix.cell_id(c) not in before]
     smoke = []
     for plat in support.PLATFORMS:
-        pythons = [py for py in new.pythons_on(plat) if _mm(py) >= _mm(support.STABLE_ABI_PYTHON)]
+        pythons = [py for py in new.pythons_on(plat)
+                   if versions.minor_key(py) >= versions.minor_key(support.STABLE_ABI_PYTHON)]
         for cuda in new.cuda[plat]:
             cell = _serving(after, plat, cuda)
             if cell is None or cell in built or not pythons:
@@ -257,7 +254,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                   + (", ".join(f"{t['platform']} CUDA {t['torch_cuda']} with {t['label']}"
                                for t in todo["smoke"]) or "none") + "\n"
                   + f"- new cells to build: {', '.join(todo['build']) or 'none'}\n"
-                  + (f"- **{todo['problem']}**: complete mamba_kernels/support.json before merging\n"
+                  + (f"- **{todo['problem']}**: complete mamba_kernels/facts/support.json before merging\n"
                      if todo.get("problem") else ""))
         Path(args.body).write_text(
             f"torch {version} is on PyPI and not in the support table.\n\n"

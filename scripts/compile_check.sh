@@ -33,7 +33,7 @@ binding=$(cd "$tmp" && "$PY" - <<'PYEOF'
 import glob, importlib, os, sys
 sys.path.insert(0, os.getcwd())
 import torch  # noqa: F401  (loads libtorch and the CUDA runtime the extension links)
-from mamba_kernels import buildinfo
+from mamba_kernels.runtime import buildinfo
 bindings = set()
 for so in sorted(glob.glob("*/_cuda*.so")) + sorted(glob.glob("*/_cuda*.pyd")):
     name = so.split(os.sep)[0] + "._cuda"
@@ -59,7 +59,7 @@ fi
     || { cat "$tmp/load.log"; echo "compile check: the stable ops did not all register"; exit 1; }
 echo "compile check: $(grep -c 'mamba_kernels::' "$tmp/load.log") ops registered"
 start=$(date +%s)
-(cd "$tmp" && "$PY" -m mamba_kernels.build --compile-binding classic) \
+(cd "$tmp" && "$PY" -m mamba_kernels.build.plan --compile-binding classic) \
     || { echo "compile check: the classic binding FAILED to compile"; exit 1; }
 end=$(date +%s)
 echo "compile check: OK; the classic binding's own translation units compile too ($((end - start)) s)"

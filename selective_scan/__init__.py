@@ -5,7 +5,7 @@ and ``selective_scan.selective_state_update`` mirrors
 ``mamba_ssm.ops.triton.selective_state_update``.
 """
 
-from mamba_kernels import installed
+from mamba_kernels.runtime import installed
 
 from .selective_scan_interface import mamba_inner_fn, mamba_inner_ref, selective_scan_fn, selective_scan_ref
 from .selective_state_update import selective_state_update
@@ -21,7 +21,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> str:
-    """``__version__``: the installed version with its local label (mamba_kernels.installed),
+    """``__version__``: the installed version with its local label (mamba_kernels.runtime.installed),
     read at first use, not at import."""
     if name == "__version__":
         return installed.cached_version()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from mamba_kernels.library import register_fake
+from mamba_kernels.runtime.library import register_fake
 
 from . import _cuda  # noqa: F401  (loading it registers the ops)
 

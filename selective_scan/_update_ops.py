@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from mamba_kernels.library import register_fake
+from mamba_kernels.runtime.library import register_fake
 
 from . import _cuda  # noqa: F401  (loading it registers the op)
 

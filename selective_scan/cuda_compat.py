@@ -39,7 +39,7 @@ from typing import List, Optional
 import torch
 import torch.nn.functional as F
 
-from mamba_kernels import dispatch, knobs
+from mamba_kernels.runtime import dispatch, knobs
 
 from . import _checks, chunked, pytorch_scan
 from .scan_fn import _CUDA_A_DTYPES, _CUDA_INPUT_DTYPES, KERNEL, _as_4d

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from causal_conv1d import causal_conv1d_fn
 from causal_conv1d.cpp_functions import causal_conv1d_bwd_function, causal_conv1d_fwd_function
-from mamba_kernels import dispatch, knobs
+from mamba_kernels.runtime import dispatch, knobs
 
 from . import _amp, _checks, pytorch_scan
 from .rms_norm import rms_norm_backward, rms_norm_forward
@@ -132,6 +132,59 @@ class _Projected:
 
 def _through_norm(pre: Tensor, weight: Optional[Tensor], eps: float, grad_rows: Tensor) -> Tensor:
     return grad_rows.to(pre.dtype) if weight is None else rms_norm_backward(pre, weight, eps, grad_rows)
+
+
+def _scan_backward(ctx, proj, conv1d_out, delta, A, D, z, delta_bias, dout_y, dz, ckpt, y):
+    """The scan's gradients (conv output, delta, A, B, C, D, delta bias) and ``y * silu(z)``,
+    from the compiled kernel or the PyTorch path; dz is written in place."""
+    if ctx.cuda:
+        from . import _ops  # loads the compiled extension, which only the CUDA path needs
+
+        Bs, Cs, softplus = _as_4d(proj.B), _as_4d(proj.C), ctx.delta_softplus
+        if ckpt is None:  # MAMBA_KERNELS_SCAN_STATES=recompute
+            y, _, ckpt = _ops.fwd(conv1d_out, delta, A, Bs, Cs, D, z, delta_bias, softplus, True)
+        dconv1d_out, ddelta, dA, dB, dC, dD, ddelta_bias = _ops.bwd(
+            conv1d_out, delta, A, Bs, Cs, D, z, delta_bias, dout_y, ckpt, y, dz,
+            ctx.delta_softplus,
+        )
+        dB, dC = (_scan_form(g, t, A) for g, t in ((dB, proj.B), (dC, proj.C)))
+        return dconv1d_out, ddelta, dA, dB, dC, dD, ddelta_bias, y * F.silu(z)
+    p = pytorch_scan.make_problem(
+        conv1d_out, delta, A, proj.B, proj.C, D, z, delta_bias, ctx.delta_softplus, ctx.groups
+    )
+    dconv1d_out, ddelta, dA, dB, dC, dD, ddelta_bias, _, out_z = pytorch_scan.backward(
+        p, dout_y, dz=dz, recompute_out_z=True, checkpoints=ckpt, y=y
+    )
+    return dconv1d_out, ddelta, dA, dB, dC, dD, ddelta_bias, out_z
+
+
+def _bc_grads(given, grad, pre, rms_weight, eps, proj_bias, bias_dtype):
+    """(the gradient of a given B or C, of a variable one's x_dbl rows, of its projection bias):
+    a given one gets its own shape back (3-D without the group axis, or real pairs)."""
+    if given is not None:
+        return pytorch_scan.grad_as_given(grad, given), None, None
+    dpre = _through_norm(pre, rms_weight, eps, _var_bc_rows(grad))
+    return None, dpre, (dpre.sum(0).to(bias_dtype) if proj_bias is not None else None)
+
+
+def _delta_grads(ddelta, delta_pre, dt_rms_weight, eps, x_dbl, delta_proj_weight, dx_dbl):
+    """delta_proj_weight's gradient; delta's part of x_dbl's is written into ``dx_dbl``."""
+    dt_rank = delta_proj_weight.shape[1]
+    if dt_rms_weight is None:
+        ddelta_cols = _cols(ddelta)  # (d_inner, b*L)
+    else:
+        ddelta_cols = rms_norm_backward(delta_pre, dt_rms_weight, eps, _rows(ddelta)).t()
+    ddelta_proj_weight = torch.einsum("dB,Br->dr", ddelta_cols, x_dbl[:, :dt_rank])
+    dx_dbl[:, :dt_rank] = torch.einsum("dB,dr->Br", ddelta_cols, delta_proj_weight)
+    return ddelta_proj_weight
+
+
+def _through_x_proj(dx_dbl, dconv1d_out, conv1d_out, x_proj_weight, batch):
+    """(x_proj_weight's gradient, the conv output's gradient with x_dbl's added)."""
+    dconv_cols = _cols(dconv1d_out).to(dx_dbl.dtype)
+    dx_proj_weight = torch.einsum("Br,Bd->rd", dx_dbl, _rows(conv1d_out).to(dx_dbl.dtype))
+    dconv_cols = torch.addmm(dconv_cols, x_proj_weight.t(), dx_dbl.t(), out=dconv_cols)
+    return dx_proj_weight, _uncols(dconv_cols, batch)
 
 
 class MambaInnerFn(torch.autograd.Function):
@@ -301,53 +354,24 @@ class MambaInnerFn(torch.autograd.Function):
         dout_cols = dout.reshape(-1, dout.shape[-1]).t()  # (d_model, b*L)
         dout_y = _uncols(out_proj_weight.t().to(dout_cols.dtype) @ dout_cols, batch)
         # dz is written in place into its view of dxz
-        if ctx.cuda:
-            from . import _ops
-
-            Bs, Cs, softplus = _as_4d(proj.B), _as_4d(proj.C), ctx.delta_softplus
-            if ckpt is None:  # MAMBA_KERNELS_SCAN_STATES=recompute
-                y, _, ckpt = _ops.fwd(conv1d_out, delta, A, Bs, Cs, D, z, delta_bias, softplus, True)
-            dconv1d_out, ddelta, dA, dB, dC, dD, ddelta_bias = _ops.bwd(
-                conv1d_out, delta, A, Bs, Cs, D, z, delta_bias, dout_y, ckpt, y, dz,
-                ctx.delta_softplus,
-            )
-            dB, dC = (_scan_form(g, t, A) for g, t in ((dB, proj.B), (dC, proj.C)))
-            out_z = y * F.silu(z)
-        else:
-            p = pytorch_scan.make_problem(
-                conv1d_out, delta, A, proj.B, proj.C, D, z, delta_bias, ctx.delta_softplus, ctx.groups
-            )
-            dconv1d_out, ddelta, dA, dB, dC, dD, ddelta_bias, _, out_z = pytorch_scan.backward(
-                p, dout_y, dz=dz, recompute_out_z=True, checkpoints=ckpt, y=y
-            )
+        dconv1d_out, ddelta, dA, dB, dC, dD, ddelta_bias, out_z = _scan_backward(
+            ctx, proj, conv1d_out, delta, A, D, z, delta_bias, dout_y, dz, ckpt, y
+        )
         dout_proj_weight = torch.einsum("eB,dB->ed", dout_cols, _cols(out_z).to(dout_cols.dtype))
         dout_proj_bias = dout_cols.sum(1) if ctx.has_out_proj_bias else None
+        # what reaches x_dbl: the rows of a variable B and C, then delta's
         dx_dbl = torch.zeros_like(x_dbl)
-        dB_proj_bias = dC_proj_bias = None
-        if B is None:
-            dpre = _through_norm(proj.B_pre, b_rms_weight, eps, _var_bc_rows(dB))
+        dB, dpre, dB_proj_bias = _bc_grads(B, dB, proj.B_pre, b_rms_weight, eps, B_proj_bias,
+                                           ctx.proj_bias_dtypes[0])
+        if dpre is not None:
             dx_dbl[:, dt_rank : dt_rank + d_state] = dpre
-            dB_proj_bias = dpre.sum(0).to(ctx.proj_bias_dtypes[0]) if B_proj_bias is not None else None
-            dB = None
-        else:  # a given B: back to its own shape (3-D without the group axis, or real pairs)
-            dB = pytorch_scan.grad_as_given(dB, B)
-        if C is None:
-            dpre = _through_norm(proj.C_pre, c_rms_weight, eps, _var_bc_rows(dC))
+        dC, dpre, dC_proj_bias = _bc_grads(C, dC, proj.C_pre, c_rms_weight, eps, C_proj_bias,
+                                           ctx.proj_bias_dtypes[1])
+        if dpre is not None:
             dx_dbl[:, x_dbl.shape[1] - d_state :] = dpre
-            dC_proj_bias = dpre.sum(0).to(ctx.proj_bias_dtypes[1]) if C_proj_bias is not None else None
-            dC = None
-        else:
-            dC = pytorch_scan.grad_as_given(dC, C)
-        if dt_rms_weight is None:
-            ddelta_cols = _cols(ddelta)  # (d_inner, b*L)
-        else:
-            ddelta_cols = rms_norm_backward(proj.delta_pre, dt_rms_weight, eps, _rows(ddelta)).t()
-        ddelta_proj_weight = torch.einsum("dB,Br->dr", ddelta_cols, x_dbl[:, :dt_rank])
-        dx_dbl[:, :dt_rank] = torch.einsum("dB,dr->Br", ddelta_cols, delta_proj_weight)
-        dconv_cols = _cols(dconv1d_out).to(dx_dbl.dtype)
-        dx_proj_weight = torch.einsum("Br,Bd->rd", dx_dbl, _rows(conv1d_out).to(dx_dbl.dtype))
-        dconv_cols = torch.addmm(dconv_cols, x_proj_weight.t(), dx_dbl.t(), out=dconv_cols)
-        dconv1d_out = _uncols(dconv_cols, batch)
+        ddelta_proj_weight = _delta_grads(ddelta, proj.delta_pre, dt_rms_weight, eps, x_dbl,
+                                          delta_proj_weight, dx_dbl)
+        dx_proj_weight, dconv1d_out = _through_x_proj(dx_dbl, dconv1d_out, conv1d_out, x_proj_weight, batch)
         # dx is written in place into its view of dxz
         _, dweight, dconv1d_bias, _ = causal_conv1d_bwd_function(
             x, weight, conv1d_bias, dconv1d_out, None, None, None, dx, False, True

@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from mamba_kernels import dispatch, knobs
+from mamba_kernels.runtime import dispatch, knobs
 
 from . import _checks, pytorch_scan
 

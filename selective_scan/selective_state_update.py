@@ -41,7 +41,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from mamba_kernels import dispatch
+from mamba_kernels.runtime import dispatch
 
 from . import _checks
 

@@ -20,7 +20,7 @@ def _seed():
 @pytest.fixture
 def fresh(monkeypatch, tmp_path):
     """Isolated dispatch state, and a temp dir on sys.path for fake extensions and installs."""
-    from mamba_kernels import dispatch, knobs
+    from mamba_kernels.runtime import dispatch, knobs
 
     monkeypatch.setattr(dispatch, "_status", {})
     monkeypatch.setattr(dispatch, "_warned", set())

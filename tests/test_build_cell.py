@@ -14,7 +14,8 @@ import pytest
 from ci import build_cell, platforms
 from ci.platforms import linux, windows
 from ci.platforms.base import CellError, environment_string
-from mamba_kernels import matrix, support, variant
+from mamba_kernels.facts import support, variant
+from mamba_kernels.release import matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 environment = pytest.importorskip("cibuildwheel.environment")

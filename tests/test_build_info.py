@@ -12,7 +12,10 @@ import types
 import pytest
 import torch
 
-from mamba_kernels import build, build_archs, buildinfo, dispatch, release_index
+from mamba_kernels.build import archs as build_archs
+from mamba_kernels.build import plan as build
+from mamba_kernels.facts import release_index
+from mamba_kernels.runtime import buildinfo, dispatch
 
 
 def sample_info(**over):
@@ -37,6 +40,17 @@ def stable_info(**over):
     )
     info.update(over)
     return json.dumps(info)
+
+
+def test_the_written_record_is_the_schema():
+    # one definition (buildinfo.SCHEMA): the build writes exactly its keys, in its order, and
+    # the reader accepts what the build writes
+    for info in (sample_info(), json.loads(stable_info())):
+        assert list(info) == [f.key for f in buildinfo.SCHEMA]
+        assert buildinfo.parse(json.dumps(info)).raw == info
+    assert set(buildinfo.STABLE_KEYS) <= set(buildinfo.FIELDS)
+    with pytest.raises(ValueError, match=r"missing \['cuda_major'\], unknown \['cuda'\]"):
+        buildinfo.record(**{**{k: v for k, v in sample_info().items() if k != "cuda_major"}, "cuda": 13})
 
 
 def test_build_info_records_binding_target_and_cuda_major():
@@ -198,7 +212,7 @@ def test_fix_command_works_when_pasted(monkeypatch, tmp_path):
     """pip resolves the pasted command against a site ``index`` wrote (dry run: nothing installed)."""
     from test_index import make_wheel
 
-    from mamba_kernels import index
+    from mamba_kernels.release import index
 
     make_wheel(tmp_path / "in", version="0.1.0+cu130stable2.10", py="cp310", abi="abi3",
                plat=f"manylinux_2_17_{platform.machine()}", requires="torch>=2.10")

@@ -5,7 +5,9 @@ import os
 
 import pytest
 
-from mamba_kernels import build, build_archs, build_toolchain
+from mamba_kernels.build import archs as build_archs
+from mamba_kernels.build import plan as build
+from mamba_kernels.build import toolchain as build_toolchain
 
 # ----------------------------------------------------------------------------- knobs
 
@@ -290,7 +292,7 @@ def test_the_one_line_of_a_build_that_compiles_nothing(cuda_torch_no_gpu, monkey
     (installers hide a build's output) and in the log; inside the sdist's build, in the log only."""
     from setuptools.dist import Distribution
 
-    from mamba_kernels import terminal
+    from mamba_kernels.runtime import terminal
 
     shown = []
     monkeypatch.setattr(terminal, "to_terminal", lambda line, environ=None: shown.append(line) or True)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mamba_kernels import build, build_toolchain
+from mamba_kernels.build import plan as build
+from mamba_kernels.build import toolchain as build_toolchain
 
 ROOT = Path(__file__).resolve().parent.parent
 NVCC = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"

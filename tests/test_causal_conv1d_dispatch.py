@@ -13,7 +13,7 @@ import torch
 
 import causal_conv1d
 from causal_conv1d import causal_conv1d_fn, causal_conv1d_update, cpp_functions
-from mamba_kernels import dispatch
+from mamba_kernels.runtime import dispatch
 
 
 @pytest.fixture

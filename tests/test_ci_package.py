@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ci import build_cell
-from mamba_kernels import support
+from mamba_kernels.facts import support
 
 ROOT = Path(__file__).resolve().parent.parent
 CI_MODULES = sorted((ROOT / "ci").rglob("*.py"))

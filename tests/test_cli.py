@@ -2,6 +2,9 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 import mamba_kernels
 
@@ -52,11 +55,18 @@ def test_no_verb_prints_help_and_fails():
     assert "usage" in r.stderr.lower()
 
 
-def test_console_script_is_installed_and_points_at_main():
-    from importlib.metadata import entry_points
+def test_console_script_points_at_main():
+    # pyproject's declaration, loaded as an installer's script would load it (the installed
+    # metadata may come from another checkout of the project)
+    tomllib = pytest.importorskip("tomllib")
+    from importlib.metadata import EntryPoint
 
-    eps = [ep for ep in entry_points(group="console_scripts") if ep.name == "mamba-kernels"]
-    assert [ep.value for ep in eps] == ["mamba_kernels.cli:main"]
+    from mamba_kernels.cli import main as cli
+
+    scripts = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    value = scripts["project"]["scripts"]["mamba-kernels"]
+    ep = EntryPoint(name="mamba-kernels", value=value, group="console_scripts")
+    assert ep.load() is cli.main
 
 
 def test_output_into_a_closed_pipe_stops_quietly():
@@ -72,7 +82,7 @@ def test_output_into_a_closed_pipe_stops_quietly():
 
 
 def test_info_shows_the_build_label_and_the_index(tmp_path):
-    from mamba_kernels import release_index, variant
+    from mamba_kernels.facts import release_index, variant
 
     r = _run("info", "--json", env={release_index.ENV_VAR: f"{tmp_path} https://mirror.example/x/"})
     assert r.returncode == 0, r.stderr

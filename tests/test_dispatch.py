@@ -5,7 +5,7 @@ import warnings
 
 import pytest
 
-from mamba_kernels import buildinfo, dispatch, knobs
+from mamba_kernels.runtime import buildinfo, dispatch, knobs
 
 
 def _good_extension(tmp_path, name):

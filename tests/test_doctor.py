@@ -22,8 +22,11 @@ from test_runtime_guard import (
     unloadable_extension,
 )
 
-from mamba_kernels import cli, dispatch, doctor, environment, installed, sdist_install, support
-from mamba_kernels.version import __version__
+from mamba_kernels.cli import main as cli
+from mamba_kernels.facts import support
+from mamba_kernels.facts.version import __version__
+from mamba_kernels.install import doctor, environment
+from mamba_kernels.runtime import dispatch, install_record, installed
 
 NO_GPU = environment.detect(toolchain=False, gpu_archs=[])
 
@@ -234,7 +237,7 @@ def _pretend(monkeypatch, dist_version, record=None):
 
     real = metadata.version
     monkeypatch.setattr(metadata, "version", lambda n: dist_version if n == "mamba-kernels" else real(n))
-    monkeypatch.setattr(sdist_install, "read_record", lambda: record)
+    monkeypatch.setattr(install_record, "read_record", lambda: record)
     installed.cached_version.cache_clear()
 
 

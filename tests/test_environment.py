@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from mamba_kernels import environment as env
+from mamba_kernels.install import environment as env
 
 SMI = "9.0, 575.57.08, NVIDIA H100 80GB HBM3\n8.6, 575.57.08, NVIDIA RTX A6000\n"
 

@@ -10,7 +10,7 @@ import warnings
 import pytest
 import torch
 
-from mamba_kernels import dispatch, knobs
+from mamba_kernels.runtime import dispatch, knobs
 from selective_scan import mamba_inner_fn, selective_scan_fn
 
 pytestmark = pytest.mark.gpu

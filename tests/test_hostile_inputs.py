@@ -23,16 +23,12 @@ from urllib.parse import quote
 import pytest
 from test_index import make_wheel
 
-from mamba_kernels import (
-    build_toolchain,
-    cli,
-    environment,
-    fetching,
-    index,
-    install,
-    sdist_install,
-    wheel_contents,
-)
+from mamba_kernels.build import toolchain as build_toolchain
+from mamba_kernels.cli import main as cli
+from mamba_kernels.install import environment, fetching, wheel_contents, wheel_metadata
+from mamba_kernels.install import installer as install
+from mamba_kernels.install import sdist as sdist_install
+from mamba_kernels.release import index, wheel_check
 
 TORCH = ["--torch", "2.14.1", "--cuda", "13.0", "--python", "3.11", "--platform", "linux_x86_64"]
 NAME = "mamba_kernels-0.1.0+cu130torch2.14-cp311-cp311-manylinux_2_28_x86_64.whl"
@@ -51,7 +47,7 @@ def served(tmp_path_factory):
     to itself), /to-ftp and /to-file (redirects off http), /hang (never answers)."""
     root = tmp_path_factory.mktemp("hostile")
     wheel = make_wheel(root / "wheels")
-    sha = index.sha256_of(wheel)
+    sha = wheel_metadata.sha256_of(wheel)
     release = threading.Event()
 
     class Handler(http.server.SimpleHTTPRequestHandler):
@@ -278,7 +274,8 @@ def test_file_system_errors_are_one_line(served, tmp_path, capsys):
     assert rc == 2 and "is not a folder" in _one_line(err)
     # a write that fails part way (the file-size limit stands in for a full disk)
     code = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
-            "resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100)); from mamba_kernels import cli; "
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100)); "
+            "from mamba_kernels.cli import main as cli; "
             "sys.exit(cli.main(sys.argv[1:]))")
     argv = ["download", "--dest", str(tmp_path / "h")] + where + TORCH
     r = subprocess.run([sys.executable, "-c", code] + argv, capture_output=True, text=True)
@@ -373,7 +370,7 @@ BAD_MEMBERS = {
 def test_wheel_contents_are_vetted_by_index_install_and_download(case, tmp_path, capsys):
     members, words = BAD_MEMBERS[case]
     w = _with_members(tmp_path, members, case)
-    with pytest.raises(index.IndexInputError, match="not the layout our build writes") as e:
+    with pytest.raises(wheel_check.IndexInputError, match="not the layout our build writes") as e:
         index.write_index(w.parent, tmp_path / "site")
     assert words in str(e.value) and not (tmp_path / "site").exists()
     rc, _, err = _cli(["download", "--dest", str(tmp_path / "house"), "--index", str(w.parent)] + TORCH,
@@ -384,8 +381,13 @@ def test_wheel_contents_are_vetted_by_index_install_and_download(case, tmp_path,
 def test_the_layout_is_pyprojects(capsys):
     import tomllib
 
-    cfg = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert sorted(cfg["packages"]) == sorted(wheel_contents.PACKAGES)
+    root = Path(__file__).parent.parent
+    cfg = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert sorted({p.split(".")[0] for p in cfg["packages"]}) == sorted(wheel_contents.PACKAGES)
+    # every package folder is listed, so the wheel and the sdist hold all of it
+    found = {".".join(i.parent.relative_to(root).parts) for top in wheel_contents.PACKAGES
+             for i in (root / top).rglob("__init__.py")}
+    assert sorted(cfg["packages"]) == sorted(found)
     assert sorted(cfg["py-modules"]) == sorted(wheel_contents.MODULES)
 
 
@@ -398,7 +400,7 @@ def test_index_never_deletes_what_it_did_not_create(served, tmp_path):
     (tmp_path / ".site.old-notes").write_text("a plain file")
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "own.txt").write_text("not an index")
-    with pytest.raises(index.IndexInputError, match="OUT_DIR"):
+    with pytest.raises(wheel_check.IndexInputError, match="OUT_DIR"):
         index.write_index(served["wheel"].parent, tmp_path / "site")
     assert (mine / "precious.txt").read_text() == "keep"
     index.write_index(served["wheel"].parent, tmp_path / "site2")
@@ -417,8 +419,9 @@ def test_previous_relative_urls_are_copied_under_their_linked_name(served, tmp_p
     shutil.copy(w1, tmp_path / "outside.whl")
     (old / "wheels").mkdir(parents=True)
     shutil.copy(w2, old / "wheels" / "renamed.whl")
-    _manifest(old, [{"filename": w1.name, "url": "../outside.whl", "sha256": index.sha256_of(w1)},
-                    {"filename": w2.name, "url": "wheels/renamed.whl", "sha256": index.sha256_of(w2)}])
+    _manifest(old, [{"filename": w1.name, "url": "../outside.whl", "sha256": wheel_metadata.sha256_of(w1)},
+                    {"filename": w2.name, "url": "wheels/renamed.whl",
+                     "sha256": wheel_metadata.sha256_of(w2)}])
     m = index.write_index(served["wheel"].parent, tmp_path / "site", previous=str(old / "manifest.json"))
     site = tmp_path / "site"
     for e in m["wheels"]:
@@ -432,7 +435,7 @@ def test_previous_fields_of_the_wrong_type_are_one_line(served, tmp_path):
     entry = {"filename": NAME, "url": "https://example.invalid/x.whl", "sha256": "0" * 64,
              "requires_python": 5}
     p = _manifest(tmp_path / "prev", [entry])
-    with pytest.raises(index.IndexInputError, match="'requires_python' 5: it must be str or null"):
+    with pytest.raises(wheel_check.IndexInputError, match="'requires_python' 5: it must be str or null"):
         index.write_index(served["wheel"].parent, tmp_path / "site", previous=str(p))
 
 
@@ -445,7 +448,7 @@ def test_data_requires_python_follows_the_tag():
 
 # ----------------------------------------------------------------------------- speed: no torch import
 
-NO_TORCH = ("import sys\nfrom mamba_kernels import cli\nrc = cli.main(sys.argv[1:])\n"
+NO_TORCH = ("import sys\nfrom mamba_kernels.cli import main as cli\nrc = cli.main(sys.argv[1:])\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\nprint('rc', rc)\n")
 
 

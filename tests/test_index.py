@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from mamba_kernels import cli, index
+from mamba_kernels.cli import main as cli
+from mamba_kernels.install import wheel_metadata
+from mamba_kernels.release import fatbin, index, site_swap
 
 BIN = Path(sys.executable).parent
 CUDA_HOME = Path("/usr/local/cuda")
@@ -94,8 +96,8 @@ def fatbin_blob(entries) -> bytes:
 def test_fatbin_reader_on_a_synthetic_container():
     blob = b"\x7fELF junk" + fatbin_blob([(2, 80, b"x" * 10), (2, 90, b"y" * 7), (1, 90, b"ptx")]) + b"tail"
     blob += fatbin_blob([(2, 80, b"z")])  # a second container repeating sm_80
-    assert index.fatbin_archs(blob) == (["sm_80", "sm_90"], ["compute_90"])
-    assert index.fatbin_archs(b"no fat binary \x50\xed\x55\xba here") == ([], [])
+    assert fatbin.fatbin_archs(blob) == (["sm_80", "sm_90"], ["compute_90"])
+    assert fatbin.fatbin_archs(b"no fat binary \x50\xed\x55\xba here") == ([], [])
 
 
 def _cuobjdump() -> str:
@@ -143,7 +145,7 @@ def test_fatbin_reader_agrees_with_nvcc_and_cuobjdump(tmp_path):
     sass = sorted(set(re.findall(r"\.(sm_\d+)\.cubin", out)))
     ptx = sorted({"compute_" + a for a in re.findall(r"\.sm_(\d+)\.ptx", out)})
     assert (sass, ptx) == (["sm_75", "sm_90"], ["compute_90"])
-    assert index.fatbin_archs(so.read_bytes()) == (sass, ptx)
+    assert fatbin.fatbin_archs(so.read_bytes()) == (sass, ptx)
 
 
 def test_index_files_manifest_and_hashes(tmp_path):
@@ -597,7 +599,7 @@ def test_a_rerun_replaces_the_index_as_a_whole(tmp_path, monkeypatch):
     assert m["variants"] == ["cu126torch2.6cxx11"] and not (tmp_path / "site" / "cu130torch2.14").exists()
     assert (tmp_path / "site").stat().st_mode & 0o777 == 0o750  # the old folder's mode is kept
     # Where the OS cannot exchange two folders in one step: two renames.
-    monkeypatch.setattr(index, "_rename_exchange", lambda a, b: False)
+    monkeypatch.setattr(site_swap, "_rename_exchange", lambda a, b: False)
     m = index.write_index(tmp_path / "a", tmp_path / "site")
     assert m["variants"] == ["cu130torch2.14"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "site"]
@@ -630,8 +632,9 @@ def test_a_killed_run_leaves_the_old_index_and_the_rerun_works(tmp_path):
     index.write_index(tmp_path / "a", tmp_path / "site")
     before = _tree(tmp_path / "site")
     code = (
-        "import os, sys\nfrom mamba_kernels import cli, index\n"
-        "index._swap_into_place = lambda new, out: os._exit(9)\n"
+        "import os, sys\nfrom mamba_kernels.cli import main as cli\n"
+        "from mamba_kernels.release import site_swap\n"
+        "site_swap.swap_into_place = lambda new, out: os._exit(9)\n"
         "sys.exit(cli.main(['index', sys.argv[1], sys.argv[2]]))\n"
     )
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "b"), str(tmp_path / "site")])
@@ -639,7 +642,7 @@ def test_a_killed_run_leaves_the_old_index_and_the_rerun_works(tmp_path):
     assert _tree(tmp_path / "site") == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".site.new-")]  # its leftover
     # Killed between the two renames of the fallback: the old index sits under a temporary name.
-    index._mark(tmp_path / "site")  # as _swap_into_place marks it before the first rename
+    site_swap.mark(tmp_path / "site")  # as swap_into_place marks it before the first rename
     (tmp_path / "site").rename(tmp_path / ".site.old-killed")
     m = index.write_index(
         tmp_path / "b", tmp_path / "site", previous=str(tmp_path / "site" / "manifest.json")
@@ -826,10 +829,11 @@ def test_torch_pin_markers_that_hold_are_kept(tmp_path):
     assert e["requires_torch"] == "torch==2.14.*"
     assert e["requires_torch_marker"] == 'sys_platform == "linux" and python_version >= "3.9"'
     assert (
-        index.torch_pin(['torch==2.14.*; sys_platform == "linux"']) is None
+        wheel_metadata.torch_pin(['torch==2.14.*; sys_platform == "linux"']) is None
     )  # no environment: unconditional only
-    env = index.target_environment("3.12", "win_amd64")
-    assert index.torch_pin(['torch==2.14.*; sys_platform == "win32"', "numpy"], env) == "torch==2.14.*"
+    env = wheel_metadata.target_environment("3.12", "win_amd64")
+    pin = wheel_metadata.torch_pin(['torch==2.14.*; sys_platform == "win32"', "numpy"], env)
+    assert pin == "torch==2.14.*"
 
 
 # --- pip against a merged index served over HTTP ------------------------------------------------

@@ -35,13 +35,17 @@ import pytest
 import torch
 from test_index import make_wheel
 
-from mamba_kernels import cli, index, install, release_index, variant
+from mamba_kernels.cli import main as cli
+from mamba_kernels.facts import release_index, variant, versions
+from mamba_kernels.install import installer as install
+from mamba_kernels.install import wheel_metadata
+from mamba_kernels.release import index
 
 LABEL = variant.label(torch.__version__, torch.version.cuda or "13.0")
 PY = f"cp{sys.version_info[0]}{sys.version_info[1]}"
 MACHINE = platform.machine()
 OTHER = "aarch64" if MACHINE == "x86_64" else "x86_64"
-TORCH_MM = variant.minor(torch.__version__)
+TORCH_MM = versions.minor(torch.__version__)
 OURS = ("mamba_kernels", "__editable__", "causal_conv1d", "selective_scan", "pip", "_distutils_hack",
         "__pycache__")
 
@@ -294,7 +298,7 @@ def test_download_for_another_machine_then_install_offline(base, site, bare, tmp
     rc, out, err = _cli(["download", "--dest", str(house), "--index", base + "/"] + other, capsys)
     assert rc == 0, err
     assert sorted(p.name for p in house.iterdir()) == [site["other"]]  # nothing else, no .part left
-    assert index.sha256_of(house / site["other"]) == site["shas"][site["other"]]
+    assert wheel_metadata.sha256_of(house / site["other"]) == site["shas"][site["other"]]
     assert "mamba_kernels install" not in out  # that machine has no mamba_kernels to run yet
     # the same from a file:// URL of the site's manifest (local files, hashes still checked)
     rc, out, err = _cli(["download", "--dest", str(house), "--index",

@@ -62,8 +62,11 @@ from typing import Dict, List
 
 import pytest
 
-from mamba_kernels import build, environment, matrix, resolve, support, variant
-from mamba_kernels.version import __version__
+from mamba_kernels.build import plan as build
+from mamba_kernels.facts import support, variant
+from mamba_kernels.facts.version import __version__
+from mamba_kernels.install import environment, resolve
+from mamba_kernels.release import matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -79,14 +82,18 @@ SHIPPED = ("mamba_kernels", "causal_conv1d", "selective_scan")  # [tool.setuptoo
 # tooling behind the `index` and `matrix` verbs (run in CI, where the build tools are installed).
 # test_runtime_works_without_build_tools checks that the run-time paths never reach them.
 TOOL_IMPORTS = {
-    "mamba_kernels/build.py": {"setuptools"},
-    "mamba_kernels/index.py": {"packaging"},
-    "mamba_kernels/matrix.py": {"packaging"},
-    "mamba_kernels/sdist_install.py": {"packaging", "wheel"},  # the sdist's build backend, at build time
+    "mamba_kernels/build/plan.py": {"setuptools"},
+    "mamba_kernels/release/index.py": {"packaging"},
+    "mamba_kernels/release/wheel_check.py": {"packaging"},
+    "mamba_kernels/release/published.py": {"packaging"},
+    # a wheel's torch pin, read by `install` and by the index writer (both with packaging)
+    "mamba_kernels/install/wheel_metadata.py": {"packaging"},
+    "mamba_kernels/release/matrix.py": {"packaging"},
+    "mamba_kernels/install/sdist.py": {"packaging", "wheel"},  # the sdist's build backend, at build time
     # `install` reads a wheel's torch pin with packaging, else pip's vendored copy, else a clear error
-    "mamba_kernels/install.py": {"packaging", "pip"},
+    "mamba_kernels/install/installer.py": {"packaging", "pip"},
     # --torch is checked with packaging's version parser, else pip's copy, else a plain character check
-    "mamba_kernels/variant.py": {"packaging", "pip"},
+    "mamba_kernels/facts/variant.py": {"packaging", "pip"},
 }
 
 
@@ -232,7 +239,10 @@ import sys
 for name in ("packaging", "setuptools", "pkg_resources"):
     sys.modules[name] = None  # importing them now raises ImportError
 import causal_conv1d, selective_scan, mamba_kernels
-from mamba_kernels import buildinfo, dispatch, environment, variant, cli
+from mamba_kernels.runtime import buildinfo, dispatch
+from mamba_kernels.install import environment
+from mamba_kernels.facts import variant
+from mamba_kernels.cli import main as cli
 assert cli.main(["info", "--json"]) == 0
 """
 

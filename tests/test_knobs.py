@@ -1,6 +1,6 @@
 import pytest
 
-from mamba_kernels import knobs
+from mamba_kernels.runtime import knobs
 
 
 @pytest.mark.parametrize("raw", ["1", "true", "TRUE", "Yes", "on", " ON "])

@@ -11,7 +11,9 @@ import re
 
 import pytest
 
-from mamba_kernels import cli, matrix, support, variant
+from mamba_kernels.cli import main as cli
+from mamba_kernels.facts import support, variant
+from mamba_kernels.release import matrix
 
 
 def run(capsys, *argv):

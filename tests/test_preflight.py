@@ -17,7 +17,8 @@ import pytest
 from ci import build_cell
 from ci import preflight as pf
 from ci.platforms import linux, windows
-from mamba_kernels import matrix, support
+from mamba_kernels.facts import support
+from mamba_kernels.release import matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest.importorskip("cibuildwheel.environment")

@@ -14,8 +14,11 @@ from urllib.parse import quote
 
 import pytest
 
-from mamba_kernels import cli, environment, index, matrix, resolve, variant
-from mamba_kernels.version import __version__
+from mamba_kernels.cli import main as cli
+from mamba_kernels.facts import variant
+from mamba_kernels.facts.version import __version__
+from mamba_kernels.install import environment, resolve
+from mamba_kernels.release import index, matrix
 
 WHEELS = [variant.wheel_name(__version__, c) for c in matrix.select()]
 FAKE_SHA = "0" * 64

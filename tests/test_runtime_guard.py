@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mamba_kernels import __version__, buildinfo, dispatch, knobs
+from mamba_kernels import __version__
+from mamba_kernels.runtime import buildinfo, dispatch, knobs
 
 HAVE_GCC = shutil.which("gcc") is not None
 HAVE_PYTHON_H = (Path(sysconfig.get_paths()["include"]) / "Python.h").exists()
@@ -61,7 +62,7 @@ def _c_string(text: str) -> str:
 
 def compiled_extension(root: Path, pkg: str, build_info: dict) -> str:
     """``<pkg>._cuda`` as a real CPython extension module (a .so) exposing ``BUILD_INFO``, the
-    metadata also lying in its bytes, as mamba_kernels/build.py's header puts it there."""
+    metadata also lying in its bytes, as mamba_kernels/build/plan.py's header puts it there."""
     d = _package(root, pkg)
     src = d / "ext.c"
     src.write_text(

@@ -11,7 +11,7 @@ from scan_standin import StandInKernel
 from test_compat_modules import scan_inputs
 from test_selective_scan_inner import make
 
-from mamba_kernels import dispatch, knobs
+from mamba_kernels.runtime import dispatch, knobs
 from selective_scan import mamba_inner_fn, selective_scan_fn
 
 VAR = knobs.SCAN_STATES_VAR

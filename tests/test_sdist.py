@@ -44,9 +44,12 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 import torch
 
-from mamba_kernels import build, sdist_install, variant
-from mamba_kernels.environment import Gpu, Target
-from mamba_kernels.version import __version__
+from mamba_kernels.build import plan as build
+from mamba_kernels.facts import variant
+from mamba_kernels.facts.version import __version__
+from mamba_kernels.install import sdist as sdist_install
+from mamba_kernels.install.environment import Gpu, Target
+from mamba_kernels.runtime import install_record
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -301,7 +304,7 @@ def uv_cmd(wheelhouse: Path, sdist: Path, *extra: str) -> List[str]:
 def installed(site: Path) -> Tuple[Dict[str, object], str, List[str]]:
     """(install record, METADATA, installed file names) of mamba-kernels in ``site``."""
     (info,) = site.glob("mamba_kernels-*.dist-info")
-    record = json.loads((info / sdist_install.RECORD_NAME).read_text())
+    record = json.loads((info / install_record.RECORD_NAME).read_text())
     files = [ln.split(",")[0] for ln in (info / "RECORD").read_text().splitlines()]
     return record, (info / "METADATA").read_text(), files
 
@@ -347,7 +350,7 @@ def test_sdist_declares_no_torch_and_ships_the_backend(sdist):
         names = tf.getnames()
         pkg_info = tf.extractfile(f"mamba_kernels-{__version__}/PKG-INFO").read().decode()
     assert f"mamba_kernels-{__version__}/build_backend/mamba_kernels_backend.py" in names
-    assert f"mamba_kernels-{__version__}/mamba_kernels/sdist_install.py" in names
+    assert f"mamba_kernels-{__version__}/mamba_kernels/install/sdist.py" in names
     assert re.search(r"(?m)^Version: " + re.escape(__version__) + "$", pkg_info)
     assert not re.search(r"(?m)^Requires-Dist: torch", pkg_info), pkg_info[:800]
 
@@ -389,7 +392,7 @@ def test_path1_uv_installs_the_prebuilt_stable_wheel(tmp_path, torch_site, wheel
     assert installed(site)[0]["target_found_by"] == f"uv pip (VIRTUAL_ENV={venv})"
     # The installed package runs on the PyTorch path and reports how it was installed.
     py = str(venv / "bin" / "python")
-    code = "from mamba_kernels import sdist_install as s; print(s.read_record()['path'])"
+    code = "from mamba_kernels.runtime import install_record as s; print(s.read_record()['path'])"
     got = subprocess.run([py, "-c", code], capture_output=True, text=True, env=clean_env(), cwd=tmp_path)
     assert got.stdout.strip() == "prebuilt", got.stderr
 
@@ -433,7 +436,8 @@ def test_path3_uv_when_the_index_is_unreachable(tmp_path, torch_site, wheelhouse
     doctor = subprocess.run([py, "-m", "mamba_kernels", "doctor"], capture_output=True, text=True,
                             env=clean_env(), cwd=tmp_path)
     assert f"installed     from the sdist: {record['line']}" in doctor.stdout.splitlines(), doctor.stdout
-    note = subprocess.run([py, "-c", "from mamba_kernels import sdist_install as s; print(s.install_note())"],
+    code = "from mamba_kernels.runtime import install_record as s; print(s.install_note())"
+    note = subprocess.run([py, "-c", code],
                           capture_output=True, text=True, env=clean_env(), cwd=tmp_path)
     assert "could not be read" in note.stdout and "no GPU is visible" in note.stdout, note.stderr
 
@@ -468,7 +472,7 @@ def test_uv_target_dir_stops_with_the_command_that_works(tmp_path, wheelhouse, s
     rc, out = in_terminal(cmd, {**env, sdist_install.TARGET_VAR: sys.executable})
     assert rc == 0, out
     (info,) = target.glob("mamba_kernels-*.dist-info")
-    assert json.loads((info / sdist_install.RECORD_NAME).read_text())["path"] == "prebuilt"
+    assert json.loads((info / install_record.RECORD_NAME).read_text())["path"] == "prebuilt"
 
 
 def test_pip_target_dir_stops(tmp_path, wheelhouse, sdist, index_url):
@@ -581,7 +585,7 @@ def test_path2_uv_builds_from_source_for_the_asked_architecture(tmp_path, torch_
     assert notices(out) == [record["line"]]
     assert "for TORCH_CUDA_ARCH_LIST=9.0" in record["line"]
     # The binary was built against the target's torch: it imports there and says so.
-    code = ("import json, torch, causal_conv1d._cuda as m; from mamba_kernels import buildinfo; "
+    code = ("import json, torch, causal_conv1d._cuda as m; from mamba_kernels.runtime import buildinfo; "
             "print(json.dumps(buildinfo.find_in_file(m.__file__).raw))")
     got = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True,
                          env=clean_env(), cwd=tmp_path)

@@ -3,10 +3,11 @@ release lists and, where they are silent (2.1-2.3, 2.15, exact Python ranges), t
 files on PyPI as read on 2026-11-29."""
 
 import re
+from pathlib import Path
 
 import pytest
 
-from mamba_kernels import support
+from mamba_kernels.facts import support
 
 # docs/COMPAT.md §1.1: CUDA variants published per torch release (Linux x86_64), 2.4 to 2.14;
 # 2.1-2.3 from PyTorch's index (cu118, cu121; PyPI's Linux wheel is the 12.1 build);
@@ -311,7 +312,7 @@ def test_msvc_flags_for_old_nvcc():
 
 
 def test_the_facts_are_data_and_round_trip_byte_for_byte(tmp_path):
-    # mamba_kernels/support.json is read by support.py alone, and is in canonical form: read,
+    # mamba_kernels/facts/support.json is read by support.py alone, and is in canonical form: read,
     # written back, it is the same bytes (so ci/torch_watch.py's diffs show only what changed).
     raw = support.DATA_FILE.read_bytes()
     assert support.dump_data(support.read_data()).encode("utf-8") == raw
@@ -363,8 +364,11 @@ def test_bad_data_is_refused_before_it_is_written(tmp_path, edit, message):
 def test_the_data_file_ships_with_the_package():
     tomllib = pytest.importorskip("tomllib")  # the package itself reads only JSON
 
-    pyproject = tomllib.loads((support.DATA_FILE.parent.parent / "pyproject.toml").read_text())
-    assert "support.json" in pyproject["tool"]["setuptools"]["package-data"]["mamba_kernels"]
+    root = Path(__file__).resolve().parent.parent
+    pyproject = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    package = ".".join(support.DATA_FILE.parent.relative_to(root).parts)
+    assert package in pyproject["packages"]
+    assert support.DATA_FILE.name in pyproject["package-data"][package]
 
 
 # ----------------------------------------------------------------------------- toolkit components

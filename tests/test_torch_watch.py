@@ -13,7 +13,8 @@ import pytest
 from test_workflows import ROOT, outputs, run_step, step, workflow
 
 from ci import build_cell, torch_watch
-from mamba_kernels import matrix, support
+from mamba_kernels.facts import support
+from mamba_kernels.release import matrix
 
 
 def _vkey(v: str):
@@ -88,7 +89,7 @@ def _tree(root):
 
 def test_apply_edits_only_the_data_file_never_code(tmp_path):
     # A copy of the packages, run as the workflow runs it (from the repository's root): the one
-    # file that changes is mamba_kernels/support.json, and `changed=` names it for the commit step.
+    # file that changes is mamba_kernels/facts/support.json, and `changed=` names it for the commit step.
     repo = tmp_path / "repo"
     for package in ("mamba_kernels", "ci"):
         shutil.copytree(ROOT / package, repo / package,
@@ -103,11 +104,11 @@ def test_apply_edits_only_the_data_file_never_code(tmp_path):
     after = _tree(repo)
     assert set(after) == set(before)
     changed = sorted(k for k in before if before[k] != after[k])
-    assert changed == ["mamba_kernels/support.json"]
+    assert changed == ["mamba_kernels/facts/support.json"]
     got = dict(line.split("=", 1) for line in out.read_text().splitlines())
-    assert got["changed"] == "mamba_kernels/support.json" and got["torch"] == mm
+    assert got["changed"] == "mamba_kernels/facts/support.json" and got["torch"] == mm
     # The edited table loads, has the new release, and is canonical.
-    r = subprocess.run([sys.executable, "-c", "from mamba_kernels import support as s; "
+    r = subprocess.run([sys.executable, "-c", "from mamba_kernels.facts import support as s; "
                         "print(s.RELEASES[-1].torch, len(s.cells(torch=s.RELEASES[-1].torch)) > 0, "
                         "s.dump_data(s.read_data()) == s.DATA_FILE.read_text())"],
                        capture_output=True, text=True, cwd=repo)
@@ -179,7 +180,7 @@ def test_an_unknown_cuda_major_is_reported_not_a_crash(tmp_path):
     got = dict(line.split("=", 1) for line in out.read_text().splitlines())
     assert got["n_smoke"] == got["n_build"] == "0"
     assert got["problem"].startswith("the matrix cannot place it: no default architecture list for CUDA 14.0")
-    assert "complete mamba_kernels/support.json before merging" in body.read_text()
+    assert "complete mamba_kernels/facts/support.json before merging" in body.read_text()
 
 
 @pytest.mark.parametrize("state", ["OPEN", "CLOSED", "MERGED"])

@@ -1,10 +1,10 @@
-"""Labels, wheel file names and the compatibility rules (mamba_kernels.variant)."""
+"""Labels, wheel file names and the compatibility rules (mamba_kernels.facts.variant)."""
 
 import pytest
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
-from mamba_kernels import support, variant
+from mamba_kernels.facts import support, variant, versions
 
 
 @pytest.mark.parametrize(
@@ -138,9 +138,9 @@ def test_stable_label_round_trip(cuda, target, expected):
     text = variant.stable_label(cuda, target)
     assert text == expected
     back = variant.parse_label("+" + text)
-    assert back == variant.Variant(variant.minor(target), cuda, None, stable=True)
+    assert back == variant.Variant(versions.minor(target), cuda, None, stable=True)
     assert variant.variant_label(back) == text
-    assert back.describe() == f"stable ABI from torch {variant.minor(target)}, CUDA {cuda}"
+    assert back.describe() == f"stable ABI from torch {versions.minor(target)}, CUDA {cuda}"
 
 
 def test_describe_both_kinds():

@@ -31,7 +31,8 @@ import pytest
 from ruamel.yaml import YAML
 
 from ci import build_cell, plan, release_assets
-from mamba_kernels import matrix, support
+from mamba_kernels.facts import support
+from mamba_kernels.release import matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW_DIR = ROOT / ".github" / "workflows"

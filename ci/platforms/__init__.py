@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import List
 
-from mamba_kernels import support
+from mamba_kernels.facts import support
 
 from . import base, linux, windows
 from .base import Platform

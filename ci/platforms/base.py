@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from mamba_kernels import support
+from mamba_kernels.facts import support
 
 
 class CellError(RuntimeError):

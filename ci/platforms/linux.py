@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from mamba_kernels import matrix, support, variant
+from mamba_kernels.facts import support, variant
+from mamba_kernels.release import matrix
 
 from . import base
 from .base import CellError, Platform, environment_string
@@ -17,7 +18,7 @@ from .base import CellError, Platform, environment_string
 # Where provision puts a CUDA toolkit assembled from PyPI inside the manylinux container.
 CONTAINER_TOOLKIT = "/opt/mamba-kernels-cuda"
 # Libraries the wheel must take from the installed torch and its CUDA packages, and the
-# gcc-toolset each CUDA release needs in manylinux_2_28: data in mamba_kernels/support.json
+# gcc-toolset each CUDA release needs in manylinux_2_28: data in mamba_kernels/facts/support.json
 # (docs/COMPAT.md §8, §7.2).
 LINUX_EXCLUDES = support.LINUX_EXCLUDES
 HOST_GCC = support.HOST_GCC

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from mamba_kernels import support
+from mamba_kernels.facts import support
 
 from . import base
 from .base import CellError, Platform, environment_string
@@ -19,7 +19,7 @@ from .base import CellError, Platform, environment_string
 # vcruntime140*, concrt140, vcomp140, vccorlib140) is the system's or the one torch loads first.
 # delvewheel 1.13 leaves out only vcruntime140*.dll by itself and would bundle msvcp140.dll; it
 # lowercases these and matches them with '*' wildcards. The lists, and the full toolkit versions
-# for NVIDIA's Windows network installer, are data in mamba_kernels/support.json
+# for NVIDIA's Windows network installer, are data in mamba_kernels/facts/support.json
 # (docs/COMPAT.md §8, §6).
 WINDOWS_TORCH_CUDA_EXCLUDES = support.WINDOWS_TORCH_CUDA_EXCLUDES
 MSVC_RUNTIME_EXCLUDES = support.MSVC_RUNTIME_EXCLUDES
@@ -53,7 +53,7 @@ def install_windows_toolkit(cell: support.Cell) -> Path:
     if full is None or cell.cuda not in support.WINDOWS_COMPONENTS:
         raise CellError(
             f"no Windows installer version or components known for CUDA {cell.cuda}; add them to "
-            "windows_toolkits and windows_components in mamba_kernels/support.json"
+            "windows_toolkits and windows_components in mamba_kernels/facts/support.json"
         )
     home = Path(WINDOWS.toolkit_home(cell))
     if (home / "bin" / "nvcc.exe").is_file():

@@ -1,0 +1,1 @@
+"""Command line: one module per verb behind one entry point (``main``)."""

@@ -1,0 +1,1 @@
+"""Choosing and installing a wheel: environment report, resolver, fetch, installer, sdist path, doctor."""

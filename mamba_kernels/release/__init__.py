@@ -1,0 +1,1 @@
+"""Release tooling: the build matrix, the static wheel index and the fat-binary reader."""

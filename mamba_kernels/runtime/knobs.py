@@ -1,0 +1,75 @@
+"""Environment knobs (``MAMBA_KERNELS_*``) and how their values are parsed.
+
+Booleans accept 1/0, true/false, yes/no, on/off in any case; anything else is an
+error naming the variable, so a typo never silently turns a feature off.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping, Optional, Tuple
+
+from ..facts import variant
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+BACKEND_VAR = "MAMBA_KERNELS_BACKEND"
+BACKENDS = ("auto", "cuda", "reference")
+BINDING_VAR = "MAMBA_KERNELS_BINDING"
+BINDINGS = ("auto", variant.STABLE, variant.CLASSIC)
+SCAN_STATES_VAR = "MAMBA_KERNELS_SCAN_STATES"
+SCAN_STATES = ("keep", "recompute")
+
+
+def parse_bool(name: str, value: str) -> bool:
+    """Parse a boolean knob value; raise ValueError naming the knob for anything unknown."""
+    v = value.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise ValueError(
+        f"{name}={value!r} is not a boolean: use one of 1/0, true/false, yes/no, on/off"
+    )
+
+
+def env_bool(name: str, default: bool = False, environ: Optional[Mapping[str, str]] = None) -> bool:
+    """Read a boolean knob; unset or empty means ``default``."""
+    env = os.environ if environ is None else environ
+    raw = env.get(name, "")
+    if raw.strip() == "":
+        return default
+    return parse_bool(name, raw)
+
+
+def env_choice(name: str, choices: Tuple[str, ...], what: str, hint: str = "",
+               environ: Optional[Mapping[str, str]] = None) -> str:
+    """A knob with a fixed set of values (the first is the default when unset or empty); anything
+    else is an error naming the variable, the value and the choices (plus ``hint``)."""
+    env = os.environ if environ is None else environ
+    raw = env.get(name, "").strip().lower()
+    if raw == "":
+        return choices[0]
+    if raw not in choices:
+        raise ValueError(f"{name}={env.get(name)!r} is not {what}: use one of {', '.join(choices)}{hint}")
+    return raw
+
+
+def backend_mode(environ: Optional[Mapping[str, str]] = None) -> str:
+    """``MAMBA_KERNELS_BACKEND``: auto (default), cuda or reference."""
+    return env_choice(BACKEND_VAR, BACKENDS, "a backend", environ=environ)
+
+
+def binding_choice(environ: Optional[Mapping[str, str]] = None) -> str:
+    """``MAMBA_KERNELS_BINDING`` (a build knob): auto (default: the stable-ABI binding when the
+    build torch has it, else the classic one), stable or classic."""
+    hint = " (auto: stable when the build torch is at least the stable ABI's target, else classic)"
+    return env_choice(BINDING_VAR, BINDINGS, "a binding", hint, environ)
+
+
+def scan_states(environ: Optional[Mapping[str, str]] = None) -> str:
+    """``MAMBA_KERNELS_SCAN_STATES``: what a selective scan keeps between its forward and its
+    backward. keep (default): its states every 64 steps (and the ungated output with z), so the
+    backward starts from them; recompute: neither, the backward runs the forward scan again."""
+    return env_choice(SCAN_STATES_VAR, SCAN_STATES, "a way to hold the scan's states", environ=environ)
