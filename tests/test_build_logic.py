@@ -2,6 +2,7 @@
 early errors, toolchain detection. No nvcc, torch build or GPU is needed."""
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -451,3 +452,11 @@ def test_shared_host_code_and_kernels_include_no_torch():
     pattern = re.compile(r'#include\s*[<"](torch/|ATen/|c10/)')
     offenders = [str(p.relative_to(root)) for p in shared if pattern.search(p.read_text())]
     assert offenders == []
+
+
+def test_checkout_root_is_the_tree_holding_csrc():
+    # `python -m mamba_kernels.build.plan --compile-binding` compiles the csrc/ of this tree: the
+    # module's own location, two packages down, must lead back to it
+    root = Path(build.checkout_root())
+    assert (root / "csrc" / "selective_scan").is_dir(), root
+    assert (root / "mamba_kernels" / "build" / "plan.py").resolve() == Path(build.__file__).resolve()

@@ -33,6 +33,7 @@ import sys
 import sysconfig
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..facts import support, variant, versions
@@ -783,12 +784,18 @@ def compile_binding(root: str, binding: str, environ: Mapping[str, str]) -> int:
     return failed
 
 
+def checkout_root() -> str:
+    """The source tree this module sits in (mamba_kernels/build/plan.py -> the checkout), whose
+    csrc/ --compile-binding compiles."""
+    return str(Path(__file__).resolve().parents[2])
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mamba_kernels.build.plan")
     parser.add_argument("--compile-binding", choices=(STABLE, CLASSIC), required=True,
                         help="compile that binding's own translation units (no kernels, no link)")
     args = parser.parse_args(argv)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = checkout_root()
     try:
         return 1 if compile_binding(root, args.compile_binding, os.environ) else 0
     except BuildError as e:
