@@ -23,22 +23,28 @@ from typing import Optional, Sequence, Tuple
 
 import torch
 
+from mamba_kernels.runtime.argchecks import (
+    TENSOR,
+    describe,
+    device_error,
+    dtype_error,
+    error,
+    require_bool,
+    require_device,
+    require_dtype,
+    require_dtype_in,
+    require_shape,
+    require_tensor,
+    require_writable,
+    shape_error,
+)
+
 MIN_WIDTH = 2
 MAX_WIDTH = 4
 # dtypes the compiled kernel handles; float64 is accepted too but always runs in PyTorch
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 FLOAT_DTYPES = KERNEL_DTYPES + (torch.float64,)
 ACTIVATIONS = (None, "silu", "swish")
-
-
-def _describe(value: object) -> str:
-    if isinstance(value, torch.Tensor):
-        return f"a {value.dtype} tensor of shape {tuple(value.shape)} on {value.device}"
-    return repr(value)
-
-
-def _err(cls: type, fn: str, arg: str, rule: str, value: object) -> Exception:
-    return cls(f"{fn}: {arg} {rule}, got {_describe(value)}")
 
 
 # --- layout -------------------------------------------------------------------------------
@@ -103,26 +109,16 @@ def _dense(t: torch.Tensor) -> bool:
     return True
 
 
-def _overlaps_itself(t: torch.Tensor) -> bool:
-    if t.is_contiguous() and t.numel() > 0:  # the usual case, answered without sorting strides
-        return False
-    dims = sorted((s, n) for s, n in zip(t.stride(), t.shape) if n > 1)
-    span = 1
-    for stride, size in dims:
-        if stride < span:
-            return True
-        span = stride * size
-    return False
-
-
 # --- argument checks -------------------------------------------------------------------------
 #
 # These run on every call, also in front of the compiled kernels, so the common arguments are
 # checked inline (each rule one test, each tensor attribute read once) and a message is only
-# built, by the *_error helpers below, when a rule fails.
+# built, by mamba_kernels.runtime.argchecks' *_error helpers, when a rule fails. Every message
+# reads "fn: arg rule, got <the whole value described>" (argchecks' default wording).
 
-_TENSOR = "must be a torch.Tensor"
 _FLOAT = "must be float32, float16, bfloat16 or float64"
+_INT32 = (torch.int32,)
+_INT32_RULE = "must be an int32 tensor"
 
 
 def activation_is_silu(activation: object, fn: str = "causal_conv1d") -> bool:
@@ -136,119 +132,80 @@ def activation_is_silu(activation: object, fn: str = "causal_conv1d") -> bool:
     )
 
 
-def check_bool(fn: str, arg: str, value: object) -> None:
-    if not isinstance(value, bool):
-        raise _err(TypeError, fn, arg, "must be a bool", value)
-
-
-def _device_error(fn: str, arg: str, t: torch.Tensor, x: torch.Tensor) -> Exception:
-    return _err(ValueError, fn, arg, f"must be on x's device {x.device}", t)
-
-
-def _shape_error(fn: str, arg: str, t: torch.Tensor, shape: Tuple[int, ...], names: str) -> Exception:
-    return _err(ValueError, fn, arg, f"must have shape {names} = {shape}", t)
-
-
-def _dtype_error(fn: str, arg: str, t: torch.Tensor, dtype: torch.dtype, whose: str) -> Exception:
-    return _err(TypeError, fn, arg, f"must have {whose} dtype {dtype}", t)
-
-
-def _tensor(fn: str, arg: str, t: object) -> torch.Tensor:
-    if not isinstance(t, torch.Tensor):
-        raise _err(TypeError, fn, arg, _TENSOR, t)
-    return t
-
-
-def _same_device(fn: str, arg: str, t: torch.Tensor, x: torch.Tensor) -> None:
-    if t.device != x.device:
-        raise _device_error(fn, arg, t, x)
-
-
-def _shape(fn: str, arg: str, t: torch.Tensor, shape: Tuple[int, ...], names: str) -> None:
-    if t.shape != shape:
-        raise _shape_error(fn, arg, t, shape, names)
-
-
-def _float(fn: str, arg: str, t: torch.Tensor) -> None:
-    if t.dtype not in FLOAT_DTYPES:
-        raise _err(TypeError, fn, arg, _FLOAT, t)
-
-
-def _dtype(fn: str, arg: str, t: torch.Tensor, dtype: torch.dtype, whose: str) -> None:
-    if t.dtype != dtype:
-        raise _dtype_error(fn, arg, t, dtype, whose)
-
-
-def _int32(fn: str, arg: str, t: torch.Tensor) -> None:
-    if t.dtype != torch.int32:
-        raise _err(TypeError, fn, arg, "must be an int32 tensor", t)
-
-
-def _writable(fn: str, arg: str, t: torch.Tensor) -> None:
-    if _overlaps_itself(t):
-        raise _err(ValueError, fn, arg, "is written in place and must not overlap itself (e.g. expand)", t)
-    if t.requires_grad and t.is_leaf:
-        raise _err(ValueError, fn, arg, "is written in place and must not be a leaf that requires grad", t)
-
-
 def _x_weight_bias(fn: str, x: object, weight: object, bias: object) -> int:
     """Checks x, weight and bias; returns the width."""
     if not isinstance(x, torch.Tensor):
-        raise _err(TypeError, fn, "x", _TENSOR, x)
+        raise error(TypeError, "x", TENSOR, describe(x), fn)
     shape = x.shape
     if len(shape) != 3:
-        raise _err(ValueError, fn, "x", "must have shape (batch, dim, seqlen)", x)
+        raise error(ValueError, "x", "must have shape (batch, dim, seqlen)", describe(x), fn)
     if x.dtype not in FLOAT_DTYPES:
-        raise _err(TypeError, fn, "x", _FLOAT, x)
+        raise error(TypeError, "x", _FLOAT, describe(x), fn)
     if 0 in shape:
-        raise _err(ValueError, fn, "x", "must have batch, dim and seqlen all >= 1", x)
+        raise error(ValueError, "x", "must have batch, dim and seqlen all >= 1", describe(x), fn)
     if not isinstance(weight, torch.Tensor):
-        raise _err(TypeError, fn, "weight", _TENSOR, weight)
+        raise error(TypeError, "weight", TENSOR, describe(weight), fn)
     device = x.device
     if weight.device != device:
-        raise _device_error(fn, "weight", weight, x)
+        raise device_error("weight", weight, device, "x's", fn)
     if weight.dtype not in FLOAT_DTYPES:
-        raise _err(TypeError, fn, "weight", _FLOAT, weight)
+        raise error(TypeError, "weight", _FLOAT, describe(weight), fn)
     dim = shape[1]
     wshape = weight.shape
     if len(wshape) != 2 or wshape[0] != dim:
-        raise _err(ValueError, fn, "weight", f"must have shape (dim, width) with dim = {dim}", weight)
+        rule = f"must have shape (dim, width) with dim = {dim}"
+        raise error(ValueError, "weight", rule, describe(weight), fn)
     width = wshape[1]
     if not MIN_WIDTH <= width <= MAX_WIDTH:
         rule = f"width (its last size) must be between {MIN_WIDTH} and {MAX_WIDTH}"
-        raise _err(ValueError, fn, "weight", rule, weight)
+        raise error(ValueError, "weight", rule, describe(weight), fn)
     if bias is not None:
         if not isinstance(bias, torch.Tensor):
-            raise _err(TypeError, fn, "bias", _TENSOR, bias)
+            raise error(TypeError, "bias", TENSOR, describe(bias), fn)
         if bias.device != device:
-            raise _device_error(fn, "bias", bias, x)
+            raise device_error("bias", bias, device, "x's", fn)
         if bias.shape != (dim,):
-            raise _shape_error(fn, "bias", bias, (dim,), "(dim,)")
+            raise shape_error("bias", bias, (dim,), "(dim,)", fn)
         if bias.dtype != weight.dtype:
-            raise _dtype_error(fn, "bias", bias, weight.dtype, "weight's")
+            raise dtype_error("bias", bias, weight.dtype, "weight's", fn)
     return width
 
 
+def _like_x(fn: str, arg: str, t: object, x: torch.Tensor, shape: Tuple[int, ...], what: str) -> torch.Tensor:
+    """t is a tensor on x's device, of ``shape`` (``what`` names its sizes), in x's dtype."""
+    t = require_tensor(arg, t, fn=fn)
+    assert t is not None  # (for type checkers: require_tensor checked it)
+    require_device(arg, t, x.device, "x's", fn=fn)
+    require_shape(arg, t, shape, what, fn=fn)
+    require_dtype(arg, t, x.dtype, "x's", fn=fn)
+    return t
+
+
 def _state(fn: str, arg: str, t: object, x: torch.Tensor, width: int) -> torch.Tensor:
-    t = _tensor(fn, arg, t)
-    _same_device(fn, arg, t, x)
-    _shape(fn, arg, t, (x.shape[0], x.shape[1], width - 1), "(batch, dim, width - 1)")
-    _dtype(fn, arg, t, x.dtype, "x's")
+    return _like_x(fn, arg, t, x, (x.shape[0], x.shape[1], width - 1), "(batch, dim, width - 1)")
+
+
+def _int32_vector(
+    fn: str, arg: str, t: object, x: torch.Tensor, shape: Tuple[int, ...], what: str
+) -> torch.Tensor:
+    """t is an int32 tensor on x's device, of ``shape``."""
+    t = require_tensor(arg, t, fn=fn)
+    assert t is not None  # (for type checkers: require_tensor checked it)
+    require_device(arg, t, x.device, "x's", fn=fn)
+    require_shape(arg, t, shape, what, fn=fn)
+    require_dtype_in(arg, t, _INT32, _INT32_RULE, fn=fn)
     return t
 
 
 def _seq_idx(fn: str, seq_idx: object, x: torch.Tensor) -> None:
     if isinstance(seq_idx, str):
-        raise _err(
-            TypeError, fn, "seq_idx",
+        raise error(
+            TypeError, "seq_idx",
             "(4th positional argument since causal-conv1d 1.1) must be an int32 tensor or None; "
             "pass activation by keyword",
-            seq_idx,
+            describe(seq_idx), fn,
         )
-    seq_idx = _tensor(fn, "seq_idx", seq_idx)
-    _same_device(fn, "seq_idx", seq_idx, x)
-    _shape(fn, "seq_idx", seq_idx, (x.shape[0], x.shape[2]), "(batch, seqlen)")
-    _int32(fn, "seq_idx", seq_idx)
+    _int32_vector(fn, "seq_idx", seq_idx, x, (x.shape[0], x.shape[2]), "(batch, seqlen)")
 
 
 def check_fwd(
@@ -268,8 +225,9 @@ def check_fwd(
     if initial_states is not None:
         _state(fn, "initial_states", initial_states, x, width)
     if final_states_out is not None:
-        _writable(fn, "final_states_out", _state(fn, "final_states_out", final_states_out, x, width))
-    check_bool(fn, "silu_activation", silu_activation)
+        out = _state(fn, "final_states_out", final_states_out, x, width)
+        require_writable("final_states_out", out, fn=fn)
+    require_bool("silu_activation", silu_activation, fn=fn)
 
 
 def check_bwd(
@@ -287,10 +245,7 @@ def check_bwd(
 ) -> None:
     width = _x_weight_bias(fn, x, weight, bias)
     assert isinstance(x, torch.Tensor)  # (for type checkers: _x_weight_bias checked it)
-    dout = _tensor(fn, "dout", dout)
-    _same_device(fn, "dout", dout, x)
-    _shape(fn, "dout", dout, tuple(x.shape), "x's shape (batch, dim, seqlen)")
-    _dtype(fn, "dout", dout, x.dtype, "x's")
+    _like_x(fn, "dout", dout, x, tuple(x.shape), "x's shape (batch, dim, seqlen)")
     if seq_idx is not None:
         _seq_idx(fn, seq_idx, x)
     if initial_states is not None:
@@ -298,15 +253,13 @@ def check_bwd(
     if dfinal_states is not None:
         _state(fn, "dfinal_states", dfinal_states, x, width)
     if dx is not None:
-        dx = _tensor(fn, "dx", dx)
-        _same_device(fn, "dx", dx, x)
-        _shape(fn, "dx", dx, tuple(x.shape), "x's shape (batch, dim, seqlen)")
-        _dtype(fn, "dx", dx, x.dtype, "x's")
-        _writable(fn, "dx", dx)
-    check_bool(fn, "return_dinitial_states", return_dinitial_states)
+        dx = _like_x(fn, "dx", dx, x, tuple(x.shape), "x's shape (batch, dim, seqlen)")
+        require_writable("dx", dx, fn=fn)
+    require_bool("return_dinitial_states", return_dinitial_states, fn=fn)
     if return_dinitial_states and initial_states is None:
-        raise _err(ValueError, fn, "return_dinitial_states", "needs initial_states to be given", True)
-    check_bool(fn, "silu_activation", silu_activation)
+        rule = "needs initial_states to be given"
+        raise error(ValueError, "return_dinitial_states", rule, describe(True), fn)
+    require_bool("silu_activation", silu_activation, fn=fn)
 
 
 def check_update(
@@ -323,69 +276,66 @@ def check_update(
     assert isinstance(x, torch.Tensor)  # (for type checkers: _x_weight_bias checked it)
     batch, dim, _ = x.shape
     if not isinstance(conv_state, torch.Tensor):
-        raise _err(TypeError, fn, "conv_state", _TENSOR, conv_state)
+        raise error(TypeError, "conv_state", TENSOR, describe(conv_state), fn)
     if conv_state.device != x.device:
-        raise _device_error(fn, "conv_state", conv_state, x)
+        raise device_error("conv_state", conv_state, x.device, "x's", fn)
     if conv_state.dtype != x.dtype:
-        raise _dtype_error(fn, "conv_state", conv_state, x.dtype, "x's")
+        raise dtype_error("conv_state", conv_state, x.dtype, "x's", fn)
     state_shape = conv_state.shape
     if len(state_shape) != 3 or state_shape[1] != dim:
-        raise _err(ValueError, fn, "conv_state", f"must have shape (batch, dim, state_len) with dim = {dim}",
-                   conv_state)
+        raise error(ValueError, "conv_state", f"must have shape (batch, dim, state_len) with dim = {dim}",
+                    describe(conv_state), fn)
     if state_shape[2] < width - 1:
         rule = f"must have state_len >= width - 1 = {width - 1}"
-        raise _err(ValueError, fn, "conv_state", rule, conv_state)
-    _writable(fn, "conv_state", conv_state)
-    check_bool(fn, "silu_activation", silu_activation)
+        raise error(ValueError, "conv_state", rule, describe(conv_state), fn)
+    require_writable("conv_state", conv_state, fn=fn)
+    require_bool("silu_activation", silu_activation, fn=fn)
     if cache_seqlens is not None:
-        cache_seqlens = _tensor(fn, "cache_seqlens", cache_seqlens)
-        _same_device(fn, "cache_seqlens", cache_seqlens, x)
-        _shape(fn, "cache_seqlens", cache_seqlens, (batch,), "(batch,)")
-        _int32(fn, "cache_seqlens", cache_seqlens)
+        cache_seqlens = _int32_vector(fn, "cache_seqlens", cache_seqlens, x, (batch,), "(batch,)")
         if cache_seqlens.device.type != "cuda" and bool((cache_seqlens < 0).any()):
-            raise _err(ValueError, fn, "cache_seqlens", "must be >= 0", cache_seqlens.tolist())
+            raise error(ValueError, "cache_seqlens", "must be >= 0", describe(cache_seqlens.tolist()), fn)
     if conv_state_indices is None:
         if state_shape[0] != batch:
-            raise _err(
-                ValueError, fn, "conv_state",
-                f"must have batch = {batch} entries when conv_state_indices is None", conv_state,
+            raise error(
+                ValueError, "conv_state",
+                f"must have batch = {batch} entries when conv_state_indices is None",
+                describe(conv_state), fn,
             )
         return
-    idx = _tensor(fn, "conv_state_indices", conv_state_indices)
-    _same_device(fn, "conv_state_indices", idx, x)
-    _shape(fn, "conv_state_indices", idx, (batch,), "(batch,)")
-    _int32(fn, "conv_state_indices", idx)
+    idx = _int32_vector(fn, "conv_state_indices", conv_state_indices, x, (batch,), "(batch,)")
     if idx.device.type != "cuda":
         n = state_shape[0]
         if bool((idx >= n).any()):
-            raise _err(ValueError, fn, "conv_state_indices", f"must be < conv_state.shape[0] = {n} (or < 0 "
-                       "for padding)", idx.tolist())
+            raise error(ValueError, "conv_state_indices", f"must be < conv_state.shape[0] = {n} (or < 0 "
+                        "for padding)", describe(idx.tolist()), fn)
         used = idx[idx >= 0]
         if used.unique().numel() != used.numel():
-            raise _err(ValueError, fn, "conv_state_indices", "must not repeat a state row", idx.tolist())
+            rule = "must not repeat a state row"
+            raise error(ValueError, "conv_state_indices", rule, describe(idx.tolist()), fn)
 
 
 def check_varlen(
     x: object, cu_seqlens: object, state_len: object, fn: str = "causal_conv1d_varlen_states"
 ) -> None:
-    x = _tensor(fn, "x", x)
+    x = require_tensor("x", x, fn=fn)
+    assert x is not None  # (for type checkers: require_tensor checked it)
     if x.dim() != 2:
-        raise _err(ValueError, fn, "x", "must be (total_tokens, dim)", x)
-    _float(fn, "x", x)
-    cu = _tensor(fn, "cu_seqlens", cu_seqlens)
-    _same_device(fn, "cu_seqlens", cu, x)
+        raise error(ValueError, "x", "must be (total_tokens, dim)", describe(x), fn)
+    require_dtype_in("x", x, FLOAT_DTYPES, _FLOAT, fn=fn)
+    cu = require_tensor("cu_seqlens", cu_seqlens, fn=fn)
+    assert cu is not None  # (for type checkers: require_tensor checked it)
+    require_device("cu_seqlens", cu, x.device, "x's", fn=fn)
     if cu.dim() != 1 or cu.numel() < 1:
-        raise _err(ValueError, fn, "cu_seqlens", "must be (batch + 1,)", cu)
-    if cu.dtype not in (torch.int32, torch.int64):
-        raise _err(TypeError, fn, "cu_seqlens", "must be an int32 or int64 tensor", cu)
+        raise error(ValueError, "cu_seqlens", "must be (batch + 1,)", describe(cu), fn)
+    require_dtype_in("cu_seqlens", cu, (torch.int32, torch.int64), "must be an int32 or int64 tensor", fn=fn)
     if isinstance(state_len, bool) or not isinstance(state_len, int):
-        raise _err(TypeError, fn, "state_len", "must be an int", state_len)
+        raise error(TypeError, "state_len", "must be an int", describe(state_len), fn)
     if state_len < 1:
-        raise _err(ValueError, fn, "state_len", "must be >= 1", state_len)
+        raise error(ValueError, "state_len", "must be >= 1", describe(state_len), fn)
     if cu.device.type != "cuda":
         if int(cu[0]) != 0 or bool((cu[1:] < cu[:-1]).any()) or int(cu[-1]) > x.shape[0]:
-            raise _err(
-                ValueError, fn, "cu_seqlens",
+            raise error(
+                ValueError, "cu_seqlens",
                 f"must start at 0, never decrease and end at most at total_tokens = {x.shape[0]}",
-                cu.tolist(),
+                describe(cu.tolist()), fn,
             )

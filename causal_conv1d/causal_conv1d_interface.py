@@ -40,7 +40,7 @@ def _forward(
 ) -> Tuple[Tensor, Optional[Tensor], bool]:
     """Validate (once) and run the forward: ``(out, final states or None, silu)``."""
     silu = _checks.activation_is_silu(activation, _FN)
-    _checks.check_bool(_FN, "return_final_states", return_final_states)
+    _checks.require_bool("return_final_states", return_final_states, fn=_FN)
     if not return_final_states:
         final_states_out = None  # ignored unless requested, as in the original
     # validate before allocating anything from x's shape
@@ -220,7 +220,7 @@ def causal_conv1d_ref(
     keyword, as in causal-conv1d 1.7.0)."""
     fn = "causal_conv1d_ref"
     silu = _checks.activation_is_silu(activation, fn)
-    _checks.check_bool(fn, "return_final_states", return_final_states)
+    _checks.require_bool("return_final_states", return_final_states, fn=fn)
     if not return_final_states:
         final_states_out = None
     _checks.check_fwd(x, weight, bias, seq_idx, initial_states, final_states_out, silu, fn)
