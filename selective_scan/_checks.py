@@ -7,6 +7,16 @@ from typing import Optional, Sequence
 
 import torch
 
+from mamba_kernels.runtime import argchecks
+from mamba_kernels.runtime.argchecks import (
+    dtype_of,
+    error,
+    require_one_device,
+    shape_of,
+    type_name,
+    typed_repr,
+)
+
 Tensor = torch.Tensor
 
 MAX_DSTATE = 256  # the compiled anchor's limit (state-spaces/mamba#120); kept for drop-in parity
@@ -15,41 +25,29 @@ REAL_WEIGHT_DTYPES = (torch.float32, torch.float64)
 COMPLEX_WEIGHT_DTYPES = (torch.complex64, torch.complex128)
 
 
-def _desc(t: Tensor) -> str:
-    return f"shape {tuple(t.shape)}, dtype {t.dtype}, device {t.device}"
+# The scan's wording of argchecks' vocabulary: "name rule, got <the attribute that broke it>"
+# (no function prefix; a tensor's type, shape or dtype rather than the whole value).
+
+require_same_device = require_one_device
 
 
 def require_tensor(name: str, t: object, optional: bool = False) -> None:
-    if t is None and optional:
-        return
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    argchecks.require_tensor(name, t, optional, seen=type_name)
 
 
 def require_bool(name: str, value: object) -> bool:
     """A flag must be a bool (numpy's bool too): a string such as "no" would otherwise be true."""
-    if value is True or value is False:
-        return value
-    numpy_bool = type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")
-    if isinstance(value, bool) or numpy_bool:
-        return bool(value)
-    raise TypeError(f"{name} must be a bool (True or False), got {type(value).__name__} {value!r}")
+    return argchecks.require_bool(
+        name, value, numpy=True, rule="must be a bool (True or False)", seen=typed_repr
+    )
 
 
 def require_shape(name: str, t: Tensor, shape: Sequence[int], what: str) -> None:
-    if tuple(t.shape) != tuple(shape):
-        raise ValueError(f"{name} must have shape {tuple(shape)} ({what}), got {tuple(t.shape)}")
+    argchecks.require_shape(name, t, shape, what, seen=shape_of, form="must have shape {shape} ({what})")
 
 
-def require_same_device(named: dict) -> None:
-    present = {k: v for k, v in named.items() if isinstance(v, torch.Tensor)}
-    first_name, first = next(iter(present.items()))
-    for k, v in present.items():
-        if v.device != first.device:
-            raise ValueError(
-                f"all tensors must be on one device: {first_name} is on {first.device} "
-                f"but {k} is on {v.device}"
-            )
+def _require_dtype(name: str, t: Tensor, dtype: torch.dtype, whose: str) -> None:
+    argchecks.require_dtype(name, t, dtype, whose, seen=dtype_of)
 
 
 def compute_dtype(u: Tensor) -> torch.dtype:
@@ -63,20 +61,19 @@ def _check_param_vector(name: str, t: Optional[Tensor], dim: int, u: Tensor) -> 
         return
     allowed = (torch.float32, torch.float64) if u.dtype == torch.float64 else (torch.float32,)
     if t.dtype not in allowed:
-        raise TypeError(
-            f"{name} must be {' or '.join(map(str, allowed))} (kept in full precision, like the "
-            f"original), got {t.dtype}"
-        )
+        rule = f"must be {' or '.join(map(str, allowed))} (kept in full precision, like the original)"
+        raise error(TypeError, name, rule, dtype_of(t))
     require_shape(name, t, (dim,), "(dim,)")
 
 
 def _bc_groups(name: str, t: Tensor, batch: int, dstate: int, seqlen: int, is_complex: bool) -> int:
     """Validate a variable B or C; return its number of groups."""
     if t.dim() not in (3, 4):
-        raise ValueError(
-            f"{name} must be 2-D (dim, dstate) fixed, or 3-D (batch, dstate, L) / 4-D "
-            f"(batch, ngroups, dstate, L) variable, got {t.dim()}-D {tuple(t.shape)}"
+        rule = (
+            "must be 2-D (dim, dstate) fixed, or 3-D (batch, dstate, L) / 4-D "
+            "(batch, ngroups, dstate, L) variable"
         )
+        raise error(ValueError, name, rule, f"{t.dim()}-D {tuple(t.shape)}")
     groups = 1 if t.dim() == 3 else t.shape[1]
     want_len = 2 * seqlen if is_complex else seqlen
     expect = (batch, dstate, want_len) if t.dim() == 3 else (batch, groups, dstate, want_len)
@@ -85,7 +82,7 @@ def _bc_groups(name: str, t: Tensor, batch: int, dstate: int, seqlen: int, is_co
     )
     require_shape(name, t, expect, rule)
     if groups < 1:
-        raise ValueError(f"{name} must have at least one group, got ngroups={groups}")
+        raise error(ValueError, name, "must have at least one group", f"ngroups={groups}")
     return groups
 
 
@@ -195,42 +192,36 @@ def check_selective_scan_full(
         {"u": u, "delta": delta, "A": A, "B": B, "C": C, "D": D, "z": z, "delta_bias": delta_bias}
     )
     if u.dim() != 3:
-        raise ValueError(f"u must be 3-D (batch, dim, L), got {u.dim()}-D {tuple(u.shape)}")
+        raise error(ValueError, "u", "must be 3-D (batch, dim, L)", f"{u.dim()}-D {tuple(u.shape)}")
     batch, dim, seqlen = u.shape
     if seqlen < 1:
-        raise ValueError(f"u must have a sequence length L >= 1, got shape {tuple(u.shape)}")
-    if u.dtype not in INPUT_DTYPES:
-        raise TypeError(f"u must be float32, float16, bfloat16 or float64, got {u.dtype}")
+        raise error(ValueError, "u", "must have a sequence length L >= 1", f"shape {tuple(u.shape)}")
+    rule = "must be float32, float16, bfloat16 or float64"
+    argchecks.require_dtype_in("u", u, INPUT_DTYPES, rule, seen=dtype_of)
     require_shape("delta", delta, u.shape, "same as u: (batch, dim, L)")
-    if delta.dtype != u.dtype:
-        raise TypeError(f"delta must have u's dtype {u.dtype}, got {delta.dtype}")
+    _require_dtype("delta", delta, u.dtype, "u's")
     if A.dim() != 2 or A.shape[0] != dim:
-        raise ValueError(f"A must have shape (dim, dstate) with dim={dim}, got {tuple(A.shape)}")
+        raise error(ValueError, "A", f"must have shape (dim, dstate) with dim={dim}", shape_of(A))
     dstate = A.shape[1]
     if not 1 <= dstate <= MAX_DSTATE:
-        raise ValueError(f"dstate (A.shape[1]) must be between 1 and {MAX_DSTATE}, got {dstate}")
+        raise error(ValueError, "dstate (A.shape[1])", f"must be between 1 and {MAX_DSTATE}", str(dstate))
     wide = u.dtype == torch.float64 or reference
     allowed_a = (torch.float32, torch.complex64) + ((torch.float64, torch.complex128) if wide else ())
     if A.dtype not in allowed_a:
-        raise TypeError(
-            f"A must be float32 or complex64 (float64/complex128 only with float64 u), got {A.dtype} "
-            f"with u {u.dtype}"
-        )
+        rule = "must be float32 or complex64 (float64/complex128 only with float64 u)"
+        raise error(TypeError, "A", rule, f"{A.dtype} with u {u.dtype}")
     is_complex = A.is_complex()
     groups = []
     for name, t in (("B", B), ("C", C)):
         if t.dim() == 2:
             require_shape(name, t, (dim, dstate), "fixed: (dim, dstate)")
-            if t.dtype != A.dtype:
-                raise TypeError(f"fixed {name} must have A's dtype {A.dtype}, got {t.dtype}")
+            _require_dtype(f"fixed {name}", t, A.dtype, "A's")
         else:
             groups.append((name, _bc_groups(name, t, batch, dstate, seqlen, is_complex)))
-            if t.dtype != u.dtype:
-                raise TypeError(f"variable {name} must have u's dtype {u.dtype}, got {t.dtype}")
+            _require_dtype(f"variable {name}", t, u.dtype, "u's")
     if len(groups) == 2 and groups[0][1] != groups[1][1]:
-        raise ValueError(
-            f"B and C must have the same ngroups, got B with {groups[0][1]} and C with {groups[1][1]}"
-        )
+        seen = f"B with {groups[0][1]} and C with {groups[1][1]}"
+        raise error(ValueError, "B and C", "must have the same ngroups", seen)
     ngroups = groups[0][1] if groups else 1
     if dim % ngroups != 0:
         raise ValueError(f"dim must be divisible by ngroups: dim={dim}, ngroups={ngroups}")
@@ -238,8 +229,7 @@ def check_selective_scan_full(
     _check_param_vector("delta_bias", delta_bias, dim, u)
     if z is not None:
         require_shape("z", z, u.shape, "same as u: (batch, dim, L)")
-        if z.dtype != u.dtype:
-            raise TypeError(f"z must have u's dtype {u.dtype}, got {z.dtype}")
+        _require_dtype("z", z, u.dtype, "u's")
     return ngroups
 
 
@@ -266,39 +256,32 @@ def check_mamba_inner(
     ):
         require_tensor(name, t)
     if xz.dim() != 3 or xz.shape[1] % 2 != 0:
-        raise ValueError(
-            f"xz must be 3-D (batch, 2*d_inner, L) with an even channel count, got {tuple(xz.shape)}"
-        )
+        rule = "must be 3-D (batch, 2*d_inner, L) with an even channel count"
+        raise error(ValueError, "xz", rule, shape_of(xz))
     d_inner = xz.shape[1] // 2
     if conv1d_weight.dim() != 3 or conv1d_weight.shape[:2] != (d_inner, 1):
-        raise ValueError(
-            f"conv1d_weight must have shape (d_inner, 1, width) with d_inner={d_inner}, got "
-            f"{tuple(conv1d_weight.shape)}"
-        )
+        rule = f"must have shape (d_inner, 1, width) with d_inner={d_inner}"
+        raise error(ValueError, "conv1d_weight", rule, shape_of(conv1d_weight))
     if A.dim() != 2 or A.shape[0] != d_inner:
-        raise ValueError(f"A must have shape (d_inner, dstate) with d_inner={d_inner}, got {tuple(A.shape)}")
+        raise error(ValueError, "A", f"must have shape (d_inner, dstate) with d_inner={d_inner}", shape_of(A))
     if delta_proj_weight.dim() != 2 or delta_proj_weight.shape[0] != d_inner:
-        raise ValueError(
-            f"delta_proj_weight must have shape (d_inner, dt_rank) with d_inner={d_inner}, got "
-            f"{tuple(delta_proj_weight.shape)}"
-        )
+        rule = f"must have shape (d_inner, dt_rank) with d_inner={d_inner}"
+        raise error(ValueError, "delta_proj_weight", rule, shape_of(delta_proj_weight))
     dt_rank = delta_proj_weight.shape[1]
     d_state = A.shape[1] * (2 if A.is_complex() else 1)
     n_var = (B is None) + (C is None)
     rows = dt_rank + n_var * d_state
     if x_proj_weight.dim() != 2 or tuple(x_proj_weight.shape) != (rows, d_inner):
-        raise ValueError(
-            f"x_proj_weight must have shape (dt_rank + {n_var} * d_state, d_inner) = ({rows}, {d_inner}) "
-            f"(dt_rank={dt_rank}, d_state={d_state} reals per step, {n_var} of B/C input-dependent), got "
-            f"{tuple(x_proj_weight.shape)}"
+        rule = (
+            f"must have shape (dt_rank + {n_var} * d_state, d_inner) = ({rows}, {d_inner}) "
+            f"(dt_rank={dt_rank}, d_state={d_state} reals per step, {n_var} of B/C input-dependent)"
         )
+        raise error(ValueError, "x_proj_weight", rule, shape_of(x_proj_weight))
     if out_proj_weight.dim() != 2 or out_proj_weight.shape[1] != d_inner:
-        raise ValueError(
-            f"out_proj_weight must have shape (d_model, d_inner) with d_inner={d_inner}, got "
-            f"{tuple(out_proj_weight.shape)}"
-        )
+        rule = f"must have shape (d_model, d_inner) with d_inner={d_inner}"
+        raise error(ValueError, "out_proj_weight", rule, shape_of(out_proj_weight))
     if checkpoint_lvl not in (0, 1):
-        raise ValueError(f"checkpoint_lvl must be 0 or 1, got {checkpoint_lvl!r}")
+        raise error(ValueError, "checkpoint_lvl", "must be 0 or 1", repr(checkpoint_lvl))
     sizes = {"b_rms_weight": d_state, "c_rms_weight": d_state, "dt_rms_weight": d_inner}
     for name, t in rms_weights.items():
         require_tensor(name, t, optional=True)
