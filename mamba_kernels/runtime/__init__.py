@@ -1,1 +1,1 @@
-"""Imported at run time by every user: dispatch, the BUILD_INFO guard, knobs, ops, the install record."""
+"""Imported at run time by every user: dispatch, BUILD_INFO guard, knobs, ops, arg checks, install record."""

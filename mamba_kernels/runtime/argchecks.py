@@ -74,11 +74,10 @@ def dtype_error(
     return error(TypeError, arg, f"must have {whose} dtype {dtype}", seen(t), fn)
 
 
-def device_error(
-    arg: str, t: object, device: torch.device, whose: str, fn: Optional[str] = None, seen: Seen = describe
-) -> Exception:
-    """ValueError: t is not on ``whose`` device."""
-    return error(ValueError, arg, f"must be on {whose} device {device}", seen(t), fn)
+def device_error(arg: str, t: object, device: torch.device, whose: str,
+                 fn: Optional[str] = None) -> Exception:
+    """ValueError: t is not on ``whose`` device (the whole value described)."""
+    return error(ValueError, arg, f"must be on {whose} device {device}", describe(t), fn)
 
 
 # --- requirements: each returns quietly or raises the error ----------------------------------
@@ -139,13 +138,11 @@ def require_dtype_in(
         raise error(TypeError, arg, rule, seen(t), fn)
 
 
-def require_device(
-    arg: str, t: torch.Tensor, device: torch.device, whose: str, *, fn: Optional[str] = None,
-    seen: Seen = describe,
-) -> None:
-    """ValueError unless t is on ``device``, ``whose`` device (``x's``)."""
+def require_device(arg: str, t: torch.Tensor, device: torch.device, whose: str, *,
+                   fn: Optional[str] = None) -> None:
+    """ValueError unless t is on ``device``, ``whose`` device (``x's``); see require_one_device."""
     if t.device != device:
-        raise device_error(arg, t, device, whose, fn, seen)
+        raise device_error(arg, t, device, whose, fn)
 
 
 def require_one_device(named: Dict[str, object]) -> None:
