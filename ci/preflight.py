@@ -424,7 +424,7 @@ def check_python(cell: support.Cell, report: CellReport) -> None:
         if cell.python not in allowed:
             report.fail("python", f"{what} {torch} on {cell.platform} covers Python "
                                   f"{', '.join(allowed) or 'none'}, not {cell.python}")
-    if tuple(int(x) for x in cell.python.split(".")) < support.MIN_PYTHON:
+    if versions.key(cell.python) < support.MIN_PYTHON:
         report.fail("python", f"{cell.python} is older than this package's minimum "
                               f"{'.'.join(map(str, support.MIN_PYTHON))}")
 

@@ -61,7 +61,7 @@ def newest_missing(pypi: Dict[str, Any], known: Optional[Set[str]] = None) -> Op
     finals = [v for v, files in pypi["releases"].items() if re.fullmatch(r"\d+\.\d+\.\d+", v) and files]
     newest_known = max(versions.minor_key(t + ".0") for t in known)
     missing = [v for v in finals if versions.minor(v) not in known and versions.minor_key(v) > newest_known]
-    return max(missing, key=lambda v: tuple(int(x) for x in v.split("."))) if missing else None
+    return max(missing, key=versions.key) if missing else None
 
 
 def _platform_of(filename: str) -> Optional[str]:

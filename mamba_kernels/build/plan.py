@@ -163,14 +163,12 @@ def required_cxx_std(torch_version: str) -> int:
         return support.torch_release(torch_version).cxx_std
     except ValueError:
         newest = support.RELEASES[-1]
-        mm = tuple(int(x) for x in torch_version.split("+")[0].split(".")[:2])
-        return newest.cxx_std if mm > tuple(int(x) for x in newest.torch.split(".")) else 17
+        return newest.cxx_std if versions.minor_key(torch_version) > versions.key(newest.torch) else 17
 
 
 def torch_problem(facts: TorchFacts) -> Optional[str]:
     """Why this torch cannot get a CUDA build, or None."""
-    mm = tuple(int(x) for x in facts.version.split("+")[0].split(".")[:2])
-    if mm < MIN_TORCH:
+    if versions.minor_key(facts.version) < MIN_TORCH:
         return f"torch {facts.version} is older than {MIN_TORCH[0]}.{MIN_TORCH[1]}, the oldest supported"
     if not facts.cuda:
         return (
@@ -277,7 +275,7 @@ def compile_flags(
     binding: str = CLASSIC,
 ) -> Dict[str, List[str]]:
     """{'cxx': [...], 'nvcc': [...], 'link': [...]} for every extension."""
-    nvcc_v = tuple(int(x) for x in nvcc_version.split("."))
+    nvcc_v = versions.key(nvcc_version)
     nvcc = ["-O3", f"--threads={nvcc_threads}"] + build_archs.gencode_flags(arch_plan)
     if platform == "win_amd64":
         # MSVC: standard-conforming mode and a truthful __cplusplus (torch checks it); CCCL in

@@ -360,7 +360,7 @@ def _version_key(version: str) -> Tuple[int, ...]:
     """The release segment of a public version (``0.2.1`` -> (0, 2, 1)); pre-releases are not
     published, so this orders our versions."""
     m = re.match(r"\d+(\.\d+)*", version)
-    return tuple(int(x) for x in m.group(0).split(".")) if m else (0,)
+    return versions.key(m.group(0)) if m else (0,)
 
 
 def _arch_lists(c: Candidate, built: variant.Variant, platform: Optional[str]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Dict, Iterable, List, Optional
 
-from ..facts import support, variant
+from ..facts import support, variant, versions
 from ..facts.version import __version__
 
 # GitHub Actions refuses a job matrix of more than 256 entries.
@@ -163,12 +163,12 @@ def select(
     _choice("abi", abi, ABI_NAMES)
     if cuda is not None:
         known = sorted({c for r in support.RELEASES for cs in r.cuda.values() for c in cs},
-                       key=lambda v: tuple(int(x) for x in v.split(".")))
+                       key=versions.key)
         _choice("cuda", cuda, known)
     if python is not None:
         known = sorted({p for r in support.RELEASES for p in r.pythons
-                        if tuple(int(x) for x in p.split(".")) >= support.MIN_PYTHON},
-                       key=lambda v: int(v.split(".")[1]))
+                        if versions.key(p) >= support.MIN_PYTHON},
+                       key=versions.key)
         _choice("python", python, known)
     if torch is not None:
         support.served_torch(torch)  # the table's releases, or a newer one the stable cells serve

@@ -160,7 +160,8 @@ def parse(text: str) -> BuildInfo:
         package_version = _field(data, "package_version")
     binding = data.get("binding", variant.CLASSIC)
     if binding not in variant.BINDINGS:
-        raise ValueError(f"BUILD_INFO binding must be 'classic' or 'stable', got {binding!r}")
+        names = " or ".join(map(repr, variant.BINDINGS))
+        raise ValueError(f"BUILD_INFO binding must be {names}, got {binding!r}")
     stable_target = None
     if binding == variant.STABLE:
         stable_target = _field(data, "stable_target")
@@ -263,7 +264,7 @@ def fix_command(
 
 
 def _at_least(mm: str, floor: str) -> bool:
-    return tuple(int(x) for x in mm.split(".")) >= tuple(int(x) for x in floor.split("."))
+    return versions.key(mm) >= versions.key(floor)
 
 
 def free_threaded() -> bool:
