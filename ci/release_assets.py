@@ -20,7 +20,6 @@ ref until it is published, so it is found in the list of releases, not by its ta
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -29,6 +28,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from mamba_kernels.install.wheel_metadata import sha256_of
 
 API = "https://api.github.com"
 
@@ -64,14 +65,6 @@ def http_api(token: str) -> Api:
         return json.loads(text) if text.strip() else None
 
     return call
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def find_release(api: Api, repo: str, tag: str) -> Optional[Dict[str, Any]]:
