@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import functools
 import hashlib
 import http.server
@@ -17,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from wheel_files import write_wheel
 
 from mamba_kernels.cli import main as cli
 from mamba_kernels.install import wheel_metadata
@@ -24,11 +24,6 @@ from mamba_kernels.release import fatbin, index, site_swap
 
 BIN = Path(sys.executable).parent
 CUDA_HOME = Path("/usr/local/cuda")
-
-
-def _record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}"
 
 
 def make_wheel(
@@ -63,14 +58,7 @@ def make_wheel(
     }
     if payload:
         files["causal_conv1d/_cuda.cpython-311-x86_64-linux-gnu.so"] = payload
-    record = [_record_line(n, d) for n, d in files.items()] + [f"{di}/RECORD,,"]
-    files[f"{di}/RECORD"] = ("\n".join(record) + "\n").encode()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    with zipfile.ZipFile(path, "w") as zf:
-        for n, d in files.items():
-            zf.writestr(n, d)
-    return path
+    return write_wheel(folder / name, files, di)
 
 
 def fatbin_blob(entries) -> bytes:

@@ -19,8 +19,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from test_index import _record_line
 from test_install import LABEL, MACHINE, PY, TORCH_MM, _venv, scratch, torch_env  # noqa: F401 (fixtures)
+from wheel_files import write_wheel
 
 N_FILES = 1500
 
@@ -35,14 +35,8 @@ def _big_wheel(folder: Path, version: str, extra: tuple = ()) -> Path:
     files[f"{di}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\n"
                             f"Tag: {PY}-{PY}-manylinux_2_17_{MACHINE}\n").encode()
     files[f"{di}/entry_points.txt"] = b"[console_scripts]\nmamba-kernels = mamba_kernels:VERSION\n"
-    record = [_record_line(n, d) for n, d in files.items()] + [f"{di}/RECORD,,"]
-    files[f"{di}/RECORD"] = ("\n".join(record) + "\n").encode()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"mamba_kernels-{version}-{PY}-{PY}-manylinux_2_17_{MACHINE}.whl"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for n, d in files.items():
-            zf.writestr(n, d)
-    return path
+    return write_wheel(folder / f"mamba_kernels-{version}-{PY}-{PY}-manylinux_2_17_{MACHINE}.whl", files, di,
+                       zipfile.ZIP_DEFLATED)
 
 
 def _state(python: Path) -> dict:

@@ -42,7 +42,6 @@ Not exercised: PyTorch's real index (unreachable from the test machine) and a CU
 from __future__ import annotations
 
 import ast
-import base64
 import functools
 import hashlib
 import http.server
@@ -61,6 +60,7 @@ from pathlib import Path
 from typing import Dict, List
 
 import pytest
+from wheel_files import write_wheel
 
 from mamba_kernels.build import plan as build
 from mamba_kernels.facts import support, variant
@@ -274,11 +274,6 @@ def _uv() -> Path:
     return Path(uv)
 
 
-def _record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}"
-
-
 def _platform() -> str:
     machine = platform.machine().lower()
     if not sys.platform.startswith("linux") or machine not in ("x86_64", "aarch64"):
@@ -304,14 +299,8 @@ def relabel(pure: Path, out_dir: Path, version: str, requires: List[str], tag: s
     wheel = [ln for ln in files[new_di + "WHEEL"].decode().splitlines()
              if not ln.startswith(("Tag:", "Root-Is"))]
     files[new_di + "WHEEL"] = ("\n".join(wheel + ["Root-Is-Purelib: false", f"Tag: {tag}"]) + "\n").encode()
-    record = [_record_line(n, d) for n, d in files.items()] + [f"{new_di}RECORD,,"]
-    files[new_di + "RECORD"] = ("\n".join(record) + "\n").encode()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"mamba_kernels-{version}-{tag}.whl"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, data in files.items():
-            zf.writestr(name, data)
-    return path
+    return write_wheel(out_dir / f"mamba_kernels-{version}-{tag}.whl", files, new_di.rstrip("/"),
+                       zipfile.ZIP_DEFLATED)
 
 
 @pytest.fixture(scope="session")

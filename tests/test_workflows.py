@@ -11,7 +11,6 @@ published site served on 127.0.0.1.
 
 from __future__ import annotations
 
-import base64
 import functools
 import hashlib
 import http.server
@@ -23,12 +22,12 @@ import subprocess
 import sys
 import threading
 import urllib.parse
-import zipfile
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 import pytest
 from ruamel.yaml import YAML
+from wheel_files import write_wheel
 
 from ci import build_cell, plan, release_assets
 from mamba_kernels.facts import support
@@ -392,11 +391,6 @@ def test_each_wheel_is_attested_and_attached_before_the_index_points_at_it():
     assert up["with"]["path"] == "site"
 
 
-def _record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}"
-
-
 def _wheel(folder: Path, label: str, py: str = "cp312") -> Path:
     """A minimal wheel of this project for the variant ``label`` (cu130torch2.14)."""
     torch = label.split("torch")[1]
@@ -413,14 +407,7 @@ def _wheel(folder: Path, label: str, py: str = "cp312") -> Path:
             f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: {py}-{py}-{plat}\n"
         ).encode(),
     }
-    record = [_record_line(n, d) for n, d in files.items()] + [f"{di}/RECORD,,"]
-    files[f"{di}/RECORD"] = ("\n".join(record) + "\n").encode()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"mamba_kernels-{version}-{py}-{py}-{plat}.whl"
-    with zipfile.ZipFile(path, "w") as zf:
-        for n, d in files.items():
-            zf.writestr(n, d)
-    return path
+    return write_wheel(folder / f"mamba_kernels-{version}-{py}-{py}-{plat}.whl", files, di)
 
 
 @pytest.fixture
