@@ -12,7 +12,7 @@
 #            sdist (CUDA build skipped) on our selective_scan_cuda/causal_conv1d, "orig" = its own
 #            sm_90 wheel (.device/mamba_whl.part-*, its compiled selective_scan_cuda first on the
 #            path; the conv is our causal_conv1d in both, so the comparison isolates the scan);
-#            ours again with MAMBA_KERNELS_SCAN_STATES=recompute (time and memory kept per layer)
+#            ours again with MAMBA_KERNELS_SCAN_STATES=keep (the default, auto, recomputes under mamba_ssm)
 #            Every e2e process first proves what it runs on (bench/provenance.py, via e2e_mamba.py):
 #            "orig" its interface bound to the .so under $ORIG, "ours" our compatibility modules
 #            from this checkout; otherwise it exits 2 before measuring ("PROVENANCE FAILED" in
@@ -122,10 +122,11 @@ if has e2e; then
     e2e_run mamba_ssm orig "$P_ORIG" --orig-dir "$ORIG"
     echo "## mamba_ssm end to end: ours against the original" >>"$REPORT"
     e2e_compare mamba_ssm orig ours
-    # nothing kept between the scan's passes: x in the original's size, the backward reruns the forward scan
-    MAMBA_KERNELS_SCAN_STATES=recompute MAMBA_KERNELS_BACKEND=cuda e2e_run mamba_ssm ours-recompute "$P_OURS"
-    echo "## mamba_ssm end to end: ours with MAMBA_KERNELS_SCAN_STATES=recompute against the original" >>"$REPORT"
-    e2e_compare mamba_ssm orig ours-recompute
+    # the states kept between the scan's passes (the default, auto, recomputes them under mamba_ssm):
+    # more memory per layer, no second forward scan in the backward
+    MAMBA_KERNELS_SCAN_STATES=keep MAMBA_KERNELS_BACKEND=cuda e2e_run mamba_ssm ours-keep "$P_OURS"
+    echo "## mamba_ssm end to end: ours with MAMBA_KERNELS_SCAN_STATES=keep against the original" >>"$REPORT"
+    e2e_compare mamba_ssm orig ours-keep
   else
     note "e2e: no original wheel carried; ours ran alone"
   fi

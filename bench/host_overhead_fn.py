@@ -40,7 +40,7 @@ SCAN_SCHEMAS = {
     "selective_scan_fwd": "(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
     "Tensor? delta_bias, bool delta_softplus, bool keep_y) -> (Tensor, Tensor, Tensor)",
     "selective_scan_bwd": "(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
-    "Tensor? delta_bias, Tensor dout, Tensor ckpt, Tensor? y, Tensor(a!) dz, bool delta_softplus) -> "
+    "Tensor? delta_bias, Tensor dout, Tensor ckpt, Tensor? y, Tensor(a!) dz, Tensor(b!) out_z, bool delta_softplus) -> "
     "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
 }
 CHUNK = 64
@@ -48,12 +48,12 @@ CHUNK = 64
 
 def _scan_fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus, keep_y):
     b, d, L = u.shape
-    out = torch.empty_like(delta) if (z is None or keep_y) else u.new_empty((0,))
+    out = torch.empty_like(delta) if keep_y else u.new_empty((0,))
     out_z = torch.empty_like(delta) if z is not None else u.new_empty((0,))
     return out, out_z, u.new_empty((b, d, -(-L // CHUNK), A.shape[1]), dtype=torch.float32)
 
 
-def _scan_bwd(u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, delta_softplus):
+def _scan_bwd(u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, out_z, delta_softplus):
     f32 = torch.float32
     dD = u.new_empty((u.shape[1] if D is not None else 0,), dtype=f32)
     dbias = u.new_empty((u.shape[1] if delta_bias is not None else 0,), dtype=f32)

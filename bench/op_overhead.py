@@ -61,7 +61,7 @@ def tiny_op_calls(dev: str):
          lambda: ops.causal_conv1d_update(step, conv_state, weight, bias, True, None, None)),
         ("selective_scan_fwd", lambda: ops.selective_scan_fwd(u, delta, A, Bv, Cv, D, z, dbias, True, False)),
         ("selective_scan_bwd",
-         lambda: ops.selective_scan_bwd(u, delta, A, Bv, Cv, D, z, dbias, dout, ckpt, y, dz, True)),
+         lambda: ops.selective_scan_bwd(u, delta, A, Bv, Cv, D, z, dbias, dout, ckpt, y, dz, u.new_empty((0,)), True)),
     ]
 
 

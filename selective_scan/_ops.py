@@ -8,11 +8,12 @@ Importing this module loads ``selective_scan._cuda``, whose C++ side registers
 Contract of the ops (the binding checks every rule):
   fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus, keep_y) -> (out, out_z, ckpt)
     B/C fixed (dim, dstate) in A's dtype or variable (batch, ngroups, dstate, L [x2]) in u's
-    dtype; out = y without the z gate (empty when z is given and not keep_y); out_z = y silu(z)
-    (empty without z); ckpt = float32 (batch, dim, ceil(L / 64), dstate [x2]): the state after
+    dtype; out = y without the z gate (empty unless keep_y); out_z = y silu(z)
+    (empty without z); without keep_y and z only ckpt is written; ckpt = float32 (batch, dim, ceil(L / 64), dstate [x2]): the state after
     every 64 steps, whose last entry is the final state.
-  bwd(u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, delta_softplus)
-    -> (du, ddelta, dA, dB, dC, dD, ddelta_bias); dz written in place when z is given.
+  bwd(u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, out_z, delta_softplus)
+    -> (du, ddelta, dA, dB, dC, dD, ddelta_bias); dz written in place when z is given, and
+    out_z = y silu(z) (from the given y) when it is not empty.
 """
 
 from __future__ import annotations
@@ -35,14 +36,14 @@ def _state_floats(A: Tensor) -> int:
 @register_fake("selective_scan_fwd")
 def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, keep_y):
     batch, dim, L = u.shape
-    out = torch.empty_like(delta) if (z is None or keep_y) else u.new_empty((0,))
+    out = torch.empty_like(delta) if keep_y else u.new_empty((0,))
     out_z = torch.empty_like(delta) if z is not None else u.new_empty((0,))
     ckpt = u.new_empty((batch, dim, -(-L // CHUNK), _state_floats(A)), dtype=torch.float32)
     return out, out_z, ckpt
 
 
 @register_fake("selective_scan_bwd")
-def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, delta_softplus):
+def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, out_z, delta_softplus):
     f32 = torch.float32
     dD = u.new_empty((u.shape[1],), dtype=f32) if D is not None else u.new_empty((0,), dtype=f32)
     dbias = u.new_empty((u.shape[1],), dtype=f32) if delta_bias is not None else u.new_empty((0,), dtype=f32)

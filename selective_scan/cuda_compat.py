@@ -19,13 +19,13 @@ float64 inputs) and ``x[:, :, -1, 1::2]`` is the state after the last step, whic
 read from it; otherwise it is only meant to be passed back to ``bwd`` with the same inputs,
 which checks its shape. What the rows hold follows ``MAMBA_KERNELS_SCAN_STATES``:
 
-* ``keep`` (default): the states at our kernels' own checkpoints (every 64 steps on CUDA,
+* ``keep``: the states at our kernels' own checkpoints (every 64 steps on CUDA,
   the PyTorch path's chunk ends elsewhere, then the last state), two per row (row r holds
   checkpoints 2r and 2r + 1 in its even and odd slots; the last row's odd slots always hold the
   last state). ``bwd`` starts from them.
-* ``recompute``: the original's shape, one row per 2048 steps, the last state in the last row's
-  odd slots and zeros elsewhere; ``bwd`` recomputes the states (one more forward pass) instead of
-  keeping them between the passes.
+* ``recompute`` (what ``auto``, the default, means here): the original's shape, one row per
+  2048 steps, the last state in the last row's odd slots and zeros elsewhere; ``bwd``
+  recomputes the states (one more forward pass) instead of keeping them between the passes.
 
 Unlike the original, CPU tensors (and float64) work too: they run the PyTorch implementation,
 which keeps the same contract. The last state with a fixed (2-D) B is the true state h, as
@@ -37,7 +37,6 @@ from __future__ import annotations
 from typing import List, Optional
 
 import torch
-import torch.nn.functional as F
 
 from mamba_kernels.runtime import dispatch, knobs
 
@@ -128,7 +127,7 @@ def _ops_chunks(L: int) -> int:
 def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> List[Tensor]:
     """[out, x] (+ [out_z] with z); see the module docstring."""
     groups = _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
-    form = knobs.scan_states()
+    form = knobs.scan_states_for(knobs.RECOMPUTE)
     if _compiled(u, A):
         from . import _ops
 
@@ -168,10 +167,6 @@ def _check_like_z(name: str, t: Tensor, z: Tensor) -> None:
         )
 
 
-def _gated(out: Tensor, z: Tensor) -> Tensor:
-    return (out.float() * F.silu(z.float())).to(out.dtype)
-
-
 def bwd(
     u, delta, A, B, C, D, z, delta_bias, dout, x, out, dz, delta_softplus, recompute_out_z
 ) -> List[Optional[Tensor]]:
@@ -190,7 +185,7 @@ def bwd(
         if dz is not None:
             _check_like_z("dz", dz, z)
     compiled = _compiled(u, A)
-    form = knobs.scan_states()
+    form = knobs.scan_states_for(knobs.RECOMPUTE)
     if x is not None:
         _check_x(x, u, A, compiled, form)
     states = None  # the states the forward kept, when it kept them
@@ -200,20 +195,25 @@ def bwd(
         from . import _ops
 
         B4, C4 = _as_4d(B), _as_4d(C)
-        if states is None or (z is not None and out is None):  # recompute what the forward would have kept
-            y, _, ckpt = _ops.fwd(u, delta, A, B4, C4, D, z, delta_bias, delta_softplus, out is None)
-            out = y if out is None else out
+        if states is None or (z is not None and out is None):
+            # recompute what the forward would have kept: the states, and y where the caller
+            # did not pass it (the gate is never needed: the backward writes out_z itself)
+            want_y = z is not None and out is None
+            y, _, ckpt = _ops.fwd(u, delta, A, B4, C4, D, None, delta_bias, delta_softplus, want_y)
+            out = y if want_y else out
         else:
             ckpt = torch.view_as_real(states).flatten(-2) if A.is_complex() else states
-        if z is not None and dz is None:
+        gated = z is not None
+        if gated and dz is None:
             dz = torch.empty_like(z)
+        out_z = torch.empty_like(z) if (recompute_out_z and gated) else None
+        empty = u.new_empty((0,))
         du, ddelta, dA, dB, dC, dD, ddelta_bias = _ops.bwd(
-            u, delta, A, B4, C4, D, z, delta_bias, dout.to(u.dtype), ckpt, out if z is not None else None,
-            dz if z is not None else u.new_empty((0,)), delta_softplus,
+            u, delta, A, B4, C4, D, z, delta_bias, dout.to(u.dtype), ckpt, out if gated else None,
+            dz if gated else empty, out_z if out_z is not None else empty, delta_softplus,
         )
         dB = dB.squeeze(1) if B.dim() == 3 else dB
         dC = dC.squeeze(1) if C.dim() == 3 else dC
-        out_z = _gated(out, z) if (recompute_out_z and z is not None) else None
     else:
         p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, groups)
         ckpt = states[:, :, :-1].permute(2, 0, 1, 3).contiguous() if states is not None else None

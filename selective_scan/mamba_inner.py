@@ -141,14 +141,15 @@ def _scan_backward(ctx, proj, conv1d_out, delta, A, D, z, delta_bias, dout_y, dz
         from . import _ops  # loads the compiled extension, which only the CUDA path needs
 
         Bs, Cs, softplus = _as_4d(proj.B), _as_4d(proj.C), ctx.delta_softplus
-        if ckpt is None:  # MAMBA_KERNELS_SCAN_STATES=recompute
-            y, _, ckpt = _ops.fwd(conv1d_out, delta, A, Bs, Cs, D, z, delta_bias, softplus, True)
+        if ckpt is None:  # MAMBA_KERNELS_SCAN_STATES=recompute: the states and y (no gate)
+            y, _, ckpt = _ops.fwd(conv1d_out, delta, A, Bs, Cs, D, None, delta_bias, softplus, True)
+        out_z = torch.empty_like(z)  # y silu(z), written by the backward kernel in the same pass
         dconv1d_out, ddelta, dA, dB, dC, dD, ddelta_bias = _ops.bwd(
-            conv1d_out, delta, A, Bs, Cs, D, z, delta_bias, dout_y, ckpt, y, dz,
+            conv1d_out, delta, A, Bs, Cs, D, z, delta_bias, dout_y, ckpt, y, dz, out_z,
             ctx.delta_softplus,
         )
         dB, dC = (_scan_form(g, t, A) for g, t in ((dB, proj.B), (dC, proj.C)))
-        return dconv1d_out, ddelta, dA, dB, dC, dD, ddelta_bias, y * F.silu(z)
+        return dconv1d_out, ddelta, dA, dB, dC, dD, ddelta_bias, out_z
     p = pytorch_scan.make_problem(
         conv1d_out, delta, A, proj.B, proj.C, D, z, delta_bias, ctx.delta_softplus, ctx.groups
     )
@@ -248,10 +249,10 @@ class MambaInnerFn(torch.autograd.Function):
         )
         groups = _checks.check_selective_scan(conv1d_out, proj.delta, A, proj.B, proj.C, D, z, delta_bias)
         use_cuda = use_cuda and conv1d_out.dtype in _CUDA_INPUT_DTYPES and A.dtype in _CUDA_A_DTYPES
-        # with gradients to come, the scan's states and ungated output are kept for the backward,
-        # which then starts from them, unless MAMBA_KERNELS_SCAN_STATES=recompute trades that
-        # memory for a second scan; without, the kernel does not even write y
-        keep_states = any(ctx.needs_input_grad) and knobs.scan_states() == "keep"
+        # with gradients to come, the backward reruns the forward scan for the states and the
+        # ungated output (the original's memory), unless MAMBA_KERNELS_SCAN_STATES=keep trades
+        # that memory for the scan; without, the kernel does not even write y
+        keep_states = any(ctx.needs_input_grad) and knobs.scan_states_for(knobs.RECOMPUTE) == knobs.KEEP
         if use_cuda:
             from . import _ops
 

@@ -54,7 +54,7 @@ def _forward(use_cuda, groups, keep, u, delta, A, B, C, D, z, delta_bias, delta_
     forward of ``SelectiveScanFn``, and all of ``selective_scan_fn`` when autograd records
     nothing (``keep`` False)."""
     if use_cuda:
-        keep_y = keep and z is not None
+        keep_y = z is None or keep  # y is the result without z; with z, kept for the backward
         out, out_z, ckpt = _ops_module().fwd(
             u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, delta_softplus, keep_y
         )
@@ -95,7 +95,7 @@ class SelectiveScanFn(torch.autograd.Function):
         ctx.cuda = use_cuda
         # With gradients to come, keep the states (and the ungated y with z) for the backward,
         # unless MAMBA_KERNELS_SCAN_STATES=recompute trades that memory for a second forward scan.
-        keep = any(ctx.needs_input_grad[:8]) and knobs.scan_states() == "keep"
+        keep = any(ctx.needs_input_grad[:8]) and knobs.scan_states_for(knobs.KEEP) == knobs.KEEP
         result, last, saved = _forward(
             use_cuda, groups, keep, u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, return_last_state
         )
@@ -110,14 +110,14 @@ class SelectiveScanFn(torch.autograd.Function):
         if ctx.cuda:
             _ops = _ops_module()
             u, delta, A, B, C, D, z, delta_bias, ckpt, y = ctx.saved_tensors
-            if ckpt is None:  # MAMBA_KERNELS_SCAN_STATES=recompute
+            if ckpt is None:  # MAMBA_KERNELS_SCAN_STATES=recompute: the states, and y with z (no gate)
                 y, _, ckpt = _ops.fwd(
-                    u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, ctx.delta_softplus, z is not None
+                    u, delta, A, _as_4d(B), _as_4d(C), D, None, delta_bias, ctx.delta_softplus, z is not None
                 )
             dz = torch.empty_like(z) if z is not None else u.new_empty((0,))
             du, ddelta, dA, dB, dC, dD, ddelta_bias = _ops.bwd(
                 u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, dout, ckpt, y if z is not None else None,
-                dz, ctx.delta_softplus,
+                dz, u.new_empty((0,)), ctx.delta_softplus,
             )
             return (
                 du,

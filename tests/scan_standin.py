@@ -49,9 +49,9 @@ class StandInKernel:
             states.append(torch.view_as_real(last).flatten(-2) if A.is_complex() else last)
         y = selective_scan_ref(u, delta, A, B, C, D, None, delta_bias, softplus)
         out_z = y * F.silu(z) if z is not None else u.new_empty((0,))
-        return (y if (z is None or keep_y) else u.new_empty((0,))), out_z, torch.stack(states, 2).float()
+        return (y if keep_y else u.new_empty((0,))), out_z, torch.stack(states, 2).float()
 
-    def bwd(self, u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, softplus):
+    def bwd(self, u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, out_z, softplus):
         self.bwd_states = ckpt.clone()
         given = (u, delta, A, B, C, D, z, delta_bias)
         leaves = [t.detach().clone().requires_grad_() if t is not None else None for t in given]
@@ -59,5 +59,7 @@ class StandInKernel:
             selective_scan_ref(*leaves[:7], leaves[7], softplus).backward(dout)
         if z is not None:
             dz.copy_(leaves[6].grad)
+        if out_z.numel():
+            out_z.copy_(y * F.silu(z))
         grads = [t.grad if t is not None else torch.empty(0) for t in leaves]
         return grads[0], grads[1], grads[2], grads[3], grads[4], grads[5], grads[7]

@@ -163,6 +163,7 @@ def test_scan_recompute_states_have_the_original_shape(monkeypatch):
 
 def test_scan_states_form_knob_is_checked(monkeypatch):
     args = scan_inputs(L=40)
+    monkeypatch.setenv("MAMBA_KERNELS_SCAN_STATES", "keep")
     out, x, _ = selective_scan_cuda.fwd(*args, True)
     monkeypatch.setenv("MAMBA_KERNELS_SCAN_STATES", "recompute")
     # an x made under the other form is refused by name, not misread

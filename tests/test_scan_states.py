@@ -113,13 +113,39 @@ def test_inference_keeps_nothing(monkeypatch):
         selective_scan_fn(*scan_inputs(z=True), delta_softplus=True)
     assert kernel.keep_y == [False, False]
     leaves = [t.clone().requires_grad_() if t is not None else None for t in inner]
+    monkeypatch.setenv(VAR, "keep")
     mamba_inner_fn(*leaves)
     assert kernel.keep_y[-1] is True
 
 
+@pytest.mark.parametrize("setting", [None, "", "auto", "AUTO"])
+def test_auto_is_each_apis_own_default(setting, monkeypatch):
+    """Unset (or auto): selective_scan_fn keeps its states, mamba_inner_fn and the compatibility
+    module recompute them (the original's memory), as the README says."""
+    if setting is None:
+        monkeypatch.delenv(VAR, raising=False)
+    else:
+        monkeypatch.setenv(VAR, setting)
+    monkeypatch.setattr(dispatch, "use_cuda", lambda kernel, device: kernel == "selective_scan")
+    calls = {}
+    for name, fn, inputs in (("scan", selective_scan_fn, scan_inputs(z=True)),
+                             ("inner", mamba_inner_fn, make(torch.float32, L=70))):
+        kernel = StandInKernel.install(monkeypatch)
+        kw = {"delta_softplus": True} if name == "scan" else {}
+        run(fn, inputs, **kw)
+        calls[name] = kernel.fwd_calls
+    assert calls == {"scan": 1, "inner": 2}
+    assert knobs.scan_states_for(knobs.KEEP) == "keep" and knobs.scan_states_for(knobs.RECOMPUTE) == "recompute"
+    import selective_scan_cuda
+
+    u, delta, A, B, C, D, z, bias = scan_inputs(z=True)
+    x = selective_scan_cuda.fwd(u, delta, A, B, C, D, z, bias, True)[1]
+    assert x.shape[2] == 1  # the original's shape: one row per 2048 steps
+
+
 def test_bad_value_is_named(monkeypatch, reference_backend):
     monkeypatch.setenv(VAR, "none")
-    with pytest.raises(ValueError, match=r"SCAN_STATES='none' is not .*: use one of keep, recompute"):
+    with pytest.raises(ValueError, match=r"SCAN_STATES='none' is not .*: use one of auto, keep, recompute"):
         run(selective_scan_fn, scan_inputs())
 
 

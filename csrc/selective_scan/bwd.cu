@@ -113,6 +113,7 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
   T* du_row = static_cast<T*>(p.du) + offset3(p.du_s, b, d, 0);
   T* ddelta_row = static_cast<T*>(p.ddelta) + offset3(p.ddelta_s, b, d, 0);
   T* dz_row = p.dz != nullptr ? static_cast<T*>(p.dz) + offset3(p.dz_s, b, d, 0) : nullptr;
+  T* out_z_row = p.out_z != nullptr ? static_cast<T*>(p.out_z) + offset3(p.out_z_s, b, d, 0) : nullptr;
   const T* Bv = p.B.variable ? static_cast<const T*>(p.B.ptr) + b * p.B.s_b + g * p.B.s_g : nullptr;
   const T* Cv = p.C.variable ? static_cast<const T*>(p.C.ptr) + b * p.C.s_b + g * p.C.s_g : nullptr;
   const int64_t n_chunks = (L + kChunk - 1) / kChunk;
@@ -214,12 +215,15 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
       const int valid = int(L - t0 < kW ? L - t0 : kW);
       ensure_tile(t0);
       const int tb = int(t0 - tile0) * rs;
-      // The gate, once per (channel, step): dy = dout silu(z), dz = dout y silu'(z).
+      // The gate, once per (channel, step): dy = dout silu(z), dz = dout y silu'(z), and
+      // out_z = y silu(z) when asked for.
       for (int t = s; t < valid; t += tpr) {
         float gy = to_float(dout[(t0 + t) * p.dout_s.l]);
         if (z != nullptr) {
           const float zz = to_float(z[(t0 + t) * p.z_s.l]);
-          if (active) dz_row[(t0 + t) * p.dz_s.l] = from_float<T>(gy * to_float(yv[(t0 + t) * p.y_s.l]) * silu_grad(zz));
+          const float yy = to_float(yv[(t0 + t) * p.y_s.l]);
+          if (active) dz_row[(t0 + t) * p.dz_s.l] = from_float<T>(gy * yy * silu_grad(zz));
+          if (active && out_z_row != nullptr) out_z_row[(t0 + t) * p.out_z_s.l] = from_float<T>(yy * silu(zz));
           gy *= silu(zz);
         }
         dyr[t] = gy;

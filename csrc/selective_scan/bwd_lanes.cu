@@ -6,7 +6,7 @@
 // time over the whole sequence; the grid's blocks (batch x group x channel ranges) are sized to
 // fill the GPU about twice. Per chunk of 64 steps the block stages the chunk's B and C (shared by
 // all its channels) and each channel's dt, dt*u, the gated dout and u (each lane discretising
-// its own 4 steps; dz is written there too). A forward sweep records the state at the start of
+// its own 4 steps; dz, and out_z when asked for, are written there too). A forward sweep records the state at the start of
 // each 16-step window (shared memory); each window, from the last, is recomputed into registers
 // (states and decays, the chunk's second exponential for 3/4 of the steps) and swept in reverse
 // with the adjoint g_t = C_t dy_t + a_{t+1} g_{t+1}.
@@ -34,7 +34,7 @@ struct LanesBwdArgs {
   int64_t row_blocks;  // blocks per (batch, group): channel ranges
   int64_t groups_per_block;  // 16-channel groups per block
   bool vec_b, vec_c;
-  bool vec_u, vec_delta, vec_dout, vec_z, vec_y, vec_dz;  // 4-step vector access of the rows
+  bool vec_u, vec_delta, vec_dout, vec_z, vec_y, vec_dz, vec_out_z;  // 4-step vector access of the rows
 };
 
 struct BwdLanesSmem {
@@ -129,15 +129,20 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
           Steps<T, kQ> rz, ry;
           load_steps(rz, static_cast<const T*>(p.z) + offset3(p.z_s, b, d, 0), p.z_s.l, t, stop, f.vec_z);
           load_steps(ry, static_cast<const T*>(p.y) + offset3(p.y_s, b, d, 0), p.y_s.l, t, stop, f.vec_y);
-          float dzq[kQ];
+          float dzq[kQ], ozq[kQ];
 #pragma unroll
           for (int j = 0; j < kQ; ++j) {
-            const float zz = rz.at(j);
-            dzq[j] = gy[j] * ry.at(j) * silu_grad(zz);
+            const float zz = rz.at(j), yy = ry.at(j);
+            dzq[j] = gy[j] * yy * silu_grad(zz);
+            ozq[j] = yy * silu(zz);
             gy[j] *= silu(zz);
           }
           if (active) {
             store_steps(static_cast<T*>(p.dz) + offset3(p.dz_s, b, d, 0), p.dz_s.l, t, stop, dzq, f.vec_dz);
+            if (p.out_z != nullptr) {
+              store_steps(static_cast<T*>(p.out_z) + offset3(p.out_z_s, b, d, 0), p.out_z_s.l, t, stop, ozq,
+                          f.vec_out_z);
+            }
           }
         }
         store_pack<float, kQ>(&sm.dt[ch][tt], dt);
@@ -334,6 +339,7 @@ cudaError_t launch_bwd_lanes_for(const ScanParams& p, cudaStream_t stream) {
   f.vec_z = steps_vec(p.z, p.z_s, sizeof(T), kQ);
   f.vec_y = steps_vec(p.y, p.y_s, sizeof(T), kQ);
   f.vec_dz = steps_vec(p.dz, p.dz_s, sizeof(T), kQ);
+  f.vec_out_z = steps_vec(p.out_z, p.out_z_s, sizeof(T), kQ);
   const int64_t blocks = f.row_blocks * p.batch * p.ngroups;
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
   auto kernel = bwd_lanes_kernel<T, kVarBC>;

@@ -56,6 +56,20 @@ void check_vec(const TensorRef& t, const TensorRef& u, int64_t dim, const char* 
   MK_CHECK_TYPE(t.scalar == Scalar::kFloat32, "selective_scan: ", name, " must be float32, got ", t.dtype_name);
 }
 
+// An output written in place: no axis of size > 1 with stride 0 (elements written twice).
+void check_no_self_overlap(const TensorRef& t, const char* name) {
+  for (int i = 0; i < 3; ++i) {
+    MK_CHECK(t.stride(i) != 0 || t.size(i) <= 1, "selective_scan: ", name, " must not overlap itself (stride 0 in dim ",
+             i, "), got strides ", t.stride_list());
+  }
+}
+
+int64_t numel(const TensorRef& t) {
+  int64_t n = 1;
+  for (int64_t i = 0; i < t.dim; ++i) n *= t.size(i);
+  return n;
+}
+
 void check_launch(cudaError_t err, const char* what) {
   MK_CHECK(err == cudaSuccess, "selective_scan: ", what, " kernel launch failed: ", cudaGetErrorString(err));
 }
@@ -154,7 +168,7 @@ void launch_fwd_checked(const ScanParams& p, float* workspace, cudaStream_t stre
 }
 
 void set_bwd_inputs(ScanParams& p, const TensorRef& u, const TensorRef& z, const TensorRef& dout,
-                    const TensorRef& ckpt, const TensorRef& y, const TensorRef& dz) {
+                    const TensorRef& ckpt, const TensorRef& y, const TensorRef& dz, const TensorRef& out_z) {
   check_like_u(dout, u, "dout");
   const int64_t nf = state_floats(p);
   check_device(ckpt, u, "ckpt");
@@ -173,14 +187,18 @@ void set_bwd_inputs(ScanParams& p, const TensorRef& u, const TensorRef& z, const
     MK_CHECK(y.present, "selective_scan: y (the forward's ungated output) is required with z");
     check_like_u(y, u, "y");
     check_like_u(dz, u, "dz");
-    for (int i = 0; i < 3; ++i) {
-      MK_CHECK(dz.stride(i) != 0 || dz.size(i) <= 1, "selective_scan: dz must not overlap itself (stride 0 in dim ",
-               i, "), got strides ", dz.stride_list());
-    }
+    check_no_self_overlap(dz, "dz");
     p.y = y.data;
     p.y_s = strides3(y);
     p.dz = dz.data;
     p.dz_s = strides3(dz);
+  }
+  if (out_z.present && numel(out_z) > 0) {
+    MK_CHECK(z.present, "selective_scan: out_z (the recomputed gated output) needs z; pass an empty tensor without z");
+    check_like_u(out_z, u, "out_z");
+    check_no_self_overlap(out_z, "out_z");
+    p.out_z = out_z.data;
+    p.out_z_s = strides3(out_z);
   }
   p.dout = dout.data;
   p.dout_s = strides3(dout);

@@ -39,9 +39,10 @@ void set_fwd_outputs(ScanParams& p, const TensorRef& out, const TensorRef& out_z
 // workspace: fwd_workspace_floats(p) floats, or null when that is 0.
 void launch_fwd_checked(const ScanParams& p, float* workspace, cudaStream_t stream);
 
-// Backward: dout, ckpt, and with z also y and dz checked and filled.
+// Backward: dout, ckpt, and with z also y and dz checked and filled; out_z (y silu(z), written
+// by the backward) when it has elements.
 void set_bwd_inputs(ScanParams& p, const TensorRef& u, const TensorRef& z, const TensorRef& dout,
-                    const TensorRef& ckpt, const TensorRef& y, const TensorRef& dz);
+                    const TensorRef& ckpt, const TensorRef& y, const TensorRef& dz, const TensorRef& out_z);
 // The shape of the dB / dC partial sums (5-D variable, 3-D fixed) into dims; returns the rank.
 int part_shape(const ScanParams& p, const BCParams& bc, int64_t dims[5]);
 void set_bwd_outputs(ScanParams& p, const TensorRef& du, const TensorRef& ddelta, float* dA_part, float* dD_part,

@@ -21,7 +21,7 @@ inline constexpr const char* kScanSchemas[] = {
     "selective_scan_fwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
     "Tensor? delta_bias, bool delta_softplus, bool keep_y) -> (Tensor, Tensor, Tensor)",
     "selective_scan_bwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
-    "Tensor? delta_bias, Tensor dout, Tensor ckpt, Tensor? y, Tensor(a!) dz, bool delta_softplus) -> "
+    "Tensor? delta_bias, Tensor dout, Tensor ckpt, Tensor? y, Tensor(a!) dz, Tensor(b!) out_z, bool delta_softplus) -> "
     "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
 };
 
@@ -64,7 +64,8 @@ Tensor empty_as(const Tensor& t) {
   return api::empty(t, sizes.data(), int64_t(sizes.size()), t.scalar_type());
 }
 
-// (out, out_z, ckpt). out: y without the z gate (empty when z is given and keep_y is false);
+// (out, out_z, ckpt). out: y without the z gate (empty unless keep_y: with neither keep_y nor z
+// the forward writes only the states, which a backward that recomputes them needs);
 // out_z: y * silu(z) (empty without z); ckpt: the state after every kChunk steps, fp32
 // (batch, dim, n_chunks, dstate [x2]); its last chunk is the final state.
 std::tuple<Tensor, Tensor, Tensor> scan_fwd(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B,
@@ -74,7 +75,7 @@ std::tuple<Tensor, Tensor, Tensor> scan_fwd(const Tensor& u, const Tensor& delta
   ScanParams p = prepare(ur, deltar, tref(A), tref(B), tref(C), tref(D), tref(z), tref(delta_bias), delta_softplus);
   const api::DeviceGuard guard(ur.device_index);
   const F32Params f = to_f32(p, A, B, C, D, delta_bias);
-  const bool want_y = !z.has_value() || keep_y;
+  const bool want_y = keep_y;
   const ScalarType dtype = u.scalar_type();
   const Tensor out = want_y ? api::empty_like(delta, deltar) : api::empty(u, {0}, dtype);
   const Tensor out_z = z.has_value() ? api::empty_like(delta, deltar) : api::empty(u, {0}, dtype);
@@ -88,15 +89,16 @@ std::tuple<Tensor, Tensor, Tensor> scan_fwd(const Tensor& u, const Tensor& delta
 }
 
 // (du, ddelta, dA, dB, dC, dD, ddelta_bias). dz (z's shape; empty without z) is written in
-// place. dB/dC: fixed -> B's shape and dtype; variable -> (batch, ngroups, dstate, L [x2]) in
+// place, and so is out_z = y silu(z) when it is not empty (z's shape: the gated output, which a
+// caller that did not keep it needs again, recomputed in the same pass). dB/dC: fixed -> B's shape and dtype; variable -> (batch, ngroups, dstate, L [x2]) in
 // u's dtype. dD / ddelta_bias are empty when D / delta_bias are absent.
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> scan_bwd(
     const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C, const OptTensor& D,
     const OptTensor& z, const OptTensor& delta_bias, const Tensor& dout, const Tensor& ckpt, const OptTensor& y,
-    const Tensor& dz, bool delta_softplus) {
+    const Tensor& dz, const Tensor& out_z, bool delta_softplus) {
   const TensorRef ur = tref(u), deltar = tref(delta);
   ScanParams p = prepare(ur, deltar, tref(A), tref(B), tref(C), tref(D), tref(z), tref(delta_bias), delta_softplus);
-  set_bwd_inputs(p, ur, tref(z), tref(dout), tref(ckpt), tref(y), tref(dz));
+  set_bwd_inputs(p, ur, tref(z), tref(dout), tref(ckpt), tref(y), tref(dz), tref(out_z));
   const api::DeviceGuard guard(ur.device_index);
   const F32Params f = to_f32(p, A, B, C, D, delta_bias);
   const Tensor du = api::empty_like(u, ur), ddelta = api::empty_like(delta, deltar);

@@ -44,8 +44,9 @@ struct ScanParams {
   const void* z = nullptr;            // or null
   Strides3 z_s;
 
-  // Forward outputs. out: y (ungated); null when z is given and y is not wanted.
-  // out_z: y * silu(z) when z is given. ckpt: (batch, dim, n_chunks, dstate [x2]) fp32.
+  // Forward outputs. out: y (ungated); null when not wanted (then, without z, only ckpt is written).
+  // out_z: y * silu(z) when z is given (the backward writes it too when given, from y: the gated
+  // output recomputed for a caller that did not keep it). ckpt: (batch, dim, n_chunks, dstate [x2]) fp32.
   void* out = nullptr;
   Strides3 out_s;
   void* out_z = nullptr;

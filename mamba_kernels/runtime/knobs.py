@@ -19,7 +19,9 @@ BACKENDS = ("auto", "cuda", "reference")
 BINDING_VAR = "MAMBA_KERNELS_BINDING"
 BINDINGS = ("auto", variant.STABLE, variant.CLASSIC)
 SCAN_STATES_VAR = "MAMBA_KERNELS_SCAN_STATES"
-SCAN_STATES = ("keep", "recompute")
+KEEP, RECOMPUTE = "keep", "recompute"
+SCAN_STATES = (KEEP, RECOMPUTE)  # what a scan does; the knob also takes "auto", each API's own default
+SCAN_STATES_CHOICES = ("auto",) + SCAN_STATES
 
 
 def parse_bool(name: str, value: str) -> bool:
@@ -69,7 +71,17 @@ def binding_choice(environ: Optional[Mapping[str, str]] = None) -> str:
 
 
 def scan_states(environ: Optional[Mapping[str, str]] = None) -> str:
-    """``MAMBA_KERNELS_SCAN_STATES``: what a selective scan keeps between its forward and its
-    backward. keep (default): its states every 64 steps (and the ungated output with z), so the
-    backward starts from them; recompute: neither, the backward runs the forward scan again."""
-    return env_choice(SCAN_STATES_VAR, SCAN_STATES, "a way to hold the scan's states", environ=environ)
+    """``MAMBA_KERNELS_SCAN_STATES`` as set: what a selective scan keeps between its forward and
+    its backward. keep: its states every 64 steps (and the ungated output with z), so the
+    backward starts from them; recompute: neither, the backward runs the forward scan again;
+    auto (default): each API's own choice (``scan_states_for``)."""
+    return env_choice(SCAN_STATES_VAR, SCAN_STATES_CHOICES, "a way to hold the scan's states", environ=environ)
+
+
+def scan_states_for(auto: str, environ: Optional[Mapping[str, str]] = None) -> str:
+    """What one API does (keep or recompute): the knob's value, or ``auto`` when it is auto.
+    selective_scan_fn keeps (its states are half the size of u in bf16, and they save the
+    backward a forward scan); mamba_inner_fn and the compatibility module recompute, so a layer
+    holds no more than under the original kernels."""
+    form = scan_states(environ)
+    return auto if form == "auto" else form
