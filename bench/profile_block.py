@@ -1,5 +1,6 @@
 """Where mamba_ssm's Mamba block and LM spend their time, per kernel (torch.profiler), beside the
-wall time the caller waits for, and the block's memory through a training step.
+wall time the caller waits for, and the block's memory through a training step, in the order
+the sections are given.
 
     PYTHONPATH=<mamba_ssm and the kernels to profile> python3 bench/profile_block.py \
         [--dtype bf16] [--what block-fwd,block-train,lm-fwd,lm-train,memory]
@@ -70,42 +71,53 @@ def main() -> None:
     torch.manual_seed(0)
     block = Mamba(d_model=768, layer_idx=0).to(device="cuda", dtype=dtype)
     x = torch.randn(4, 2048, 768, device="cuda", dtype=dtype)
-    if "block-fwd" in what:
-        with torch.no_grad():
-            profile("block forward", lambda: block(x), a.rows)
-    if "block-train" in what:
-        xg = x.clone().requires_grad_()
-        dy = torch.randn_like(x)
-        profile("block fwd+bwd", lambda: block(xg).backward(dy), a.rows)
-    if "lm-fwd" in what or "lm-train" in what:
-        cfg = MambaConfig(d_model=768, n_layer=4, vocab_size=1024, rms_norm=True, fused_add_norm=True)
-        model = MambaLMHeadModel(cfg).to(device="cuda", dtype=dtype)
-        ids = torch.randint(0, 1024, (4, 1024), device="cuda")
-        if "lm-fwd" in what:
-            with torch.no_grad():
-                profile("LM forward", lambda: model(ids), a.rows)
-        if "lm-train" in what:
-            profile("LM fwd+bwd", lambda: model(ids).logits.float().sum().backward(), a.rows)
-    if "memory" in what:
-        mib = 2.0 ** 20
-        big = Mamba(d_model=2560).to(device="cuda", dtype=dtype)
-        xb = torch.randn(8, 8192, 2560, device="cuda", dtype=dtype).requires_grad_()
-        dyb = torch.randn_like(xb)
-        big(xb).backward(dyb)
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        y = big(xb)
-        torch.cuda.synchronize()
-        kept = torch.cuda.memory_allocated() - base - y.numel() * y.element_size()
-        fwd_peak = torch.cuda.max_memory_allocated() - base
-        torch.cuda.reset_peak_memory_stats()
-        y.backward(dyb)
-        torch.cuda.synchronize()
-        bwd_peak = torch.cuda.max_memory_allocated() - base
-        print(f"\n## memory, block (8, 8192, 2560): kept {kept / mib:.0f} MiB, forward peak {fwd_peak / mib:.0f} MiB, "
-              f"backward peak {bwd_peak / mib:.0f} MiB (above the parameters and their gradients)")
+    lm = []
 
+    def model():
+        if not lm:
+            cfg = MambaConfig(d_model=768, n_layer=4, vocab_size=1024, rms_norm=True, fused_add_norm=True)
+            lm.append((MambaLMHeadModel(cfg).to(device="cuda", dtype=dtype),
+                       torch.randint(0, 1024, (4, 1024), device="cuda")))
+        return lm[0]
+
+    for section in what:  # in the order given: what ran before can matter (the allocator's cache)
+        if section == "block-fwd":
+            with torch.no_grad():
+                profile("block forward", lambda: block(x), a.rows)
+        elif section == "block-train":
+            xg = x.clone().requires_grad_()
+            dy = torch.randn_like(x)
+            profile("block fwd+bwd", lambda xg=xg, dy=dy: block(xg).backward(dy), a.rows)
+        elif section == "lm-fwd":
+            m, ids = model()
+            with torch.no_grad():
+                profile("LM forward", lambda m=m, ids=ids: m(ids), a.rows)
+        elif section == "lm-train":
+            m, ids = model()
+            profile("LM fwd+bwd", lambda m=m, ids=ids: m(ids).logits.float().sum().backward(), a.rows)
+        elif section == "memory":
+            memory(Mamba, dtype)
+
+
+def memory(Mamba, dtype) -> None:
+    mib = 2.0 ** 20
+    big = Mamba(d_model=2560).to(device="cuda", dtype=dtype)
+    xb = torch.randn(8, 8192, 2560, device="cuda", dtype=dtype).requires_grad_()
+    dyb = torch.randn_like(xb)
+    big(xb).backward(dyb)
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    y = big(xb)
+    torch.cuda.synchronize()
+    kept = torch.cuda.memory_allocated() - base - y.numel() * y.element_size()
+    fwd_peak = torch.cuda.max_memory_allocated() - base
+    torch.cuda.reset_peak_memory_stats()
+    y.backward(dyb)
+    torch.cuda.synchronize()
+    bwd_peak = torch.cuda.max_memory_allocated() - base
+    print(f"\n## memory, block (8, 8192, 2560): kept {kept / mib:.0f} MiB, "
+          f"forward peak {fwd_peak / mib:.0f} MiB, backward peak {bwd_peak / mib:.0f} MiB (above the parameters and their gradients)")
 
 if __name__ == "__main__":
     main()
