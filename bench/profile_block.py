@@ -117,7 +117,9 @@ def memory(Mamba, dtype) -> None:
     torch.cuda.synchronize()
     bwd_peak = torch.cuda.max_memory_allocated() - base
     print(f"\n## memory, block (8, 8192, 2560): kept {kept / mib:.0f} MiB, "
-          f"forward peak {fwd_peak / mib:.0f} MiB, backward peak {bwd_peak / mib:.0f} MiB (above the parameters and their gradients)")
+          f"forward peak {fwd_peak / mib:.0f} MiB, backward peak {bwd_peak / mib:.0f} MiB "
+          "(above the parameters and their gradients)")
+
 
 if __name__ == "__main__":
     main()
