@@ -40,7 +40,8 @@ SCAN_SCHEMAS = {
     "selective_scan_fwd": "(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
     "Tensor? delta_bias, bool delta_softplus, bool keep_y) -> (Tensor, Tensor, Tensor)",
     "selective_scan_bwd": "(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
-    "Tensor? delta_bias, Tensor dout, Tensor ckpt, Tensor? y, Tensor(a!) dz, Tensor(b!) out_z, bool delta_softplus) -> "
+    "Tensor? delta_bias, Tensor dout, Tensor ckpt, Tensor? y, Tensor(a!) dz, Tensor(b!) out_z, "
+    "bool delta_softplus) -> "
     "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
 }
 CHUNK = 64

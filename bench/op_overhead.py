@@ -50,7 +50,7 @@ def tiny_op_calls(dev: str):
     Bv, Cv = torch.randn(b, 1, n, L, **bf), torch.randn(b, 1, n, L, **bf)
     D, dbias = torch.randn(d, device=dev), torch.rand(d, device=dev)
     y, _, ckpt = ops.selective_scan_fwd(u, delta, A, Bv, Cv, D, z, dbias, True, True)
-    dz = torch.empty_like(z)
+    dz, no_out_z = torch.empty_like(z), u.new_empty((0,))
     return [
         ("causal_conv1d_fwd", lambda: ops.causal_conv1d_fwd(x, weight, bias, None, None, True)),
         ("causal_conv1d_fwd_final_states",
@@ -61,7 +61,7 @@ def tiny_op_calls(dev: str):
          lambda: ops.causal_conv1d_update(step, conv_state, weight, bias, True, None, None)),
         ("selective_scan_fwd", lambda: ops.selective_scan_fwd(u, delta, A, Bv, Cv, D, z, dbias, True, False)),
         ("selective_scan_bwd",
-         lambda: ops.selective_scan_bwd(u, delta, A, Bv, Cv, D, z, dbias, dout, ckpt, y, dz, u.new_empty((0,)), True)),
+         lambda: ops.selective_scan_bwd(u, delta, A, Bv, Cv, D, z, dbias, dout, ckpt, y, dz, no_out_z, True)),
     ]
 
 
