@@ -8,9 +8,9 @@ Importing this module loads ``selective_scan._cuda``, whose C++ side registers
 Contract of the ops (the binding checks every rule):
   fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus, keep_y) -> (out, out_z, ckpt)
     B/C fixed (dim, dstate) in A's dtype or variable (batch, ngroups, dstate, L [x2]) in u's
-    dtype; out = y without the z gate (empty unless keep_y); out_z = y silu(z)
-    (empty without z); without keep_y and z only ckpt is written; ckpt = float32 (batch, dim, ceil(L / 64), dstate [x2]): the state after
-    every 64 steps, whose last entry is the final state.
+    dtype; out = y without the z gate (empty unless keep_y); out_z = y silu(z) (empty without
+    z), so without keep_y and z only ckpt is written; ckpt = float32 (batch, dim, ceil(L / 64),
+    dstate [x2]): the state after every 64 steps, whose last entry is the final state.
   bwd(u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, out_z, delta_softplus)
     -> (du, ddelta, dA, dB, dC, dD, ddelta_bias); dz written in place when z is given, and
     out_z = y silu(z) (from the given y) when it is not empty.

@@ -135,7 +135,8 @@ def test_auto_is_each_apis_own_default(setting, monkeypatch):
         run(fn, inputs, **kw)
         calls[name] = kernel.fwd_calls
     assert calls == {"scan": 1, "inner": 2}
-    assert knobs.scan_states_for(knobs.KEEP) == "keep" and knobs.scan_states_for(knobs.RECOMPUTE) == "recompute"
+    assert knobs.scan_states_for(knobs.KEEP) == "keep"
+    assert knobs.scan_states_for(knobs.RECOMPUTE) == "recompute"
     import selective_scan_cuda
 
     u, delta, A, B, C, D, z, bias = scan_inputs(z=True)

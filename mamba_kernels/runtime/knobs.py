@@ -75,7 +75,8 @@ def scan_states(environ: Optional[Mapping[str, str]] = None) -> str:
     its backward. keep: its states every 64 steps (and the ungated output with z), so the
     backward starts from them; recompute: neither, the backward runs the forward scan again;
     auto (default): each API's own choice (``scan_states_for``)."""
-    return env_choice(SCAN_STATES_VAR, SCAN_STATES_CHOICES, "a way to hold the scan's states", environ=environ)
+    what = "a way to hold the scan's states"
+    return env_choice(SCAN_STATES_VAR, SCAN_STATES_CHOICES, what, environ=environ)
 
 
 def scan_states_for(auto: str, environ: Optional[Mapping[str, str]] = None) -> str:
