@@ -36,9 +36,10 @@ def wall_ms(fn, reps: int = 10) -> float:
     return statistics.median(times)
 
 
-def profile(name: str, fn, rows: int, reps: int = 5) -> None:
+def profile(name: str, fn, rows: int, reps: int = 5, cpu: bool = False) -> None:
     ms = wall_ms(fn)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    acts = [torch.profiler.ProfilerActivity.CUDA] + ([torch.profiler.ProfilerActivity.CPU] if cpu else [])
+    with torch.profiler.profile(activities=acts) as prof:
         for _ in range(reps):
             fn()
         torch.cuda.synchronize()
@@ -48,6 +49,8 @@ def profile(name: str, fn, rows: int, reps: int = 5) -> None:
                  if e.device_type == torch.autograd.DeviceType.CUDA) / reps
     print(f"\n## {name}: wall {ms:.3f} ms per call, kernels {gpu_us / 1e3:.3f} ms per call")
     print(avg.table(sort_by=key, row_limit=rows, max_name_column_width=60))
+    if cpu:  # what the host spends its time on, per op (Python-side ops and the CUDA runtime)
+        print(avg.table(sort_by="cpu_time_total", row_limit=rows, max_name_column_width=60))
 
 
 def main() -> None:
@@ -55,6 +58,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     ap.add_argument("--what", default=",".join(WHAT))
     ap.add_argument("--rows", type=int, default=12)
+    ap.add_argument("--cpu", action="store_true", help="also profile the host: ops by CPU time")
     a = ap.parse_args()
     what = a.what.split(",")
     unknown = sorted(set(what) - set(WHAT))
@@ -83,18 +87,21 @@ def main() -> None:
     for section in what:  # in the order given: what ran before can matter (the allocator's cache)
         if section == "block-fwd":
             with torch.no_grad():
-                profile("block forward", lambda: block(x), a.rows)
+                profile("block forward", lambda: block(x), a.rows, cpu=a.cpu)
         elif section == "block-train":
             xg = x.clone().requires_grad_()
             dy = torch.randn_like(x)
-            profile("block fwd+bwd", lambda xg=xg, dy=dy: block(xg).backward(dy), a.rows)
+            profile("block fwd+bwd", lambda xg=xg, dy=dy: block(xg).backward(dy), a.rows, cpu=a.cpu)
         elif section == "lm-fwd":
             m, ids = model()
             with torch.no_grad():
-                profile("LM forward", lambda m=m, ids=ids: m(ids), a.rows)
+                profile("LM forward", lambda m=m, ids=ids: m(ids), a.rows, cpu=a.cpu)
         elif section == "lm-train":
             m, ids = model()
-            profile("LM fwd+bwd", lambda m=m, ids=ids: m(ids).logits.float().sum().backward(), a.rows)
+            def step(m=m, ids=ids):
+                m(ids).logits.float().sum().backward()
+
+            profile("LM fwd+bwd", step, a.rows, cpu=a.cpu)
         elif section == "memory":
             memory(Mamba, dtype)
 

@@ -230,7 +230,7 @@ def test_channel_counts(ops, dim):
 
 
 # Problem sizes that pick each states-per-lane layout of the lane forward (fwd_lanes.cu) on a
-# 132-SM GPU: 4 states per lane from about 12,700 channels, 2 from about 6,400, else 1; odd
+# 132-SM GPU: 4 states per lane from about 11,600 channels, 2 from about 5,800, else 1; odd
 # channel counts leave partial blocks, L = 70 a partial tile and a partial chunk.
 @pytest.mark.parametrize(
     "batch,dim,N,dtype",
@@ -239,6 +239,7 @@ def test_channel_counts(ops, dim):
         (7, 2048, 12, torch.float32),   # kS = 4, padded states
         (4, 2049, 16, torch.float16),   # kS = 2
         (3, 2048, 5, torch.float32),    # kS = 2, padded states
+        (1, 2049, 16, torch.bfloat16),  # kS = 1
     ],
 )
 def test_lane_layouts(ops, batch, dim, N, dtype):

@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(FwdLanesPolicy<kS>::kThreads, FwdLanesPolicy<k
 // States per lane: the most (fewest instructions per state) that still give the GPU enough
 // warps to hide latency.
 int lanes_states_per_lane(const ScanParams& p) {
-  const int64_t want = int64_t(sm_count()) * 12 * kWarpSize;  // threads for about 12 warps per SM
+  const int64_t want = int64_t(sm_count()) * LP::kMinFwdWarpsPerSm * kWarpSize;
   const int64_t channels = p.batch * p.dim;
   if (channels * (LP::kLanes / 4) >= want) return 4;
   if (channels * (LP::kLanes / 2) >= want) return 2;

@@ -39,6 +39,11 @@ struct LanePolicy {
   static constexpr int kThreads = 256;                 // threads per block
   static constexpr int kChannels = kThreads / kLanes;  // channels per block at one state per lane
   static constexpr int kGroup = kLanes;                // steps per reduce-scatter
+  // The lane forward takes the most states per lane that still leave this many warps per SM.
+  // 11, not 12: batch x dim = 6144 (batch 4 at d_inner 1536, a small model's training step)
+  // then runs 2 states per lane, 11.6 warps per SM in one wave, instead of 1 per lane in 1.16
+  // waves of 20 warps, whose tail ran nearly alone.
+  static constexpr int kMinFwdWarpsPerSm = 11;
   static_assert(kChunk % kGroup == 0, "a checkpoint falls at a group end");
 };
 
