@@ -458,6 +458,40 @@ def test_pair_shape_with_slot_indices_and_padding(ops, state_dtype, idx_dtype):
 
 
 @gpu
+@pytest.mark.parametrize("dim", [1, 4])  # one row per lane group / pairs of rows (fp32 state)
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_general_typed_kernel_beyond_the_lean_grid(ops, state_dtype, dim):
+    # A batch above 65535 exceeds the lean kernel's grid (its z axis): the general typed kernel
+    # runs, with slot indices and padded rows.
+    batch, slots = 70000, 70010
+    inputs = make_inputs(batch, None, dim, 16, 1, state_dtype, {n: torch.bfloat16 for n in ACT}, slots=slots)
+    idx = torch.randperm(slots, generator=torch.Generator().manual_seed(5))[:batch]
+    idx[[0, 3, batch - 1]] = -1
+    run_and_check(ops, *inputs, softplus=True, idx=idx.to("cuda"))
+
+
+@gpu
+def test_offsets_past_2_31_take_the_general_kernel(ops):
+    # Slots past 2^31 elements of the cache: 32-bit offsets would wrap there, so the launcher
+    # must not pick the lean kernel. Only the used slots are compared (a float64 copy of the
+    # whole 4.3 GB cache would not fit the test).
+    dim, n, batch = 8, 16, 3
+    slots = (1 << 31) // (dim * n) + 4
+    state = torch.zeros(slots, dim, n, device="cuda", dtype=torch.bfloat16)
+    idx = torch.tensor([slots - 1, 5, slots - 3], device="cuda")
+    used = torch.randn(batch, dim, n, device="cuda").to(torch.bfloat16)
+    state[idx] = used
+    _, x, dt, A, B, C, D, z, dt_bias = make_inputs(batch, None, dim, n, 1, torch.bfloat16,
+                                                   {k: torch.bfloat16 for k in ACT})
+    want_out, want_state = reference(used, x, dt, A, B, C, D, z, dt_bias, True)
+    out = ops.update(state, x, dt, A, B, C, D, z, dt_bias, True, idx)
+    assert_close(out, want_out, torch.bfloat16)
+    assert_close(state[idx], want_state, torch.bfloat16)
+    assert not state[6:16].any()  # a slot no row names stays untouched
+    del state
+
+
+@gpu
 def test_pair_shape_index_past_the_cache(ops):
     batch = 4
     dim = _pair_dim(batch, 1, 16, torch.float32)

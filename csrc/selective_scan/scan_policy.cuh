@@ -90,6 +90,8 @@ struct UpdatePolicy {
   // spread the work more evenly than more bytes per thread would.
   static constexpr int64_t kPairMinThreads = int64_t(1) << 18;
   static constexpr int kMaxLanes = 32;
+  // The lean kernel (update.cu): blocks per SM its register cap allows.
+  static constexpr int kLeanMinBlocks = 12;
 };
 
 }  // namespace selective_scan

@@ -7,7 +7,10 @@
 //   dt, z, B, C (and out), A in fp32; D and dt_bias each fp32 or T (a warp-uniform choice
 //   between two typed loads). That is the layout models keep (activations in one dtype,
 //   weights in fp32): 9 kernels. Every other mix runs state_update_kernel<S, AnyDtype>, which
-//   reads each operand through a run-time dtype switch: 3 more. 12 kernels in all.
+//   reads each operand through a run-time dtype switch: 3 more. Each typed pair also has a lean
+//   kernel, state_update_lean<S, T>, which the launcher picks whenever the problem fits it
+//   (one chunk per lane, batch and heads within the grid's y and z axes, every offset below
+//   2^31): the same arithmetic with half the instructions. 21 kernels in all.
 // - Whole rows, coalesced. A row is one (batch, head, channel); `lanes` consecutive threads of
 //   a warp (a power of two, 1..32) own it, each one 16-byte chunk of its states (4 fp32 or 8
 //   16-bit states). Lane l holds chunk l, so a row's lanes read one contiguous run and, with the
@@ -59,6 +62,8 @@ struct Divider {
     while ((int64_t(1) << l) < div) ++l;
     m = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << l) - uint64_t(div))) / uint64_t(div) + 1);
   }
+  // n / d for 0 <= n < 2^31 when `fits` (the lean kernel's launcher checks both).
+  __device__ __forceinline__ uint32_t div32(uint32_t n) const { return (__umulhi(n, m) + n) >> l; }
   __device__ __forceinline__ int64_t div(int64_t n) const {
     if (fits && (n >> 31) == 0) {
       const uint32_t u = uint32_t(n);
@@ -511,6 +516,105 @@ __global__ void __launch_bounds__(kThreads, min_blocks<S, T>())
   store_state<kFast>(s1, st1, p.state_s3, sv1, sh.state_vec);
 }
 
+// --------------------------------------------------------------------------- lean kernel
+
+// The typed kernel's hot case with less work per thread: one row per `lanes` threads (no pair
+// or wide chunks), the grid's y and z axes for head and batch row (no dividers), and 32-bit
+// offsets, which the launcher allows only when every operand's largest element offset (and the
+// state's) stays below 2^31. The arithmetic is the general kernel's, in the same order.
+// At batch 256 the general kernel issued about 2.4 times the instructions of Triton's per warp,
+// enough for the issue rate, not the state's bandwidth, to bound it (bench/RESULTS.md).
+struct Lean {
+  int lanes_log2 = 0;
+  int rows_per_block = 1;
+  Divider by_group;  // heads_per_group
+  bool A_bcast = false;
+};
+
+// 12 blocks of kThreads per SM (40 registers), 10 where fp32 activations meet a 16-bit state
+// (8 fp32 values per B/C chunk), which would spill at 40.
+template <typename S, typename T>
+constexpr int lean_min_blocks() {
+  return sizeof(T) > sizeof(S) ? UpdatePolicy::kLeanMinBlocks - 2 : UpdatePolicy::kLeanMinBlocks;
+}
+
+template <typename S, typename T>
+__global__ void __launch_bounds__(kThreads, lean_min_blocks<S, T>())
+    state_update_lean(const StateUpdateParams p, const Lean ln) {
+  constexpr int V = 16 / int(sizeof(S));
+  using I = int32_t;
+  const int lanes = 1 << ln.lanes_log2;
+  const int lane = int(threadIdx.x) & (lanes - 1);
+  const I d = I(blockIdx.x) * ln.rows_per_block + I(threadIdx.x >> ln.lanes_log2);
+  const I h = I(blockIdx.y), b = I(blockIdx.z);
+  const bool row_ok = d < I(p.dim);
+  const I n0 = I(lane) * V;
+  const bool chunk_ok = row_ok && n0 < I(p.dstate);  // whole chunks: dstate % V == 0
+  const I dc = row_ok ? d : 0, nc = chunk_ok ? n0 : 0;  // in-range indices for the addresses
+  const I grp = I(ln.by_group.div32(uint32_t(h)));
+
+  int64_t slot = b;
+  if (p.slot_idx != nullptr) {
+    const I o = b * I(p.slot_idx_s);
+    slot = p.slot_idx_64 ? static_cast<const int64_t*>(p.slot_idx)[o] : static_cast<const int32_t*>(p.slot_idx)[o];
+  }
+  const bool live = row_ok && slot >= 0 && slot < p.nslots;
+  S* const st = static_cast<S*>(p.state) + (live ? I(slot) * I(p.state_s0) : 0) + h * I(p.state_s1) +
+                dc * I(p.state_s2) + nc;
+  Chunk<S, V> s;
+  if (chunk_ok && live) {
+    s.load_vec(st);
+  } else {
+    s.zero();
+  }
+  float x = 0.0f, dt = 0.0f, z = 0.0f, Dv = 0.0f, bias = 0.0f;
+  if (row_ok) {
+    x = load_typed<T>(p.x.ptr, b * I(p.x.s0) + h * I(p.x.s1) + dc * I(p.x.s2));
+    dt = load_typed<T>(p.dt.ptr, b * I(p.dt.s0) + h * I(p.dt.s1) + dc * I(p.dt.s2));
+    if (p.z.ptr != nullptr) z = load_typed<T>(p.z.ptr, b * I(p.z.s0) + h * I(p.z.s1) + dc * I(p.z.s2));
+    if (p.D.ptr != nullptr) Dv = load_weight<T>(p.D, h * I(p.D.s0) + dc * I(p.D.s1));
+    if (p.dt_bias.ptr != nullptr) bias = load_weight<T>(p.dt_bias, h * I(p.dt_bias.s0) + dc * I(p.dt_bias.s1));
+  }
+  Chunk<float, V> a;
+  Chunk<T, V> Bc, Cc;
+  if (chunk_ok) {
+    const float* Ap = static_cast<const float*>(p.A.ptr) + h * I(p.A.s0) + dc * I(p.A.s1);
+    if (ln.A_bcast) {
+      const uint32_t w = __float_as_uint(*Ap);
+#pragma unroll
+      for (int i = 0; i < Chunk<float, V>::kWords; ++i) a.u[i] = w;
+    } else {
+      a.load_vec(Ap + nc);
+    }
+    Bc.load_vec(static_cast<const T*>(p.B.ptr) + b * I(p.B.s0) + grp * I(p.B.s1) + nc);
+    Cc.load_vec(static_cast<const T*>(p.C.ptr) + b * I(p.C.s0) + grp * I(p.C.s1) + nc);
+  } else {
+    a.zero();
+    Bc.zero();
+    Cc.zero();
+  }
+
+  float dtv = dt + bias;
+  if (p.dt_softplus) dtv = softplus(dtv);
+  const float dtx = dtv * x;
+  float acc = 0.0f;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const float v = __expf(a.get(i) * dtv) * s.get(i) + Bc.get(i) * dtx;
+    acc += Cc.get(i) * v;
+    s.set(i, v);
+  }
+  acc = row_sum(acc, lanes);
+
+  if (row_ok && lane == 0) {
+    const float kNaN = __int_as_float(0x7fc00000);  // an index past the cache: NaN (as above)
+    float o = live ? (p.D.ptr != nullptr ? acc + Dv * x : acc) : (slot < 0 ? 0.0f : kNaN);
+    if (live && p.z.ptr != nullptr) o *= silu(z);
+    static_cast<T*>(p.out)[b * I(p.out_s0) + h * I(p.out_s1) + dc * I(p.out_s2)] = from_float<T>(o);
+  }
+  if (chunk_ok && live) s.store_vec(st);
+}
+
 // ------------------------------------------------------------------------------- launch
 
 // Chunks of `chunk` elements of o along axis 2, at element offsets that are multiples of
@@ -567,6 +671,66 @@ cudaError_t launch_kernel(const StateUpdateParams& p, Shape sh, cudaStream_t str
   return cudaSuccess;
 }
 
+// The largest element offset of an operand of sizes (n0, n1, n2) and its strides (none are
+// negative in torch), saturated far above 2^31.
+int64_t max_offset(int64_t n0, int64_t s0, int64_t n1, int64_t s1, int64_t n2, int64_t s2, int64_t n3 = 1,
+                   int64_t s3 = 0) {
+  constexpr int64_t kCap = int64_t(1) << 40;
+  auto term = [](int64_t n, int64_t st) { return n > 1 ? std::min<int64_t>((n - 1), kCap) * std::min(st, kCap) : 0; };
+  return std::min(kCap, term(n0, s0) + term(n1, s1) + term(n2, s2) + term(n3, s3));
+}
+
+// Whether the lean kernel covers a typed launch of shape sh: one chunk per lane, the grid's y
+// and z axes wide enough for the heads and the batch, and every offset below 2^31.
+bool lean_fits(const StateUpdateParams& p, const Shape& sh) {
+  constexpr int64_t kMax32 = (int64_t(1) << 31) - 1;
+  constexpr int64_t kMaxGridYZ = 65535;
+  if (sh.mode == kWide || p.nheads > kMaxGridYZ || p.batch > kMaxGridYZ || !sh.by_group.fits) return false;
+  const int64_t ngroups = p.nheads / p.heads_per_group;
+  const int64_t offs[] = {
+      max_offset(p.nslots, p.state_s0, p.nheads, p.state_s1, p.dim, p.state_s2, p.dstate, p.state_s3),
+      max_offset(p.batch, p.x.s0, p.nheads, p.x.s1, p.dim, p.x.s2),
+      max_offset(p.batch, p.dt.s0, p.nheads, p.dt.s1, p.dim, p.dt.s2),
+      p.z.ptr != nullptr ? max_offset(p.batch, p.z.s0, p.nheads, p.z.s1, p.dim, p.z.s2) : 0,
+      max_offset(p.batch, p.out_s0, p.nheads, p.out_s1, p.dim, p.out_s2),
+      max_offset(p.nheads, p.A.s0, p.dim, p.A.s1, p.dstate, p.A.s2),
+      max_offset(p.batch, p.B.s0, ngroups, p.B.s1, p.dstate, p.B.s2),
+      max_offset(p.batch, p.C.s0, ngroups, p.C.s1, p.dstate, p.C.s2),
+      p.D.ptr != nullptr ? max_offset(p.nheads, p.D.s0, p.dim, p.D.s1, 1, 0) : 0,
+      p.dt_bias.ptr != nullptr ? max_offset(p.nheads, p.dt_bias.s0, p.dim, p.dt_bias.s1, 1, 0) : 0,
+      p.slot_idx != nullptr ? max_offset(p.batch, p.slot_idx_s, 1, 0, 1, 0) : 0,
+  };
+  for (int64_t o : offs) {
+    if (o > kMax32) return false;
+  }
+  return true;
+}
+
+template <typename S, typename T>
+cudaError_t launch_lean(const StateUpdateParams& p, const Shape& sh, cudaStream_t stream) {
+  const int lanes = 1 << sh.lanes_log2;
+  const int64_t want = std::min<int64_t>(kThreads, p.dim * lanes);
+  const int threads = int(std::max<int64_t>(32, (want + 31) / 32 * 32));
+  Lean ln;
+  ln.lanes_log2 = sh.lanes_log2;
+  ln.rows_per_block = threads / lanes;
+  ln.by_group = sh.by_group;
+  ln.A_bcast = sh.A_bcast;
+  const int64_t dblocks = (p.dim + ln.rows_per_block - 1) / ln.rows_per_block;
+  if (dblocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  const dim3 grid(unsigned(dblocks), unsigned(p.nheads), unsigned(p.batch));
+  state_update_lean<S, T><<<grid, threads, 0, stream>>>(p, ln);
+  return cudaGetLastError();
+}
+
+// The typed kernel for shape sh: the lean one where it fits, else the general one.
+template <typename S, typename T>
+cudaError_t launch_typed(const StateUpdateParams& p, Shape sh, cudaStream_t stream) {
+  sh.by_group = Divider(p.heads_per_group);
+  if (lean_fits(p, sh)) return launch_lean<S, T>(p, sh, stream);
+  return launch_kernel<S, T>(p, sh, stream);
+}
+
 bool is(const StepOperand& o, DType t) { return o.dtype == t; }
 bool absent_or(const StepOperand& o, DType t) { return o.ptr == nullptr || o.dtype == t; }
 bool absent_or_weight(const StepOperand& o, DType t) {
@@ -583,9 +747,9 @@ cudaError_t launch_for_state(const StateUpdateParams& p, cudaStream_t stream) {
                      is(p.A, DType::kFloat32) && absent_or_weight(p.D, t) && absent_or_weight(p.dt_bias, t);
   if (!typed) return launch_kernel<S, AnyDtype>(p, sh, stream);
   switch (t) {
-    case DType::kFloat32: return launch_kernel<S, float>(p, sh, stream);
-    case DType::kFloat16: return launch_kernel<S, __half>(p, sh, stream);
-    case DType::kBFloat16: return launch_kernel<S, __nv_bfloat16>(p, sh, stream);
+    case DType::kFloat32: return launch_typed<S, float>(p, sh, stream);
+    case DType::kFloat16: return launch_typed<S, __half>(p, sh, stream);
+    case DType::kBFloat16: return launch_typed<S, __nv_bfloat16>(p, sh, stream);
   }
   return cudaErrorInvalidValue;
 }
