@@ -673,11 +673,15 @@ cudaError_t launch_kernel(const StateUpdateParams& p, Shape sh, cudaStream_t str
 
 // The largest element offset of an operand of sizes (n0, n1, n2) and its strides (none are
 // negative in torch), saturated far above 2^31.
+constexpr int64_t kOffsetCap = int64_t(1) << 40;
+
+int64_t offset_term(int64_t n, int64_t stride) {
+  return n > 1 ? std::min(n - 1, kOffsetCap) * std::min(stride, kOffsetCap) : 0;
+}
+
 int64_t max_offset(int64_t n0, int64_t s0, int64_t n1, int64_t s1, int64_t n2, int64_t s2, int64_t n3 = 1,
                    int64_t s3 = 0) {
-  constexpr int64_t kCap = int64_t(1) << 40;
-  auto term = [](int64_t n, int64_t st) { return n > 1 ? std::min<int64_t>((n - 1), kCap) * std::min(st, kCap) : 0; };
-  return std::min(kCap, term(n0, s0) + term(n1, s1) + term(n2, s2) + term(n3, s3));
+  return std::min(kOffsetCap, offset_term(n0, s0) + offset_term(n1, s1) + offset_term(n2, s2) + offset_term(n3, s3));
 }
 
 // Whether the lean kernel covers a typed launch of shape sh: one chunk per lane, the grid's y
