@@ -14,7 +14,8 @@ anything runs, bench/provenance.py proves it (the interface binds the original's
 actually loaded are recorded. Weights and inputs come from fixed seeds on the CPU, so every process builds
 the same model. Each run checks that the fast path is taken (it counts the calls that reach the
 compiled scan, conv and decode functions) and saves outputs, gradients, generated tokens and
-timings (median of several runs after a warm-up, CUDA synchronised) to D/<stack>-<label>.pt;
+timings (median of 15 runs after a warm-up, CUDA synchronised, with the fastest and
+slowest run beside it) to D/<stack>-<label>.pt;
 ``compare`` prints markdown tables: differences against the base within stated tolerances
 (relative to the base's largest magnitude), and the timings side by side.
 """
@@ -48,8 +49,9 @@ def sizes(tiny: bool) -> dict:
                     mem_block=(2, 40, 32))
     # mem_block: (batch, seqlen, d_model) of the block whose training memory is measured, a
     # Mamba-2.8B-sized layer (5120 channels) at 8192 steps
+    # reps: 15, as the small block's and the LM's calls are host-bound and vary from call to call
     return dict(d_model=768, n_layer=4, vocab=1024, batch=4, block_L=2048, lm_L=1024, prompt=64, new=192,
-                reps=5, mem_block=(8, 8192, 2560))
+                reps=15, mem_block=(8, 8192, 2560))
 
 
 CALLS: Counter = Counter()
@@ -69,8 +71,8 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def timed(fn, device: str, reps: int) -> float:
-    """Median milliseconds of ``fn`` after one warm-up call."""
+def timed(fn, device: str, reps: int) -> tuple:
+    """(median, fastest, slowest) milliseconds of ``fn`` over ``reps`` calls after one warm-up."""
     fn()
     sync(device)
     times = []
@@ -79,7 +81,26 @@ def timed(fn, device: str, reps: int) -> float:
         fn()
         sync(device)
         times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return statistics.median(times), min(times), max(times)
+
+
+class Timings(dict):
+    """Median milliseconds (or tokens/s) per quantity, and each one's range over its repetitions
+    in ``spread``: at the small sizes the calls are host-bound, and the range says how far a
+    median can be trusted."""
+
+    def __init__(self):
+        super().__init__()
+        self.spread = {}
+
+    def time(self, key: str, fn, device: str, reps: int) -> None:
+        med, lo, hi = timed(fn, device, reps)
+        self[key], self.spread[key] = med, (lo, hi)
+
+    def rate(self, key: str, work: float, fn, device: str, reps: int) -> None:
+        """``work`` units per second (tokens/s): the fastest call gives the highest rate."""
+        med, lo, hi = timed(fn, device, reps)
+        self[key], self.spread[key] = work / (med / 1e3), (work / (hi / 1e3), work / (lo / 1e3))
 
 
 def origin(name: str) -> str:
@@ -167,7 +188,7 @@ def block_memory(Mamba, shape, dtype: torch.dtype) -> dict:
     label = "x".join(map(str, shape))
     return {f"block {label} kept for backward, MiB": kept / mib,
             f"block {label} fwd+bwd peak, MiB": peak / mib,
-            f"block {label} fwd+bwd": timed(step, "cuda", 3)}
+            f"block {label} fwd+bwd": timed(step, "cuda", 3)[0]}
 
 
 def run_mamba_ssm(sz: dict, device: str, dtype: torch.dtype, problems: list) -> tuple:
@@ -180,7 +201,7 @@ def run_mamba_ssm(sz: dict, device: str, dtype: torch.dtype, problems: list) -> 
 
         ms.selective_state_update = None
     install_counters_mamba_ssm()
-    res, times = {}, {}
+    res, times = {}, Timings()
     # the Mamba block, training path (mamba_inner_fn)
     torch.manual_seed(SEED)
     block = Mamba(d_model=sz["d_model"]).to(device=device, dtype=dtype)
@@ -197,13 +218,13 @@ def run_mamba_ssm(sz: dict, device: str, dtype: torch.dtype, problems: list) -> 
     names = ["in_proj.weight", "x_proj.weight", "A_log", "conv1d.weight", "dt_proj.bias", "D"]
     res.update({f"block.{k}": v for k, v in grads_of(block, names).items()})
     with torch.no_grad():
-        times["block forward"] = timed(lambda: block(x), device, sz["reps"])
+        times.time("block forward", lambda: block(x), device, sz["reps"])
 
     def block_step():
         block.zero_grad(set_to_none=True)
         block(xl).backward(dy)
 
-    times["block fwd+bwd"] = timed(block_step, device, sz["reps"])
+    times.time("block fwd+bwd", block_step, device, sz["reps"])
     if device == "cuda":
         times.update(block_memory(Mamba, sz["mem_block"], dtype))
     CALLS.clear()
@@ -230,13 +251,13 @@ def run_mamba_ssm(sz: dict, device: str, dtype: torch.dtype, problems: list) -> 
                                                           "backbone.layers.0.mixer.in_proj.weight",
                                                           "backbone.layers.0.mixer.A_log"]).items()})
     with torch.no_grad():
-        times["LM forward"] = timed(lambda: model(ids), device, sz["reps"])
+        times.time("LM forward", lambda: model(ids), device, sz["reps"])
 
     def lm_step():
         model.zero_grad(set_to_none=True)
         lm_loss()[1].backward()
 
-    times["LM fwd+bwd"] = timed(lm_step, device, sz["reps"])
+    times.time("LM fwd+bwd", lm_step, device, sz["reps"])
     model.eval()
     prompt = ids[:, : sz["prompt"]]
     max_length = sz["prompt"] + sz["new"]
@@ -251,10 +272,10 @@ def run_mamba_ssm(sz: dict, device: str, dtype: torch.dtype, problems: list) -> 
                     want["selective_state_update"] = steps
                 expect_calls("generate (decode steps)", want, problems)
                 res["gen.tokens"] = out[:, sz["prompt"]:].cpu()
-            ms = timed(lambda cg=cg: model.generate(prompt, max_length=max_length, top_k=1, cg=cg), device,
-                       max(1, sz["reps"] // 2))
             key = f"generate{' (CUDA graphs)' if cg else ''}, tokens/s"
-            times[key] = sz["batch"] * sz["new"] / (ms / 1e3)
+            times.rate(key, sz["batch"] * sz["new"],
+                       lambda cg=cg: model.generate(prompt, max_length=max_length, top_k=1, cg=cg), device,
+                       max(1, sz["reps"] // 3))
         except Exception as e:  # reported, the rest still runs
             problems.append(f"generate cg={cg}: {type(e).__name__}: {e}")
     return res, times
@@ -265,7 +286,7 @@ def run_transformers(sz: dict, device: str, dtype: torch.dtype, problems: list, 
         install_counters_transformers(cpu=device != "cuda")
     from transformers import MambaConfig, MambaForCausalLM
 
-    res, times = {}, {}
+    res, times = {}, Timings()
     torch.manual_seed(SEED)
     cfg = MambaConfig(vocab_size=sz["vocab"], hidden_size=sz["d_model"], num_hidden_layers=sz["n_layer"],
                       state_size=16, expand=2, conv_kernel=4, use_cache=True)
@@ -288,7 +309,7 @@ def run_transformers(sz: dict, device: str, dtype: torch.dtype, problems: list, 
         model.zero_grad(set_to_none=True)
         model(ids, labels=ids, use_cache=False).loss.backward()
 
-    times["train fwd+bwd"] = timed(step, device, sz["reps"])
+    times.time("train fwd+bwd", step, device, sz["reps"])
     model.eval()
     with torch.no_grad():
         logits = model(ids, use_cache=False).logits
@@ -296,7 +317,7 @@ def run_transformers(sz: dict, device: str, dtype: torch.dtype, problems: list, 
             expect_calls("MambaForCausalLM eval forward", {"selective_scan_fn": sz["n_layer"],
                                                            "causal_conv1d_fn": sz["n_layer"]}, problems)
         res["eval.logits"] = logits.float().cpu()
-        times["eval forward"] = timed(lambda: model(ids, use_cache=False), device, sz["reps"])
+        times.time("eval forward", lambda: model(ids, use_cache=False), device, sz["reps"])
         prompt = ids[:, : sz["prompt"]]
         try:
             kw = dict(max_new_tokens=sz["new"], min_new_tokens=sz["new"], do_sample=False, pad_token_id=0)
@@ -308,8 +329,8 @@ def run_transformers(sz: dict, device: str, dtype: torch.dtype, problems: list, 
                     want["selective_state_update"] = steps
                 expect_calls("MambaForCausalLM generate", want, problems)
             res["gen.tokens"] = tokens[:, sz["prompt"]:].cpu()
-            ms = timed(lambda: model.generate(prompt, **kw), device, max(1, sz["reps"] // 2))
-            times["generate, tokens/s"] = sz["batch"] * sz["new"] / (ms / 1e3)
+            times.rate("generate, tokens/s", sz["batch"] * sz["new"], lambda: model.generate(prompt, **kw),
+                       device, max(1, sz["reps"] // 3))
         except Exception as e:
             problems.append(f"generate: {type(e).__name__}: {e}")
     return res, times
@@ -356,7 +377,7 @@ def cmd_run(a) -> int:
                 res, times = run_mamba_ssm(sz, a.device, dtype, problems)
             else:
                 res, times = run_transformers(sz, a.device, dtype, problems, fast=a.label != "torch")
-            results[dtype_name] = {"tensors": res, "times": times}
+            results[dtype_name] = {"tensors": res, "times": dict(times), "spread": times.spread}
         except Exception as e:
             import traceback
 
@@ -410,12 +431,20 @@ def cmd_compare(a) -> int:
             bad += not ok
             print(f"| {k} | {r:.2e} | {tol:g} | {'yes' if ok else '**NO**'} |")
         print(f"\n| timing | {a.label} | {a.base} | {a.label} / {a.base} |\n|---|---|---|---|")
+
+        def cell(side, k):  # median, and (fastest-slowest) where the run recorded the range
+            v = side["times"].get(k)
+            if v is None:
+                return "-"
+            unit = "" if ("tokens/s" in k or "MiB" in k) else " ms"
+            lo_hi = side.get("spread", {}).get(k)
+            return f"{v:.3f}{unit}" + (f" ({lo_hi[0]:.3f}-{lo_hi[1]:.3f})" if lo_hi else "")
+
         for k, v in res["times"].items():
             w = ref["times"].get(k)
-            unit = "" if ("tokens/s" in k or "MiB" in k) else " ms"
             ratio = f"{v / w:.2f}" if w else "-"
-            print(f"| {k} | {v:.3f}{unit} | {w if w is None else f'{w:.3f}'}{unit if w else ''} | {ratio} |")
-        print()
+            print(f"| {k} | {cell(res, k)} | {cell(ref, k)} | {ratio} |")
+        print("\nTimes: the median over the repetitions, in brackets the fastest and the slowest one.\n")
     return 1 if bad else 0
 
 
