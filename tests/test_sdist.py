@@ -606,3 +606,18 @@ def test_path2_runs_in_the_target_and_a_refused_build_falls_back(tmp_path, torch
     rc, out = in_terminal(uv_cmd(wheelhouse, sdist), env)
     assert rc == 0, out
     check_pure(site, out, "the source build failed", "cannot compile for 3.5", "could not be read")
+
+
+def test_torch_requirements_dropped_from_metadata_and_requires_txt():
+    """Both text rewrites drop exactly the torch requirements: other ones, unparsable lines, the
+    body and (requires.txt) conditional sections stay."""
+    from mamba_kernels.install import sdist
+
+    meta = ("Metadata-Version: 2.1\nName: x\nVersion: 0.1\nRequires-Dist: torch>=2.1\n"
+            "Requires-Dist: packaging\nRequires-Dist: !!bad\nRequires-Dist: torchvision\n\nbody: torch\n")
+    got = sdist._metadata_text(meta, "0.2")
+    assert "Version: 0.2\n" in got and "Requires-Dist: torch>" not in got
+    assert "Requires-Dist: packaging" in got and "Requires-Dist: !!bad" in got
+    assert "Requires-Dist: torchvision" in got and got.endswith("\n\nbody: torch\n")
+    req = "torch>=2.1\npackaging\n!!bad\n\n[test]\ntorch\n"
+    assert sdist._requires_txt(req) == "packaging\n!!bad\n\n[test]\ntorch\n"

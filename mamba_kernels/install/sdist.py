@@ -313,23 +313,27 @@ def prebuilt(target: Any, indexes: Sequence[str], dest: str, timeout: float
 # ----------------------------------------------------------------------------- wheels
 
 
-def _metadata_text(text: str, version: str) -> str:
-    """METADATA with ``Version`` set and every torch requirement dropped (never install torch)."""
+def _names_torch(requirement: str) -> bool:
+    """Whether a requirement string is one on torch (an unparsable one is not)."""
     # optional: packaging is read only where a requirement or version is
     from packaging.requirements import InvalidRequirement, Requirement
 
+    try:
+        return Requirement(requirement.strip()).name.lower() == "torch"
+    except InvalidRequirement:
+        return False
+
+
+def _metadata_text(text: str, version: str) -> str:
+    """METADATA with ``Version`` set and every torch requirement dropped (never install torch)."""
     head, sep, body = text.partition("\n\n")
     out = []
     for line in head.splitlines():
         key, _, value = line.partition(":")
         if key == "Version":
             line = f"Version: {version}"
-        elif key == "Requires-Dist":
-            try:
-                if Requirement(value.strip()).name.lower() == "torch":
-                    continue
-            except InvalidRequirement:
-                pass
+        elif key == "Requires-Dist" and _names_torch(value):
+            continue
         out.append(line)
     return "\n".join(out) + (sep + body if sep else "\n")
 
@@ -382,19 +386,12 @@ def finish_wheel(src: str, out_dir: str, version: str, record: Mapping[str, Any]
 
 def _requires_txt(text: str) -> str:
     """An egg-info requires.txt without the torch line of its unconditional section."""
-    # optional: packaging is read only where a requirement or version is
-    from packaging.requirements import InvalidRequirement, Requirement
-
     out, section = [], None
     for line in text.splitlines():
         if line.startswith("["):
             section = line
-        elif section is None and line.strip():
-            try:
-                if Requirement(line.strip()).name.lower() == "torch":
-                    continue
-            except InvalidRequirement:
-                pass
+        elif section is None and line.strip() and _names_torch(line):
+            continue
         out.append(line)
     return "\n".join(out) + "\n"
 
