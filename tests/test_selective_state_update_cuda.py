@@ -359,8 +359,12 @@ def test_repeated_runs_agree_bitwise(ops):
 # dtype. Launch shape: lanes per row = chunks rounded up to a power of two (at most 32); "wide"
 # (two chunks per lane) for fp32 states with dstate > 128; else "pair" (two batch rows per
 # thread) when batch >= 2 and (batch // 2) * nheads * dim * lanes >= 2**18; else one row each.
+# A typed launch that is not "wide", has batch and nheads <= 65535 and keeps every offset below
+# 2**31 runs the lean kernel instead: one pass of 32 / lanes rows per warp below
+# LEAN_FULL_ROWS rows (batch * nheads * dim), all of a row's lanes' passes (32 rows) from it on.
 
 PAIR_MIN_THREADS = 1 << 18
+LEAN_FULL_ROWS = 132 * 256
 
 
 def _lanes(dstate: int, state_dtype: torch.dtype) -> int:
@@ -455,6 +459,41 @@ def test_pair_shape_with_slot_indices_and_padding(ops, state_dtype, idx_dtype):
     idx = torch.randperm(slots, generator=g)[:batch]
     idx[[0, 1, 4, 9, 32]] = torch.tensor([-1, -1, -7, -1, -1])  # pair 0 both, 2 and 4 one, 16 the odd one
     run_and_check(ops, *inputs, softplus=True, idx=idx.to("cuda", idx_dtype))
+
+
+@gpu
+@pytest.mark.parametrize("side", ["below", "from"])
+@pytest.mark.parametrize("dstate", [8, 16, 64, 128])
+@pytest.mark.parametrize("state_dtype", DTYPES, ids=str)
+def test_lean_kernel_on_both_sides_of_the_full_pass_launch(ops, state_dtype, dstate, side):
+    # 3 heads of 45 channels: partial warps and partial last passes in both launch shapes;
+    # lanes per row 1-32 (a single pass whatever the launch, up to 32 passes in pairs)
+    nheads, dim = 3, 45
+    batch = LEAN_FULL_ROWS // (nheads * dim) + (1 if side == "from" else 0)
+    assert (batch * nheads * dim >= LEAN_FULL_ROWS) == (side == "from")
+    inputs = make_inputs(batch, nheads, dim, dstate, 3, state_dtype, {n: torch.bfloat16 for n in ACT})
+    run_and_check(ops, *inputs, softplus=True)
+
+
+@gpu
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_lean_full_pass_launch_with_slot_indices_padding_and_bad_index(ops, state_dtype):
+    # whole blocks of padding and of an index past the cache, between live ones
+    nheads, dim, slots = 2, 333, 120
+    batch = LEAN_FULL_ROWS // (nheads * dim) + 1
+    inputs = make_inputs(batch, nheads, dim, 16, 1, state_dtype, {n: torch.bfloat16 for n in ACT}, slots=slots)
+    idx = torch.randperm(slots, generator=torch.Generator().manual_seed(11))[:batch]
+    idx[[0, 5, batch - 1]] = -1
+    run_and_check(ops, *inputs, softplus=True, idx=idx.to("cuda"))
+    idx[7] = slots  # past the cache: NaN output, nothing touched
+    state = inputs[0]
+    before = state.clone()
+    out = ops.update(*inputs, True, idx.to("cuda"))
+    torch.cuda.synchronize()
+    assert torch.isnan(out[7]).all() and torch.isfinite(out[8]).all() and (out[0] == 0).all()
+    touched = torch.zeros(slots, dtype=torch.bool)
+    touched[idx[(idx >= 0) & (idx < slots)]] = True
+    assert torch.equal(bits(state[~touched.cuda()]), bits(before[~touched.cuda()])), "an unreferenced slot changed"
 
 
 @gpu

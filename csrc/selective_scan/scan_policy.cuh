@@ -90,8 +90,11 @@ struct UpdatePolicy {
   // spread the work more evenly than more bytes per thread would.
   static constexpr int64_t kPairMinThreads = int64_t(1) << 18;
   static constexpr int kMaxLanes = 32;
-  // The lean kernel (update.cu): blocks per SM its register cap allows.
-  static constexpr int kLeanMinBlocks = 12;
+  // The lean kernel (update.cu) gives a warp all of a row's passes from this many rows (batch
+  // x heads x dim) on, about 256 rows per SM of an H100/H200; below it one pass per warp.
+  // Measured at dim 5120: one pass was faster at batch 1 (5120 rows), all passes from batch 16
+  // (81920 rows) on.
+  static constexpr int64_t kLeanFullRows = int64_t(132) * 256;
 };
 
 }  // namespace selective_scan

@@ -7,10 +7,11 @@
 //   dt, z, B, C (and out), A in fp32; D and dt_bias each fp32 or T (a warp-uniform choice
 //   between two typed loads). That is the layout models keep (activations in one dtype,
 //   weights in fp32): 9 kernels. Every other mix runs state_update_kernel<S, AnyDtype>, which
-//   reads each operand through a run-time dtype switch: 3 more. Each typed pair also has a lean
-//   kernel, state_update_lean<S, T>, which the launcher picks whenever the problem fits it
-//   (one chunk per lane, batch and heads within the grid's y and z axes, every offset below
-//   2^31): the same arithmetic with half the instructions. 21 kernels in all.
+//   reads each operand through a run-time dtype switch: 3 more. Each typed pair also has two
+//   lean kernels, state_update_lean<S, T, kP>, which the launcher picks whenever the problem
+//   fits them (one chunk per lane, batch and heads within the grid's y and z axes, every
+//   offset below 2^31): a warp per 32 rows doing each row's scalar work once (kP = 2), or per
+//   32 / lanes rows for small launches (kP = 1). 30 kernels in all.
 // - Whole rows, coalesced. A row is one (batch, head, channel); `lanes` consecutive threads of
 //   a warp (a power of two, 1..32) own it, each one 16-byte chunk of its states (4 fp32 or 8
 //   16-bit states). Lane l holds chunk l, so a row's lanes read one contiguous run and, with the
@@ -518,101 +519,147 @@ __global__ void __launch_bounds__(kThreads, min_blocks<S, T>())
 
 // --------------------------------------------------------------------------- lean kernel
 
-// The typed kernel's hot case with less work per thread: one row per `lanes` threads (no pair
-// or wide chunks), the grid's y and z axes for head and batch row (no dividers), and 32-bit
-// offsets, which the launcher allows only when every operand's largest element offset (and the
-// state's) stays below 2^31. The arithmetic is the general kernel's, in the same order.
-// At batch 256 the general kernel issued about 2.4 times the instructions of Triton's per warp,
-// enough for the issue rate, not the state's bandwidth, to bound it (bench/RESULTS.md).
+// The typed kernels' hot case. A warp owns `rows` consecutive rows (channels) of one (batch
+// row, head) and does them in `passes` passes of 32 / lanes rows (`lanes` threads per row, one
+// 16-byte chunk each: a pass reads 512 contiguous bytes of a contiguous state), so
+// rows = passes * 32 / lanes.
+// - Lane j does row j's scalar work (x, dt, z, D, dt_bias, the softplus, the gate) and the
+//   passes take it by shuffles. With passes = lanes (32 rows a warp) that work is done once
+//   per row, where the general kernel repeats it on every lane of a row: at batch 256 the
+//   general kernel was issue-bound on it (bench/RESULTS.md).
+// - Large launches take passes = lanes in groups of kP = 2: a group's state and A chunks are
+//   loaded before its first use and its two passes interleave. (Groups of 4 hold twice the
+//   registers; the lost occupancy cost more than the overlap gained. Measured in RESULTS.md.)
+// - Small launches take one pass a warp (kP = 1, rows = 32 / lanes): four times the warps,
+//   each with a quarter of the chain of dependent instructions, which is what they wait on.
+// - One slot per block (the grid's z axis is the batch row, y the head): padding and bad
+//   slot indices are block-uniform. 32-bit offsets: the launcher checks that every operand's
+//   largest element offset, and the state's, is below 2^31.
 struct Lean {
-  int lanes_log2 = 0;
-  int rows_per_block = 1;
-  Divider by_group;  // heads_per_group
+  int lanes_log2 = 0;  // threads per row in a pass (chunks per row, rounded up to a power of 2)
+  int passes = 1;      // per warp: 1, or lanes (a multiple of kP = 2)
+  Divider by_group;    // heads_per_group
   bool A_bcast = false;
 };
 
-// 12 blocks of kThreads per SM (40 registers), 10 where fp32 activations meet a 16-bit state
-// (8 fp32 values per B/C chunk), which would spill at 40.
-template <typename S, typename T>
+// Blocks of kThreads per SM, as many as the registers of kP interleaved passes allow without
+// spilling: a pass holds a chunk of state and one of A (8 fp32 values for 16-bit states), and
+// fp32 activations double B and C.
+template <typename S, typename T, int kP>
 constexpr int lean_min_blocks() {
-  return sizeof(T) > sizeof(S) ? UpdatePolicy::kLeanMinBlocks - 2 : UpdatePolicy::kLeanMinBlocks;
+  constexpr bool wide = sizeof(S) == 2 || sizeof(T) == 4;
+  return kP == 1 ? (sizeof(T) > sizeof(S) ? 10 : 12) : (wide ? 6 : 8);
 }
 
-template <typename S, typename T>
-__global__ void __launch_bounds__(kThreads, lean_min_blocks<S, T>())
+template <typename S, typename T, int kP>
+__global__ void __launch_bounds__(kThreads, lean_min_blocks<S, T, kP>())
     state_update_lean(const StateUpdateParams p, const Lean ln) {
   constexpr int V = 16 / int(sizeof(S));
   using I = int32_t;
-  const int lanes = 1 << ln.lanes_log2;
-  const int lane = int(threadIdx.x) & (lanes - 1);
-  const I d = I(blockIdx.x) * ln.rows_per_block + I(threadIdx.x >> ln.lanes_log2);
+  const int lane = int(threadIdx.x) & 31;
+  const int lg = ln.lanes_log2, lanes = 1 << lg;
+  const int rows_log2 = 5 - lg;  // rows per pass = 32 / lanes
+  const int passes = kP == 1 ? 1 : ln.passes;
+  const I rows = I(passes) << rows_log2;
+  const I d0 = (I(blockIdx.x) * I(blockDim.x >> 5) + I(threadIdx.x >> 5)) * rows;
   const I h = I(blockIdx.y), b = I(blockIdx.z);
-  const bool row_ok = d < I(p.dim);
-  const I n0 = I(lane) * V;
-  const bool chunk_ok = row_ok && n0 < I(p.dstate);  // whole chunks: dstate % V == 0
-  const I dc = row_ok ? d : 0, nc = chunk_ok ? n0 : 0;  // in-range indices for the addresses
-  const I grp = I(ln.by_group.div32(uint32_t(h)));
 
   int64_t slot = b;
   if (p.slot_idx != nullptr) {
     const I o = b * I(p.slot_idx_s);
     slot = p.slot_idx_64 ? static_cast<const int64_t*>(p.slot_idx)[o] : static_cast<const int32_t*>(p.slot_idx)[o];
   }
-  const bool live = row_ok && slot >= 0 && slot < p.nslots;
-  S* const st = static_cast<S*>(p.state) + (live ? I(slot) * I(p.state_s0) : 0) + h * I(p.state_s1) +
-                dc * I(p.state_s2) + nc;
-  Chunk<S, V> s;
-  if (chunk_ok && live) {
-    s.load_vec(st);
-  } else {
-    s.zero();
-  }
-  float x = 0.0f, dt = 0.0f, z = 0.0f, Dv = 0.0f, bias = 0.0f;
-  if (row_ok) {
-    x = load_typed<T>(p.x.ptr, b * I(p.x.s0) + h * I(p.x.s1) + dc * I(p.x.s2));
-    dt = load_typed<T>(p.dt.ptr, b * I(p.dt.s0) + h * I(p.dt.s1) + dc * I(p.dt.s2));
-    if (p.z.ptr != nullptr) z = load_typed<T>(p.z.ptr, b * I(p.z.s0) + h * I(p.z.s1) + dc * I(p.z.s2));
-    if (p.D.ptr != nullptr) Dv = load_weight<T>(p.D, h * I(p.D.s0) + dc * I(p.D.s1));
-    if (p.dt_bias.ptr != nullptr) bias = load_weight<T>(p.dt_bias, h * I(p.dt_bias.s0) + dc * I(p.dt_bias.s1));
-  }
-  Chunk<float, V> a;
-  Chunk<T, V> Bc, Cc;
-  if (chunk_ok) {
-    const float* Ap = static_cast<const float*>(p.A.ptr) + h * I(p.A.s0) + dc * I(p.A.s1);
-    if (ln.A_bcast) {
-      const uint32_t w = __float_as_uint(*Ap);
-#pragma unroll
-      for (int i = 0; i < Chunk<float, V>::kWords; ++i) a.u[i] = w;
-    } else {
-      a.load_vec(Ap + nc);
+  const I dj = d0 + lane;  // the row whose scalars this lane computes
+  const bool own_ok = lane < rows && dj < I(p.dim);
+  const I dcj = own_ok ? dj : 0;
+  if (slot < 0 || slot >= p.nslots) {  // uniform: a padded row (0) or an index past the cache (NaN)
+    const float kNaN = __int_as_float(0x7fc00000);
+    if (own_ok) {
+      static_cast<T*>(p.out)[b * I(p.out_s0) + h * I(p.out_s1) + dcj * I(p.out_s2)] = from_float<T>(slot < 0 ? 0.0f : kNaN);
     }
-    Bc.load_vec(static_cast<const T*>(p.B.ptr) + b * I(p.B.s0) + grp * I(p.B.s1) + nc);
-    Cc.load_vec(static_cast<const T*>(p.C.ptr) + b * I(p.C.s0) + grp * I(p.C.s1) + nc);
+    return;
+  }
+  const int c = lane & (lanes - 1);  // this thread's chunk of a row in every pass
+  const I nc = I(c) * V;
+  const bool chunk_ok = nc < I(p.dstate);  // whole chunks: dstate % V == 0
+  const I ncc = chunk_ok ? nc : 0;
+  S* const st = static_cast<S*>(p.state) + I(slot) * I(p.state_s0) + h * I(p.state_s1) + nc;
+  const float* const A = static_cast<const float*>(p.A.ptr) + h * I(p.A.s0);
+  const I row0 = d0 + I(lane >> lg);  // this thread's row in pass 0; pass q adds q << rows_log2
+
+  Chunk<S, V> sc[kP];
+  Chunk<float, V> ac[kP];
+  auto load_group = [&](int q0) {
+#pragma unroll
+    for (int i = 0; i < kP; ++i) {
+      const I d = row0 + (I(q0 + i) << rows_log2);
+      if (chunk_ok && d < I(p.dim)) {
+        sc[i].load_vec(st + d * I(p.state_s2));
+        if (!ln.A_bcast) ac[i].load_vec(A + d * I(p.A.s1) + nc);
+      } else {
+        sc[i].zero();
+        if (!ln.A_bcast) ac[i].zero();
+      }
+    }
+  };
+  load_group(0);
+
+  float x = 0.0f, dt = 0.0f, z = 0.0f, Dv = 0.0f, bias = 0.0f, a1 = 0.0f;
+  if (own_ok) {
+    x = load_typed<T>(p.x.ptr, b * I(p.x.s0) + h * I(p.x.s1) + dcj * I(p.x.s2));
+    dt = load_typed<T>(p.dt.ptr, b * I(p.dt.s0) + h * I(p.dt.s1) + dcj * I(p.dt.s2));
+    if (p.z.ptr != nullptr) z = load_typed<T>(p.z.ptr, b * I(p.z.s0) + h * I(p.z.s1) + dcj * I(p.z.s2));
+    if (p.D.ptr != nullptr) Dv = load_weight<T>(p.D, h * I(p.D.s0) + dcj * I(p.D.s1));
+    if (p.dt_bias.ptr != nullptr) bias = load_weight<T>(p.dt_bias, h * I(p.dt_bias.s0) + dcj * I(p.dt_bias.s1));
+    if (ln.A_bcast) a1 = A[dcj * I(p.A.s1)];
+  }
+  Chunk<T, V> Bc, Cc;  // the same for every row of the block
+  const I grp = I(ln.by_group.div32(uint32_t(h)));
+  if (chunk_ok) {
+    Bc.load_vec(static_cast<const T*>(p.B.ptr) + b * I(p.B.s0) + grp * I(p.B.s1) + ncc);
+    Cc.load_vec(static_cast<const T*>(p.C.ptr) + b * I(p.C.s0) + grp * I(p.C.s1) + ncc);
   } else {
-    a.zero();
     Bc.zero();
     Cc.zero();
   }
-
   float dtv = dt + bias;
   if (p.dt_softplus) dtv = softplus(dtv);
-  const float dtx = dtv * x;
-  float acc = 0.0f;
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    const float v = __expf(a.get(i) * dtv) * s.get(i) + Bc.get(i) * dtx;
-    acc += Cc.get(i) * v;
-    s.set(i, v);
-  }
-  acc = row_sum(acc, lanes);
+  const float dtx = dtv * x, Dx = Dv * x;
+  const float gate = p.z.ptr != nullptr ? silu(z) : 1.0f;
 
-  if (row_ok && lane == 0) {
-    const float kNaN = __int_as_float(0x7fc00000);  // an index past the cache: NaN (as above)
-    float o = live ? (p.D.ptr != nullptr ? acc + Dv * x : acc) : (slot < 0 ? 0.0f : kNaN);
-    if (live && p.z.ptr != nullptr) o *= silu(z);
-    static_cast<T*>(p.out)[b * I(p.out_s0) + h * I(p.out_s1) + dc * I(p.out_s2)] = from_float<T>(o);
+  for (int q0 = 0;;) {
+#pragma unroll
+    for (int i = 0; i < kP; ++i) {
+      const int r = ((q0 + i) << rows_log2) + (lane >> lg);  // the pass's row, as a lane
+      const float dtv_r = __shfl_sync(kFullMask, dtv, r), dtx_r = __shfl_sync(kFullMask, dtx, r);
+      const float Dx_r = __shfl_sync(kFullMask, Dx, r), gate_r = __shfl_sync(kFullMask, gate, r);
+      if (ln.A_bcast) {
+        const uint32_t w = __float_as_uint(__shfl_sync(kFullMask, a1, r));
+#pragma unroll
+        for (int k = 0; k < Chunk<float, V>::kWords; ++k) ac[i].u[k] = w;
+      }
+      float acc = 0.0f;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const float v = __expf(ac[i].get(k) * dtv_r) * sc[i].get(k) + Bc.get(k) * dtx_r;
+        acc += Cc.get(k) * v;
+        sc[i].set(k, v);
+      }
+      acc = row_sum(acc, lanes);
+      const I d = d0 + r;
+      if (d < I(p.dim)) {
+        if (c == 0) {
+          float o = p.D.ptr != nullptr ? acc + Dx_r : acc;
+          if (p.z.ptr != nullptr) o *= gate_r;
+          static_cast<T*>(p.out)[b * I(p.out_s0) + h * I(p.out_s1) + d * I(p.out_s2)] = from_float<T>(o);
+        }
+        if (chunk_ok) sc[i].store_vec(st + d * I(p.state_s2));
+      }
+    }
+    q0 += kP;
+    if (q0 >= passes) break;
+    load_group(q0);
   }
-  if (chunk_ok && live) s.store_vec(st);
 }
 
 // ------------------------------------------------------------------------------- launch
@@ -710,21 +757,30 @@ bool lean_fits(const StateUpdateParams& p, const Shape& sh) {
   return true;
 }
 
+template <typename S, typename T, int kP>
+cudaError_t launch_lean_as(const StateUpdateParams& p, const Lean& ln, cudaStream_t stream) {
+  const int64_t warp_rows = int64_t(ln.passes) << (5 - ln.lanes_log2);
+  const int warps = int(std::min<int64_t>(kThreads / 32, (p.dim + warp_rows - 1) / warp_rows));
+  const int64_t blocks = (p.dim + warp_rows * warps - 1) / (warp_rows * warps);
+  if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  const dim3 grid(unsigned(blocks), unsigned(p.nheads), unsigned(p.batch));
+  state_update_lean<S, T, kP><<<grid, 32 * warps, 0, stream>>>(p, ln);
+  return cudaGetLastError();
+}
+
+// Passes per warp: all of a row's lanes (the fewest instructions per row) in groups of two
+// once the launch has UpdatePolicy::kLeanFullRows rows, else one (more warps, each with a
+// shorter chain of dependent instructions: what a small launch waits on).
 template <typename S, typename T>
 cudaError_t launch_lean(const StateUpdateParams& p, const Shape& sh, cudaStream_t stream) {
-  const int lanes = 1 << sh.lanes_log2;
-  const int64_t want = std::min<int64_t>(kThreads, p.dim * lanes);
-  const int threads = int(std::max<int64_t>(32, (want + 31) / 32 * 32));
   Lean ln;
   ln.lanes_log2 = sh.lanes_log2;
-  ln.rows_per_block = threads / lanes;
   ln.by_group = sh.by_group;
   ln.A_bcast = sh.A_bcast;
-  const int64_t dblocks = (p.dim + ln.rows_per_block - 1) / ln.rows_per_block;
-  if (dblocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  const dim3 grid(unsigned(dblocks), unsigned(p.nheads), unsigned(p.batch));
-  state_update_lean<S, T><<<grid, threads, 0, stream>>>(p, ln);
-  return cudaGetLastError();
+  const int lanes = 1 << sh.lanes_log2;
+  ln.passes = lanes > 1 && p.batch * p.nheads * p.dim >= UpdatePolicy::kLeanFullRows ? lanes : 1;
+  if (ln.passes > 1) return launch_lean_as<S, T, 2>(p, ln, stream);
+  return launch_lean_as<S, T, 1>(p, ln, stream);
 }
 
 // The typed kernel for shape sh: the lean one where it fits, else the general one.
