@@ -279,12 +279,13 @@ def _cells(res: Dict[str, Tuple[Optional[float], Optional[float]]], impls: List[
     return cells
 
 
-def _table_head(first: List[str], impls: List[Impl], unit: str) -> None:
+def _table_head(first: List[str], impls: List[Impl], unit: str, last: Sequence[str] = ()) -> None:
     cols = list(first)
     for impl in impls:
         cols += [f"{impl.name} call {unit}", f"{impl.name} graph {unit}"]
     if len(impls) == 2:
         cols += ["speedup call", "speedup graph"]
+    cols += list(last)
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols), flush=True)
 
@@ -384,6 +385,10 @@ def _upd(update: Callable, sets: List[Tuple[Tensor, ...]], i: int) -> None:
     _call_update(update, sets[i])
 
 
+def _copy_state(sets: List[Tuple[Tensor, ...]], i: int) -> None:
+    sets[i][0].mul_(1.0)
+
+
 def decode_section(batches: Sequence[int], dim: int, impls: List[Impl], opt: Options) -> None:
     impls = [i for i in impls if i.update is not None]
     print(f"\n## selective_state_update (decode, one token), dim {dim}, dstate {DECODE_DSTATE}, "
@@ -391,7 +396,8 @@ def decode_section(batches: Sequence[int], dim: int, impls: List[Impl], opt: Opt
     if not impls:
         print("(no implementation loaded)\n")
         return
-    _table_head(["batch", "max rel. error of ours vs original (out, new state)"], impls, "ms")
+    _table_head(["batch", "max rel. error of ours vs original (out, new state)"], impls, "ms",
+                ["state copy graph ms"] if opt.device == "cuda" else [])
     notes: List[str] = []
     calls, reps = (100, 3) if opt.quick else (200, 5)
     for batch in batches:
@@ -425,10 +431,17 @@ def decode_section(batches: Sequence[int], dim: int, impls: List[Impl], opt: Opt
                                     device=opt.device, budget_ms=opt.budget)
                     graph = T.safe(timed, notes, f"{what} CUDA graph")
                 res[impl.name] = (call, graph)
-        _row([str(batch), verdict] + _cells(res, impls, not ok, digits=4))
+        floor = []
+        if opt.device == "cuda":  # the state read and written once in place: the step's bandwidth floor
+            timed = partial(T.time_ms, partial(_copy_state, sets), n_sets, graph=True, reps=opt.reps,
+                            inner=20, device=opt.device, budget_ms=opt.budget)
+            floor = [T.fmt(T.safe(timed, notes, f"batch {batch} state copy"), 4)]
+        _row([str(batch), verdict] + _cells(res, impls, not ok, digits=4) + floor)
         del sets
         _free(opt.device)
-    print("\n\"call\": host clock over back-to-back calls from Python, one synchronize at the end.\n")
+    print("\n\"call\": host clock over back-to-back calls from Python, one synchronize at the end. "
+          "\"state copy\": the state multiplied by 1 in place (read and written once, PyTorch's "
+          "elementwise kernel) from the same CUDA graph: what moving the state alone costs.\n")
     _notes(notes)
 
 
