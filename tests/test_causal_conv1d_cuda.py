@@ -225,6 +225,37 @@ def test_weight_dtypes(ops, dtype, wdtype):
     run_and_check(ops, x, w, b, True)
 
 
+@pytest.mark.parametrize("strided", [False, True], ids=["dense", "strided"])
+@pytest.mark.parametrize("seqlen", [9, 2000])
+@pytest.mark.parametrize("channel_last", [False, True], ids=["cf", "cl"])
+@pytest.mark.parametrize("wdtype", [torch.float16, torch.bfloat16], ids=str)
+def test_16_bit_weights_in_every_kernel(ops, wdtype, channel_last, seqlen, strided):
+    # The kernels read weight and bias in their own dtype (no fp32 copy): every forward and
+    # backward kernel family (short / long rows, both layouts), and weights that are views
+    # (the op makes them contiguous first) whose dtype differs from x's.
+    dim, width = 80, 4
+    x = make_x(2, dim, seqlen, torch.bfloat16, channel_last)
+    w = (torch.randn(dim, 2 * width, device="cuda") / width).to(wdtype)
+    b = torch.randn(dim, 2, device="cuda").to(wdtype)
+    w, b = (w[:, ::2], b[:, 0]) if strided else (w[:, :width].contiguous(), b[:, 0].contiguous())
+    run_and_check(ops, x, w, b, True)
+
+
+@pytest.mark.parametrize("wdtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("seqlen", [1, 4])
+def test_update_with_16_bit_weights(ops, wdtype, seqlen):
+    bsz, d, width = 8, 2064, 4
+    state = torch.randn(bsz, d, width - 1, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(bsz, d, seqlen, device="cuda", dtype=torch.bfloat16)
+    w = (torch.randn(d, width, device="cuda") / width).to(wdtype)
+    b = torch.randn(d, device="cuda").to(wdtype)
+    before = state.clone()
+    out = ops.update(x, state, w, b, True, None, None)
+    out_ref, new_ref = _ref_update(x, before, w, b, True, None)
+    assert_close(out, out_ref, torch.bfloat16)
+    assert torch.equal(state.double(), new_ref), "state must equal the reference exactly"
+
+
 @pytest.mark.parametrize("channel_last", [False, True], ids=["cf", "cl"])
 def test_dx_in_place_into_view(ops, channel_last):
     dtype = torch.bfloat16

@@ -58,8 +58,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCF) bwd_ch
     }
     float w[W];
 #pragma unroll
-    for (int k = 0; k < W; ++k) w[k] = p.weight[c * W + k];
-    const float bias = p.bias != nullptr ? p.bias[c] : 0.0f;
+    for (int k = 0; k < W; ++k) w[k] = weight_at(p.weight, c * W + k);
+    const float bias = bias_at(p.bias, c);
     float halo[W - 1];
 #pragma unroll
     for (int i = 0; i < W - 1; ++i) halo[i] = x_ext(p, xr, b, c, t0 - (W - 1) + i);
@@ -260,8 +260,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCFLean)
     for (int i = 0; i < W - 1; ++i) carry[i] = t0 > 0 ? to_float(xr[t0 - (W - 1) + i]) : 0.0f;
     float w[W];
 #pragma unroll
-    for (int k = 0; k < W; ++k) w[k] = p.weight[c * W + k];
-    const float bias = p.bias != nullptr ? p.bias[c] : 0.0f;
+    for (int k = 0; k < W; ++k) w[k] = weight_at(p.weight, c * W + k);
+    const float bias = bias_at(p.bias, c);
 
     float dw[W], db = 0.0f, dprev[kN];
 #pragma unroll
@@ -384,10 +384,10 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCL)
         const bool ok = i < nc;
 #pragma unroll
         for (int k = 0; k < W; ++k) {
-          w[k][i] = ok ? p.weight[(c0 + i) * W + k] : 0.0f;
+          w[k][i] = ok ? weight_at(p.weight, (c0 + i) * W + k) : 0.0f;
           dpw[k][i] = 0.0f;
         }
-        bias[i] = ok && p.bias != nullptr ? p.bias[c0 + i] : 0.0f;
+        bias[i] = ok ? bias_at(p.bias, c0 + i) : 0.0f;
         xw[0][i] = 0.0f;
       }
 #pragma unroll
@@ -577,8 +577,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCLLean)
 #pragma unroll
       for (int i = 0; i < kN; ++i) {
 #pragma unroll
-        for (int k = 0; k < W; ++k) w[k][i] = p.weight[int64_t(c0 + i) * W + k];
-        bias[i] = p.bias != nullptr ? p.bias[c0 + i] : 0.0f;
+        for (int k = 0; k < W; ++k) w[k][i] = weight_at(p.weight, int64_t(c0 + i) * W + k);
+        bias[i] = bias_at(p.bias, c0 + i);
       }
       // x and dpre at the W-1 positions before step s (x is zero before position 0; dpre
       // before t0 only feeds dx left of the segment, which is not emitted).

@@ -11,6 +11,14 @@
 namespace mamba_kernels {
 namespace causal_conv1d {
 
+// A per-channel parameter (weight (dim, width) or bias (dim,)), contiguous, in its own dtype:
+// models keep the conv's weights in the activation dtype, and a copy to fp32 on every call cost
+// two extra kernel launches per call (conv_common.cuh: weight_at reads it as fp32).
+struct WeightRef {
+  const void* ptr = nullptr;  // null: absent (bias only)
+  DType dtype = DType::kFloat32;
+};
+
 // Full-sequence convolution, forward and backward. x is (batch, dim, seqlen) with any strides;
 // channel_last selects the kernel whose vector accesses run along dim (stride(1) == 1).
 struct ConvParams {
@@ -26,8 +34,8 @@ struct ConvParams {
 
   const void* x = nullptr;
   Strides3 x_s;
-  const float* weight = nullptr;  // fp32, contiguous (dim, width)
-  const float* bias = nullptr;    // fp32 (dim,) or null
+  WeightRef weight;  // (dim, width)
+  WeightRef bias;    // (dim,) or absent
   const int32_t* seq_idx = nullptr;  // (batch, seqlen) or null
   int64_t seq_s_b = 0, seq_s_l = 0;
   const void* initial_states = nullptr;  // (batch, dim, width - 1) or null
@@ -67,8 +75,8 @@ struct UpdateParams {
   Strides3 out_s;
   void* conv_state = nullptr;  // (num_entries, dim, state_len), mutated
   Strides3 state_s;
-  const float* weight = nullptr;  // fp32, contiguous (dim, width)
-  const float* bias = nullptr;
+  WeightRef weight;  // (dim, width)
+  WeightRef bias;    // (dim,) or absent
   const int32_t* cache_seqlens = nullptr;  // (batch,) or null: circular-buffer mode
   int64_t cache_seqlens_s = 1;
   const int32_t* state_indices = nullptr;  // (batch,) or null; < 0 marks a padded request

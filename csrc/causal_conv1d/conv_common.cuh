@@ -93,6 +93,20 @@ __device__ __forceinline__ void split_item(int64_t item, int64_t nseg, int64_t d
   }
 }
 
+// Element i of a per-channel parameter (weight or bias), read in its dtype as fp32.
+__device__ __forceinline__ float weight_at(const WeightRef& w, int64_t i) {
+  switch (w.dtype) {
+    case DType::kBFloat16: return to_float(static_cast<const __nv_bfloat16*>(w.ptr)[i]);
+    case DType::kFloat16: return to_float(static_cast<const __half*>(w.ptr)[i]);
+    default: return static_cast<const float*>(w.ptr)[i];
+  }
+}
+
+// bias[c], or 0 without a bias.
+__device__ __forceinline__ float bias_at(const WeightRef& b, int64_t c) {
+  return b.ptr != nullptr ? weight_at(b, c) : 0.0f;
+}
+
 // x at position pos (pos < seqlen) of row (b, c): positions before 0 come from the initial
 // states when given, else they are zero.
 template <typename T>

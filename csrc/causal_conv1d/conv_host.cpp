@@ -46,6 +46,14 @@ bool vec_ok(const TensorRef& t, bool channel_last, int vec) {
   return unit == 1 && t.stride(0) % vec == 0 && other % vec == 0;
 }
 
+// A contiguous weight or bias for the kernels, in its own dtype.
+WeightRef weight_ref(const TensorRef& t, const char* name) {
+  WeightRef w;
+  w.ptr = t.data;
+  w.dtype = to_dtype(t, name);
+  return w;
+}
+
 // weight (dim, width) with width 2..4; returns width.
 int check_weight(const TensorRef& x, const TensorRef& weight, int64_t dim) {
   check_cuda(weight, x, "weight");
@@ -118,9 +126,9 @@ ConvParams prepare(const TensorRef& x, const TensorRef& weight, const TensorRef&
   return p;
 }
 
-void set_weights(ConvParams& p, const TensorRef& weight_f32, const TensorRef& bias_f32) {
-  p.weight = static_cast<const float*>(weight_f32.data);
-  p.bias = bias_f32.present ? static_cast<const float*>(bias_f32.data) : nullptr;
+void set_weights(ConvParams& p, const TensorRef& weight, const TensorRef& bias) {
+  p.weight = weight_ref(weight, "weight");
+  p.bias = bias.present ? weight_ref(bias, "bias") : WeightRef();
 }
 
 Alloc3 layout_like(const TensorRef& x, int64_t d1, int64_t d2) {
@@ -253,9 +261,9 @@ UpdateParams prepare_update(const TensorRef& x, const TensorRef& conv_state, con
   return p;
 }
 
-void set_update_weights(UpdateParams& p, const TensorRef& weight_f32, const TensorRef& bias_f32) {
-  p.weight = static_cast<const float*>(weight_f32.data);
-  p.bias = bias_f32.present ? static_cast<const float*>(bias_f32.data) : nullptr;
+void set_update_weights(UpdateParams& p, const TensorRef& weight, const TensorRef& bias) {
+  p.weight = weight_ref(weight, "weight");
+  p.bias = bias.present ? weight_ref(bias, "bias") : WeightRef();
 }
 
 void launch_update_checked(UpdateParams& p, const TensorRef& out, cudaStream_t stream) {

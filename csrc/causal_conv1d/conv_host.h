@@ -15,10 +15,10 @@ namespace mamba_kernels {
 namespace causal_conv1d {
 
 // x, weight, bias, seq_idx and initial_states checked and filled into a ConvParams (weight and
-// bias pointers excepted: the binding passes fp32 contiguous copies to set_weights).
+// bias excepted: the binding passes contiguous ones, in their own dtype, to set_weights).
 ConvParams prepare(const TensorRef& x, const TensorRef& weight, const TensorRef& bias, const TensorRef& seq_idx,
                    const TensorRef& initial_states, bool silu);
-void set_weights(ConvParams& p, const TensorRef& weight_f32, const TensorRef& bias_f32);
+void set_weights(ConvParams& p, const TensorRef& weight, const TensorRef& bias);
 
 // The layout of a (batch, d1, d2) tensor in x's layout family (the rule of
 // causal_conv1d._checks.empty_like_layout, which the fake implementations use): dense x of
@@ -54,7 +54,7 @@ void launch_bwd_checked(ConvParams& p, const TensorRef& x, const TensorRef& dout
 UpdateParams prepare_update(const TensorRef& x, const TensorRef& conv_state, const TensorRef& weight,
                             const TensorRef& bias, bool silu, const TensorRef& cache_seqlens,
                             const TensorRef& conv_state_indices);
-void set_update_weights(UpdateParams& p, const TensorRef& weight_f32, const TensorRef& bias_f32);
+void set_update_weights(UpdateParams& p, const TensorRef& weight, const TensorRef& bias);
 void launch_update_checked(UpdateParams& p, const TensorRef& out, cudaStream_t stream);
 
 }  // namespace causal_conv1d

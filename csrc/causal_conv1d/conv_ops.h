@@ -37,10 +37,11 @@ using api::ScalarType;
 using api::Tensor;
 using api::tref;
 
-// weight / bias as fp32 contiguous tensors (copies only when they are not already: tiny), so
-// kernels need no weight-dtype templates.
-Tensor f32(const Tensor& t) { return api::contiguous_as(t, ScalarType::Float); }
-OptTensor f32(const OptTensor& t) { return api::contiguous_as(t, ScalarType::Float); }
+// weight / bias as contiguous tensors in their own dtype (a copy only when they are not
+// contiguous already: tiny); the kernels read them through weight_at (conv_common.cuh), so a
+// model's bf16 conv weights cost no conversion kernels per call.
+Tensor dense(const Tensor& t) { return api::contiguous_as(t, t.scalar_type()); }
+OptTensor dense(const OptTensor& t) { return t.has_value() ? OptTensor(dense(*t)) : std::nullopt; }
 
 // An fp32 reduction result in the parameter's dtype (the tensor itself when that is fp32).
 Tensor as_dtype(const Tensor& t32, const Tensor& like) {
@@ -57,9 +58,9 @@ Tensor fwd_impl(const Tensor& x, const Tensor& weight, const OptTensor& bias, co
   const TensorRef xr = tref(x);
   ConvParams p = prepare(xr, tref(weight), tref(bias), tref(seq_idx), tref(initial_states), silu_activation);
   const api::DeviceGuard guard(xr.device_index);
-  const Tensor w32 = f32(weight);
-  const OptTensor b32 = f32(bias);
-  set_weights(p, tref(w32), tref(b32));
+  const Tensor w = dense(weight);
+  const OptTensor bi = dense(bias);
+  set_weights(p, tref(w), tref(bi));
   const Tensor out = api::alloc(x, layout_like(xr, p.dim, p.seqlen), x.scalar_type());
   const TensorRef outr = tref(out);
   set_out(p, outr);
@@ -97,9 +98,9 @@ std::tuple<Tensor, Tensor, Tensor> conv_bwd(const Tensor& x, const Tensor& weigh
   ConvParams p = prepare(xr, tref(weight), tref(bias), tref(seq_idx), tref(initial_states), silu_activation);
   check_bwd_grads(p, xr, tref(dout_in), tref(dx));
   const api::DeviceGuard guard(xr.device_index);
-  const Tensor w32 = f32(weight);
-  const OptTensor b32 = f32(bias);
-  set_weights(p, tref(w32), tref(b32));
+  const Tensor w = dense(weight);
+  const OptTensor bi = dense(bias);
+  set_weights(p, tref(w), tref(bi));
   Tensor dout = dout_in;
   if (dout_needs_relayout(p, tref(dout_in))) {
     dout = api::alloc(x, layout_like(xr, p.dim, p.seqlen), x.scalar_type());
@@ -138,9 +139,9 @@ Tensor conv_update(const Tensor& x, const Tensor& conv_state, const Tensor& weig
   UpdateParams p = prepare_update(xr, tref(conv_state), tref(weight), tref(bias), silu_activation,
                                   tref(cache_seqlens), tref(conv_state_indices));
   const api::DeviceGuard guard(xr.device_index);
-  const Tensor w32 = f32(weight);
-  const OptTensor b32 = f32(bias);
-  set_update_weights(p, tref(w32), tref(b32));
+  const Tensor w = dense(weight);
+  const OptTensor bi = dense(bias);
+  set_update_weights(p, tref(w), tref(bi));
   const Tensor out = api::empty_like(x, xr);
   launch_update_checked(p, tref(out), api::current_stream(xr.device_index));
   return out;

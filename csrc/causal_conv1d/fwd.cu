@@ -48,8 +48,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCF) fwd_ch
     }
     float w[W];
 #pragma unroll
-    for (int k = 0; k < W; ++k) w[k] = p.weight[c * W + k];
-    const float bias = p.bias != nullptr ? p.bias[c] : 0.0f;
+    for (int k = 0; k < W; ++k) w[k] = weight_at(p.weight, c * W + k);
+    const float bias = bias_at(p.bias, c);
     float halo[W - 1];
 #pragma unroll
     for (int i = 0; i < W - 1; ++i) halo[i] = x_ext(p, xr, b, c, t0 - (W - 1) + i);
@@ -150,8 +150,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCL)
     for (int i = 0; i < kN; ++i) {
       const bool ok = i < nc;
 #pragma unroll
-      for (int k = 0; k < W; ++k) w[k][i] = ok ? p.weight[(c0 + i) * W + k] : 0.0f;
-      bias[i] = ok && p.bias != nullptr ? p.bias[c0 + i] : 0.0f;
+      for (int k = 0; k < W; ++k) w[k][i] = ok ? weight_at(p.weight, (c0 + i) * W + k) : 0.0f;
+      bias[i] = ok ? bias_at(p.bias, c0 + i) : 0.0f;
     }
     int hs[W - 1];
 #pragma unroll
@@ -267,8 +267,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCFLean)
   }
   float w[W];
 #pragma unroll
-  for (int k = 0; k < W; ++k) w[k] = p.weight[int64_t(c) * W + k];
-  const float bias = p.bias != nullptr ? p.bias[c] : 0.0f;
+  for (int k = 0; k < W; ++k) w[k] = weight_at(p.weight, int64_t(c) * W + k);
+  const float bias = bias_at(p.bias, c);
   float halo[W - 1];  // positions t0 - (W-1) .. t0 - 1: zeros at the row start
 #pragma unroll
   for (int i = 0; i < W - 1; ++i) halo[i] = t0 > 0 ? to_float(xr[i - (W - 1)]) : 0.0f;
@@ -365,8 +365,8 @@ __global__ void __launch_bounds__(Policy::kThreads) fwd_channel_last_tile(const 
   const bool has_c = cc < nc;
   float w[W], bias = 0.0f;
 #pragma unroll
-  for (int k = 0; k < W; ++k) w[k] = has_c ? p.weight[(c0 + cc) * W + k] : 0.0f;
-  if (has_c && p.bias != nullptr) bias = p.bias[c0 + cc];
+  for (int k = 0; k < W; ++k) w[k] = has_c ? weight_at(p.weight, (c0 + cc) * W + k) : 0.0f;
+  if (has_c) bias = bias_at(p.bias, c0 + cc);
 
   // Every load is issued unconditionally (a vector outside x reads the tile's first vector,
   // which always exists, and is then replaced by zeros), so all of them are in flight before

@@ -24,8 +24,8 @@ __global__ void __launch_bounds__(Policy::kThreads) update_kernel(const UpdatePa
   if (c >= p.dim) return;
   float w[W];
 #pragma unroll
-  for (int k = 0; k < W; ++k) w[k] = p.weight[c * W + k];
-  const float bias = p.bias != nullptr ? p.bias[c] : 0.0f;
+  for (int k = 0; k < W; ++k) w[k] = weight_at(p.weight, c * W + k);
+  const float bias = bias_at(p.bias, c);
   const int64_t L = p.state_len;
   const bool circular = p.cache_seqlens != nullptr;
   for (int64_t b = blockIdx.y; b < p.batch; b += gridDim.y) {
@@ -113,8 +113,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksShift) upd
   const int n = int(p.seqlen);  // <= INT_MAX (launcher)
   float w[W];
 #pragma unroll
-  for (int k = 0; k < W; ++k) w[k] = p.weight[int64_t(c) * W + k];
-  const float bias = p.bias != nullptr ? p.bias[c] : 0.0f;
+  for (int k = 0; k < W; ++k) w[k] = weight_at(p.weight, int64_t(c) * W + k);
+  const float bias = bias_at(p.bias, c);
 
   // Phase 1, loads only: each row's cache entry, state row and first token.
   int64_t entry[kRows];
