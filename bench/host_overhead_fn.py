@@ -15,7 +15,9 @@ Shape: bench/bench_selective_scan.py's overhead row, (batch 1, dim 64, seqlen 12
 bf16, variable B and C (1, 1, 16, 128), z, D and delta_bias fp32, softplus; the conv: x (1, 64,
 128) bf16, width 4, fp32 weight and bias, silu. "no grad" is inside ``torch.no_grad()`` (what
 the benchmark's forward row does; the enter/exit is its own row); "inputs require grad" is a
-training forward (the Function records the graph, the scan keeps its states).
+training forward (the Function records the graph, the scan keeps its states). The last two
+rows are the compatibility modules as mamba_ssm's ``MambaInnerFn`` calls them (positional
+arguments, the scan states in the original's shape).
 Median over ``--reps`` repetitions of ``--calls`` calls, per call, one torch thread.
 """
 
@@ -112,6 +114,9 @@ def cases() -> List[tuple]:
         with torch.no_grad():
             pass
 
+    import causal_conv1d_cuda
+    import selective_scan_cuda
+
     return [
         ("stand-in op alone: ops.selective_scan_fwd", lambda: ops.selective_scan_fwd(*args, True, False)),
         ("stand-in op alone: ops.causal_conv1d_fwd",
@@ -125,6 +130,11 @@ def cases() -> List[tuple]:
         ("selective_scan_fn + backward, inputs require grad", lambda: scan(gargs).backward(dout)),
         ("causal_conv1d_fn, no input requires grad", lambda: causal_conv1d_fn(x, w, wb, activation="silu")),
         ("causal_conv1d_fn, inside torch.no_grad()", conv_no_grad),
+        # what mamba_ssm's MambaInnerFn calls (the compatibility modules)
+        ("selective_scan_cuda.fwd (as MambaInnerFn calls it)",
+         lambda: selective_scan_cuda.fwd(u, delta, A, B, C, D, z, bias, True)),
+        ("causal_conv1d_cuda.causal_conv1d_fwd (as MambaInnerFn calls it)",
+         lambda: causal_conv1d_cuda.causal_conv1d_fwd(x, w, wb, None, None, None, True)),
     ]
 
 
