@@ -316,6 +316,22 @@ __device__ __forceinline__ float row_sum(float v, int lanes) {
   return v;
 }
 
+// One chunk of a row's step: state = exp(a dt) state + B (dt x), in place; returns the chunk's
+// part of the output, sum C state. A chunk that is not there was read as zeros (state, A, B
+// and C), so it adds exactly 0. Both kinds of kernel use it, in this order of operations.
+template <typename S, typename TA, typename T, int V>
+__device__ __forceinline__ float chunk_step(Chunk<S, V>& s, const Chunk<TA, V>& a, const Chunk<T, V>& B,
+                                            const Chunk<T, V>& C, float dtv, float dtx) {
+  float acc = 0.0f;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const float v = __expf(a.get(i) * dtv) * s.get(i) + B.get(i) * dtx;
+    acc += C.get(i) * v;
+    s.set(i, v);
+  }
+  return acc;
+}
+
 // ------------------------------------------------------------------------------- kernel
 
 // The operand accesses of the two kinds of kernel. Typed (kFast): the launcher has checked
@@ -475,20 +491,12 @@ __global__ void __launch_bounds__(kThreads, min_blocks<S, T>())
   const float dtx1 = dtv1 * (pair ? x1 : x0);
   // Unguarded: a chunk or element that is not there was read as zeros (state, A, B and C),
   // so it adds exactly 0 to the row and is not stored.
-  float acc0 = 0.0f, acc1 = 0.0f;
-#pragma unroll
-  for (int i = 0; i < V; ++i) {
-    const float s = __expf(a0.get(i) * dtv0) * s0.get(i) + B0.get(i) * dtx0;
-    acc0 += C0.get(i) * s;
-    s0.set(i, s);
-  }
-  if (has1) {  // uniform over the block
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const float ai = wide ? a1.get(i) : a0.get(i);
-      const float s = __expf(ai * dtv1) * s1.get(i) + B1.get(i) * dtx1;
-      acc1 += C1.get(i) * s;
-      s1.set(i, s);
+  float acc0 = chunk_step(s0, a0, B0, C0, dtv0, dtx0), acc1 = 0.0f;
+  if (has1) {  // uniform over the block; the second chunk's A is a1 (wide) or a0 (pair)
+    if (wide) {
+      acc1 = chunk_step(s1, a1, B1, C1, dtv1, dtx1);
+    } else {
+      acc1 = chunk_step(s1, a0, B1, C1, dtv1, dtx1);
     }
   }
   if (pair) {
@@ -638,14 +646,7 @@ __global__ void __launch_bounds__(kThreads, lean_min_blocks<S, T, kP>())
 #pragma unroll
         for (int k = 0; k < Chunk<float, V>::kWords; ++k) ac[i].u[k] = w;
       }
-      float acc = 0.0f;
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const float v = __expf(ac[i].get(k) * dtv_r) * sc[i].get(k) + Bc.get(k) * dtx_r;
-        acc += Cc.get(k) * v;
-        sc[i].set(k, v);
-      }
-      acc = row_sum(acc, lanes);
+      const float acc = row_sum(chunk_step(sc[i], ac[i], Bc, Cc, dtv_r, dtx_r), lanes);
       const I d = d0 + r;
       if (d < I(p.dim)) {
         if (c == 0) {
