@@ -538,8 +538,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks<S, T>())
 // - Large launches take passes = lanes in groups of kP = 2: a group's state and A chunks are
 //   loaded before its first use and its two passes interleave. (Groups of 4 hold twice the
 //   registers; the lost occupancy cost more than the overlap gained. Measured in RESULTS.md.)
-// - Small launches take one pass a warp (kP = 1, rows = 32 / lanes): four times the warps,
-//   each with a quarter of the chain of dependent instructions, which is what they wait on.
+// - Small launches take one pass a warp (kP = 1, rows = 32 / lanes): `lanes` times the warps,
+//   each with 1 / lanes of the chain of dependent instructions, which is what they wait on.
 // - One slot per block (the grid's z axis is the batch row, y the head): padding and bad
 //   slot indices are block-uniform. 32-bit offsets: the launcher checks that every operand's
 //   largest element offset, and the state's, is below 2^31.
