@@ -94,13 +94,7 @@ __device__ __forceinline__ void split_item(int64_t item, int64_t nseg, int64_t d
 }
 
 // Element i of a per-channel parameter (weight or bias), read in its dtype as fp32.
-__device__ __forceinline__ float weight_at(const WeightRef& w, int64_t i) {
-  switch (w.dtype) {
-    case DType::kBFloat16: return to_float(static_cast<const __nv_bfloat16*>(w.ptr)[i]);
-    case DType::kFloat16: return to_float(static_cast<const __half*>(w.ptr)[i]);
-    default: return static_cast<const float*>(w.ptr)[i];
-  }
-}
+__device__ __forceinline__ float weight_at(const WeightRef& w, int64_t i) { return load_as_float(w.ptr, w.dtype, i); }
 
 // bias[c], or 0 without a bias.
 __device__ __forceinline__ float bias_at(const WeightRef& b, int64_t c) {

@@ -39,6 +39,16 @@ __device__ __forceinline__ float silu_grad(float z) {
   return s * (1.0f + z * (1.0f - s));
 }
 
+// Element i of a buffer whose dtype is known only at run time, as fp32 (a uniform switch
+// between three typed loads).
+__device__ __forceinline__ float load_as_float(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::kBFloat16: return to_float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case DType::kFloat16: return to_float(static_cast<const __half*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
 // Floor modulo (result in [0, n)) for any sign of a, like Python's %.
 __device__ __forceinline__ int64_t floor_mod(int64_t a, int64_t n) {
   const int64_t r = a % n;

@@ -249,19 +249,12 @@ __device__ __forceinline__ float load_typed(const void* p, int64_t i) {
   return Bits<T>::to_f(raw_at(static_cast<const T*>(p), i));
 }
 
-__device__ __forceinline__ float load_any(const void* p, DType t, int64_t i) {
-  switch (t) {
-    case DType::kFloat16: return load_typed<__half>(p, i);
-    case DType::kBFloat16: return load_typed<__nv_bfloat16>(p, i);
-    default: return load_typed<float>(p, i);
-  }
-}
 
 // An activation (x, dt, z): of dtype T in the typed kernels.
 template <typename T>
 __device__ __forceinline__ float load_act(const StepOperand& o, int64_t i) {
   if constexpr (std::is_same<T, AnyDtype>::value) {
-    return load_any(o.ptr, o.dtype, i);
+    return load_as_float(o.ptr, o.dtype, i);
   } else {
     return load_typed<T>(o.ptr, i);
   }
@@ -271,7 +264,7 @@ __device__ __forceinline__ float load_act(const StepOperand& o, int64_t i) {
 template <typename T>
 __device__ __forceinline__ float load_weight(const StepOperand& o, int64_t i) {
   if constexpr (std::is_same<T, AnyDtype>::value) {
-    return load_any(o.ptr, o.dtype, i);
+    return load_as_float(o.ptr, o.dtype, i);
   } else if constexpr (std::is_same<T, float>::value) {
     return load_typed<float>(o.ptr, i);
   } else {
@@ -493,6 +486,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks<S, T>())
   // so it adds exactly 0 to the row and is not stored.
   float acc0 = chunk_step(s0, a0, B0, C0, dtv0, dtx0), acc1 = 0.0f;
   if (has1) {  // uniform over the block; the second chunk's A is a1 (wide) or a0 (pair)
+    // (two calls, not one with `wide ? a1 : a0`: a reference to either chunk put both of
+    // them in local memory, a 32-byte stack frame)
     if (wide) {
       acc1 = chunk_step(s1, a1, B1, C1, dtv1, dtx1);
     } else {
