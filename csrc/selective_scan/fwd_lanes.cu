@@ -27,6 +27,7 @@ using LP = LanePolicy;
 struct LanesFwdArgs {
   int64_t bpg;  // blocks per (batch, group)
   bool vec_b, vec_c, vec_u, vec_delta, vec_z, vec_out, vec_out_z;
+  bool full_ok;  // every row of unit stride, with vector access wherever one is used: the full-tile copy
 };
 
 template <typename T, int kS, bool kVarBC>
@@ -129,19 +130,23 @@ __global__ void __launch_bounds__(FwdLanesPolicy<kS>::kThreads, FwdLanesPolicy<k
   stash_bc(0);
   __syncthreads();
 
-  for (int64_t t0 = 0, k = 0; t0 < L; t0 += kTL, ++k) {
+  // One tile. kFull: this tile and the next lie inside the sequence and every tensor takes
+  // vector access (unit stride, aligned rows: the models' case), so the copy compiled for it
+  // has no bounds checks, element fallbacks or strided pointer steps.
+  auto tile = [&](int64_t t0, int64_t k, auto full_tag) {
+    constexpr bool kFull = decltype(full_tag)::value;
     const int buf = int(k & 1);
-    const bool more = t0 + kTL < L;
+    const bool more = kFull || t0 + kTL < L;
     // This tile's own steps, discretised into the channel's rows; then the next tile's loads.
     cu = ru;
     if (kZAhead) {
       cz = rz;
     } else if (z != nullptr) {
-      load_steps_at(cz, z_at, p.z_s.l, lane_end - t0, f.vec_z);
+      load_steps_at(cz, z_at, kFull ? 1 : p.z_s.l, kFull ? kQ : lane_end - t0, kFull || f.vec_z);
     }
     float dtq[kQ], dtu[kQ];
     const int64_t left = lane_end - t0;  // this lane's steps inside the sequence
-    const int mine = left < 0 ? 0 : (left < kQ ? int(left) : kQ);
+    const int mine = kFull ? kQ : (left < 0 ? 0 : (left < kQ ? int(left) : kQ));
 #pragma unroll
     for (int j = 0; j < kQ; ++j) {
       const bool ok = j < mine;
@@ -151,12 +156,22 @@ __global__ void __launch_bounds__(FwdLanesPolicy<kS>::kThreads, FwdLanesPolicy<k
     }
     store_pack<float, kQ>(&sDT[ch][s * kQ], dtq);
     store_pack<float, kQ>(&sDTU[ch][s * kQ], dtu);
-    if (more) {
+    if (kFull) {
+      if (bc_ok) {
+        load_steps_at(pf, bc_at, 1, 4, true);
+        bc_at += kTL;
+      }
+      load_steps_at(ru, u_at, 1, kQ, true);
+      load_steps_at(rd, delta_at, 1, kQ, true);
+      if (kZAhead && z != nullptr) load_steps_at(rz, z_at + kTL, 1, kQ, true);
+      u_at += kTL;
+      delta_at += kTL;
+    } else if (more) {
       fetch_bc(t0 + kTL);
       fetch_rows(t0 + kTL, 1);
     }
     __syncwarp();
-    const int valid = int(L - t0 < kTL ? L - t0 : kTL);
+    const int valid = kFull ? kTL : int(L - t0 < kTL ? L - t0 : kTL);
     const float* tB = sB[buf];
     const float* tC = sC[buf];
     float yp[kTL];
@@ -171,6 +186,7 @@ __global__ void __launch_bounds__(FwdLanesPolicy<kS>::kThreads, FwdLanesPolicy<k
       const float dus[4] = {du4.x, du4.y, du4.z, du4.w};
       // one state per lane: its four steps in one 16-byte read from the [state][step] tile
       float b4[4] = {}, c4[4] = {};
+      (void)b4, (void)c4;  // read only at kS = 1
       if constexpr (kS == 1) {
         if (kVarBC || p.B.variable) {
           const float4 v = *reinterpret_cast<const float4*>(tB + s * F::kNRow + tt);
@@ -223,27 +239,40 @@ __global__ void __launch_bounds__(FwdLanesPolicy<kS>::kThreads, FwdLanesPolicy<k
 #pragma unroll
       for (int j = 0; j < kQ; ++j) yo[j] = fmaf(Dd, cu.at(j), yp[j]);
       if (p.out != nullptr) {
-        store_steps_at(out_at, p.out_s.l, lane_end - t0, yo, f.vec_out);
+        store_steps_at(out_at, kFull ? 1 : p.out_s.l, kFull ? kQ : left, yo, kFull || f.vec_out);
       }
       if (z != nullptr) {
 #pragma unroll
         for (int j = 0; j < kQ; ++j) yo[j] *= silu(cz.at(j));
-        store_steps_at(out_z_at, p.out_z_s.l, lane_end - t0, yo, f.vec_out_z);
+        store_steps_at(out_z_at, kFull ? 1 : p.out_z_s.l, kFull ? kQ : left, yo, kFull || f.vec_out_z);
       }
     }
     const int64_t t_end = t0 + valid;
-    if (active && (t_end % kChunk == 0 || t_end == L)) {
+    const bool chunk_end = kFull ? (k + 1) % (kChunk / kTL) == 0 : (t_end % kChunk == 0 || t_end == L);
+    if (active && chunk_end) {
       float* dst = p.ckpt + ((b * p.dim + d) * n_chunks + (t_end - 1) / kChunk) * N;
 #pragma unroll
       for (int m = 0; m < kS; ++m) {
         if (n0 + m < N) dst[n0 + m] = h[m];
       }
     }
-    if (z_at != nullptr) z_at += kTL * p.z_s.l;
-    if (out_at != nullptr) out_at += kTL * p.out_s.l;
-    if (out_z_at != nullptr) out_z_at += kTL * p.out_z_s.l;
+    if (z_at != nullptr) z_at += kTL * (kFull ? 1 : p.z_s.l);
+    if (out_at != nullptr) out_at += kTL * (kFull ? 1 : p.out_s.l);
+    if (out_z_at != nullptr) out_z_at += kTL * (kFull ? 1 : p.out_z_s.l);
     if (more) stash_bc(buf ^ 1);  // the other buffer's readers finished before the last barrier
-    __syncthreads();              // (also orders this tile's dt rows before the next tile's writes)
+  };
+  // Only at 1 and 2 states per lane, where the per-tile work is shared by the fewest states; at
+  // 4 the second copy made the kernel spill.
+  constexpr bool kFullCopy = kS <= 2;
+  for (int64_t t0 = 0, k = 0; t0 < L; t0 += kTL, ++k) {
+    bool full = false;
+    if constexpr (kFullCopy) full = f.full_ok && t0 + 2 * kTL <= L;
+    if (full) {
+      if constexpr (kFullCopy) tile(t0, k, std::true_type{});
+    } else {
+      tile(t0, k, std::false_type{});
+    }
+    __syncthreads();  // (also orders this tile's dt rows before the next tile's writes)
   }
 }
 
@@ -270,6 +299,16 @@ cudaError_t launch_lanes(const ScanParams& p, cudaStream_t stream) {
   f.vec_z = steps_vec(p.z, p.z_s, sizeof(T), F::kQ);
   f.vec_out = steps_vec(p.out, p.out_s, sizeof(T), F::kQ);
   f.vec_out_z = steps_vec(p.out_z, p.out_z_s, sizeof(T), F::kQ);
+  // A lane's kQ steps of a row are one vector access where they make 4, 8 or 16 bytes (else
+  // single elements, which need only the unit stride); B/C are staged 4 steps a vector.
+  constexpr int kRowBytes = F::kQ * int(sizeof(T));
+  constexpr bool kRowVec = kRowBytes == 4 || kRowBytes == 8 || kRowBytes == 16;
+  auto row_ok = [&](const void* ptr, const Strides3& st, bool vec) {
+    return ptr == nullptr || (st.l == 1 && (vec || !kRowVec));
+  };
+  f.full_ok = row_ok(p.u, p.u_s, f.vec_u) && row_ok(p.delta, p.delta_s, f.vec_delta) && row_ok(p.z, p.z_s, f.vec_z) &&
+              row_ok(p.out, p.out_s, f.vec_out) && row_ok(p.out_z, p.out_z_s, f.vec_out_z) &&
+              (!p.B.variable || f.vec_b) && (!p.C.variable || f.vec_c);
   const int64_t blocks = f.bpg * p.batch * p.ngroups;
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
   fwd_lanes_kernel<T, kS, kVarBC><<<unsigned(blocks), F::kThreads, 0, stream>>>(p, f);
