@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(FwdLanesPolicy<kS>::kThreads, FwdLanesPolicy<k
   // vector access (unit stride, aligned rows: the models' case), so the copy compiled for it
   // has no bounds checks, element fallbacks or strided pointer steps.
   auto tile = [&](int64_t t0, int64_t k, auto full_tag) {
-    constexpr bool kFull = decltype(full_tag)::value;
+    static constexpr bool kFull = decltype(full_tag)::value;
     const int buf = int(k & 1);
     const bool more = kFull || t0 + kTL < L;
     // This tile's own steps, discretised into the channel's rows; then the next tile's loads.
