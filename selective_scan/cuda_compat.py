@@ -93,8 +93,10 @@ def _original_shape(last: Tensor, L: int) -> Tensor:
     """The original's shape, (batch, dim, ceil(L / 2048), 2 * dstate): the last state in the last
     row's odd slots, zeros elsewhere."""
     b, d, n = last.shape
-    x = last.new_zeros((b, d, -(-L // ORIGINAL_CHUNK), 2 * n))
-    x[:, :, -1, 1::2] = last
+    rows = -(-L // ORIGINAL_CHUNK)
+    x = last.new_zeros((b, d, rows, 2 * n))
+    # the last row's odd slots as one strided view: a third of the host time of x[:, :, -1, 1::2]
+    x.as_strided((b, d, n), (x.stride(0), x.stride(1), 2), (rows - 1) * x.stride(2) + 1).copy_(last)
     return x
 
 
@@ -143,7 +145,7 @@ def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> List[Tensor]:
         else:
             out, out_z, last, ckpt = pytorch_scan.forward(p, True, checkpoints=True)
             states = torch.cat([ckpt, last.unsqueeze(0)]).permute(1, 2, 0, 3)  # (batch, dim, K + 1, dstate)
-    x = _original_shape(states[:, :, -1], u.shape[-1]) if form == "recompute" else _pack(states)
+    x = _original_shape(states.select(2, -1), u.shape[-1]) if form == "recompute" else _pack(states)
     return [out, x, out_z] if z is not None else [out, x]
 
 
