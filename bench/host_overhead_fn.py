@@ -116,6 +116,9 @@ def cases() -> List[tuple]:
 
     import causal_conv1d_cuda
     import selective_scan_cuda
+    from selective_scan import cuda_compat
+
+    last = torch.randn(b, d, n)
 
     return [
         ("stand-in op alone: ops.selective_scan_fwd", lambda: ops.selective_scan_fwd(*args, True, False)),
@@ -135,6 +138,11 @@ def cases() -> List[tuple]:
          lambda: selective_scan_cuda.fwd(u, delta, A, B, C, D, z, bias, True)),
         ("causal_conv1d_cuda.causal_conv1d_fwd (as MambaInnerFn calls it)",
          lambda: causal_conv1d_cuda.causal_conv1d_fwd(x, w, wb, None, None, None, True)),
+        # two parts of selective_scan_cuda.fwd on their own
+        ("selective_scan_cuda.fwd part: the argument checks",
+         lambda: cuda_compat._check(u, delta, A, B, C, D, z, bias, True)),
+        ("selective_scan_cuda.fwd part: the states in the original's shape",
+         lambda: cuda_compat._original_shape(last, L)),
     ]
 
 
