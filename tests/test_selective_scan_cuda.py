@@ -252,7 +252,8 @@ def test_lane_layouts(ops, batch, dim, N, dtype):
 def test_two_states_per_lane_16bit_bc(ops, dtype, var_b):
     """Two states per lane (batch x dim 8196 on a 132-SM GPU) with 16-bit B/C: B/C as strided
     views (element loads where the tile staging otherwise takes vectors) give the same result
-    as contiguous ones, bitwise, and both match the reference; also with a fixed B."""
+    as contiguous ones, bitwise, and both match the reference; also with a fixed B. Strided
+    rows run the lane forward's general tile, contiguous ones its full-tile copy."""
     from selective_scan import selective_scan_fn
 
     batch, dim, L, N = 4, 2049, 70, 16
