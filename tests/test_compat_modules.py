@@ -157,6 +157,14 @@ def test_scan_recompute_states_have_the_original_shape(monkeypatch):
         grads[form] = selective_scan_cuda.bwd(*args, dout, x, out, None, True, False)
     assert sizes["recompute"] == (2, 4, 2, 6)
     assert sizes["keep"] == (2, 4, (2049 // 16 + 1 + 1) // 2, 6)
+    # with two rows, the last state sits in the last row's odd slots and every other slot is 0
+    monkeypatch.setenv("MAMBA_KERNELS_SCAN_STATES", "recompute")
+    _, x, _ = selective_scan_cuda.fwd(*args, True)
+    _, last = selective_scan_ref(*args[:6], None, args[7], True, True)
+    torch.testing.assert_close(x[:, :, -1, 1::2], last, rtol=1e-4, atol=1e-4)
+    rest = x.clone()
+    rest[:, :, -1, 1::2] = 0
+    assert (rest == 0).all()
     for a, b in zip(grads["keep"], grads["recompute"]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
