@@ -41,17 +41,24 @@ import torch
 from mamba_kernels.runtime import dispatch, knobs
 
 from . import _checks, chunked, pytorch_scan
-from .scan_fn import _CUDA_A_DTYPES, _CUDA_INPUT_DTYPES, KERNEL, _as_4d
+from .scan_fn import _CUDA_A_DTYPES, _CUDA_INPUT_DTYPES, KERNEL, _as_4d, _ops_module
 
 Tensor = torch.Tensor
 
 
 def _compiled(u: Tensor, A: Tensor) -> bool:
     kernel_dtypes = u.dtype in _CUDA_INPUT_DTYPES and A.dtype in _CUDA_A_DTYPES
-    return kernel_dtypes and dispatch.use_cuda(KERNEL, u.device.type)
+    # u.is_cuda is a flag read; u.device.type builds a device object and a string
+    return kernel_dtypes and dispatch.use_cuda(KERNEL, "cuda" if u.is_cuda else u.device.type)
 
 
 def _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> int:
+    # the per-call path: one pass that reads each attribute once and builds no message; only
+    # when it refuses do the checks below run, in order, to name the first rule that fails
+    if delta_softplus is True or delta_softplus is False:
+        groups = _checks._quick_groups(u, delta, A, B, C, D, z, delta_bias, False)
+        if groups:
+            return groups
     for name, t, optional in (
         ("u", u, False), ("delta", delta, False), ("A", A, False), ("B", B, False), ("C", C, False),
         ("D", D, True), ("z", z, True), ("delta_bias", delta_bias, True),
@@ -121,9 +128,7 @@ def _expected_x(u: Tensor, A: Tensor, compiled: bool, form: str):
 
 
 def _ops_chunks(L: int) -> int:
-    from . import _ops
-
-    return -(-L // _ops.CHUNK)
+    return -(-L // _ops_module().CHUNK)
 
 
 def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> List[Tensor]:
@@ -131,9 +136,9 @@ def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> List[Tensor]:
     groups = _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
     form = knobs.scan_states_for(knobs.RECOMPUTE)
     if _compiled(u, A):
-        from . import _ops
-
-        out, out_z, ckpt = _ops.fwd(u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, delta_softplus, True)
+        out, out_z, ckpt = _ops_module().fwd(
+            u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, delta_softplus, True
+        )
         if A.is_complex():
             ckpt = torch.view_as_complex(ckpt.unflatten(-1, (-1, 2)))
         states = ckpt
@@ -194,8 +199,7 @@ def bwd(
     if x is not None and form == "keep":
         states = _unpack(x, _state_count(u.shape[-1], compiled))
     if compiled:
-        from . import _ops
-
+        _ops = _ops_module()
         B4, C4 = _as_4d(B), _as_4d(C)
         if states is None or (z is not None and out is None):
             # recompute what the forward would have kept: the states, and y where the caller
