@@ -165,6 +165,11 @@ def _check_x(x: Tensor, u: Tensor, A: Tensor, compiled: bool, form: str) -> None
         )
 
 
+def _as_dtype(t: Tensor, dtype: torch.dtype) -> Tensor:
+    # t.to(dtype) returns t itself when it has the dtype already, but only after a dispatch
+    return t if t.dtype == dtype else t.to(dtype)
+
+
 def _check_like_z(name: str, t: Tensor, z: Tensor) -> None:
     _checks.require_tensor(name, t)
     if t.shape != z.shape or t.dtype != z.dtype or t.device != z.device:
@@ -213,9 +218,10 @@ def bwd(
         if gated and dz is None:
             dz = torch.empty_like(z)
         out_z = torch.empty_like(z) if (recompute_out_z and gated) else None
-        empty = u.new_empty((0,))
+        # the op's in-place outputs: an empty tensor stands for one that is not wanted
+        empty = u.new_empty((0,)) if not gated or out_z is None else None
         du, ddelta, dA, dB, dC, dD, ddelta_bias = _ops.bwd(
-            u, delta, A, B4, C4, D, z, delta_bias, dout.to(u.dtype), ckpt, out if gated else None,
+            u, delta, A, B4, C4, D, z, delta_bias, _as_dtype(dout, u.dtype), ckpt, out if gated else None,
             dz if gated else empty, out_z if out_z is not None else empty, delta_softplus,
         )
         dB = dB.squeeze(1) if B.dim() == 3 else dB
@@ -235,8 +241,8 @@ def bwd(
         dA,
         dB,
         dC,
-        dD.to(D.dtype) if D is not None else None,
-        ddelta_bias.to(delta_bias.dtype) if delta_bias is not None else None,
+        _as_dtype(dD, D.dtype) if D is not None else None,
+        _as_dtype(ddelta_bias, delta_bias.dtype) if delta_bias is not None else None,
     ]
     if z is not None:
         result.append(dz)
