@@ -15,7 +15,9 @@ actually loaded are recorded. Weights and inputs come from fixed seeds on the CP
 the same model. Each run checks that the fast path is taken (it counts the calls that reach the
 compiled scan, conv and decode functions) and saves outputs, gradients, generated tokens and
 timings (median of 15 runs after a warm-up, CUDA synchronised, with the fastest and
-slowest run beside it) to D/<stack>-<label>.pt;
+slowest run beside it) to D/<stack>-<label>.pt. The host-bound rows (block and LM, forward and
+fwd+bwd) get a host profile beside them (``host_profile``): the host's time until the call
+returns, the host time inside each counted entry point, and the GPU's kernel time;
 ``compare`` prints markdown tables: differences against the base within stated tolerances
 (relative to the base's largest magnitude), and the timings side by side.
 """
@@ -32,6 +34,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Optional
 
 import provenance  # bench/ is the script's directory, first on sys.path
 import torch
@@ -55,13 +58,24 @@ def sizes(tiny: bool) -> dict:
 
 
 CALLS: Counter = Counter()
+HOST_S: Counter = Counter()  # host seconds spent inside each counted function, while CLOCK.on
+
+
+class CLOCK:
+    on = False  # set only by host_profile: the timed rows run the wrappers without a clock
 
 
 def counting(name: str, fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         CALLS[name] += 1
-        return fn(*args, **kwargs)
+        if not CLOCK.on:
+            return fn(*args, **kwargs)
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            HOST_S[name] += time.perf_counter() - t0
 
     return wrapper
 
@@ -101,6 +115,55 @@ class Timings(dict):
         """``work`` units per second (tokens/s): the fastest call gives the highest rate."""
         med, lo, hi = timed(fn, device, reps)
         self[key], self.spread[key] = work / (med / 1e3), (work / (hi / 1e3), work / (lo / 1e3))
+
+
+def kernel_ms(fn, device: str, reps: int) -> Optional[float]:
+    """Milliseconds of GPU kernel time per call of ``fn`` (torch.profiler's CUDA activity: every
+    kernel, copy and fill it launched, summed), or None off CUDA."""
+    if device != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        sync(device)
+    total_us = 0.0
+    for e in prof.key_averages():
+        total_us += getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
+    return total_us / 1e3 / reps
+
+
+def host_profile(times: Timings, key: str, fn, device: str, reps: int) -> None:
+    """Where the time of a host-bound row goes, as rows of their own beside ``key``: the host's
+    time until ``fn`` returns (before the synchronisation), the host time inside each counted
+    kernel entry point (selective_scan_cuda.fwd, the conv functions: inclusive, per run of
+    ``fn``, with the calls per run) and the GPU's kernel time per run. Where the host time is
+    close to the row's wall time and the kernel time well below it, the host binds, and the
+    entry points' rows say how much of it each side's kernels cost on the host."""
+    fn()
+    sync(device)
+    CALLS.clear()
+    HOST_S.clear()
+    host = []
+    CLOCK.on = True
+    try:
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            host.append(time.perf_counter() - t0)
+            sync(device)
+    finally:
+        CLOCK.on = False
+    times[f"{key}: host time until the call returns"] = statistics.median(host) * 1e3
+    for name in sorted(HOST_S):
+        per_run = CALLS[name] / reps
+        times[f"{key}: host time in {name} ({per_run:g} calls)"] = HOST_S[name] / reps * 1e3
+    CALLS.clear()
+    HOST_S.clear()
+    gpu = kernel_ms(fn, device, 3)
+    if gpu is not None:
+        times[f"{key}: GPU kernel time"] = gpu
 
 
 def origin(name: str) -> str:
@@ -219,12 +282,14 @@ def run_mamba_ssm(sz: dict, device: str, dtype: torch.dtype, problems: list) -> 
     res.update({f"block.{k}": v for k, v in grads_of(block, names).items()})
     with torch.no_grad():
         times.time("block forward", lambda: block(x), device, sz["reps"])
+        host_profile(times, "block forward", lambda: block(x), device, sz["reps"])
 
     def block_step():
         block.zero_grad(set_to_none=True)
         block(xl).backward(dy)
 
     times.time("block fwd+bwd", block_step, device, sz["reps"])
+    host_profile(times, "block fwd+bwd", block_step, device, sz["reps"])
     if device == "cuda":
         times.update(block_memory(Mamba, sz["mem_block"], dtype))
     CALLS.clear()
@@ -252,12 +317,14 @@ def run_mamba_ssm(sz: dict, device: str, dtype: torch.dtype, problems: list) -> 
                                                           "backbone.layers.0.mixer.A_log"]).items()})
     with torch.no_grad():
         times.time("LM forward", lambda: model(ids), device, sz["reps"])
+        host_profile(times, "LM forward", lambda: model(ids), device, sz["reps"])
 
     def lm_step():
         model.zero_grad(set_to_none=True)
         lm_loss()[1].backward()
 
     times.time("LM fwd+bwd", lm_step, device, sz["reps"])
+    host_profile(times, "LM fwd+bwd", lm_step, device, sz["reps"])
     model.eval()
     prompt = ids[:, : sz["prompt"]]
     max_length = sz["prompt"] + sz["new"]

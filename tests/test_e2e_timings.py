@@ -67,3 +67,22 @@ def test_compare_prints_both_ranges_and_reads_runs_without_one(e2e, tmp_path, ca
     out = capsys.readouterr().out
     assert "| block forward | 1.000 ms (0.900-1.400) | 2.000 ms | 0.50 |" in out
     assert "the fastest and the slowest" in out
+
+
+def test_host_profile_splits_the_host_time_by_entry_point(e2e):
+    inner = e2e.counting("entry", lambda: time.sleep(0.02))  # a counted kernel entry point
+
+    def step():  # two entry-point calls (40 ms) and 10 ms of other host work per run
+        inner()
+        inner()
+        time.sleep(0.01)
+
+    t = e2e.Timings()
+    e2e.host_profile(t, "step", step, "cpu", 3)
+    inside = t["step: host time in entry (2 calls)"]
+    whole = t["step: host time until the call returns"]
+    assert inside >= 40 and whole >= 50 and whole - inside >= 10
+    assert "step: GPU kernel time" not in t  # no kernel time off CUDA
+    assert not e2e.CLOCK.on and not e2e.CALLS and not e2e.HOST_S
+    inner()  # outside a profile the wrappers only count
+    assert e2e.CALLS["entry"] == 1 and not e2e.HOST_S
