@@ -3,7 +3,7 @@
 # to end, torch.compile of a Mamba block. Run from the repository root; logs and the markdown
 # report ($OUT/clients.md) go to $OUT. Every step logs and the run goes on; a summary ends it.
 #
-#   bash bench/gpu_clients_run.sh [build] [peer] [e2e] [compile] [tf]   (default: build peer e2e compile)
+#   bash bench/gpu_clients_run.sh [build] [peer] [e2e] [ab] [compile] [tf]   (default: build peer e2e ab compile)
 #
 #   build    our extensions in place, unless both are built already:
 #            MAMBA_KERNELS_FORCE_BUILD=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 python3 setup.py -q build_ext --inplace
@@ -17,6 +17,9 @@
 #            "orig" its interface bound to the .so under $ORIG, "ours" our compatibility modules
 #            from this checkout; otherwise it exits 2 before measuring ("PROVENANCE FAILED" in
 #            run.log), and the compare table says which modules each side was checked on
+#   ab       bench/e2e_ab.py: the same mamba_ssm rows with ours and the original in one process,
+#            their calls interleaved round by round (the host-bound rows drift between processes
+#            by more than the differences measured); needs the original wheel, like e2e
 #   compile  torch.compile of a Mamba block on our ops (graph breaks, compiled vs eager)
 #   tf       transformers' MambaForCausalLM (wheels from .device/wheels*): its fast path on ours,
 #            against its own PyTorch path, and against the original kernels when the original
@@ -24,7 +27,8 @@
 # Carried files (.device/): mamba_ssm-2.3.2.post1.tar.gz, causal_conv1d-1.7.0.tar.gz, peer/,
 # mamba_whl.part-* + mamba_whl.name (e2e orig), wheels_hub/ (huggingface_hub, which mamba_ssm's
 # package import needs), wheels/ + wheels_np/ (tf; numpy only if the machine lacks it).
-# Environment: OUT, GPU_RUN_BUDGET (seconds, default 570), E2E_ARGS (extra args to e2e_mamba.py run).
+# Environment: OUT, GPU_RUN_BUDGET (seconds, default 570), E2E_ARGS (extra args to e2e_mamba.py run),
+# AB_ARGS (extra args to e2e_ab.py; default E2E_ARGS).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -35,7 +39,7 @@ el() { echo $(($(date +%s) - T0)); }
 log() { echo "[$(el)s] $*" | tee -a "$OUT/run.log"; }
 BUDGET=${GPU_RUN_BUDGET:-570}
 limit() { local l=$((BUDGET - $(el))); l=$((l < $1 ? l : $1)); echo $((l > 10 ? l : 10)); }
-PHASES=" ${*:-build peer e2e compile} "
+PHASES=" ${*:-build peer e2e ab compile} "
 has() { [[ "$PHASES" == *" $1 "* ]]; }
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 MS_OURS=/tmp/ms_ours
@@ -129,6 +133,17 @@ if has e2e; then
     e2e_compare mamba_ssm orig ours-keep
   else
     note "e2e: no original wheel carried; ours ran alone"
+  fi
+fi
+if has ab; then
+  if [ -d "$ORIG/mamba_ssm" ]; then
+    s=$(date +%s)
+    (cd /tmp && MAMBA_KERNELS_BACKEND=cuda PYTHONPATH="$P_OURS" timeout "$(limit 300)" python3 "$REPO/bench/e2e_ab.py" \
+      --orig-dir "$ORIG" --dir "$E2E" ${AB_ARGS:-${E2E_ARGS:-}} >"$OUT/e2e_ab.md" 2>"$OUT/e2e_ab.err")
+    note "ab: rc=$? in $(($(date +%s) - s)) s (1: a problem in the report, 2: PROVENANCE FAILED)"
+    cat "$OUT/e2e_ab.md" >>"$REPORT"
+  else
+    note "ab: no original wheel carried"
   fi
 fi
 if has compile; then

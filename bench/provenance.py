@@ -101,10 +101,9 @@ def _load_extension_file(name: str, path: str):
     return module
 
 
-def bind_original_extension(orig_dir: str, name: str) -> Tuple[object, str]:
-    """The original's compiled ``name`` from ``orig_dir``, made what ``import name`` returns in
-    this process. Refused when ``orig_dir`` has no compiled file of that name, or when another
-    module of that name was imported already (an interface bound to it would not be rebound)."""
+def original_extension_file(orig_dir: str, name: str) -> str:
+    """The one compiled file of ``name`` directly in ``orig_dir`` (its real path); else
+    ProvenanceError saying what is there."""
     orig_dir = _real(orig_dir)
     files = compiled_files(orig_dir, name)
     if len(files) != 1:
@@ -114,7 +113,24 @@ def bind_original_extension(orig_dir: str, name: str) -> Tuple[object, str]:
             f"original: expected one compiled {name} in {orig_dir}, found {len(files)}"
             + (f" (there: {', '.join(others)})" if others else "")
         )
-    so = files[0]
+    return _real(files[0])
+
+
+def load_original_extension(orig_dir: str, name: str) -> Tuple[object, str]:
+    """The original's compiled ``name`` from ``orig_dir`` as a module object of its own, left out
+    of ``sys.modules`` (so ``import name`` still finds whatever it found before): for a run that
+    holds both sides in one process and hands a client one or the other."""
+    so = original_extension_file(orig_dir, name)
+    module = _load_extension_file(name, so)
+    require_compiled(f"original: {name}", module, orig_dir)
+    return module, so
+
+
+def bind_original_extension(orig_dir: str, name: str) -> Tuple[object, str]:
+    """The original's compiled ``name`` from ``orig_dir``, made what ``import name`` returns in
+    this process. Refused when ``orig_dir`` has no compiled file of that name, or when another
+    module of that name was imported already (an interface bound to it would not be rebound)."""
+    so = original_extension_file(orig_dir, name)
     existing = sys.modules.get(name)
     if existing is not None:
         if is_compiled(module_file(existing)) and _real(module_file(existing)) == so:

@@ -1,0 +1,65 @@
+"""bench/e2e_ab.py's machinery (CPU, no model): the interleaved rounds, the summaries, the
+per-side stand-ins and the check that each row's calls reached its side."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import types
+
+import pytest
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+
+
+@pytest.fixture
+def ab(monkeypatch):
+    monkeypatch.syspath_prepend(BENCH)  # e2e_ab imports its siblings e2e_mamba and provenance
+    for name in ("e2e_ab", "e2e_mamba"):
+        sys.modules.pop(name, None)
+    module = importlib.import_module("e2e_ab")
+    module.CALLS.clear()
+    return module
+
+
+def test_rounds_alternate_the_first_side(ab):
+    seen = []
+    fns = {"ours": lambda: seen.append("ours"), "orig": lambda: seen.append("orig")}
+    switched = []
+    times = ab.interleaved(fns, switched.append, 4, lambda: None)
+    # warm-up in order, then ours first, orig first, ours first, orig first
+    assert seen == ["ours", "orig"] + ["ours", "orig", "orig", "ours"] * 2
+    assert switched == seen  # every call had its side switched in just before it
+    assert {k: len(v) for k, v in times.items()} == {"ours": 4, "orig": 4}
+
+
+def test_summary_ratios(ab):
+    times = {"ours": [1.0, 2.0, 3.0], "orig": [2.0, 2.0, 2.0]}
+    row = ab.summarise(times)
+    assert row["ours"] == (2.0, 1.0, 3.0) and row["orig"] == (2.0, 2.0, 2.0)
+    assert row["ratio"] == 1.0 and row["paired"] == 1.0  # per-round ratios 0.5, 1, 1.5
+    rate = ab.summarise({"ours": [100.0, 100.0, 100.0], "orig": [200.0, 200.0, 200.0]}, rate_work=10)
+    assert rate["ours"][0] == 100.0 and rate["orig"][0] == 50.0  # 10 per 0.1 s, 10 per 0.2 s
+    assert rate["ratio"] == 2.0 and rate["paired"] == 2.0  # ours twice the rate
+
+
+def test_stand_ins_count_per_side_and_the_check_catches_a_stray_call(ab):
+    ours = types.SimpleNamespace(fwd=lambda *a: ("ours", a), bwd=lambda *a: "ours bwd", __file__="/x/ours.py")
+    orig = types.SimpleNamespace(fwd=lambda *a: ("orig", a), bwd=lambda *a: "orig bwd", __file__="/y/orig.so")
+    sides = {"ours": ab.stand_in("ours", ours), "orig": ab.stand_in("orig", orig)}
+    client = types.ModuleType("client")
+    switch = ab.Switch(sides, [client])
+    switch.use("orig")
+    assert client.selective_scan_cuda.fwd(1, 2) == ("orig", (1, 2))
+    assert client.selective_scan_cuda.__file__ == "/y/orig.so"
+    problems = []
+    ab.expect_side("row", "orig", problems)
+    assert problems == [] and not ab.CALLS
+    switch.use("ours")
+    client.selective_scan_cuda.fwd()
+    sides["orig"].bwd()  # a call that went to the other side
+    ab.expect_side("row", "ours", problems)
+    assert len(problems) == 1 and "row (ours)" in problems[0]
+    ab.expect_side("empty row", "ours", problems)  # no calls at all: the fast path was not taken
+    assert len(problems) == 2
