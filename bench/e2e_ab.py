@@ -143,8 +143,6 @@ def expect_side(what: str, side: str, problems: List[str], want: Tuple[str, ...]
 
 def run_dtype(sz: dict, device: str, dtype: torch.dtype, switch: Switch, reps: int, problems: List[str],
               report: dict) -> None:
-    from mamba_ssm.models.config_mamba import MambaConfig
-    from mamba_ssm.models.mixer_seq_simple import MambaLMHeadModel
     from mamba_ssm.modules.mamba_simple import Mamba
 
     sync = (lambda: torch.cuda.synchronize()) if device == "cuda" else (lambda: None)
@@ -161,11 +159,7 @@ def run_dtype(sz: dict, device: str, dtype: torch.dtype, switch: Switch, reps: i
             problems.append(f"{name} {key}: bitwise equal on both sides, so one kernel ran for both")
 
     # the block, training path (mamba_inner_fn)
-    torch.manual_seed(e2e.SEED)
-    block = Mamba(d_model=sz["d_model"]).to(device=device, dtype=dtype)
-    g = torch.Generator().manual_seed(e2e.SEED + 1)
-    x = torch.randn(sz["batch"], sz["block_L"], sz["d_model"], generator=g).to(device=device, dtype=dtype)
-    dy = torch.randn(x.shape, generator=g).to(device=device, dtype=dtype)
+    block, x, dy, g = e2e.mamba_block(Mamba, sz, device, dtype)
     outs, dxs = {}, {}
     for side in SIDES:
         switch.use(side)
@@ -200,17 +194,11 @@ def run_dtype(sz: dict, device: str, dtype: torch.dtype, switch: Switch, reps: i
                 row["ratio"] = row["paired"] = row["ours"][0] / row["orig"][0]
 
     # the language model
-    torch.manual_seed(e2e.SEED)
-    cpu = device != "cuda"
-    cfg = MambaConfig(d_model=sz["d_model"], n_layer=sz["n_layer"], vocab_size=sz["vocab"],
-                      rms_norm=not cpu, fused_add_norm=not cpu)
-    model = MambaLMHeadModel(cfg).to(device=device, dtype=dtype)
-    ids = torch.randint(0, sz["vocab"], (sz["batch"], sz["lm_L"]), generator=g).to(device)
+    model, ids = e2e.mamba_lm(sz, device, dtype, g)
 
     def lm_step():
         model.zero_grad(set_to_none=True)
-        logits = model(ids).logits
-        loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())
+        logits, loss = e2e.next_token_loss(model, ids)
         loss.backward()
         return logits
 

@@ -258,9 +258,40 @@ def block_memory(Mamba, shape, dtype: torch.dtype) -> dict:
             f"block {label} fwd+bwd": timed(step, "cuda", 3)[0]}
 
 
-def run_mamba_ssm(sz: dict, device: str, dtype: torch.dtype, problems: list) -> tuple:
+def mamba_block(Mamba, sz: dict, device: str, dtype: torch.dtype) -> tuple:
+    """(block, x, dy, generator): mamba_ssm's Mamba block, its input and output gradient, from
+    fixed seeds on the CPU, so every process (and both sides of bench/e2e_ab.py) builds the same."""
+    torch.manual_seed(SEED)
+    block = Mamba(d_model=sz["d_model"]).to(device=device, dtype=dtype)
+    g = torch.Generator().manual_seed(SEED + 1)
+    x = torch.randn(sz["batch"], sz["block_L"], sz["d_model"], generator=g).to(device=device, dtype=dtype)
+    dy = torch.randn(x.shape, generator=g).to(device=device, dtype=dtype)
+    return block, x, dy, g
+
+
+def mamba_lm(sz: dict, device: str, dtype: torch.dtype, g: torch.Generator) -> tuple:
+    """(model, ids): mamba_ssm's MambaLMHeadModel and a batch of token ids (its Triton norms on
+    CUDA only), from fixed seeds; ``g`` is the generator mamba_block returned."""
     from mamba_ssm.models.config_mamba import MambaConfig
     from mamba_ssm.models.mixer_seq_simple import MambaLMHeadModel
+
+    torch.manual_seed(SEED)
+    cpu = device != "cuda"
+    cfg = MambaConfig(d_model=sz["d_model"], n_layer=sz["n_layer"], vocab_size=sz["vocab"],
+                      rms_norm=not cpu, fused_add_norm=not cpu)
+    model = MambaLMHeadModel(cfg).to(device=device, dtype=dtype)
+    ids = torch.randint(0, sz["vocab"], (sz["batch"], sz["lm_L"]), generator=g).to(device)
+    return model, ids
+
+
+def next_token_loss(model, ids: torch.Tensor) -> tuple:
+    """(logits, loss): the LM's logits and the cross entropy of each next token, in fp32."""
+    logits = model(ids).logits
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())
+    return logits, loss
+
+
+def run_mamba_ssm(sz: dict, device: str, dtype: torch.dtype, problems: list) -> tuple:
     from mamba_ssm.modules.mamba_simple import Mamba
 
     if device != "cuda":  # CPU smoke run: mamba_ssm's Triton decode step and norms need a GPU
@@ -270,11 +301,7 @@ def run_mamba_ssm(sz: dict, device: str, dtype: torch.dtype, problems: list) -> 
     install_counters_mamba_ssm()
     res, times = {}, Timings()
     # the Mamba block, training path (mamba_inner_fn)
-    torch.manual_seed(SEED)
-    block = Mamba(d_model=sz["d_model"]).to(device=device, dtype=dtype)
-    g = torch.Generator().manual_seed(SEED + 1)
-    x = torch.randn(sz["batch"], sz["block_L"], sz["d_model"], generator=g).to(device=device, dtype=dtype)
-    dy = torch.randn(x.shape, generator=g).to(device=device, dtype=dtype)
+    block, x, dy, g = mamba_block(Mamba, sz, device, dtype)
     xl = x.clone().requires_grad_()
     y = block(xl)
     y.backward(dy)
@@ -298,17 +325,11 @@ def run_mamba_ssm(sz: dict, device: str, dtype: torch.dtype, problems: list) -> 
         times.update(block_memory(Mamba, sz["mem_block"], dtype))
     CALLS.clear()
     # the language model: forward + backward of a next-token loss, then greedy generation
-    torch.manual_seed(SEED)
+    model, ids = mamba_lm(sz, device, dtype, g)
     cpu = device != "cuda"
-    cfg = MambaConfig(d_model=sz["d_model"], n_layer=sz["n_layer"], vocab_size=sz["vocab"],
-                      rms_norm=not cpu, fused_add_norm=not cpu)
-    model = MambaLMHeadModel(cfg).to(device=device, dtype=dtype)
-    ids = torch.randint(0, sz["vocab"], (sz["batch"], sz["lm_L"]), generator=g).to(device)
 
     def lm_loss():
-        logits = model(ids).logits
-        loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten())
-        return logits, loss
+        return next_token_loss(model, ids)
 
     logits, loss = lm_loss()
     loss.backward()
