@@ -121,7 +121,14 @@ def load_original_extension(orig_dir: str, name: str) -> Tuple[object, str]:
     of ``sys.modules`` (so ``import name`` still finds whatever it found before): for a run that
     holds both sides in one process and hands a client one or the other."""
     so = original_extension_file(orig_dir, name)
-    module = _load_extension_file(name, so)
+    before = sys.modules.get(name)
+    try:
+        module = _load_extension_file(name, so)
+    finally:  # CPython enters a single-phase extension module into sys.modules itself
+        if before is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = before
     require_compiled(f"original: {name}", module, orig_dir)
     return module, so
 

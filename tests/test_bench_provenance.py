@@ -158,3 +158,30 @@ def test_binds_the_originals_compiled_extension(tmp_path):
     assert r.returncode == 0, r.stderr
     assert f"mamba_ssm.ops.selective_scan_interface.selective_scan_cuda: {os.path.realpath(so)}" in r.stdout
     assert "mamba_ssm 0.0.fake from" in r.stdout
+
+
+def test_loads_the_original_beside_ours(tmp_path):
+    # bench/e2e_ab.py holds both sides: the original's compiled file comes back as a module of
+    # its own, and `import selective_scan_cuda` still finds ours (a single-phase extension like
+    # this one would otherwise be entered into sys.modules by the import machinery)
+    orig = fake_original(tmp_path)
+    src = tmp_path / "ext.c"
+    src.write_text(textwrap.dedent("""
+        #include <Python.h>
+        static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "selective_scan_cuda", NULL, -1, NULL};
+        PyMODINIT_FUNC PyInit_selective_scan_cuda(void) { return PyModule_Create(&def); }
+    """))
+    so = os.path.join(orig, f"selective_scan_cuda{EXT_SUFFIX}")
+    inc = sysconfig.get_paths()["include"]
+    subprocess.run(["cc", "-shared", "-fPIC", f"-I{inc}", str(src), "-o", so], check=True, timeout=120)
+    r = helper("""
+        import selective_scan_cuda as ours
+        module, path = provenance.load_original_extension(sys.path[-1], "selective_scan_cuda")
+        assert module is not ours and module.__file__ == path, (module, path)
+        assert sys.modules["selective_scan_cuda"] is ours, sys.modules["selective_scan_cuda"]
+        import selective_scan_cuda
+        assert selective_scan_cuda is ours
+        print(path)
+    """, orig)
+    assert r.returncode == 0, r.stderr
+    assert os.path.realpath(so) in r.stdout
