@@ -38,6 +38,22 @@ def fake_original(tmp_path, ext_source: str = "") -> str:
     return str(orig)
 
 
+def compiled_original(tmp_path) -> tuple:
+    """(install dir, .so path): fake_original plus a real compiled selective_scan_cuda, a
+    single-phase extension module built with the C compiler."""
+    orig = fake_original(tmp_path)
+    src = tmp_path / "ext.c"
+    src.write_text(textwrap.dedent("""
+        #include <Python.h>
+        static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "selective_scan_cuda", NULL, -1, NULL};
+        PyMODINIT_FUNC PyInit_selective_scan_cuda(void) { return PyModule_Create(&def); }
+    """))
+    so = os.path.join(orig, f"selective_scan_cuda{EXT_SUFFIX}")
+    inc = sysconfig.get_paths()["include"]
+    subprocess.run(["cc", "-shared", "-fPIC", f"-I{inc}", str(src), "-o", so], check=True, timeout=120)
+    return orig, so
+
+
 def helper(code: str, *path_after: str) -> subprocess.CompletedProcess:
     """Run ``code`` with the helper imported, this checkout first on sys.path, ``path_after``
     appended after it (as the old harness appended the original's directory)."""
@@ -139,16 +155,7 @@ def test_ours_client_binds_our_compat_module(tmp_path):
 def test_binds_the_originals_compiled_extension(tmp_path):
     # the fix: a real compiled selective_scan_cuda in the original's dir is what its interface
     # binds, although ours is first on sys.path; its file is reported
-    orig = fake_original(tmp_path)
-    src = tmp_path / "ext.c"
-    src.write_text(textwrap.dedent("""
-        #include <Python.h>
-        static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "selective_scan_cuda", NULL, -1, NULL};
-        PyMODINIT_FUNC PyInit_selective_scan_cuda(void) { return PyModule_Create(&def); }
-    """))
-    so = os.path.join(orig, f"selective_scan_cuda{EXT_SUFFIX}")
-    inc = sysconfig.get_paths()["include"]
-    subprocess.run(["cc", "-shared", "-fPIC", f"-I{inc}", str(src), "-o", so], check=True, timeout=120)
+    orig, so = compiled_original(tmp_path)
     r = helper("""
         iface, lines = provenance.load_original_scan(sys.path[-1])
         import selective_scan_cuda
@@ -164,16 +171,7 @@ def test_loads_the_original_beside_ours(tmp_path):
     # bench/e2e_ab.py holds both sides: the original's compiled file comes back as a module of
     # its own, and `import selective_scan_cuda` still finds ours (a single-phase extension like
     # this one would otherwise be entered into sys.modules by the import machinery)
-    orig = fake_original(tmp_path)
-    src = tmp_path / "ext.c"
-    src.write_text(textwrap.dedent("""
-        #include <Python.h>
-        static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "selective_scan_cuda", NULL, -1, NULL};
-        PyMODINIT_FUNC PyInit_selective_scan_cuda(void) { return PyModule_Create(&def); }
-    """))
-    so = os.path.join(orig, f"selective_scan_cuda{EXT_SUFFIX}")
-    inc = sysconfig.get_paths()["include"]
-    subprocess.run(["cc", "-shared", "-fPIC", f"-I{inc}", str(src), "-o", so], check=True, timeout=120)
+    orig, so = compiled_original(tmp_path)
     r = helper("""
         import selective_scan_cuda as ours
         module, path = provenance.load_original_extension(sys.path[-1], "selective_scan_cuda")
