@@ -51,6 +51,7 @@ _ARRAY_RE = re.compile(r"(?<!\w)(\w+|>)\s*[*&\s]\s*(\w+)\s*\[([^\[\]]+)\]\s*(?=[
 _NOT_TYPES = {"return", "else", "case", "throw", "delete", "new", "goto", "co_return", "co_yield", "do",
               "sizeof", "typeid", "decltype", "alignof", "and", "or", "not"}
 _CONST_WORDS = {"const", "constexpr", "static", "consteval"}
+_EXPRESSION_ENDS = set("=+-*/%^|&?:!~")  # a character that leaves an expression open
 _LAMBDA_RE = re.compile(r"\[[\w\s&=,*]*\]\s*(?:\([^()]*\))?\s*(?:mutable\s*)?"
                         r"(?:->\s*[\w:<>]+\s*)?\{")
 _CONSTEXPR_DECL_RE = re.compile(
@@ -183,6 +184,11 @@ def _check_vlas(path: str, code: str, spans: List[tuple[int, int]]) -> Iterable[
     runtime = _runtime_names(code)
     for m in _ARRAY_RE.finditer(code):
         if m.group(1) in _NOT_TYPES or any(a <= m.start() < b for a, b in spans):
+            continue
+        # `acc += d * x[k];` is a product in an expression, not a declaration of x: an operator
+        # right before the "type" word (a declaration starts a statement)
+        before = code[: m.start()].rstrip()
+        if before and before[-1] in _EXPRESSION_ENDS:
             continue
         name, bound = m.group(2), m.group(3)
         # Identifiers of the bound, not members (a.n, p->n) nor qualified static members (T::kN).

@@ -72,6 +72,13 @@ def test_vla_with_runtime_local_bound_flagged():
     assert rules(src) == [("vla", 3)]
 
 
+def test_product_in_an_expression_is_no_declaration():
+    # `d * xm[k]` after an operator multiplies; the same words starting a statement declare
+    src = "void f(int k, float d) {\n  float acc = 0;\n  acc += d * xm[k];\n  acc = d * xm[k];\n}\n"
+    assert rules(src) == []
+    assert rules("void f(int k) {\n  float * xm[k];\n}\n") == [("vla", 2)]
+
+
 def test_constant_bounds_not_flagged():
     src = (
         "template <int kNThreads, int kWidth>\n"
