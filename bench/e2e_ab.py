@@ -35,7 +35,6 @@ import statistics
 import sys
 import time
 import types
-from collections import Counter
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -44,25 +43,16 @@ import provenance
 import torch
 
 SIDES = ("ours", "orig")
-CALLS: Counter = Counter()  # (side, "fwd" / "bwd") -> calls
+CALLS = e2e.CALLS  # "<side>:fwd" / "<side>:bwd" -> calls, counted by e2e_mamba.counting
 
 
 def stand_in(side: str, module) -> types.ModuleType:
-    """A module whose fwd and bwd forward to ``module``'s, counting the calls per side (the same
-    wrapper on both sides, so its cost is too)."""
+    """A module whose fwd and bwd forward to ``module``'s through e2e_mamba's counting wrapper,
+    named per side (the same wrapper on both sides, so its cost is too)."""
     m = types.ModuleType(f"selective_scan_cuda ({side})")
     m.__file__ = provenance.module_file(module)
-    fwd, bwd = module.fwd, module.bwd
-
-    def counted_fwd(*args):
-        CALLS[side, "fwd"] += 1
-        return fwd(*args)
-
-    def counted_bwd(*args):
-        CALLS[side, "bwd"] += 1
-        return bwd(*args)
-
-    m.fwd, m.bwd = counted_fwd, counted_bwd
+    m.fwd = e2e.counting(f"{side}:fwd", module.fwd)
+    m.bwd = e2e.counting(f"{side}:bwd", module.bwd)
     return m
 
 
@@ -134,8 +124,8 @@ def load_sides(orig_dir: str, device: str) -> Tuple[Dict[str, types.ModuleType],
 def expect_side(what: str, side: str, problems: List[str], want: Tuple[str, ...] = ("fwd",)) -> None:
     """Every call since the last check went to ``side``, and there were some."""
     other = [s for s in SIDES if s != side][0]
-    got = {k: CALLS[side, k] for k in want}
-    stray = sum(v for (s, _), v in CALLS.items() if s == other)
+    got = {k: CALLS[f"{side}:{k}"] for k in want}
+    stray = sum(v for name, v in CALLS.items() if name.startswith(f"{other}:"))
     if stray or not all(got.values()):
         problems.append(f"{what} ({side}): calls {dict(CALLS)}, expected only {side}'s {want}")
     CALLS.clear()
