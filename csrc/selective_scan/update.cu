@@ -52,6 +52,8 @@ enum Mode : int { kOne = 0, kPair = 1, kWide = 2 };
 // kernel checks n), a multiply-high and a shift: q = (umulhi(n, m) + n) >> l with
 // l = ceil(log2 d), m = floor(2^32 (2^l - d) / d) + 1, exact for every such n and d. Else a
 // 64-bit division (a long subroutine, for sizes no GPU holds today).
+__device__ __forceinline__ uint32_t div_by(uint32_t n, uint32_t m, uint32_t l) { return (__umulhi(n, m) + n) >> l; }
+
 struct Divider {
   int64_t d = 1;
   uint32_t m = 1, l = 0;
@@ -63,13 +65,8 @@ struct Divider {
     while ((int64_t(1) << l) < div) ++l;
     m = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << l) - uint64_t(div))) / uint64_t(div) + 1);
   }
-  // n / d for 0 <= n < 2^31 when `fits` (the lean kernel's launcher checks both).
-  __device__ __forceinline__ uint32_t div32(uint32_t n) const { return (__umulhi(n, m) + n) >> l; }
   __device__ __forceinline__ int64_t div(int64_t n) const {
-    if (fits && (n >> 31) == 0) {
-      const uint32_t u = uint32_t(n);
-      return int64_t((__umulhi(u, m) + u) >> l);
-    }
+    if (fits && (n >> 31) == 0) return int64_t(div_by(uint32_t(n), m, l));
     return n / d;
   }
 };
@@ -545,6 +542,52 @@ struct Lean {
   bool A_bcast = false;
 };
 
+// Everything the lean kernel reads, packed into 200-odd bytes: pointers, then 32-bit strides
+// (lean_fits has checked every offset against 2^31), then the launch shape and flags. The step
+// is too short to hide the kernel's first reads of its parameters, and StateUpdateParams with
+// Lean spreads them over 520 bytes of constant memory; these fit a few cache lines, read in the
+// order the kernel needs them.
+struct LeanParams {
+  const void* slot_idx;
+  void* state;
+  const void* A;
+  const void* x;
+  const void* dt;
+  const void* z;  // or null
+  const void* D;  // or null
+  const void* dt_bias;  // or null
+  const void* B;
+  const void* C;
+  void* out;
+  int64_t nslots;
+  int32_t dim, dstate;
+  int32_t slot_idx_s;
+  int32_t state_s0, state_s1, state_s2;
+  int32_t A_s0, A_s1;
+  int32_t x_s0, x_s1, x_s2;
+  int32_t dt_s0, dt_s1, dt_s2;
+  int32_t z_s0, z_s1, z_s2;
+  int32_t D_s0, D_s1;
+  int32_t bias_s0, bias_s1;
+  int32_t B_s0, B_s1;
+  int32_t C_s0, C_s1;
+  int32_t out_s0, out_s1, out_s2;
+  uint32_t group_m, group_l;  // by_group's multiplier and shift (div_by; lean_fits checks by_group.fits)
+  int32_t passes;
+  int8_t lanes_log2;
+  bool slot_idx_64, dt_softplus, A_bcast, D_f32, bias_f32;
+};
+
+// A per-channel weight (D, dt_bias) of the lean kernel: fp32 or T, the flag warp-uniform.
+template <typename T>
+__device__ __forceinline__ float lean_weight(const void* ptr, bool f32, int32_t i) {
+  if constexpr (std::is_same<T, float>::value) {
+    return load_typed<float>(ptr, i);
+  } else {
+    return f32 ? load_typed<float>(ptr, i) : load_typed<T>(ptr, i);
+  }
+}
+
 // Blocks of kThreads per SM, as many as the registers of kP interleaved passes allow without
 // spilling: a pass holds a chunk of state and one of A (8 fp32 values for 16-bit states), and
 // fp32 activations double B and C.
@@ -556,38 +599,38 @@ constexpr int lean_min_blocks() {
 
 template <typename S, typename T, int kP>
 __global__ void __launch_bounds__(kThreads, lean_min_blocks<S, T, kP>())
-    state_update_lean(const StateUpdateParams p, const Lean ln) {
+    state_update_lean(const LeanParams p) {
   constexpr int V = 16 / int(sizeof(S));
   using I = int32_t;
   const int lane = int(threadIdx.x) & 31;
-  const int lg = ln.lanes_log2, lanes = 1 << lg;
+  const int lg = p.lanes_log2, lanes = 1 << lg;
   const int rows_log2 = 5 - lg;  // rows per pass = 32 / lanes
-  const int passes = kP == 1 ? 1 : ln.passes;
+  const int passes = kP == 1 ? 1 : p.passes;
   const I rows = I(passes) << rows_log2;
   const I d0 = (I(blockIdx.x) * I(blockDim.x >> 5) + I(threadIdx.x >> 5)) * rows;
   const I h = I(blockIdx.y), b = I(blockIdx.z);
 
   int64_t slot = b;
   if (p.slot_idx != nullptr) {
-    const I o = b * I(p.slot_idx_s);
+    const I o = b * p.slot_idx_s;
     slot = p.slot_idx_64 ? static_cast<const int64_t*>(p.slot_idx)[o] : static_cast<const int32_t*>(p.slot_idx)[o];
   }
   const I dj = d0 + lane;  // the row whose scalars this lane computes
-  const bool own_ok = lane < rows && dj < I(p.dim);
+  const bool own_ok = lane < rows && dj < p.dim;
   const I dcj = own_ok ? dj : 0;
   if (slot < 0 || slot >= p.nslots) {  // uniform: a padded row (0) or an index past the cache (NaN)
     const float kNaN = __int_as_float(0x7fc00000);
     if (own_ok) {
-      static_cast<T*>(p.out)[b * I(p.out_s0) + h * I(p.out_s1) + dcj * I(p.out_s2)] = from_float<T>(slot < 0 ? 0.0f : kNaN);
+      static_cast<T*>(p.out)[b * p.out_s0 + h * p.out_s1 + dcj * p.out_s2] = from_float<T>(slot < 0 ? 0.0f : kNaN);
     }
     return;
   }
   const int c = lane & (lanes - 1);  // this thread's chunk of a row in every pass
   const I nc = I(c) * V;
-  const bool chunk_ok = nc < I(p.dstate);  // whole chunks: dstate % V == 0
+  const bool chunk_ok = nc < p.dstate;  // whole chunks: dstate % V == 0
   const I ncc = chunk_ok ? nc : 0;
-  S* const st = static_cast<S*>(p.state) + I(slot) * I(p.state_s0) + h * I(p.state_s1) + nc;
-  const float* const A = static_cast<const float*>(p.A.ptr) + h * I(p.A.s0);
+  S* const st = static_cast<S*>(p.state) + I(slot) * p.state_s0 + h * p.state_s1 + nc;
+  const float* const A = static_cast<const float*>(p.A) + h * p.A_s0;
   const I row0 = d0 + I(lane >> lg);  // this thread's row in pass 0; pass q adds q << rows_log2
 
   Chunk<S, V> sc[kP];
@@ -596,31 +639,32 @@ __global__ void __launch_bounds__(kThreads, lean_min_blocks<S, T, kP>())
 #pragma unroll
     for (int i = 0; i < kP; ++i) {
       const I d = row0 + (I(q0 + i) << rows_log2);
-      if (chunk_ok && d < I(p.dim)) {
-        sc[i].load_vec(st + d * I(p.state_s2));
-        if (!ln.A_bcast) ac[i].load_vec(A + d * I(p.A.s1) + nc);
+      if (chunk_ok && d < p.dim) {
+        sc[i].load_vec(st + d * p.state_s2);
+        if (!p.A_bcast) ac[i].load_vec(A + d * p.A_s1 + nc);
       } else {
         sc[i].zero();
-        if (!ln.A_bcast) ac[i].zero();
+        if (!p.A_bcast) ac[i].zero();
       }
     }
   };
-  load_group(0);
-
+  // The row's scalars first: dt and dt_bias start the longest chain (the softplus, then the
+  // shuffles), which then runs while the state, A, B and C are still on their way.
   float x = 0.0f, dt = 0.0f, z = 0.0f, Dv = 0.0f, bias = 0.0f, a1 = 0.0f;
   if (own_ok) {
-    x = load_typed<T>(p.x.ptr, b * I(p.x.s0) + h * I(p.x.s1) + dcj * I(p.x.s2));
-    dt = load_typed<T>(p.dt.ptr, b * I(p.dt.s0) + h * I(p.dt.s1) + dcj * I(p.dt.s2));
-    if (p.z.ptr != nullptr) z = load_typed<T>(p.z.ptr, b * I(p.z.s0) + h * I(p.z.s1) + dcj * I(p.z.s2));
-    if (p.D.ptr != nullptr) Dv = load_weight<T>(p.D, h * I(p.D.s0) + dcj * I(p.D.s1));
-    if (p.dt_bias.ptr != nullptr) bias = load_weight<T>(p.dt_bias, h * I(p.dt_bias.s0) + dcj * I(p.dt_bias.s1));
-    if (ln.A_bcast) a1 = A[dcj * I(p.A.s1)];
+    dt = load_typed<T>(p.dt, b * p.dt_s0 + h * p.dt_s1 + dcj * p.dt_s2);
+    if (p.dt_bias != nullptr) bias = lean_weight<T>(p.dt_bias, p.bias_f32, h * p.bias_s0 + dcj * p.bias_s1);
+    x = load_typed<T>(p.x, b * p.x_s0 + h * p.x_s1 + dcj * p.x_s2);
+    if (p.z != nullptr) z = load_typed<T>(p.z, b * p.z_s0 + h * p.z_s1 + dcj * p.z_s2);
+    if (p.D != nullptr) Dv = lean_weight<T>(p.D, p.D_f32, h * p.D_s0 + dcj * p.D_s1);
+    if (p.A_bcast) a1 = A[dcj * p.A_s1];
   }
+  load_group(0);
   Chunk<T, V> Bc, Cc;  // the same for every row of the block
-  const I grp = I(ln.by_group.div32(uint32_t(h)));
+  const I grp = I(div_by(uint32_t(h), p.group_m, p.group_l));
   if (chunk_ok) {
-    Bc.load_vec(static_cast<const T*>(p.B.ptr) + b * I(p.B.s0) + grp * I(p.B.s1) + ncc);
-    Cc.load_vec(static_cast<const T*>(p.C.ptr) + b * I(p.C.s0) + grp * I(p.C.s1) + ncc);
+    Bc.load_vec(static_cast<const T*>(p.B) + b * p.B_s0 + grp * p.B_s1 + ncc);
+    Cc.load_vec(static_cast<const T*>(p.C) + b * p.C_s0 + grp * p.C_s1 + ncc);
   } else {
     Bc.zero();
     Cc.zero();
@@ -628,7 +672,7 @@ __global__ void __launch_bounds__(kThreads, lean_min_blocks<S, T, kP>())
   float dtv = dt + bias;
   if (p.dt_softplus) dtv = softplus(dtv);
   const float dtx = dtv * x, Dx = Dv * x;
-  const float gate = p.z.ptr != nullptr ? silu(z) : 1.0f;
+  const float gate = p.z != nullptr ? silu(z) : 1.0f;
 
   for (int q0 = 0;;) {
 #pragma unroll
@@ -636,20 +680,20 @@ __global__ void __launch_bounds__(kThreads, lean_min_blocks<S, T, kP>())
       const int r = ((q0 + i) << rows_log2) + (lane >> lg);  // the pass's row, as a lane
       const float dtv_r = __shfl_sync(kFullMask, dtv, r), dtx_r = __shfl_sync(kFullMask, dtx, r);
       const float Dx_r = __shfl_sync(kFullMask, Dx, r), gate_r = __shfl_sync(kFullMask, gate, r);
-      if (ln.A_bcast) {
+      if (p.A_bcast) {
         const uint32_t w = __float_as_uint(__shfl_sync(kFullMask, a1, r));
 #pragma unroll
         for (int k = 0; k < Chunk<float, V>::kWords; ++k) ac[i].u[k] = w;
       }
       const float acc = row_sum(chunk_step(sc[i], ac[i], Bc, Cc, dtv_r, dtx_r), lanes);
       const I d = d0 + r;
-      if (d < I(p.dim)) {
+      if (d < p.dim) {
         if (c == 0) {
-          float o = p.D.ptr != nullptr ? acc + Dx_r : acc;
-          if (p.z.ptr != nullptr) o *= gate_r;
-          static_cast<T*>(p.out)[b * I(p.out_s0) + h * I(p.out_s1) + d * I(p.out_s2)] = from_float<T>(o);
+          float o = p.D != nullptr ? acc + Dx_r : acc;
+          if (p.z != nullptr) o *= gate_r;
+          static_cast<T*>(p.out)[b * p.out_s0 + h * p.out_s1 + d * p.out_s2] = from_float<T>(o);
         }
-        if (chunk_ok) sc[i].store_vec(st + d * I(p.state_s2));
+        if (chunk_ok) sc[i].store_vec(st + d * p.state_s2);
       }
     }
     q0 += kP;
@@ -753,6 +797,48 @@ bool lean_fits(const StateUpdateParams& p, const Shape& sh) {
   return true;
 }
 
+// The lean kernel's parameters from the step's (lean_fits has checked that each offset, and so
+// each stride that is ever multiplied by a non-zero index, fits 32 bits).
+LeanParams lean_params(const StateUpdateParams& p, const Lean& ln) {
+  auto i32 = [](int64_t v) { return int32_t(v); };
+  LeanParams q{};
+  q.slot_idx = p.slot_idx;
+  q.state = p.state;
+  q.A = p.A.ptr;
+  q.x = p.x.ptr;
+  q.dt = p.dt.ptr;
+  q.z = p.z.ptr;
+  q.D = p.D.ptr;
+  q.dt_bias = p.dt_bias.ptr;
+  q.B = p.B.ptr;
+  q.C = p.C.ptr;
+  q.out = p.out;
+  q.nslots = p.nslots;
+  q.dim = i32(p.dim);
+  q.dstate = i32(p.dstate);
+  q.slot_idx_s = i32(p.slot_idx_s);
+  q.state_s0 = i32(p.state_s0), q.state_s1 = i32(p.state_s1), q.state_s2 = i32(p.state_s2);
+  q.A_s0 = i32(p.A.s0), q.A_s1 = i32(p.A.s1);
+  q.x_s0 = i32(p.x.s0), q.x_s1 = i32(p.x.s1), q.x_s2 = i32(p.x.s2);
+  q.dt_s0 = i32(p.dt.s0), q.dt_s1 = i32(p.dt.s1), q.dt_s2 = i32(p.dt.s2);
+  q.z_s0 = i32(p.z.s0), q.z_s1 = i32(p.z.s1), q.z_s2 = i32(p.z.s2);
+  q.D_s0 = i32(p.D.s0), q.D_s1 = i32(p.D.s1);
+  q.bias_s0 = i32(p.dt_bias.s0), q.bias_s1 = i32(p.dt_bias.s1);
+  q.B_s0 = i32(p.B.s0), q.B_s1 = i32(p.B.s1);
+  q.C_s0 = i32(p.C.s0), q.C_s1 = i32(p.C.s1);
+  q.out_s0 = i32(p.out_s0), q.out_s1 = i32(p.out_s1), q.out_s2 = i32(p.out_s2);
+  q.group_m = ln.by_group.m;
+  q.group_l = ln.by_group.l;
+  q.passes = ln.passes;
+  q.lanes_log2 = int8_t(ln.lanes_log2);
+  q.slot_idx_64 = p.slot_idx_64;
+  q.dt_softplus = p.dt_softplus;
+  q.A_bcast = ln.A_bcast;
+  q.D_f32 = p.D.dtype == DType::kFloat32;
+  q.bias_f32 = p.dt_bias.dtype == DType::kFloat32;
+  return q;
+}
+
 template <typename S, typename T, int kP>
 cudaError_t launch_lean_as(const StateUpdateParams& p, const Lean& ln, cudaStream_t stream) {
   const int64_t warp_rows = int64_t(ln.passes) << (5 - ln.lanes_log2);
@@ -760,7 +846,7 @@ cudaError_t launch_lean_as(const StateUpdateParams& p, const Lean& ln, cudaStrea
   const int64_t blocks = (p.dim + warp_rows * warps - 1) / (warp_rows * warps);
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
   const dim3 grid(unsigned(blocks), unsigned(p.nheads), unsigned(p.batch));
-  state_update_lean<S, T, kP><<<grid, 32 * warps, 0, stream>>>(p, ln);
+  state_update_lean<S, T, kP><<<grid, 32 * warps, 0, stream>>>(lean_params(p, ln));
   return cudaGetLastError();
 }
 
