@@ -6,11 +6,16 @@ Importing this module loads ``selective_scan._cuda``, whose C++ side registers
 ``torch.compile(fullgraph=True)`` traces them without graph breaks.
 
 Contract of the ops (the binding checks every rule):
-  fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus, keep_y) -> (out, out_z, ckpt)
+  fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus, keep_y, state_steps=64,
+      state_count=-1, state_pairs=False) -> (out, out_z, ckpt)
     B/C fixed (dim, dstate) in A's dtype or variable (batch, ngroups, dstate, L [x2]) in u's
     dtype; out = y without the z gate (empty unless keep_y); out_z = y silu(z) (empty without
-    z), so without keep_y and z only ckpt is written; ckpt = float32 (batch, dim, ceil(L / 64),
-    dstate [x2]): the state after every 64 steps, whose last entry is the final state.
+    z), so without keep_y and z only ckpt is written; ckpt = float32 (batch, dim, state_count,
+    dstate [x2]), slot k the state after min((k + 1) state_steps, L) steps. state_steps: 64
+    times a power of two; state_count: -1 for ceil(L / state_steps), or one more when L > 0;
+    state_pairs (an even count): slots 2r and 2r + 1 interleaved state by state, the memory
+    order (batch, dim, count / 2, dstate, 2 [x2]). The default is what bwd reads: the state
+    after every 64 steps, the last slot the final state.
   bwd(u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, out_z, delta_softplus)
     -> (du, ddelta, dA, dB, dC, dD, ddelta_bias); dz written in place when z is given, and
     out_z = y silu(z) (from the given y) when it is not empty.
@@ -34,11 +39,13 @@ def _state_floats(A: Tensor) -> int:
 
 
 @register_fake("selective_scan_fwd")
-def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, keep_y):
+def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, keep_y, state_steps=CHUNK, state_count=-1,
+              state_pairs=False):
     batch, dim, L = u.shape
     out = torch.empty_like(delta) if keep_y else u.new_empty((0,))
     out_z = torch.empty_like(delta) if z is not None else u.new_empty((0,))
-    ckpt = u.new_empty((batch, dim, -(-L // CHUNK), _state_floats(A)), dtype=torch.float32)
+    count = state_count if state_count >= 0 else -(-L // state_steps)
+    ckpt = u.new_empty((batch, dim, count, _state_floats(A)), dtype=torch.float32)
     return out, out_z, ckpt
 
 

@@ -24,8 +24,11 @@ which checks its shape. What the rows hold follows ``MAMBA_KERNELS_SCAN_STATES``
   checkpoints 2r and 2r + 1 in its even and odd slots; the last row's odd slots always hold the
   last state). ``bwd`` starts from them.
 * ``recompute`` (what ``auto``, the default, means here): the original's shape, one row per
-  2048 steps, the last state in the last row's odd slots and zeros elsewhere; ``bwd``
-  recomputes the states (one more forward pass) instead of keeping them between the passes.
+  2048 steps, the last state in the last row's odd slots. On CUDA the kernel writes x itself:
+  row r's even slots hold the state after min(2048 r + 1024, L) steps, its odd slots the state
+  after min(2048 (r + 1), L); the PyTorch path leaves zeros in every slot but the last state's.
+  ``bwd`` recomputes the states (one more forward pass) instead of keeping them between the
+  passes.
 
 Unlike the original, CPU tensors (and float64) work too: they run the PyTorch implementation,
 which keeps the same contract. The last state with a fixed (2-D) B is the true state h, as
@@ -136,6 +139,21 @@ def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> List[Tensor]:
     groups = _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
     form = knobs.scan_states_for(knobs.RECOMPUTE)
     if _compiled(u, A):
+        if form == "recompute":
+            # x straight from the kernel: a state every 1024 steps, slots 2r and 2r + 1
+            # interleaved into row r (no kernel launches of its own: they cost more host time
+            # than the scan's launch)
+            batch, dim, L = u.shape
+            rows = -(-L // ORIGINAL_CHUNK)
+            out, out_z, ckpt = _ops_module().fwd(
+                u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, delta_softplus, True,
+                ORIGINAL_CHUNK // 2, 2 * rows, True,
+            )
+            if A.is_complex():
+                x = torch.view_as_complex(ckpt.view(batch, dim, rows, 2 * A.shape[1], 2))
+            else:
+                x = ckpt.view(batch, dim, rows, 2 * A.shape[1])
+            return [out, x, out_z] if z is not None else [out, x]
         out, out_z, ckpt = _ops_module().fwd(
             u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, delta_softplus, True
         )

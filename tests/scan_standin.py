@@ -35,21 +35,29 @@ class StandInKernel:
         monkeypatch.setattr(selective_scan, "_ops", kernel, raising=False)
         return kernel
 
-    def fwd(self, u, delta, A, B, C, D, z, delta_bias, softplus, keep_y):
+    def fwd(self, u, delta, A, B, C, D, z, delta_bias, softplus, keep_y, state_steps=CHUNK, state_count=-1,
+            state_pairs=False):
         self.keep_y.append(keep_y)
         L, per = u.shape[-1], 2 if A.is_complex() else 1
 
         def upto(t, end):  # variable B/C: the first `end` steps; fixed ones as they are
             return t[..., : per * end] if t.dim() > 2 else t
 
+        count = state_count if state_count >= 0 else -(-L // state_steps)
         states = []
-        for end in list(range(self.CHUNK, L, self.CHUNK)) + [L]:
+        for k in range(count):
+            end = min((k + 1) * state_steps, L)
             prefix = (u[..., :end], delta[..., :end], A, upto(B, end), upto(C, end), D)
             _, last = selective_scan_ref(*prefix, None, delta_bias, softplus, True)
             states.append(torch.view_as_real(last).flatten(-2) if A.is_complex() else last)
+        ckpt = torch.stack(states, 2).float()
+        if state_pairs:  # (b, d, count / 2, 2, dstate, per) stored as (b, d, count / 2, dstate, 2, per)
+            b, d, _, nf = ckpt.shape
+            pairs = ckpt.view(b, d, count // 2, 2, nf // per, per).transpose(3, 4).contiguous()
+            ckpt = pairs.view(b, d, count, nf)
         y = selective_scan_ref(u, delta, A, B, C, D, None, delta_bias, softplus)
         out_z = y * F.silu(z) if z is not None else u.new_empty((0,))
-        return (y if keep_y else u.new_empty((0,))), out_z, torch.stack(states, 2).float()
+        return (y if keep_y else u.new_empty((0,))), out_z, ckpt
 
     def bwd(self, u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, out_z, softplus):
         self.bwd_states = ckpt.clone()

@@ -363,6 +363,53 @@ def test_forward_outputs_left_out(ops, batch, dim):
     assert torch.equal(y, out) and torch.equal(states, ckpt)
 
 
+# (batch, dim, dstate, complex): the lane forward at 1, 2 and 4 states per lane, the general
+# forward (dstate 24, complex A), and its two-pass segmented form (few channels, long sequence)
+KEPT_STATE_CASES = [(2, 8, 16, False), (1, 6144, 16, False), (1, 12288, 16, False), (2, 8, 24, False),
+                    (1, 4, 8, True), (1, 2, 32, False)]
+
+
+@pytest.mark.parametrize("batch,dim,dstate,cplx", KEPT_STATE_CASES)
+@pytest.mark.parametrize("L", [1, 1000, 1024, 1025, 2048, 2049, 4100])
+def test_forward_keeps_a_state_every_1024_steps_in_pairs(ops, batch, dim, dstate, cplx, L):
+    """state_steps 1024 with the original's x layout (2 ceil(L / 2048) slots, pairs interleaved):
+    slot k is bitwise the 64-step forward's state after min(1024 (k + 1), L) steps, the outputs
+    are bitwise the same, and the slot past the final state (when L % 2048 is 1..1024) holds it."""
+    inp = make_inputs(batch, dim, L, dstate, torch.bfloat16, cplx=cplx)
+    args = [inp[k] for k in NAMES]
+    out, out_z, ckpt = ops.fwd(*args, True, True)
+    rows = -(-L // 2048)
+    nc = ckpt.shape[2]
+    _poison_allocator(ckpt.numel() * 4)
+    out2, out_z2, x = ops.fwd(*args, True, True, 1024, 2 * rows, True)
+    assert torch.equal(out2, out) and torch.equal(out_z2, out_z)
+    per = 2 if cplx else 1
+    assert x.shape == (batch, dim, 2 * rows, dstate * per)
+    slots = x.view(batch, dim, rows, dstate, 2, per).transpose(3, 4).reshape(ckpt.shape[:2] + (2 * rows, -1))
+    want = ckpt[:, :, [min(16 * (k + 1), nc) - 1 for k in range(2 * rows)]]
+    assert torch.equal(slots, want)
+    # contiguous slots, and the default count
+    _, _, flat = ops.fwd(*args, True, True, 1024)
+    assert torch.equal(flat, want[:, :, : -(-L // 1024)])
+
+
+def test_forward_state_arguments_are_checked(ops):
+    inp = make_inputs(1, 4, 3000, 16, torch.float32)
+    args = [inp[k] for k in NAMES]
+    for steps in (0, -64, 100, 192):
+        with pytest.raises(RuntimeError, match=f"state_steps must be 64 times a power of two.*got {steps}"):
+            ops.fwd(*args, True, True, steps)
+    for count in (0, 1, 4, -2):
+        rule = "state_count must be -1, ceil.L / state_steps. = 3 or one more"
+        with pytest.raises(RuntimeError, match=f"{rule}.*got {count}"):
+            ops.fwd(*args, True, True, 1024, count)
+    with pytest.raises(RuntimeError, match="state_pairs needs an even state_count, got 3"):
+        ops.fwd(*args, True, True, 1024, 3, True)
+    empty = make_inputs(1, 4, 0, 16, torch.float32)
+    with pytest.raises(RuntimeError, match="= 0 .L = 0"):
+        ops.fwd(*[empty[k] for k in NAMES], True, True, 1024, 1)
+
+
 def test_bitwise_repeatable(ops):
     """Two runs agree bitwise (no atomics): many channel blocks, groups, variable B/C."""
     from selective_scan import selective_scan_fn

@@ -302,10 +302,22 @@ __global__ void __launch_bounds__(FwdPolicy::kThreads, FwdPolicy::kMinBlocks) fw
     }
     const int64_t t_end = t0 + valid;
     if (active && (t_end % kChunk == 0 || t_end == L)) {
-      float* dst = p.ckpt + ((b * p.dim + d) * n_chunks + (t_end - 1) / kChunk) * NF + n0 * kF;
+      const int64_t c = (t_end - 1) / kChunk;
+      const bool final_chunk = t_end == L;
+      if (final_chunk || ((c + 1) & ((int64_t(1) << p.ckpt_shift) - 1)) == 0) {
+        // slot c / 2^ckpt_shift; the final state fills the one slot a layout may have after it
+        const int64_t k = c >> p.ckpt_shift, bd = b * p.dim + d;
+        const int e = ckpt_elem_step(p);
+        float* dst = ckpt_slot(p, bd, k, NF, kF) + n0 * kF * e;
+        float* dst2 = final_chunk && k + 1 < p.ckpt_count ? ckpt_slot(p, bd, k + 1, NF, kF) + n0 * kF * e : nullptr;
 #pragma unroll
-      for (int j = 0; j < kSF; ++j) {
-        if (n0 * kF + j < NF) dst[j] = h[j];
+        for (int j = 0; j < kSF; ++j) {
+          if (n0 * kF + j < NF) {
+            const int at = (j / kF) * kF * e + j % kF;  // state j / kF, component j % kF
+            dst[at] = h[j];
+            if (dst2 != nullptr) dst2[at] = h[j];
+          }
+        }
       }
     }
   }
@@ -348,6 +360,11 @@ int64_t fwd_segments(const ScanParams& p) {
 
 cudaError_t launch_fwd(const ScanParams& p, float* seg_workspace, cudaStream_t stream) {
   if (p.batch == 0 || p.dim == 0 || p.seqlen == 0) return cudaSuccess;
+  const int64_t chunks = (p.seqlen + kChunk - 1) / kChunk;
+  const int64_t slots = ((chunks - 1) >> p.ckpt_shift) + 1;  // the kernels write these, and at most one more
+  if (p.ckpt_shift < 0 || p.ckpt_shift > 24 || p.ckpt_count < slots || p.ckpt_count > slots + 1) {
+    return cudaErrorInvalidValue;  // set_fwd_states checks what callers pass: this is the kernels' contract
+  }
   if (lanes_fit(p.dstate, p.is_complex)) return launch_fwd_lanes(p, stream);
   return with_dtype_complex(p.dtype, p.is_complex, [&](auto tag, auto cplx) -> cudaError_t {
     using T = typename decltype(tag)::type;

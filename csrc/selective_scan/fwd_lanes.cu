@@ -250,10 +250,21 @@ __global__ void __launch_bounds__(FwdLanesPolicy<kS>::kThreads, FwdLanesPolicy<k
     const int64_t t_end = t0 + valid;
     const bool chunk_end = kFull ? (k + 1) % (kChunk / kTL) == 0 : (t_end % kChunk == 0 || t_end == L);
     if (active && chunk_end) {
-      float* dst = p.ckpt + ((b * p.dim + d) * n_chunks + (t_end - 1) / kChunk) * N;
+      const int64_t c = (t_end - 1) / kChunk;
+      const bool final_chunk = t_end == L;
+      if (final_chunk || ((c + 1) & ((int64_t(1) << p.ckpt_shift) - 1)) == 0) {
+        // slot c / 2^ckpt_shift; the final state fills the one slot a layout may have after it
+        const int64_t k = c >> p.ckpt_shift, bd = b * p.dim + d;
+        const int e = ckpt_elem_step(p);
+        float* dst = ckpt_slot(p, bd, k, N, 1) + n0 * e;
+        float* dst2 = final_chunk && k + 1 < p.ckpt_count ? ckpt_slot(p, bd, k + 1, N, 1) + n0 * e : nullptr;
 #pragma unroll
-      for (int m = 0; m < kS; ++m) {
-        if (n0 + m < N) dst[n0 + m] = h[m];
+        for (int m = 0; m < kS; ++m) {
+          if (n0 + m < N) {
+            dst[m * e] = h[m];
+            if (dst2 != nullptr) dst2[m * e] = h[m];
+          }
+        }
       }
     }
     if (z_at != nullptr) z_at += kTL * (kFull ? 1 : p.z_s.l);

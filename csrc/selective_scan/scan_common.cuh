@@ -17,8 +17,18 @@ namespace mamba_kernels {
 namespace selective_scan {
 
 constexpr float kLog2e = 1.4426950408889634f;
+
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kSoftplusThreshold = 20.0f;
+
+// Kept state k of channel bd (= b * dim + d): a pointer to its state 0, whose kF floats (2 for
+// complex A) are followed by state n's at n * kF * ckpt_elem_step(p). Slot k is contiguous, or
+// with ckpt_pairs interleaved with its pair's other slot: (b, d, count / 2, dstate, 2) order.
+__device__ __forceinline__ int ckpt_elem_step(const ScanParams& p) { return p.ckpt_pairs ? 2 : 1; }
+__device__ __forceinline__ float* ckpt_slot(const ScanParams& p, int64_t bd, int64_t k, int64_t nf, int kF) {
+  const int64_t e = ckpt_elem_step(p);
+  return p.ckpt + (bd * p.ckpt_count + (k & -e)) * nf + (k & (e - 1)) * kF;
+}
 
 // 2^x on the special-function unit (relative error about 2^-22; flushes denormal results).
 __device__ __forceinline__ float fast_exp2(float x) {

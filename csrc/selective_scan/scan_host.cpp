@@ -151,6 +151,25 @@ int64_t fwd_workspace_floats(const ScanParams& p) {
   return nseg > 1 ? p.batch * p.dim * nseg * (state_floats(p) + 1) : 0;
 }
 
+int64_t set_fwd_states(ScanParams& p, int64_t state_steps, int64_t state_count, bool state_pairs) {
+  int shift = 0;  // a power of two of chunks: the kernels test chunk ends with a mask
+  while (shift < 24 && (int64_t(kChunk) << shift) < state_steps) ++shift;
+  MK_CHECK(state_steps == (int64_t(kChunk) << shift),
+           "selective_scan: state_steps must be ", kChunk, " times a power of two up to 2^24, got ", state_steps);
+  const int64_t need = (p.seqlen + state_steps - 1) / state_steps;
+  if (state_count == -1) state_count = need;
+  MK_CHECK(state_count == need || (p.seqlen > 0 && state_count == need + 1),
+           "selective_scan: state_count must be -1, ceil(L / state_steps) = ", need,
+           p.seqlen > 0 ? " or one more" : "", " (L = ", p.seqlen, ", state_steps = ", state_steps, "), got ",
+           state_count);
+  MK_CHECK(!state_pairs || state_count % 2 == 0, "selective_scan: state_pairs needs an even state_count, got ",
+           state_count);
+  p.ckpt_shift = shift;
+  p.ckpt_count = state_count;
+  p.ckpt_pairs = state_pairs;
+  return state_count;
+}
+
 void set_fwd_outputs(ScanParams& p, const TensorRef& out, const TensorRef& out_z, float* ckpt) {
   if (out.present) {
     p.out = out.data;

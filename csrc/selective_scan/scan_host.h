@@ -34,6 +34,12 @@ inline int64_t state_floats(const ScanParams& p) { return p.dstate * (p.is_compl
 // Floats of the forward's segment workspace (0: one pass, none needed).
 int64_t fwd_workspace_floats(const ScanParams& p);
 
+// The forward's kept states: one every state_steps steps (kChunk times a power of two), in
+// state_count slots: -1 for ceil(L / state_steps), or that plus one when L > 0 (the final state
+// then fills the last two). state_pairs interleaves slots 2r and 2r + 1 state by state (an even
+// count): the original's x layout, (batch, dim, count / 2, dstate, 2). Checks them and fills
+// p.ckpt_*; returns the slot count the binding allocates.
+int64_t set_fwd_states(ScanParams& p, int64_t state_steps, int64_t state_count, bool state_pairs);
 // Forward outputs: out (null when not wanted), out_z (null without z), ckpt; then the launch.
 void set_fwd_outputs(ScanParams& p, const TensorRef& out, const TensorRef& out_z, float* ckpt);
 // workspace: fwd_workspace_floats(p) floats, or null when that is 0.

@@ -19,7 +19,8 @@ namespace selective_scan {
 // The ops' schemas, as both bindings define them.
 inline constexpr const char* kScanSchemas[] = {
     "selective_scan_fwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
-    "Tensor? delta_bias, bool delta_softplus, bool keep_y) -> (Tensor, Tensor, Tensor)",
+    "Tensor? delta_bias, bool delta_softplus, bool keep_y, int state_steps=64, int state_count=-1, "
+    "bool state_pairs=False) -> (Tensor, Tensor, Tensor)",
     "selective_scan_bwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
     "Tensor? delta_bias, Tensor dout, Tensor ckpt, Tensor? y, Tensor(a!) dz, Tensor(b!) out_z, bool delta_softplus) -> "
     "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
@@ -66,20 +67,24 @@ Tensor empty_as(const Tensor& t) {
 
 // (out, out_z, ckpt). out: y without the z gate (empty unless keep_y: with neither keep_y nor z
 // the forward writes only the states, which a backward that recomputes them needs);
-// out_z: y * silu(z) (empty without z); ckpt: the state after every kChunk steps, fp32
-// (batch, dim, n_chunks, dstate [x2]); its last chunk is the final state.
+// out_z: y * silu(z) (empty without z); ckpt: fp32 (batch, dim, state_count, dstate [x2]),
+// slot k the state after min((k + 1) * state_steps, L) steps, with state_pairs slots 2r and
+// 2r + 1 interleaved (set_fwd_states). The backward reads the default: a state every kChunk
+// steps, the last slot the final state.
 std::tuple<Tensor, Tensor, Tensor> scan_fwd(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B,
                                             const Tensor& C, const OptTensor& D, const OptTensor& z,
-                                            const OptTensor& delta_bias, bool delta_softplus, bool keep_y) {
+                                            const OptTensor& delta_bias, bool delta_softplus, bool keep_y,
+                                            int64_t state_steps, int64_t state_count, bool state_pairs) {
   const TensorRef ur = tref(u), deltar = tref(delta);
   ScanParams p = prepare(ur, deltar, tref(A), tref(B), tref(C), tref(D), tref(z), tref(delta_bias), delta_softplus);
+  const int64_t slots = set_fwd_states(p, state_steps, state_count, state_pairs);
   const api::DeviceGuard guard(ur.device_index);
   const F32Params f = to_f32(p, A, B, C, D, delta_bias);
   const bool want_y = keep_y;
   const ScalarType dtype = u.scalar_type();
   const Tensor out = want_y ? api::empty_like(delta, deltar) : api::empty(u, {0}, dtype);
   const Tensor out_z = z.has_value() ? api::empty_like(delta, deltar) : api::empty(u, {0}, dtype);
-  const Tensor ckpt = api::empty(u, {p.batch, p.dim, n_chunks(p.seqlen), state_floats(p)}, ScalarType::Float);
+  const Tensor ckpt = api::empty(u, {p.batch, p.dim, slots, state_floats(p)}, ScalarType::Float);
   set_fwd_outputs(p, want_y ? tref(out) : TensorRef(), z.has_value() ? tref(out_z) : TensorRef(), f32_ptr(ckpt));
   const int64_t nws = fwd_workspace_floats(p);
   OptTensor ws;  // emplaced, not `cond ? OptTensor(...) : nullopt` (GCC 12 warns maybe-uninitialized)

@@ -46,12 +46,17 @@ struct ScanParams {
 
   // Forward outputs. out: y (ungated); null when not wanted (then, without z, only ckpt is written).
   // out_z: y * silu(z) when z is given (the backward writes it too when given, from y: the gated
-  // output recomputed for a caller that did not keep it). ckpt: (batch, dim, n_chunks, dstate [x2]) fp32.
+  // output recomputed for a caller that did not keep it). ckpt: (batch, dim, ckpt_count, dstate [x2])
+  // fp32, slot k the state after min((k + 1) 2^ckpt_shift, n_chunks) chunks; the backward reads
+  // it with ckpt_shift 0 (a state per chunk, ckpt_count n_chunks).
   void* out = nullptr;
   Strides3 out_s;
   void* out_z = nullptr;
   Strides3 out_z_s;
   float* ckpt = nullptr;
+  int ckpt_shift = 0;       // log2 of the chunks between kept states
+  int64_t ckpt_count = 0;   // slots (the final state's, and at most one after it, which it fills too)
+  bool ckpt_pairs = false;  // slots 2r and 2r + 1 interleaved state by state (the original's x layout)
 
   // Backward. y: the forward's ungated output (needed with z). dz is written when z is given.
   const void* dout = nullptr;
