@@ -399,7 +399,7 @@ def test_forward_state_arguments_are_checked(ops):
     for steps in (0, -64, 100, 192):
         with pytest.raises(RuntimeError, match=f"state_steps must be 64 times a power of two.*got {steps}"):
             ops.fwd(*args, True, True, steps)
-    for count in (0, 1, 4, -2):
+    for count in (0, 1, 5, -2):  # 3 and 4 (one more) are the valid counts
         rule = "state_count must be -1, ceil.L / state_steps. = 3 or one more"
         with pytest.raises(RuntimeError, match=f"{rule}.*got {count}"):
             ops.fwd(*args, True, True, 1024, count)
