@@ -15,9 +15,10 @@ Shape: bench/bench_selective_scan.py's overhead row, (batch 1, dim 64, seqlen 12
 bf16, variable B and C (1, 1, 16, 128), z, D and delta_bias fp32, softplus; the conv: x (1, 64,
 128) bf16, width 4, fp32 weight and bias, silu. "no grad" is inside ``torch.no_grad()`` (what
 the benchmark's forward row does; the enter/exit is its own row); "inputs require grad" is a
-training forward (the Function records the graph, the scan keeps its states). The last two
-rows are the compatibility modules as mamba_ssm's ``MambaInnerFn`` calls them (positional
-arguments, the scan states in the original's shape).
+training forward (the Function records the graph, the scan keeps its states). The rows named
+"as MambaInnerFn calls it" are the compatibility modules as mamba_ssm calls them (positional
+arguments, the scan states in the original's shape; the backward with the forward's x and y,
+and dz written in place).
 Median over ``--reps`` repetitions of ``--calls`` calls, per call, one torch thread.
 """
 
@@ -121,6 +122,9 @@ def cases() -> List[tuple]:
     import selective_scan_cuda
     from selective_scan import cuda_compat
 
+    y, states, _ = selective_scan_cuda.fwd(*args, True)  # what MambaInnerFn keeps for its backward
+    dz = torch.empty_like(z)
+
     return [
         ("stand-in op alone: ops.selective_scan_fwd", lambda: ops.selective_scan_fwd(*args, True, False)),
         ("stand-in op alone: ops.causal_conv1d_fwd",
@@ -137,6 +141,8 @@ def cases() -> List[tuple]:
         # what mamba_ssm's MambaInnerFn calls (the compatibility modules)
         ("selective_scan_cuda.fwd (as MambaInnerFn calls it)",
          lambda: selective_scan_cuda.fwd(u, delta, A, B, C, D, z, bias, True)),
+        ("selective_scan_cuda.bwd (as MambaInnerFn calls it)",
+         lambda: selective_scan_cuda.bwd(u, delta, A, B, C, D, z, bias, dout, states, y, dz, True, True)),
         ("causal_conv1d_cuda.causal_conv1d_fwd (as MambaInnerFn calls it)",
          lambda: causal_conv1d_cuda.causal_conv1d_fwd(x, w, wb, None, None, None, True)),
         # a part of selective_scan_cuda.fwd on its own
