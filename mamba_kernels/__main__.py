@@ -1,3 +1,3 @@
-from .cli.main import main
+from .cli.main import program
 
-raise SystemExit(main())
+raise SystemExit(program())

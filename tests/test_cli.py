@@ -55,7 +55,7 @@ def test_no_verb_prints_help_and_fails():
     assert "usage" in r.stderr.lower()
 
 
-def test_console_script_points_at_main():
+def test_console_script_points_at_program():
     # pyproject's declaration, loaded as an installer's script would load it (the installed
     # metadata may come from another checkout of the project)
     tomllib = pytest.importorskip("tomllib")
@@ -66,7 +66,17 @@ def test_console_script_points_at_main():
     scripts = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
     value = scripts["project"]["scripts"]["mamba-kernels"]
     ep = EntryPoint(name="mamba-kernels", value=value, group="console_scripts")
-    assert ep.load() is cli.main
+    assert ep.load() is cli.program
+
+
+def test_program_returns_mains_status_and_then_ignores_ctrl_c():
+    # CPython restores the default SIGINT handler while it shuts down; a Ctrl-C after the verb
+    # would then kill the process (status -2) instead of letting it report its own status
+    code = ("import signal, sys; sys.argv = ['mamba-kernels']; from mamba_kernels.cli.main import program; "
+            "c = program(); print(c, signal.getsignal(signal.SIGINT) is signal.SIG_IGN)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parent.parent)
+    assert r.stdout.split() == ["2", "True"], r.stdout + r.stderr
 
 
 def test_output_into_a_closed_pipe_stops_quietly():

@@ -87,5 +87,17 @@ def main(argv: Optional[List[str]] = None) -> int:
             signal.signal(signal.SIGTERM, old)
 
 
+def program() -> int:
+    """The command's entry point as a process (the console script and ``python -m
+    mamba_kernels``): main(), then Ctrl-C ignored until the process has exited. The verb is over
+    by then, done or undone, and CPython puts the default SIGINT handler back while it shuts
+    down: an interrupt then would kill the process and lose the status it reports. (Not in
+    main() itself, which tests also call in-process.)"""
+    code = main()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # CPython's shutdown keeps an ignored signal ignored
+    return code
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(program())

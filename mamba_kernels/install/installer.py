@@ -525,19 +525,28 @@ def _run_installer(cmd: List[str]) -> int:
         raise
 
 
+def _hold_signals() -> Dict[int, Any]:
+    """Ctrl-C and SIGTERM ignored from now; returns what _release_signals puts back (nothing
+    off the main thread, where Python delivers no signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    sigs = [signal.SIGINT] + ([signal.SIGTERM] if hasattr(signal, "SIGTERM") else [])
+    return {s: signal.signal(s, signal.SIG_IGN) for s in sigs}
+
+
+def _release_signals(old: Dict[int, Any]) -> None:
+    for s, h in old.items():
+        signal.signal(s, h)
+
+
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
     """Ctrl-C and SIGTERM ignored for the duration (the undo must not be cut short)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    sigs = [signal.SIGINT] + ([signal.SIGTERM] if hasattr(signal, "SIGTERM") else [])
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in sigs}
+    old = _hold_signals()
     try:
         yield
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+        _release_signals(old)
 
 
 def _undo(snap: site_snapshot.Snapshot) -> None:
@@ -558,35 +567,43 @@ def run_install(args: argparse.Namespace) -> int:
     target, installed_torch = install_target(args, interp)
     _say(f"target  {interp.executable}: {resolve.describe_target(target)}")
     _say(f"index   {' '.join(sources)} ({origin})")
-    with tempfile.TemporaryDirectory(prefix="mamba-kernels-install-") as tmp:
-        got = obtain("install", sources, target, None if args.dry_run else Path(tmp), args.timeout,
-                     installed_torch, args.allow_unhashed)
-        assert got.resolution.selected is not None
-        name = got.resolution.selected.candidate.filename
-        cmd = installer_command(interp, got.path or Path(name))
-        if args.dry_run:
-            _say(f"dry run: would download and verify {name}, then run:")
-            _say("  " + shlex.join(cmd))
-            return EXIT_OK
-        _say("running " + shlex.join(cmd))
-        f = interp.facts
-        snap = site_snapshot.take(got.path, wheel_metadata.dist_info_name(name), [f["purelib"], f["platlib"]],
-                                  f["scripts"], f["prefix"])
-        try:
+    held: Dict[int, Any] = {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="mamba-kernels-install-") as tmp:
+            got = obtain("install", sources, target, None if args.dry_run else Path(tmp), args.timeout,
+                         installed_torch, args.allow_unhashed)
+            assert got.resolution.selected is not None
+            name = got.resolution.selected.candidate.filename
+            cmd = installer_command(interp, got.path or Path(name))
+            if args.dry_run:
+                _say(f"dry run: would download and verify {name}, then run:")
+                _say("  " + shlex.join(cmd))
+                return EXIT_OK
+            _say("running " + shlex.join(cmd))
+            f = interp.facts
+            snap = site_snapshot.take(got.path, wheel_metadata.dist_info_name(name),
+                                      [f["purelib"], f["platlib"]], f["scripts"], f["prefix"])
             try:
-                rc = _run_installer(cmd)
-            except BaseException:
-                _undo(snap)
-                raise
-            if rc != 0:
-                _undo(snap)
-                raise Failure(f"the installer exited with status {rc}; the environment was put back as it "
-                              "was before", EXIT_TARGET)
-        finally:
-            snap.discard()
-    _say(f"installed {name} into {interp.facts.get('prefix', interp.executable)}; torch "
-         f"{installed_torch} untouched (--no-deps)")
-    return EXIT_OK
+                try:
+                    rc = _run_installer(cmd)
+                    # The outcome is decided: from here to the return an interrupt is ignored,
+                    # so that no "as it was before" is reported over a finished install (one
+                    # that lands before this line is undone, and so is as reported).
+                    held = _hold_signals()
+                except BaseException:
+                    _undo(snap)
+                    raise
+                if rc != 0:
+                    _undo(snap)
+                    raise Failure(f"the installer exited with status {rc}; the environment was put back as "
+                                  "it was before", EXIT_TARGET)
+            finally:
+                snap.discard()
+        _say(f"installed {name} into {interp.facts.get('prefix', interp.executable)}; torch "
+             f"{installed_torch} untouched (--no-deps)")
+        return EXIT_OK
+    finally:
+        _release_signals(held)
 
 
 def run_download(args: argparse.Namespace) -> int:
