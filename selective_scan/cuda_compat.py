@@ -138,28 +138,18 @@ def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> List[Tensor]:
     """[out, x] (+ [out_z] with z); see the module docstring."""
     groups = _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
     form = knobs.scan_states_for(knobs.RECOMPUTE)
-    if _compiled(u, A):
-        if form == "recompute":
-            # x straight from the kernel: a state every 1024 steps, slots 2r and 2r + 1
-            # interleaved into row r (no kernel launches of its own: they cost more host time
-            # than the scan's launch)
-            batch, dim, L = u.shape
-            rows = -(-L // ORIGINAL_CHUNK)
-            out, out_z, ckpt = _ops_module().fwd(
-                u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, delta_softplus, True,
-                ORIGINAL_CHUNK // 2, 2 * rows, True,
-            )
-            if A.is_complex():
-                x = torch.view_as_complex(ckpt.view(batch, dim, rows, 2 * A.shape[1], 2))
-            else:
-                x = ckpt.view(batch, dim, rows, 2 * A.shape[1])
-            return [out, x, out_z] if z is not None else [out, x]
-        out, out_z, ckpt = _ops_module().fwd(
-            u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, delta_softplus, True
+    batch, dim, L = u.shape
+    compiled = _compiled(u, A)
+    if compiled:
+        # recompute: x straight from the kernel, a state every 1024 steps with slots 2r and
+        # 2r + 1 interleaved into row r (launches of our own for it would cost more host time
+        # than the scan's launch); keep: a state every 64 steps
+        layout = (ORIGINAL_CHUNK // 2, 2 * -(-L // ORIGINAL_CHUNK), True) if form == "recompute" else ()
+        out, out_z, states = _ops_module().fwd(
+            u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, delta_softplus, True, *layout
         )
         if A.is_complex():
-            ckpt = torch.view_as_complex(ckpt.unflatten(-1, (-1, 2)))
-        states = ckpt
+            states = torch.view_as_complex(states.unflatten(-1, (-1, 2)))
     else:
         p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, groups)
         if form == "recompute":
@@ -168,7 +158,12 @@ def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> List[Tensor]:
         else:
             out, out_z, last, ckpt = pytorch_scan.forward(p, True, checkpoints=True)
             states = torch.cat([ckpt, last.unsqueeze(0)]).permute(1, 2, 0, 3)  # (batch, dim, K + 1, dstate)
-    x = _original_shape(states.select(2, -1), u.shape[-1]) if form == "recompute" else _pack(states)
+    if form != "recompute":
+        x = _pack(states)
+    elif compiled:
+        x = states.view(batch, dim, -1, 2 * A.shape[1])  # the pairs are x's rows already
+    else:
+        x = _original_shape(states.select(2, -1), L)
     return [out, x, out_z] if z is not None else [out, x]
 
 

@@ -17,7 +17,6 @@ namespace mamba_kernels {
 namespace selective_scan {
 
 constexpr float kLog2e = 1.4426950408889634f;
-
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kSoftplusThreshold = 20.0f;
 
