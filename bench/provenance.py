@@ -277,6 +277,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         if a.side == "orig":
             if not a.orig_dir:
                 ap.error("check orig needs --orig-dir")
+            # the original's extension links torch's libraries (libc10.so ...), which only
+            # torch's own import puts in the process; a bench imports torch before this check
+            importlib.import_module("torch")
             _, lines = load_original_scan(a.orig_dir)
         elif a.side == "ours":
             lines = check_ours_package(a.root, compiled=not a.no_compiled)

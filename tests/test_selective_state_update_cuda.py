@@ -400,6 +400,23 @@ def test_typed_kernels_at_decode_batches(ops, state_dtype, in_dtype, weights, ba
 
 
 @gpu
+@pytest.mark.parametrize("absent", ["D", "z", "dt_bias", "D+z", "D+dt_bias", "z+dt_bias"])
+@pytest.mark.parametrize("weights", ["fp32", "act"])
+@pytest.mark.parametrize("batch", [1, 256])  # the lean kernel's one-pass and full-pass launches
+def test_lean_kernel_each_optional_operand_absent(ops, batch, weights, absent):
+    # The lean kernel loads an absent z from x and an absent D or dt_bias from A (so that no load
+    # waits behind a branch); what it read there must not reach the output: each operand left
+    # out on its own and in pairs, the others present in fp32 or the activations' dtype.
+    dtypes = {n: torch.bfloat16 for n in ACT}
+    if weights == "act":
+        dtypes.update(D=torch.bfloat16, dt_bias=torch.bfloat16)
+    inputs = dict(zip(("state", *NAMES), make_inputs(batch, None, 5120, 16, 1, torch.float32, dtypes)))
+    for name in absent.split("+"):
+        inputs[name] = None
+    run_and_check(ops, *inputs.values(), softplus=True)
+
+
+@gpu
 @pytest.mark.parametrize("batch", [1, 64])
 @pytest.mark.parametrize("state_dtype", DTYPES, ids=str)
 def test_generic_kernel_all_16_bit_with_a_16_bit_A(ops, state_dtype, batch):

@@ -95,6 +95,11 @@ struct UpdatePolicy {
   // Measured at dim 5120: one pass was faster at batch 1 (5120 rows), all passes from batch 16
   // (81920 rows) on.
   static constexpr int64_t kLeanFullRows = int64_t(132) * 256;
+  // From kLeanFullRows up to this many rows, a warp with a multiple of four passes (fp32
+  // states of 16 or more) takes them four at a time, every load issued before the first use:
+  // one wait on memory per warp where pairs wait twice, at the cost of registers (6 blocks per
+  // SM instead of 8), which the largest launches need for bytes in flight.
+  static constexpr int64_t kLeanQuadMaxRows = int64_t(132) * 4096;
 };
 
 }  // namespace selective_scan

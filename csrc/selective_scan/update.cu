@@ -542,49 +542,61 @@ struct Lean {
   bool A_bcast = false;
 };
 
-// Everything the lean kernel reads, packed into 200-odd bytes: pointers, then 32-bit strides
-// (lean_fits has checked every offset against 2^31), then the launch shape and flags. The step
-// is too short to hide the kernel's first reads of its parameters, and StateUpdateParams with
-// Lean spreads them over 520 bytes of constant memory; these fit a few cache lines, read in the
-// order the kernel needs them.
+// Everything the lean kernel reads, packed into 200-odd bytes: the launch shape and flags
+// first (the prologue's first reads), then pointers, then 32-bit strides (lean_fits has checked
+// every offset against 2^31). The step is too short to hide the kernel's first reads of its
+// parameters, and StateUpdateParams with Lean spreads them over 520 bytes of constant memory;
+// these fit a few cache lines, read in the order the kernel needs them.
+// z, D and dt_bias are never null here: an absent one points at an operand that is there (x,
+// or A as fp32) with that operand's strides and its has_ flag cleared, so that the kernel
+// issues every load unconditionally, before any of them is used.
 struct LeanParams {
+  int8_t lanes_log2;
+  bool slot_idx_64, dt_softplus, A_bcast, D_f32, bias_f32, has_z, has_D, has_bias;
+  int32_t passes;
+  int32_t dim, dstate;
+  uint32_t group_m, group_l;  // by_group's multiplier and shift (div_by; lean_fits checks by_group.fits)
+  int64_t nslots;
   const void* slot_idx;
+  const void* dt;
+  const void* dt_bias;
+  const void* x;
+  const void* z;
+  const void* D;
   void* state;
   const void* A;
-  const void* x;
-  const void* dt;
-  const void* z;  // or null
-  const void* D;  // or null
-  const void* dt_bias;  // or null
   const void* B;
   const void* C;
   void* out;
-  int64_t nslots;
-  int32_t dim, dstate;
   int32_t slot_idx_s;
-  int32_t state_s0, state_s1, state_s2;
-  int32_t A_s0, A_s1;
-  int32_t x_s0, x_s1, x_s2;
   int32_t dt_s0, dt_s1, dt_s2;
+  int32_t bias_s0, bias_s1;
+  int32_t x_s0, x_s1, x_s2;
   int32_t z_s0, z_s1, z_s2;
   int32_t D_s0, D_s1;
-  int32_t bias_s0, bias_s1;
+  int32_t state_s0, state_s1, state_s2;
+  int32_t A_s0, A_s1;
   int32_t B_s0, B_s1;
   int32_t C_s0, C_s1;
   int32_t out_s0, out_s1, out_s2;
-  uint32_t group_m, group_l;  // by_group's multiplier and shift (div_by; lean_fits checks by_group.fits)
-  int32_t passes;
-  int8_t lanes_log2;
-  bool slot_idx_64, dt_softplus, A_bcast, D_f32, bias_f32;
 };
 
-// A per-channel weight (D, dt_bias) of the lean kernel: fp32 or T, the flag warp-uniform.
+// The raw bits of a per-channel weight (D, dt_bias) of the lean kernel, fp32 or T (the flag is
+// warp-uniform), and their value.
 template <typename T>
-__device__ __forceinline__ float lean_weight(const void* ptr, bool f32, int32_t i) {
+__device__ __forceinline__ uint32_t lean_weight_bits(const void* ptr, bool f32, int32_t i) {
   if constexpr (std::is_same<T, float>::value) {
-    return load_typed<float>(ptr, i);
+    return raw_at(static_cast<const float*>(ptr), i);
   } else {
-    return f32 ? load_typed<float>(ptr, i) : load_typed<T>(ptr, i);
+    return f32 ? raw_at(static_cast<const float*>(ptr), i) : raw_at(static_cast<const T*>(ptr), i);
+  }
+}
+template <typename T>
+__device__ __forceinline__ float lean_weight_value(uint32_t bits, bool f32) {
+  if constexpr (std::is_same<T, float>::value) {
+    return Bits<float>::to_f(bits);
+  } else {
+    return f32 ? Bits<float>::to_f(bits) : Bits<T>::to_f(bits);
   }
 }
 
@@ -594,6 +606,7 @@ __device__ __forceinline__ float lean_weight(const void* ptr, bool f32, int32_t 
 template <typename S, typename T, int kP>
 constexpr int lean_min_blocks() {
   constexpr bool wide = sizeof(S) == 2 || sizeof(T) == 4;
+  if (kP == 4) return wide ? 4 : 5;
   return kP == 1 ? (sizeof(T) > sizeof(S) ? 10 : 12) : (wide ? 6 : 8);
 }
 
@@ -648,17 +661,17 @@ __global__ void __launch_bounds__(kThreads, lean_min_blocks<S, T, kP>())
       }
     }
   };
-  // The row's scalars first: dt and dt_bias start the longest chain (the softplus, then the
-  // shuffles), which then runs while the state, A, B and C are still on their way.
-  float x = 0.0f, dt = 0.0f, z = 0.0f, Dv = 0.0f, bias = 0.0f, a1 = 0.0f;
-  if (own_ok) {
-    dt = load_typed<T>(p.dt, b * p.dt_s0 + h * p.dt_s1 + dcj * p.dt_s2);
-    if (p.dt_bias != nullptr) bias = lean_weight<T>(p.dt_bias, p.bias_f32, h * p.bias_s0 + dcj * p.bias_s1);
-    x = load_typed<T>(p.x, b * p.x_s0 + h * p.x_s1 + dcj * p.x_s2);
-    if (p.z != nullptr) z = load_typed<T>(p.z, b * p.z_s0 + h * p.z_s1 + dcj * p.z_s2);
-    if (p.D != nullptr) Dv = lean_weight<T>(p.D, p.D_f32, h * p.D_s0 + dcj * p.D_s1);
-    if (p.A_bcast) a1 = A[dcj * p.A_s1];
-  }
+  // Every load of the step is issued before any is used, so the warp waits on memory once:
+  // the row's scalars as raw bits (dt and dt_bias first: they start the longest chain, the
+  // softplus then the shuffles), then the state and A chunks, B and C. The addresses are all
+  // valid (a lane without a row reads row 0; absent operands point at present ones), so no
+  // load sits behind a branch that the compiler would close by converting what it loaded.
+  const uint32_t dt_w = raw_at(static_cast<const T*>(p.dt), b * p.dt_s0 + h * p.dt_s1 + dcj * p.dt_s2);
+  const uint32_t bias_w = lean_weight_bits<T>(p.dt_bias, p.bias_f32, h * p.bias_s0 + dcj * p.bias_s1);
+  const uint32_t x_w = raw_at(static_cast<const T*>(p.x), b * p.x_s0 + h * p.x_s1 + dcj * p.x_s2);
+  const uint32_t z_w = raw_at(static_cast<const T*>(p.z), b * p.z_s0 + h * p.z_s1 + dcj * p.z_s2);
+  const uint32_t D_w = lean_weight_bits<T>(p.D, p.D_f32, h * p.D_s0 + dcj * p.D_s1);
+  const float a1 = A[dcj * p.A_s1];  // the row's A when it is one value per channel (A_bcast)
   load_group(0);
   Chunk<T, V> Bc, Cc;  // the same for every row of the block
   const I grp = I(div_by(uint32_t(h), p.group_m, p.group_l));
@@ -669,10 +682,12 @@ __global__ void __launch_bounds__(kThreads, lean_min_blocks<S, T, kP>())
     Bc.zero();
     Cc.zero();
   }
-  float dtv = dt + bias;
+  float dtv = Bits<T>::to_f(dt_w) + (p.has_bias ? lean_weight_value<T>(bias_w, p.bias_f32) : 0.0f);
   if (p.dt_softplus) dtv = softplus(dtv);
-  const float dtx = dtv * x, Dx = Dv * x;
-  const float gate = p.z != nullptr ? silu(z) : 1.0f;
+  const float x = Bits<T>::to_f(x_w);
+  const float dtx = dtv * x;
+  const float Dx = p.has_D ? lean_weight_value<T>(D_w, p.D_f32) * x : 0.0f;
+  const float gate = p.has_z ? silu(Bits<T>::to_f(z_w)) : 1.0f;
 
   for (int q0 = 0;;) {
 #pragma unroll
@@ -689,8 +704,8 @@ __global__ void __launch_bounds__(kThreads, lean_min_blocks<S, T, kP>())
       const I d = d0 + r;
       if (d < p.dim) {
         if (c == 0) {
-          float o = p.D != nullptr ? acc + Dx_r : acc;
-          if (p.z != nullptr) o *= gate_r;
+          float o = p.has_D ? acc + Dx_r : acc;
+          if (p.has_z) o *= gate_r;
           static_cast<T*>(p.out)[b * p.out_s0 + h * p.out_s1 + d * p.out_s2] = from_float<T>(o);
         }
         if (chunk_ok) sc[i].store_vec(st + d * p.state_s2);
@@ -798,44 +813,54 @@ bool lean_fits(const StateUpdateParams& p, const Shape& sh) {
 }
 
 // The lean kernel's parameters from the step's (lean_fits has checked that each offset, and so
-// each stride that is ever multiplied by a non-zero index, fits 32 bits).
+// each stride that is ever multiplied by a non-zero index, fits 32 bits). An absent z reads x,
+// an absent D or dt_bias reads A (fp32, and of at least (nheads, dim) elements with A's
+// strides): loads of memory that is there, whose values the kernel then ignores.
 LeanParams lean_params(const StateUpdateParams& p, const Lean& ln) {
   auto i32 = [](int64_t v) { return int32_t(v); };
   LeanParams q{};
-  q.slot_idx = p.slot_idx;
-  q.state = p.state;
-  q.A = p.A.ptr;
-  q.x = p.x.ptr;
-  q.dt = p.dt.ptr;
-  q.z = p.z.ptr;
-  q.D = p.D.ptr;
-  q.dt_bias = p.dt_bias.ptr;
-  q.B = p.B.ptr;
-  q.C = p.C.ptr;
-  q.out = p.out;
-  q.nslots = p.nslots;
-  q.dim = i32(p.dim);
-  q.dstate = i32(p.dstate);
-  q.slot_idx_s = i32(p.slot_idx_s);
-  q.state_s0 = i32(p.state_s0), q.state_s1 = i32(p.state_s1), q.state_s2 = i32(p.state_s2);
-  q.A_s0 = i32(p.A.s0), q.A_s1 = i32(p.A.s1);
-  q.x_s0 = i32(p.x.s0), q.x_s1 = i32(p.x.s1), q.x_s2 = i32(p.x.s2);
-  q.dt_s0 = i32(p.dt.s0), q.dt_s1 = i32(p.dt.s1), q.dt_s2 = i32(p.dt.s2);
-  q.z_s0 = i32(p.z.s0), q.z_s1 = i32(p.z.s1), q.z_s2 = i32(p.z.s2);
-  q.D_s0 = i32(p.D.s0), q.D_s1 = i32(p.D.s1);
-  q.bias_s0 = i32(p.dt_bias.s0), q.bias_s1 = i32(p.dt_bias.s1);
-  q.B_s0 = i32(p.B.s0), q.B_s1 = i32(p.B.s1);
-  q.C_s0 = i32(p.C.s0), q.C_s1 = i32(p.C.s1);
-  q.out_s0 = i32(p.out_s0), q.out_s1 = i32(p.out_s1), q.out_s2 = i32(p.out_s2);
-  q.group_m = ln.by_group.m;
-  q.group_l = ln.by_group.l;
-  q.passes = ln.passes;
   q.lanes_log2 = int8_t(ln.lanes_log2);
   q.slot_idx_64 = p.slot_idx_64;
   q.dt_softplus = p.dt_softplus;
   q.A_bcast = ln.A_bcast;
-  q.D_f32 = p.D.dtype == DType::kFloat32;
-  q.bias_f32 = p.dt_bias.dtype == DType::kFloat32;
+  q.has_z = p.z.ptr != nullptr;
+  q.has_D = p.D.ptr != nullptr;
+  q.has_bias = p.dt_bias.ptr != nullptr;
+  q.passes = ln.passes;
+  q.dim = i32(p.dim);
+  q.dstate = i32(p.dstate);
+  q.group_m = ln.by_group.m;
+  q.group_l = ln.by_group.l;
+  q.nslots = p.nslots;
+  q.slot_idx = p.slot_idx;
+  q.slot_idx_s = i32(p.slot_idx_s);
+  q.dt = p.dt.ptr;
+  q.dt_s0 = i32(p.dt.s0), q.dt_s1 = i32(p.dt.s1), q.dt_s2 = i32(p.dt.s2);
+  q.x = p.x.ptr;
+  q.x_s0 = i32(p.x.s0), q.x_s1 = i32(p.x.s1), q.x_s2 = i32(p.x.s2);
+  const StepOperand& z = q.has_z ? p.z : p.x;
+  q.z = z.ptr;
+  q.z_s0 = i32(z.s0), q.z_s1 = i32(z.s1), q.z_s2 = i32(z.s2);
+  // a per-channel weight, or A's first state of the channel in its place
+  auto weight = [&](const StepOperand& w, const void** ptr, int32_t* s0, int32_t* s1, bool* f32) {
+    const bool has = w.ptr != nullptr;
+    *ptr = has ? w.ptr : p.A.ptr;
+    *s0 = i32(has ? w.s0 : p.A.s0);
+    *s1 = i32(has ? w.s1 : p.A.s1);
+    *f32 = has ? w.dtype == DType::kFloat32 : true;
+  };
+  weight(p.D, &q.D, &q.D_s0, &q.D_s1, &q.D_f32);
+  weight(p.dt_bias, &q.dt_bias, &q.bias_s0, &q.bias_s1, &q.bias_f32);
+  q.state = p.state;
+  q.state_s0 = i32(p.state_s0), q.state_s1 = i32(p.state_s1), q.state_s2 = i32(p.state_s2);
+  q.A = p.A.ptr;
+  q.A_s0 = i32(p.A.s0), q.A_s1 = i32(p.A.s1);
+  q.B = p.B.ptr;
+  q.B_s0 = i32(p.B.s0), q.B_s1 = i32(p.B.s1);
+  q.C = p.C.ptr;
+  q.C_s0 = i32(p.C.s0), q.C_s1 = i32(p.C.s1);
+  q.out = p.out;
+  q.out_s0 = i32(p.out_s0), q.out_s1 = i32(p.out_s1), q.out_s2 = i32(p.out_s2);
   return q;
 }
 
@@ -850,9 +875,10 @@ cudaError_t launch_lean_as(const StateUpdateParams& p, const Lean& ln, cudaStrea
   return cudaGetLastError();
 }
 
-// Passes per warp: all of a row's lanes (the fewest instructions per row) in groups of two
-// once the launch has UpdatePolicy::kLeanFullRows rows, else one (more warps, each with a
-// shorter chain of dependent instructions: what a small launch waits on).
+// Passes per warp: all of a row's lanes (the fewest instructions per row) once the launch has
+// UpdatePolicy::kLeanFullRows rows, else one (more warps, each with a shorter chain of
+// dependent instructions: what a small launch waits on). All passes go in groups of four up
+// to kLeanQuadMaxRows rows when they can (fp32 states, four or more passes), else of two.
 template <typename S, typename T>
 cudaError_t launch_lean(const StateUpdateParams& p, const Shape& sh, cudaStream_t stream) {
   Lean ln;
@@ -860,9 +886,13 @@ cudaError_t launch_lean(const StateUpdateParams& p, const Shape& sh, cudaStream_
   ln.by_group = sh.by_group;
   ln.A_bcast = sh.A_bcast;
   const int lanes = 1 << sh.lanes_log2;
-  ln.passes = lanes > 1 && p.batch * p.nheads * p.dim >= UpdatePolicy::kLeanFullRows ? lanes : 1;
-  if (ln.passes > 1) return launch_lean_as<S, T, 2>(p, ln, stream);
-  return launch_lean_as<S, T, 1>(p, ln, stream);
+  const int64_t rows = p.batch * p.nheads * p.dim;
+  ln.passes = lanes > 1 && rows >= UpdatePolicy::kLeanFullRows ? lanes : 1;
+  if (ln.passes == 1) return launch_lean_as<S, T, 1>(p, ln, stream);
+  if constexpr (sizeof(S) == 4) {
+    if (ln.passes % 4 == 0 && rows < UpdatePolicy::kLeanQuadMaxRows) return launch_lean_as<S, T, 4>(p, ln, stream);
+  }
+  return launch_lean_as<S, T, 2>(p, ln, stream);
 }
 
 // The typed kernel for shape sh: the lean one where it fits, else the general one.
