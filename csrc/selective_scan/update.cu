@@ -10,8 +10,9 @@
 //   reads each operand through a run-time dtype switch: 3 more. Each typed pair also has two
 //   lean kernels, state_update_lean<S, T, kP>, which the launcher picks whenever the problem
 //   fits them (one chunk per lane, batch and heads within the grid's y and z axes, every
-//   offset below 2^31): a warp per 32 rows doing each row's scalar work once (kP = 2), or per
-//   32 / lanes rows for small launches (kP = 1). 30 kernels in all.
+//   offset below 2^31): a warp per 32 rows doing each row's scalar work once, its passes in
+//   pairs (kP = 2), or per 32 / lanes rows for small launches (kP = 1); fp32 states also take
+//   their passes four at a time (kP = 4) on mid-sized launches. 33 kernels in all.
 // - Whole rows, coalesced. A row is one (batch, head, channel); `lanes` consecutive threads of
 //   a warp (a power of two, 1..32) own it, each one 16-byte chunk of its states (4 fp32 or 8
 //   16-bit states). Lane l holds chunk l, so a row's lanes read one contiguous run and, with the
