@@ -16,9 +16,13 @@ Contract of the ops (the binding checks every rule):
     state_pairs (an even count): slots 2r and 2r + 1 interleaved state by state, the memory
     order (batch, dim, count / 2, dstate, 2 [x2]). The default is what bwd reads: the state
     after every 64 steps, the last slot the final state.
-  bwd(u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, out_z, delta_softplus)
+  bwd(u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, out_z, delta_softplus,
+      state_steps=64, state_pairs=False)
     -> (du, ddelta, dA, dB, dC, dD, ddelta_bias); dz written in place when z is given, and
-    out_z = y silu(z) (from the given y) when it is not empty.
+    out_z = y silu(z) (from the given y) when it is not empty. ckpt: the forward's states with
+    the forward's state_steps and state_pairs; state_steps above 64 (up to 1024) and
+    state_pairs only for real A and dstate <= 16, where the backward recomputes the chunk
+    starts between the states (bitwise what a state every 64 steps gives).
 """
 
 from __future__ import annotations
@@ -50,7 +54,8 @@ def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, keep_y, state
 
 
 @register_fake("selective_scan_bwd")
-def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, out_z, delta_softplus):
+def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, out_z, delta_softplus,
+              state_steps=CHUNK, state_pairs=False):
     f32 = torch.float32
     dD = u.new_empty((u.shape[1],), dtype=f32) if D is not None else u.new_empty((0,), dtype=f32)
     dbias = u.new_empty((u.shape[1],), dtype=f32) if delta_bias is not None else u.new_empty((0,), dtype=f32)

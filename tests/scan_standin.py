@@ -59,7 +59,8 @@ class StandInKernel:
         out_z = y * F.silu(z) if z is not None else u.new_empty((0,))
         return (y if keep_y else u.new_empty((0,))), out_z, ckpt
 
-    def bwd(self, u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, out_z, softplus):
+    def bwd(self, u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, out_z, softplus, state_steps=CHUNK,
+            state_pairs=False):
         self.bwd_states = ckpt.clone()
         given = (u, delta, A, B, C, D, z, delta_bias)
         leaves = [t.detach().clone().requires_grad_() if t is not None else None for t in given]

@@ -410,6 +410,66 @@ def test_forward_state_arguments_are_checked(ops):
         ops.fwd(*[empty[k] for k in NAMES], True, True, 1024, 1)
 
 
+# (batch, dim, dtype, var_b, var_c): the lane backward (real A, dstate <= 16) with variable B
+# and C (the models' case, bf16 and fp32), fixed B, fixed C; one channel range and many
+SPACED_BWD_CASES = [(2, 8, torch.bfloat16, True, True), (1, 40, torch.float32, True, True),
+                    (2, 8, torch.bfloat16, False, True), (1, 6, torch.float32, True, False),
+                    (2, 2048, torch.bfloat16, True, True)]
+
+
+@pytest.mark.parametrize("batch,dim,dtype,var_b,var_c", SPACED_BWD_CASES)
+@pytest.mark.parametrize("L", [1, 63, 64, 65, 1000, 1024, 1025, 2048, 2049, 4100])
+@pytest.mark.parametrize("steps,pairs", [(128, False), (1024, False), (1024, True)])
+def test_backward_from_states_up_to_1024_steps_apart(ops, batch, dim, dtype, var_b, var_c, L, steps, pairs):
+    """The lane backward from states every 128 or 1024 steps (the original's x layout with
+    pairs, the count one more where the forward writes the final state twice) recomputes the
+    chunk starts between them: every gradient, dz and out_z bitwise those from a state every
+    64 steps, at sequence ends on and off the segment and chunk boundaries."""
+    inp = make_inputs(batch, dim, L, 16, dtype, var_b=var_b, var_c=var_c, seed=L)
+    args = [inp[k] for k in NAMES]
+    out, _, ckpt = ops.fwd(*args, True, True)
+    dout = torch.randn_like(out)
+    want_dz, want_out_z = torch.empty_like(out), torch.empty_like(out)
+    want = ops.bwd(*args, dout, ckpt, out, want_dz, want_out_z, True)
+    need = -(-L // steps)
+    counts = [need + (need % 2)] if pairs else [need, need + 1]
+    for count in counts:
+        _, _, states = ops.fwd(*args, True, True, steps, count, pairs)
+        _poison_allocator(want_dz.numel() * want_dz.element_size() * 12)
+        dz, out_z = torch.full_like(out, float("nan")), torch.full_like(out, float("nan"))
+        got = ops.bwd(*args, dout, states, out, dz, out_z, True, steps, pairs)
+        assert torch.equal(dz, want_dz) and torch.equal(out_z, want_out_z), (count, "dz / out_z")
+        for name, a, b in zip(("du", "ddelta", "dA", "dB", "dC", "dD", "ddelta_bias"), got, want):
+            assert torch.equal(a, b), (count, name)
+
+
+def test_backward_state_arguments_are_checked(ops):
+    inp = make_inputs(1, 4, 3000, 16, torch.float32)
+    args = [inp[k] for k in NAMES]
+    out, _, _ = ops.fwd(*args, True, True)
+    dz, out_z = torch.empty_like(out), out.new_empty((0,))
+    _, _, x = ops.fwd(*args, True, True, 1024, 4, True)
+    for steps in (0, 100, 192):
+        with pytest.raises(RuntimeError, match=f"state_steps must be 64 times a power of two.*got {steps}"):
+            ops.bwd(*args, out, x, out, dz, out_z, True, steps, True)
+    too_far = "backward takes states 1024 steps apart at most.*got state_steps 2048"
+    with pytest.raises(RuntimeError, match=too_far):
+        ops.bwd(*args, out, x, out, dz, out_z, True, 2048, True)
+    shape = r"ckpt must be .* shape \[1, 4, 3 \(or one more\), 16\] for state_steps 1024"
+    with pytest.raises(RuntimeError, match=shape):
+        ops.bwd(*args, out, x[:, :, :2], out, dz, out_z, True, 1024, True)
+    with pytest.raises(RuntimeError, match="state_pairs needs an even number of slots, got 3"):
+        ops.bwd(*args, out, x[:, :, :3].contiguous(), out, dz, out_z, True, 1024, True)
+    # the general kernel (dstate > 16, complex A) reads a state every 64 steps, unpaired
+    big = make_inputs(1, 4, 300, 24, torch.float32)
+    bargs = [big[k] for k in NAMES]
+    bout, _, _ = ops.fwd(*bargs, True, True)
+    _, _, bx = ops.fwd(*bargs, True, True, 128)
+    general = "backward takes states 64 steps apart, not in pairs.*got state_steps 128"
+    with pytest.raises(RuntimeError, match=general):
+        ops.bwd(*bargs, bout, bx, bout, torch.empty_like(bout), out_z, True, 128, False)
+
+
 def test_bitwise_repeatable(ops):
     """Two runs agree bitwise (no atomics): many channel blocks, groups, variable B/C."""
     from selective_scan import selective_scan_fn

@@ -424,8 +424,15 @@ int64_t bwd_row_blocks(const ScanParams& p) {
   return (dpg + rows - 1) / rows;
 }
 
+int bwd_max_state_shift(const ScanParams& p) {
+  return lanes_fit(p.dstate, p.is_complex) ? BwdLanesPolicy::kMaxStateShift : 0;
+}
+
 cudaError_t launch_bwd(const ScanParams& p, cudaStream_t stream) {
   if (p.batch == 0 || p.dim == 0 || p.seqlen == 0) return cudaSuccess;
+  if (p.ckpt_shift > bwd_max_state_shift(p) || (p.ckpt_pairs && !lanes_fit(p.dstate, p.is_complex))) {
+    return cudaErrorInvalidValue;  // set_bwd_inputs checks what callers pass: this is the kernels' contract
+  }
   if (lanes_fit(p.dstate, p.is_complex)) return launch_bwd_lanes(p, stream);
   return with_dtype_complex(p.dtype, p.is_complex, [&](auto tag, auto cplx) -> cudaError_t {
     using T = typename decltype(tag)::type;

@@ -2,6 +2,15 @@
 // (scan_lanes.cuh): lane n of a channel's 16 owns state n and walks the sequence backwards,
 // chunk by chunk, from the forward's saved states.
 //
+// The saved states may be 2^k chunks apart (k <= 4: one every 64 to 1024 steps, the
+// original's x layout too, ckpt_slot): on entering such a segment from its end, the block sweeps
+// the segment's earlier chunks forward from the segment's saved state, staging each chunk's
+// dt, dt*u and B as the chunk itself is staged later, and keeps each chunk's start state in
+// shared memory. The sweep computes exactly what the forward computed, in the same order, so
+// the states and every gradient are bitwise those of a state every chunk; it costs one more
+// exponential per element of the segment's earlier chunks, and saves keeping (or recomputing
+// in a separate forward) a state for every chunk.
+//
 // A block owns a range of channels of one (batch, group) and takes them 16 at a time, each
 // time over the whole sequence; the grid's blocks (batch x group x channel ranges) are sized to
 // fill the GPU about twice. Per chunk of 64 steps the block stages the chunk's B and C (shared by
@@ -20,6 +29,8 @@
 // - over the steps (dA, fixed dB / dC, dD, ddelta_bias): per lane, written per (batch, channel).
 //
 // Instantiations: 3 (dtype) x 2 (B and C both variable, or either fixed).
+#include <cstddef>
+
 #include "scan_lanes.cuh"
 
 namespace mamba_kernels {
@@ -49,6 +60,9 @@ struct BwdLanesSmem {
   // warp sums of dB (lanes < 16) and dC (lanes >= 16) per lane and window step; rows of 17 keep
   // both the writes (by lane) and the block sum's reads (by step) free of bank conflicts
   float red[2][BL::kWarps][kWarpSize][BL::kWin + 1];
+  // the state entering each chunk of the segment (only with states 2^k chunks apart, k > 0:
+  // the launch leaves this member out of the dynamic shared memory otherwise)
+  float seg[1 << BL::kMaxStateShift][LP::kThreads];
 };
 
 template <typename T, bool kVarBC>
@@ -86,45 +100,112 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
     const float bias = p.delta_bias != nullptr ? p.delta_bias[d] : 0.0f;
     float dA = 0.0f, dBf = 0.0f, dCf = 0.0f, dD = 0.0f, dbias = 0.0f, gc = 0.0f;
 
-    for (int64_t c = n_chunks - 1; c >= 0; --c) {
-      const int64_t tc0 = c * kChunk;
-      const int clen = int(L - tc0 < kChunk ? L - tc0 : kChunk);
-      const int nwin = (clen + kW - 1) / kW;
-      // Stage the chunk: B/C by the whole block (4 steps of one state row per thread and
-      // matrix), the per-step values of each channel by its own lanes.
+    // Stage the B (and C) tile of the chunk at tc0 by the whole block: 4 steps of one state row
+    // per thread and matrix.
+    auto stage_bc = [&](int64_t tc0, bool with_c) {
       for (int i = tid; i < 2 * LP::kLanes * (kChunk / 4); i += LP::kThreads) {
         const bool isC = i >= LP::kLanes * (kChunk / 4);
         const int j = i % (LP::kLanes * (kChunk / 4));
         const int n = j / (kChunk / 4), q = j % (kChunk / 4);
-        const bool var = isC ? varC : varB;
+        const bool var = isC ? varC && with_c : varB;
         if (!var) continue;
         const T* row = isC ? Cv + n * p.C.s_n : Bv + n * p.B.s_n;
         float v[4];
         load_bc4(v, row, isC ? p.C.s_l : p.B.s_l, tc0 + q * 4, L, n < N, isC ? f.vec_c : f.vec_b);
         *reinterpret_cast<float4*>((isC ? sm.C : sm.B) + n * kRow + q * 4) = make_float4(v[0], v[1], v[2], v[3]);
       }
+    };
+    // The chunk's dt and dt*u of this channel: this lane's 4 consecutive steps from tc0 + 4 s.
+    constexpr int kQ = kChunk / LP::kLanes;
+    auto discretise = [&](const Steps<T, kQ>& ru, const Steps<T, kQ>& rd, int64_t t, int64_t stop, float (&uu)[kQ],
+                          float (&dt)[kQ], float (&dtu)[kQ]) {
+#pragma unroll
+      for (int j = 0; j < kQ; ++j) {
+        const bool ok = t + j < stop;
+        uu[j] = ru.at(j);
+        const float v = rd.at(j) + bias;
+        dt[j] = ok ? (p.softplus ? softplus(v) : v) : 0.0f;
+        dtu[j] = uu[j] * dt[j];
+      }
+    };
+    // (the rows' addresses, the segment mask: recomputed where used, from the parameters, so that
+    // nothing more stays live across the chunk loop than before the segments)
+    auto u_row = [&] { return static_cast<const T*>(p.u) + offset3(p.u_s, b, d, 0); };
+    auto delta_row = [&] { return static_cast<const T*>(p.delta) + offset3(p.delta_s, b, d, 0); };
+
+    for (int64_t c = n_chunks - 1; c >= 0; --c) {
+      const int64_t tc0 = c * kChunk;
+      const int clen = int(L - tc0 < kChunk ? L - tc0 : kChunk);
+      const int nwin = (clen + kW - 1) / kW;
+      // The state entering the chunk: a saved one, or with spaced states the segment's sweep's.
+      // Slot k holds the state after (k + 1) 2^ckpt_shift chunks.
+      const int64_t bd = b * p.dim + d;
+      const int64_t seg_mask = (int64_t(1) << p.ckpt_shift) - 1;  // saved states 2^ckpt_shift chunks apart
+      const int cj = int(c & seg_mask);  // the chunk's place in its segment
+      if (p.ckpt_shift > 0 && (cj == seg_mask || c == n_chunks - 1)) {
+        // Entering the segment from its end: sweep its chunks before this one, as the forward
+        // did, keeping each one's start state.
+        const int64_t seg0 = c - cj;
+        float h = 0.0f;
+        if (seg0 > 0 && has_n) h = ckpt_slot(p, bd, (seg0 >> p.ckpt_shift) - 1, N, 1)[s * ckpt_elem_step(p)];
+        sm.seg[0][tid] = h;
+        for (int k = 0; k < cj; ++k) {
+          const int64_t ts0 = (seg0 + k) * kChunk;  // a whole chunk: only the last one is partial
+          stage_bc(ts0, false);
+          {
+            const int64_t t = ts0 + s * kQ;
+            Steps<T, kQ> ru, rd;
+            load_steps(ru, u_row(), p.u_s.l, t, L, f.vec_u);
+            load_steps(rd, delta_row(), p.delta_s.l, t, L, f.vec_delta);
+            float uu[kQ], dt[kQ], dtu[kQ];
+            discretise(ru, rd, t, L, uu, dt, dtu);
+            store_pack<float, kQ>(&sm.dt[ch][s * kQ], dt);
+            store_pack<float, kQ>(&sm.dtu[ch][s * kQ], dtu);
+          }
+          __syncthreads();  // the B tile and the channel rows are in place
+#pragma unroll 4
+          for (int tt = 0; tt < kChunk; tt += 4) {
+            const float4 dt4 = *reinterpret_cast<const float4*>(sm.dt[ch] + tt);
+            const float4 du4 = *reinterpret_cast<const float4*>(sm.dtu[ch] + tt);
+            float b4[4];
+            if (kVarBC || varB) {
+              const float4 v = *reinterpret_cast<const float4*>(sm.B + s * kRow + tt);
+              b4[0] = v.x, b4[1] = v.y, b4[2] = v.z, b4[3] = v.w;
+            } else {
+              b4[0] = b4[1] = b4[2] = b4[3] = Bfix;
+            }
+            h = fmaf(fast_exp2(dt4.x * a2), h, du4.x * b4[0]);
+            h = fmaf(fast_exp2(dt4.y * a2), h, du4.y * b4[1]);
+            h = fmaf(fast_exp2(dt4.z * a2), h, du4.z * b4[2]);
+            h = fmaf(fast_exp2(dt4.w * a2), h, du4.w * b4[3]);
+          }
+          sm.seg[k + 1][tid] = h;
+          __syncthreads();  // read before the next chunk is staged over them
+        }
+      }
+      float h_in = 0.0f;
+      if (p.ckpt_shift > 0) {
+        h_in = sm.seg[cj][tid];  // (this thread's own entry: written above, at this chunk or a later one)
+      } else if (c > 0 && has_n) {
+        h_in = ckpt_slot(p, bd, c - 1, N, 1)[s * ckpt_elem_step(p)];
+      }
+      // Stage the chunk: B/C by the whole block, the per-step values of each channel by its own
+      // lanes.
+      stage_bc(tc0, true);
       {
         // This lane's 4 consecutive steps of the channel's rows (vector access where allowed).
-        constexpr int kQ = kChunk / LP::kLanes;
         const int tt = s * kQ;
         const int64_t t = tc0 + tt;
         const int64_t stop = tc0 + clen;
         Steps<T, kQ> ru, rd, rg;
-        load_steps(ru, static_cast<const T*>(p.u) + offset3(p.u_s, b, d, 0), p.u_s.l, t, stop, f.vec_u);
-        load_steps(rd, static_cast<const T*>(p.delta) + offset3(p.delta_s, b, d, 0), p.delta_s.l, t, stop,
-                   f.vec_delta);
+        load_steps(ru, u_row(), p.u_s.l, t, stop, f.vec_u);
+        load_steps(rd, delta_row(), p.delta_s.l, t, stop, f.vec_delta);
         load_steps(rg, static_cast<const T*>(p.dout) + offset3(p.dout_s, b, d, 0), p.dout_s.l, t, stop,
                    f.vec_dout);
         float uu[kQ], dt[kQ], dtu[kQ], gy[kQ];
+        discretise(ru, rd, t, stop, uu, dt, dtu);
 #pragma unroll
-        for (int j = 0; j < kQ; ++j) {
-          const bool ok = t + j < stop;
-          uu[j] = ru.at(j);
-          const float v = rd.at(j) + bias;
-          dt[j] = ok ? (p.softplus ? softplus(v) : v) : 0.0f;
-          dtu[j] = uu[j] * dt[j];
-          gy[j] = rg.at(j);
-        }
+        for (int j = 0; j < kQ; ++j) gy[j] = rg.at(j);
         if (p.z != nullptr) {
           Steps<T, kQ> rz, ry;
           load_steps(rz, static_cast<const T*>(p.z) + offset3(p.z_s, b, d, 0), p.z_s.l, t, stop, f.vec_z);
@@ -171,8 +252,7 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
         o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
       };
       // Forward sweep: the state entering each window.
-      float h = 0.0f;
-      if (c > 0 && has_n) h = p.ckpt[((b * p.dim + d) * n_chunks + c - 1) * N + s];
+      float h = h_in;
       for (int w = 0; w < nwin; ++w) {
         sm.starts[w][tid] = h;
         if (w == nwin - 1) break;  // only the last window can be partial
@@ -343,7 +423,8 @@ cudaError_t launch_bwd_lanes_for(const ScanParams& p, cudaStream_t stream) {
   const int64_t blocks = f.row_blocks * p.batch * p.ngroups;
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
   auto kernel = bwd_lanes_kernel<T, kVarBC>;
-  const int smem = int(sizeof(BwdLanesSmem));
+  // the segments' start states (the last member) only where states are 2^k chunks apart
+  const int smem = int(p.ckpt_shift > 0 ? sizeof(BwdLanesSmem) : offsetof(BwdLanesSmem, seg));
   const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
   kernel<<<unsigned(blocks), LP::kThreads, smem, stream>>>(p, f);

@@ -151,11 +151,22 @@ int64_t fwd_workspace_floats(const ScanParams& p) {
   return nseg > 1 ? p.batch * p.dim * nseg * (state_floats(p) + 1) : 0;
 }
 
-int64_t set_fwd_states(ScanParams& p, int64_t state_steps, int64_t state_count, bool state_pairs) {
-  int shift = 0;  // a power of two of chunks: the kernels test chunk ends with a mask
+namespace {
+
+// log2 of the chunks in state_steps, which must be kChunk times a power of two: the kernels
+// test chunk ends with a mask.
+int state_shift(int64_t state_steps) {
+  int shift = 0;
   while (shift < 24 && (int64_t(kChunk) << shift) < state_steps) ++shift;
   MK_CHECK(state_steps == (int64_t(kChunk) << shift),
            "selective_scan: state_steps must be ", kChunk, " times a power of two up to 2^24, got ", state_steps);
+  return shift;
+}
+
+}  // namespace
+
+int64_t set_fwd_states(ScanParams& p, int64_t state_steps, int64_t state_count, bool state_pairs) {
+  const int shift = state_shift(state_steps);
   const int64_t need = (p.seqlen + state_steps - 1) / state_steps;
   if (state_count == -1) state_count = need;
   MK_CHECK(state_count == need || (p.seqlen > 0 && state_count == need + 1),
@@ -187,11 +198,22 @@ void launch_fwd_checked(const ScanParams& p, float* workspace, cudaStream_t stre
 }
 
 void set_bwd_inputs(ScanParams& p, const TensorRef& u, const TensorRef& z, const TensorRef& dout,
-                    const TensorRef& ckpt, const TensorRef& y, const TensorRef& dz, const TensorRef& out_z) {
+                    const TensorRef& ckpt, const TensorRef& y, const TensorRef& dz, const TensorRef& out_z,
+                    int64_t state_steps, bool state_pairs) {
   check_like_u(dout, u, "dout");
   const int64_t nf = state_floats(p);
   check_device(ckpt, u, "ckpt");
-  const int64_t nc = n_chunks(p.seqlen);
+  const int shift = state_shift(state_steps);
+  const int max_shift = bwd_max_state_shift(p);
+  MK_CHECK(shift <= max_shift && (!state_pairs || max_shift > 0), "selective_scan: the backward takes states ",
+           kChunk << max_shift, max_shift > 0 ? " steps apart at most" : " steps apart, not in pairs",
+           " for this problem (state_steps above ", kChunk, " and state_pairs need real A and dstate <= 16), got state_steps ",
+           state_steps, state_pairs ? " with state_pairs" : "");
+  // The slots the forward wrote: ceil(L / state_steps), or one more (the final state twice) for
+  // spaced or paired states; pairs take an even count.
+  const int64_t need = (p.seqlen + state_steps - 1) / state_steps;
+  const bool more_ok = (shift > 0 || state_pairs) && p.seqlen > 0;
+  const int64_t nc = ckpt.dim == 4 && more_ok && ckpt.size(2) == need + 1 ? need + 1 : need;
   // torch's default contiguity, for the 4-D shape the check below requires: every axis of
   // size > 1 has the row-major stride (an empty tensor is contiguous).
   bool contiguous = true;
@@ -201,7 +223,12 @@ void set_bwd_inputs(ScanParams& p, const TensorRef& u, const TensorRef& z, const
   }
   MK_CHECK(ckpt.scalar == Scalar::kFloat32 && contiguous && ckpt.has_shape({p.batch, p.dim, nc, nf}),
            "selective_scan: ckpt must be the forward's contiguous float32 states of shape [", p.batch, ", ", p.dim,
-           ", ", nc, ", ", nf, "], got ", ckpt.shape());
+           ", ", nc, more_ok ? " (or one more)" : "", ", ", nf, "] for state_steps ", state_steps, ", got ",
+           ckpt.shape());
+  MK_CHECK(!state_pairs || nc % 2 == 0, "selective_scan: state_pairs needs an even number of slots, got ", nc);
+  p.ckpt_shift = shift;
+  p.ckpt_count = nc;
+  p.ckpt_pairs = state_pairs;
   if (z.present) {
     MK_CHECK(y.present, "selective_scan: y (the forward's ungated output) is required with z");
     check_like_u(y, u, "y");

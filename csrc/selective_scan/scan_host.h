@@ -46,9 +46,13 @@ void set_fwd_outputs(ScanParams& p, const TensorRef& out, const TensorRef& out_z
 void launch_fwd_checked(const ScanParams& p, float* workspace, cudaStream_t stream);
 
 // Backward: dout, ckpt, and with z also y and dz checked and filled; out_z (y silu(z), written
-// by the backward) when it has elements.
+// by the backward) when it has elements. ckpt holds the forward's states as set_fwd_states laid
+// them out: every state_steps steps (kChunk, the default, or up to 2^bwd_max_state_shift
+// chunks apart, in which case the backward recomputes the chunk starts between them), in pairs
+// or not.
 void set_bwd_inputs(ScanParams& p, const TensorRef& u, const TensorRef& z, const TensorRef& dout,
-                    const TensorRef& ckpt, const TensorRef& y, const TensorRef& dz, const TensorRef& out_z);
+                    const TensorRef& ckpt, const TensorRef& y, const TensorRef& dz, const TensorRef& out_z,
+                    int64_t state_steps, bool state_pairs);
 // The shape of the dB / dC partial sums (5-D variable, 3-D fixed) into dims; returns the rank.
 int part_shape(const ScanParams& p, const BCParams& bc, int64_t dims[5]);
 void set_bwd_outputs(ScanParams& p, const TensorRef& du, const TensorRef& ddelta, float* dA_part, float* dD_part,

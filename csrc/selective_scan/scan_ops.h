@@ -22,8 +22,8 @@ inline constexpr const char* kScanSchemas[] = {
     "Tensor? delta_bias, bool delta_softplus, bool keep_y, int state_steps=64, int state_count=-1, "
     "bool state_pairs=False) -> (Tensor, Tensor, Tensor)",
     "selective_scan_bwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
-    "Tensor? delta_bias, Tensor dout, Tensor ckpt, Tensor? y, Tensor(a!) dz, Tensor(b!) out_z, bool delta_softplus) -> "
-    "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
+    "Tensor? delta_bias, Tensor dout, Tensor ckpt, Tensor? y, Tensor(a!) dz, Tensor(b!) out_z, bool delta_softplus, "
+    "int state_steps=64, bool state_pairs=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
 };
 
 namespace {
@@ -69,8 +69,9 @@ Tensor empty_as(const Tensor& t) {
 // the forward writes only the states, which a backward that recomputes them needs);
 // out_z: y * silu(z) (empty without z); ckpt: fp32 (batch, dim, state_count, dstate [x2]),
 // slot k the state after min((k + 1) * state_steps, L) steps, with state_pairs slots 2r and
-// 2r + 1 interleaved (set_fwd_states). The backward reads the default: a state every kChunk
-// steps, the last slot the final state.
+// 2r + 1 interleaved (set_fwd_states). The backward reads these states as they were laid out
+// (its state_steps and state_pairs): a state every kChunk steps by default; up to 1024 steps
+// apart, in pairs too, where the lane kernels run (set_bwd_inputs).
 std::tuple<Tensor, Tensor, Tensor> scan_fwd(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B,
                                             const Tensor& C, const OptTensor& D, const OptTensor& z,
                                             const OptTensor& delta_bias, bool delta_softplus, bool keep_y,
@@ -96,14 +97,15 @@ std::tuple<Tensor, Tensor, Tensor> scan_fwd(const Tensor& u, const Tensor& delta
 // (du, ddelta, dA, dB, dC, dD, ddelta_bias). dz (z's shape; empty without z) is written in
 // place, and so is out_z = y silu(z) when it is not empty (z's shape: the gated output, which a
 // caller that did not keep it needs again, recomputed in the same pass). dB/dC: fixed -> B's shape and dtype; variable -> (batch, ngroups, dstate, L [x2]) in
-// u's dtype. dD / ddelta_bias are empty when D / delta_bias are absent.
+// u's dtype. dD / ddelta_bias are empty when D / delta_bias are absent. ckpt: the forward's
+// states, laid out by the forward's state_steps and state_pairs, which the call repeats.
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> scan_bwd(
     const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C, const OptTensor& D,
     const OptTensor& z, const OptTensor& delta_bias, const Tensor& dout, const Tensor& ckpt, const OptTensor& y,
-    const Tensor& dz, const Tensor& out_z, bool delta_softplus) {
+    const Tensor& dz, const Tensor& out_z, bool delta_softplus, int64_t state_steps, bool state_pairs) {
   const TensorRef ur = tref(u), deltar = tref(delta);
   ScanParams p = prepare(ur, deltar, tref(A), tref(B), tref(C), tref(D), tref(z), tref(delta_bias), delta_softplus);
-  set_bwd_inputs(p, ur, tref(z), tref(dout), tref(ckpt), tref(y), tref(dz), tref(out_z));
+  set_bwd_inputs(p, ur, tref(z), tref(dout), tref(ckpt), tref(y), tref(dz), tref(out_z), state_steps, state_pairs);
   const api::DeviceGuard guard(ur.device_index);
   const F32Params f = to_f32(p, A, B, C, D, delta_bias);
   const Tensor du = api::empty_like(u, ur), ddelta = api::empty_like(delta, deltar);

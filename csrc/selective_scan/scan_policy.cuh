@@ -74,6 +74,9 @@ struct BwdLanesPolicy {
   static constexpr int kRow = kChunk + 4;                // floats per state row of a B/C chunk tile
   static constexpr int kWarps = LanePolicy::kThreads / kWarpSize;
   static constexpr int kBlocksPerSm = fit_blocks_per_sm(LanePolicy::kThreads, 2);  // grid target, launch bound
+  // Kept states at most 2^kMaxStateShift chunks apart (1024 steps): the chunk starts between
+  // two of them are recomputed into shared memory, a float per thread and chunk (16 KB).
+  static constexpr int kMaxStateShift = 4;
   static_assert(kWin == LanePolicy::kGroup, "one reduce-scatter per window");
 };
 

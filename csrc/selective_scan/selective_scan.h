@@ -48,7 +48,8 @@ struct ScanParams {
   // out_z: y * silu(z) when z is given (the backward writes it too when given, from y: the gated
   // output recomputed for a caller that did not keep it). ckpt: (batch, dim, ckpt_count, dstate [x2])
   // fp32, slot k the state after min((k + 1) 2^ckpt_shift, n_chunks) chunks; the backward reads
-  // it with ckpt_shift 0 (a state per chunk, ckpt_count n_chunks).
+  // it with ckpt_shift 0 (a state per chunk, ckpt_count n_chunks) or, in the lane kernel, up to
+  // bwd_max_state_shift, in pairs too.
   void* out = nullptr;
   Strides3 out_s;
   void* out_z = nullptr;
@@ -81,6 +82,10 @@ struct ScanParams {
 int fwd_threads_per_row(int64_t dstate, bool is_complex);
 int bwd_threads_per_row(int64_t dstate, bool is_complex);
 int64_t bwd_row_blocks(const ScanParams& p);  // row blocks per group (the dB/dC partial axis)
+// The most chunks apart (as a power of two) the backward's saved states may be for this
+// problem: 4 (1024 steps) where the lane kernel runs (real A, dstate <= 16), else 0 (a state
+// every chunk, contiguous slots).
+int bwd_max_state_shift(const ScanParams& p);
 
 // Multiprocessors of the current device (read once), which the grids are sized by.
 int sm_count();
