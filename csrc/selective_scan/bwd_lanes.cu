@@ -65,6 +65,96 @@ struct BwdLanesSmem {
   float seg[1 << BL::kMaxStateShift][LP::kThreads];
 };
 
+// Item j of a chunk's variable B or C tile: 4 steps of state row j / 16 from tc0 + 4 (j % 16)
+// (zero past L or for rows n >= N), one 16-byte store into the tile.
+template <typename T>
+__device__ __forceinline__ void stage_bc_item(float* tile, const T* base, int64_t s_n, int64_t s_l, bool vec,
+                                              int64_t L, int64_t N, int64_t tc0, int j) {
+  const int n = j / (kChunk / 4), q = j % (kChunk / 4);
+  float v[4];
+  load_bc4(v, base + n * s_n, s_l, tc0 + q * 4, L, n < N, vec);
+  *reinterpret_cast<float4*>(tile + n * BL::kRow + q * 4) = make_float4(v[0], v[1], v[2], v[3]);
+}
+
+// A lane's kQ steps from t of its channel: u as fp32, dt (softplus(delta + bias) or delta +
+// bias; 0 from stop on) and dt * u, as the forward computes them.
+template <typename T, int kQ>
+__device__ __forceinline__ void discretise_steps(const Steps<T, kQ>& ru, const Steps<T, kQ>& rd, int64_t t,
+                                                 int64_t stop, float bias, bool softplus_on, float (&uu)[kQ],
+                                                 float (&dt)[kQ], float (&dtu)[kQ]) {
+#pragma unroll
+  for (int j = 0; j < kQ; ++j) {
+    const bool ok = t + j < stop;
+    uu[j] = ru.at(j);
+    const float v = rd.at(j) + bias;
+    dt[j] = ok ? (softplus_on ? softplus(v) : v) : 0.0f;
+    dtu[j] = uu[j] * dt[j];
+  }
+}
+
+// What a segment's sweep reads of one channel (one thread's state of it).
+template <typename T>
+struct SegmentSweep {
+  const T* B;  // the block's variable B at (b, g), or null: B fixed, Bfix
+  int64_t B_sn, B_sl;
+  bool vec_b;
+  const T* u;  // the channel's rows
+  const T* delta;
+  int64_t u_sl, delta_sl;
+  bool vec_u, vec_delta, softplus_on;
+  int64_t L, N;
+  float a2, Bfix, bias;
+};
+
+// The chunks [seg0, seg0 + chunks) swept forward from h, the state entering chunk seg0, as the
+// forward computed them; sm.seg[k][tid] gets the state entering chunk seg0 + k (k <= chunks).
+// Every thread of the block calls it (it stages the B tiles together, with barriers). Inlined:
+// out of line, the registers saved around the call spilled more (bench/RESULTS.md, eighth pass).
+template <typename T, bool kVarBC>
+__device__ __forceinline__ void sweep_segment(BwdLanesSmem& sm, const SegmentSweep<T>& a, int64_t seg0, int chunks,
+                                              float h) {
+  constexpr int kQ = kChunk / LP::kLanes;
+  const int tid = threadIdx.x, ch = tid / LP::kLanes, s = tid % LP::kLanes;
+  sm.seg[0][tid] = h;
+  for (int k = 0; k < chunks; ++k) {
+    const int64_t ts0 = (seg0 + k) * kChunk;  // a whole chunk: only the sequence's last is partial
+    if (a.B != nullptr) {
+      for (int j = tid; j < LP::kLanes * (kChunk / 4); j += LP::kThreads) {
+        stage_bc_item(sm.B, a.B, a.B_sn, a.B_sl, a.vec_b, a.L, a.N, ts0, j);
+      }
+    }
+    {
+      const int64_t t = ts0 + s * kQ;
+      Steps<T, kQ> ru, rd;
+      load_steps(ru, a.u, a.u_sl, t, a.L, a.vec_u);
+      load_steps(rd, a.delta, a.delta_sl, t, a.L, a.vec_delta);
+      float uu[kQ], dt[kQ], dtu[kQ];
+      discretise_steps(ru, rd, t, a.L, a.bias, a.softplus_on, uu, dt, dtu);
+      store_pack<float, kQ>(&sm.dt[ch][s * kQ], dt);
+      store_pack<float, kQ>(&sm.dtu[ch][s * kQ], dtu);
+    }
+    __syncthreads();  // the B tile and the channel rows are in place
+#pragma unroll 4
+    for (int tt = 0; tt < kChunk; tt += 4) {
+      const float4 dt4 = *reinterpret_cast<const float4*>(sm.dt[ch] + tt);
+      const float4 du4 = *reinterpret_cast<const float4*>(sm.dtu[ch] + tt);
+      float b4[4];
+      if (kVarBC || a.B != nullptr) {
+        const float4 v = *reinterpret_cast<const float4*>(sm.B + s * BL::kRow + tt);
+        b4[0] = v.x, b4[1] = v.y, b4[2] = v.z, b4[3] = v.w;
+      } else {
+        b4[0] = b4[1] = b4[2] = b4[3] = a.Bfix;
+      }
+      h = fmaf(fast_exp2(dt4.x * a.a2), h, du4.x * b4[0]);
+      h = fmaf(fast_exp2(dt4.y * a.a2), h, du4.y * b4[1]);
+      h = fmaf(fast_exp2(dt4.z * a.a2), h, du4.z * b4[2]);
+      h = fmaf(fast_exp2(dt4.w * a.a2), h, du4.w * b4[3]);
+    }
+    sm.seg[k + 1][tid] = h;
+    __syncthreads();  // read before the next chunk is staged over them
+  }
+}
+
 template <typename T, bool kVarBC>
 __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
     bwd_lanes_kernel(const ScanParams p, const LanesBwdArgs f) {
@@ -100,36 +190,7 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
     const float bias = p.delta_bias != nullptr ? p.delta_bias[d] : 0.0f;
     float dA = 0.0f, dBf = 0.0f, dCf = 0.0f, dD = 0.0f, dbias = 0.0f, gc = 0.0f;
 
-    // Stage the B (and C) tile of the chunk at tc0 by the whole block: 4 steps of one state row
-    // per thread and matrix.
-    auto stage_bc = [&](int64_t tc0, bool with_c) {
-      for (int i = tid; i < 2 * LP::kLanes * (kChunk / 4); i += LP::kThreads) {
-        const bool isC = i >= LP::kLanes * (kChunk / 4);
-        const int j = i % (LP::kLanes * (kChunk / 4));
-        const int n = j / (kChunk / 4), q = j % (kChunk / 4);
-        const bool var = isC ? varC && with_c : varB;
-        if (!var) continue;
-        const T* row = isC ? Cv + n * p.C.s_n : Bv + n * p.B.s_n;
-        float v[4];
-        load_bc4(v, row, isC ? p.C.s_l : p.B.s_l, tc0 + q * 4, L, n < N, isC ? f.vec_c : f.vec_b);
-        *reinterpret_cast<float4*>((isC ? sm.C : sm.B) + n * kRow + q * 4) = make_float4(v[0], v[1], v[2], v[3]);
-      }
-    };
-    // The chunk's dt and dt*u of this channel: this lane's 4 consecutive steps from tc0 + 4 s.
     constexpr int kQ = kChunk / LP::kLanes;
-    auto discretise = [&](const Steps<T, kQ>& ru, const Steps<T, kQ>& rd, int64_t t, int64_t stop, float (&uu)[kQ],
-                          float (&dt)[kQ], float (&dtu)[kQ]) {
-#pragma unroll
-      for (int j = 0; j < kQ; ++j) {
-        const bool ok = t + j < stop;
-        uu[j] = ru.at(j);
-        const float v = rd.at(j) + bias;
-        dt[j] = ok ? (p.softplus ? softplus(v) : v) : 0.0f;
-        dtu[j] = uu[j] * dt[j];
-      }
-    };
-    // (the rows' addresses, the segment mask: recomputed where used, from the parameters, so that
-    // nothing more stays live across the chunk loop than before the segments)
     auto u_row = [&] { return static_cast<const T*>(p.u) + offset3(p.u_s, b, d, 0); };
     auto delta_row = [&] { return static_cast<const T*>(p.delta) + offset3(p.delta_s, b, d, 0); };
 
@@ -143,45 +204,20 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
       const int64_t seg_mask = (int64_t(1) << p.ckpt_shift) - 1;  // saved states 2^ckpt_shift chunks apart
       const int cj = int(c & seg_mask);  // the chunk's place in its segment
       if (p.ckpt_shift > 0 && (cj == seg_mask || c == n_chunks - 1)) {
-        // Entering the segment from its end: sweep its chunks before this one, as the forward
-        // did, keeping each one's start state.
+        // Entering the segment from its end: sweep its chunks before this one from the
+        // segment's saved state, as the forward did, keeping each one's start state.
         const int64_t seg0 = c - cj;
         float h = 0.0f;
         if (seg0 > 0 && has_n) h = ckpt_slot(p, bd, (seg0 >> p.ckpt_shift) - 1, N, 1)[s * ckpt_elem_step(p)];
-        sm.seg[0][tid] = h;
-        for (int k = 0; k < cj; ++k) {
-          const int64_t ts0 = (seg0 + k) * kChunk;  // a whole chunk: only the last one is partial
-          stage_bc(ts0, false);
-          {
-            const int64_t t = ts0 + s * kQ;
-            Steps<T, kQ> ru, rd;
-            load_steps(ru, u_row(), p.u_s.l, t, L, f.vec_u);
-            load_steps(rd, delta_row(), p.delta_s.l, t, L, f.vec_delta);
-            float uu[kQ], dt[kQ], dtu[kQ];
-            discretise(ru, rd, t, L, uu, dt, dtu);
-            store_pack<float, kQ>(&sm.dt[ch][s * kQ], dt);
-            store_pack<float, kQ>(&sm.dtu[ch][s * kQ], dtu);
-          }
-          __syncthreads();  // the B tile and the channel rows are in place
-#pragma unroll 4
-          for (int tt = 0; tt < kChunk; tt += 4) {
-            const float4 dt4 = *reinterpret_cast<const float4*>(sm.dt[ch] + tt);
-            const float4 du4 = *reinterpret_cast<const float4*>(sm.dtu[ch] + tt);
-            float b4[4];
-            if (kVarBC || varB) {
-              const float4 v = *reinterpret_cast<const float4*>(sm.B + s * kRow + tt);
-              b4[0] = v.x, b4[1] = v.y, b4[2] = v.z, b4[3] = v.w;
-            } else {
-              b4[0] = b4[1] = b4[2] = b4[3] = Bfix;
-            }
-            h = fmaf(fast_exp2(dt4.x * a2), h, du4.x * b4[0]);
-            h = fmaf(fast_exp2(dt4.y * a2), h, du4.y * b4[1]);
-            h = fmaf(fast_exp2(dt4.z * a2), h, du4.z * b4[2]);
-            h = fmaf(fast_exp2(dt4.w * a2), h, du4.w * b4[3]);
-          }
-          sm.seg[k + 1][tid] = h;
-          __syncthreads();  // read before the next chunk is staged over them
-        }
+        SegmentSweep<T> a;
+        a.B = varB ? Bv : nullptr;
+        a.B_sn = p.B.s_n, a.B_sl = p.B.s_l, a.vec_b = f.vec_b;
+        a.u = u_row(), a.delta = delta_row();
+        a.u_sl = p.u_s.l, a.delta_sl = p.delta_s.l;
+        a.vec_u = f.vec_u, a.vec_delta = f.vec_delta, a.softplus_on = p.softplus;
+        a.L = L, a.N = N;
+        a.a2 = a2, a.Bfix = Bfix, a.bias = bias;
+        sweep_segment<T, kVarBC>(sm, a, seg0, cj, h);
       }
       float h_in = 0.0f;
       if (p.ckpt_shift > 0) {
@@ -191,7 +227,17 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
       }
       // Stage the chunk: B/C by the whole block, the per-step values of each channel by its own
       // lanes.
-      stage_bc(tc0, true);
+      for (int i = tid; i < 2 * LP::kLanes * (kChunk / 4); i += LP::kThreads) {
+        const bool isC = i >= LP::kLanes * (kChunk / 4);
+        if (isC ? varC : varB) {
+          const int j = i % (LP::kLanes * (kChunk / 4));
+          if (isC) {
+            stage_bc_item(sm.C, Cv, p.C.s_n, p.C.s_l, f.vec_c, L, N, tc0, j);
+          } else {
+            stage_bc_item(sm.B, Bv, p.B.s_n, p.B.s_l, f.vec_b, L, N, tc0, j);
+          }
+        }
+      }
       {
         // This lane's 4 consecutive steps of the channel's rows (vector access where allowed).
         const int tt = s * kQ;
@@ -203,7 +249,7 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
         load_steps(rg, static_cast<const T*>(p.dout) + offset3(p.dout_s, b, d, 0), p.dout_s.l, t, stop,
                    f.vec_dout);
         float uu[kQ], dt[kQ], dtu[kQ], gy[kQ];
-        discretise(ru, rd, t, stop, uu, dt, dtu);
+        discretise_steps(ru, rd, t, stop, bias, p.softplus, uu, dt, dtu);
 #pragma unroll
         for (int j = 0; j < kQ; ++j) gy[j] = rg.at(j);
         if (p.z != nullptr) {
