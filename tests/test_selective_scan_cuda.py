@@ -423,8 +423,10 @@ SPACED_BWD_CASES = [(2, 8, torch.bfloat16, True, True), (1, 40, torch.float32, T
 def test_backward_from_states_up_to_1024_steps_apart(ops, batch, dim, dtype, var_b, var_c, L, steps, pairs):
     """The lane backward from states every 128 or 1024 steps (the original's x layout with
     pairs, the count one more where the forward writes the final state twice) recomputes the
-    chunk starts between them: every gradient, dz and out_z bitwise those from a state every
-    64 steps, at sequence ends on and off the segment and chunk boundaries."""
+    chunk starts between them, and past one segment runs in windows of a segment, the last
+    first, its running sums carried between them: every gradient, dz and out_z bitwise those
+    of one pass from a state every 64 steps, at sequence ends on and off the segment and chunk
+    boundaries, with fixed B or C (their sums carried) and with many channel groups a block."""
     inp = make_inputs(batch, dim, L, 16, dtype, var_b=var_b, var_c=var_c, seed=L)
     args = [inp[k] for k in NAMES]
     out, _, ckpt = ops.fwd(*args, True, True)

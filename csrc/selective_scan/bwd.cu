@@ -428,6 +428,14 @@ int bwd_max_state_shift(const ScanParams& p) {
   return lanes_fit(p.dstate, p.is_complex) ? BwdLanesPolicy::kMaxStateShift : 0;
 }
 
+int64_t bwd_window_chunks(const ScanParams& p) {
+  if (p.ckpt_shift == 0 || !lanes_fit(p.dstate, p.is_complex)) return 0;
+  const int64_t per = int64_t(1) << p.ckpt_shift;
+  return (p.seqlen + kChunk - 1) / kChunk > per ? per : 0;
+}
+
+int64_t bwd_carry_floats(const ScanParams& p) { return p.batch * p.dim * LanePolicy::kLanes * kBwdCarry; }
+
 cudaError_t launch_bwd(const ScanParams& p, cudaStream_t stream) {
   if (p.batch == 0 || p.dim == 0 || p.seqlen == 0) return cudaSuccess;
   if (p.ckpt_shift > bwd_max_state_shift(p) || (p.ckpt_pairs && !lanes_fit(p.dstate, p.is_complex))) {

@@ -174,8 +174,12 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
   const bool varB = kVarBC || p.B.variable, varC = kVarBC || p.C.variable;
   const T* Bv = varB ? static_cast<const T*>(p.B.ptr) + b * p.B.s_b + g * p.B.s_g : nullptr;
   const T* Cv = varC ? static_cast<const T*>(p.C.ptr) + b * p.C.s_b + g * p.C.s_g : nullptr;
-  float* part_row_B = varB ? p.dB_part + ((b * p.ngroups + g) * f.row_blocks + rb) * N * L : nullptr;
-  float* part_row_C = varC ? p.dC_part + ((b * p.ngroups + g) * f.row_blocks + rb) * N * L : nullptr;
+  // This launch's chunks (all, or a window of them: ScanParams.chunk_lo / chunk_hi) and where
+  // its partial rows start: column 0 of a row is step chunk_lo * kChunk.
+  const int64_t c_hi = p.chunk_hi < 0 ? n_chunks : p.chunk_hi, c_lo = p.chunk_lo;
+  const int64_t P = p.part_len, t_lo = c_lo * kChunk;
+  float* part_row_B = varB ? p.dB_part + ((b * p.ngroups + g) * f.row_blocks + rb) * N * P : nullptr;
+  float* part_row_C = varC ? p.dC_part + ((b * p.ngroups + g) * f.row_blocks + rb) * N * P : nullptr;
 
   for (int64_t gi = 0; gi < f.groups_per_block; ++gi) {
     const int64_t rig = (rb * f.groups_per_block + gi) * LP::kChannels + ch;
@@ -189,12 +193,20 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
     const float Dd = p.D != nullptr ? p.D[d] : 0.0f;
     const float bias = p.delta_bias != nullptr ? p.delta_bias[d] : 0.0f;
     float dA = 0.0f, dBf = 0.0f, dCf = 0.0f, dD = 0.0f, dbias = 0.0f, gc = 0.0f;
+    // A window after the last: the running sums where the window after it left them (exactly:
+    // each lane then adds in the order of one pass).
+    // (its address recomputed where used: nothing more stays live across the chunk loop)
+    auto carry = [&] { return p.carry + ((b * p.dim + d) * LP::kLanes + s) * kBwdCarry; };
+    if (p.carry != nullptr && c_hi < n_chunks) {
+      const float* in = carry();
+      gc = in[0], dA = in[1], dBf = in[2], dCf = in[3], dD = in[4], dbias = in[5];
+    }
 
     constexpr int kQ = kChunk / LP::kLanes;
     auto u_row = [&] { return static_cast<const T*>(p.u) + offset3(p.u_s, b, d, 0); };
     auto delta_row = [&] { return static_cast<const T*>(p.delta) + offset3(p.delta_s, b, d, 0); };
 
-    for (int64_t c = n_chunks - 1; c >= 0; --c) {
+    for (int64_t c = c_hi - 1; c >= c_lo; --c) {
       const int64_t tc0 = c * kChunk;
       const int clen = int(L - tc0 < kChunk ? L - tc0 : kChunk);
       const int nwin = (clen + kW - 1) / kW;
@@ -203,7 +215,7 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
       const int64_t bd = b * p.dim + d;
       const int64_t seg_mask = (int64_t(1) << p.ckpt_shift) - 1;  // saved states 2^ckpt_shift chunks apart
       const int cj = int(c & seg_mask);  // the chunk's place in its segment
-      if (p.ckpt_shift > 0 && (cj == seg_mask || c == n_chunks - 1)) {
+      if (p.ckpt_shift > 0 && (cj == seg_mask || c == c_hi - 1)) {
         // Entering the segment from its end: sweep its chunks before this one from the
         // segment's saved state, as the forward did, keeping each one's start state.
         const int64_t seg0 = c - cj;
@@ -327,7 +339,7 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
             const int isC = o / (LP::kLanes * kW);
             const int n = (o / kW) % LP::kLanes, tw = o % kW;
             if ((isC ? varC : varB) && n < N && tw < valid) {
-              prev[k] = (isC ? part_row_C : part_row_B)[n * L + tc0 + w0 + tw];
+              prev[k] = (isC ? part_row_C : part_row_B)[n * P + (tc0 - t_lo) + w0 + tw];
             }
           }
         }
@@ -415,12 +427,19 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
             float acc = 0.0f;
 #pragma unroll
             for (int wp = 0; wp < BL::kWarps; ++wp) acc += sm.red[w & 1][wp][isC * LP::kLanes + n][tw];
-            float* dst = (isC ? part_row_C : part_row_B) + n * L + tc0 + w0 + tw;
+            float* dst = (isC ? part_row_C : part_row_B) + n * P + (tc0 - t_lo) + w0 + tw;
             *dst = gi == 0 ? acc : prev[k] + acc;
           }
         }
       }
       __syncthreads();  // the chunk's tiles and rows are read before the next chunk is staged
+    }
+    if (c_lo > 0) {  // a window before this one goes on from these sums
+      if (active) {
+        float* out = carry();
+        out[0] = gc, out[1] = dA, out[2] = dBf, out[3] = dCf, out[4] = dD, out[5] = dbias;
+      }
+      continue;
     }
     // Per (batch, channel): dA and fixed dB / dC per state, dD and ddelta_bias over the lanes.
     dD = warp_sum_width<LP::kLanes>(dD);

@@ -2,6 +2,7 @@
 // parameter fills for the classic and the stable binding.
 #include "scan_host.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "check_msg.h"
@@ -229,6 +230,7 @@ void set_bwd_inputs(ScanParams& p, const TensorRef& u, const TensorRef& z, const
   p.ckpt_shift = shift;
   p.ckpt_count = nc;
   p.ckpt_pairs = state_pairs;
+  p.part_len = p.seqlen;  // one pass; a windowed backward sets the window's steps (bwd_window_chunks)
   if (z.present) {
     MK_CHECK(y.present, "selective_scan: y (the forward's ungated output) is required with z");
     check_like_u(y, u, "y");
@@ -257,7 +259,7 @@ int part_shape(const ScanParams& p, const BCParams& bc, int64_t dims[5]) {
     dims[1] = p.ngroups;
     dims[2] = bwd_row_blocks(p);
     dims[3] = p.dstate;
-    dims[4] = p.seqlen * (p.is_complex ? 2 : 1);
+    dims[4] = p.part_len * (p.is_complex ? 2 : 1);
     return 5;
   }
   dims[0] = p.batch;
@@ -279,11 +281,15 @@ void set_bwd_outputs(ScanParams& p, const TensorRef& du, const TensorRef& ddelta
   p.dC_part = dC_part;
 }
 
+namespace {
+
 void launch_bwd_checked(const ScanParams& p, cudaStream_t stream) {
   check_launch(launch_bwd(p, stream), "selective_scan_bwd");
 }
 
-void sum_partials_checked(const ScanParams& p, const ParamGrads& g, cudaStream_t stream) {
+// The partial sums reduced into the parameter gradients; a variable B/C's only with with_bc
+// (a windowed backward sums those window by window).
+void sum_partials_checked(const ScanParams& p, const ParamGrads& g, bool with_bc, cudaStream_t stream) {
   // launch_bwd writes no partial sums when it has nothing to do; every parameter gradient is
   // then zero, a sum over no rows.
   const bool ran = p.batch > 0 && p.dim > 0 && p.seqlen > 0;
@@ -300,6 +306,7 @@ void sum_partials_checked(const ScanParams& p, const ParamGrads& g, cudaStream_t
       sum(part, out, DType::kFloat32, 1, rows, p.dim * nf);
       return;
     }
+    if (!with_bc) return;
     const int64_t blocks = ran ? bwd_row_blocks(p) : 0;
     sum(part, out, p.dtype, p.batch * p.ngroups, blocks, p.dstate * p.seqlen * (p.is_complex ? 2 : 1));
   };
@@ -308,6 +315,38 @@ void sum_partials_checked(const ScanParams& p, const ParamGrads& g, cudaStream_t
   sum_bc(p.C, p.dC_part, g.dC);
   if (g.dD != nullptr) sum(p.dD_part, g.dD, DType::kFloat32, 1, rows, p.dim);
   if (g.dbias != nullptr) sum(p.dbias_part, g.dbias, DType::kFloat32, 1, rows, p.dim);
+}
+
+}  // namespace
+
+void run_bwd_checked(ScanParams& p, const ParamGrads& g, cudaStream_t stream) {
+  const int64_t win = bwd_window_chunks(p);
+  if (win == 0) {
+    launch_bwd_checked(p, stream);
+    sum_partials_checked(p, g, true, stream);
+    return;
+  }
+  // Windows of `win` chunks, the last first; each one's variable dB/dC columns summed as soon as
+  // it has run, from partial rows of the window's steps (p.part_len), which the next reuses.
+  const int64_t nc = (p.seqlen + kChunk - 1) / kChunk, blocks = bwd_row_blocks(p);
+  for (int64_t hi = nc, lo; hi > 0; hi = lo) {
+    lo = (hi - 1) / win * win;
+    p.chunk_lo = lo;
+    p.chunk_hi = hi;
+    launch_bwd_checked(p, stream);
+    const int64_t t0 = lo * kChunk, w = std::min(hi * kChunk, p.seqlen) - t0;
+    auto sum_cols = [&](const BCParams& bc, const float* part, void* out) {
+      if (!bc.variable) return;
+      check_launch(launch_sum_partials_cols(part, out, p.dtype, p.batch * p.ngroups, blocks, p.dstate, w,
+                                            p.part_len, p.dstate * p.seqlen, p.seqlen, t0, stream),
+                   "selective_scan_bwd partial sums");
+    };
+    sum_cols(p.B, p.dB_part, g.dB);
+    sum_cols(p.C, p.dC_part, g.dC);
+  }
+  p.chunk_lo = 0;
+  p.chunk_hi = -1;
+  sum_partials_checked(p, g, false, stream);
 }
 
 }  // namespace selective_scan

@@ -57,8 +57,6 @@ void set_bwd_inputs(ScanParams& p, const TensorRef& u, const TensorRef& z, const
 int part_shape(const ScanParams& p, const BCParams& bc, int64_t dims[5]);
 void set_bwd_outputs(ScanParams& p, const TensorRef& du, const TensorRef& ddelta, float* dA_part, float* dD_part,
                      float* dbias_part, float* dB_part, float* dC_part);
-void launch_bwd_checked(const ScanParams& p, cudaStream_t stream);
-
 // The parameter gradients, each allocated by the binding in the shape and dtype of its
 // parameter, contiguous: dA like A, dB / dC like B / C (fixed: fp32 or complex64 (dim, dstate);
 // variable: u's dtype (batch, ngroups, dstate, L [x2])), dD / ddelta_bias fp32 (dim,). Null
@@ -70,9 +68,12 @@ struct ParamGrads {
   float* dD = nullptr;
   float* dbias = nullptr;
 };
-// After launch_bwd_checked: the partial sums reduced into the gradients on the stream, in a
-// fixed order (launch_sum_partials).
-void sum_partials_checked(const ScanParams& p, const ParamGrads& g, cudaStream_t stream);
+// The backward's launches and the reduction of its partial sums into the gradients, on the
+// stream, in a fixed order (launch_sum_partials): one pass, or with spaced states and a
+// sequence longer than the space between them, windows of that many steps, the last first
+// (bwd_window_chunks: the binding then sizes the partials by p.part_len and gives p.carry
+// bwd_carry_floats floats). Every gradient is bitwise the same either way.
+void run_bwd_checked(ScanParams& p, const ParamGrads& g, cudaStream_t stream);
 
 // ---- selective_state_update
 

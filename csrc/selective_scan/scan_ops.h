@@ -119,14 +119,19 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> scan_bwd(
     const int n = part_shape(p, bc, dims);
     return api::empty(u, dims, n, f32);
   };
+  // A windowed backward (spaced states, a sequence longer than the space): partial rows of a
+  // window's steps, reused window after window, and the running sums carried between them.
+  const int64_t window = bwd_window_chunks(p);
+  if (window > 0) p.part_len = window * kChunk;
   const Tensor dB_part = part(p.B), dC_part = part(p.C);
+  OptTensor carry;
+  if (window > 0) carry.emplace(api::empty(u, {bwd_carry_floats(p)}, f32));
+  p.carry = carry.has_value() ? f32_ptr(*carry) : nullptr;
   set_bwd_outputs(p, tref(du), tref(ddelta), f32_ptr(dA_part), dD_part.has_value() ? f32_ptr(*dD_part) : nullptr,
                   dbias_part.has_value() ? f32_ptr(*dbias_part) : nullptr, f32_ptr(dB_part), f32_ptr(dC_part));
-  const cudaStream_t stream = api::current_stream(ur.device_index);
-  launch_bwd_checked(p, stream);
 
-  // The partial sums reduced in a fixed order by the shared host code, straight into
-  // gradients shaped and typed like their parameters.
+  // The gradients shaped and typed like their parameters, the partial sums reduced into them in
+  // a fixed order by the shared host code.
   const Tensor dA = empty_as(A), dB = empty_as(B), dC = empty_as(C);
   const Tensor dD = api::empty(u, {D.has_value() ? p.dim : 0}, f32);
   const Tensor dbias = api::empty(u, {delta_bias.has_value() ? p.dim : 0}, f32);
@@ -136,7 +141,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> scan_bwd(
   g.dC = dC.data_ptr();
   g.dD = D.has_value() ? f32_ptr(dD) : nullptr;
   g.dbias = delta_bias.has_value() ? f32_ptr(dbias) : nullptr;
-  sum_partials_checked(p, g, stream);
+  run_bwd_checked(p, g, api::current_stream(ur.device_index));
   return {du, ddelta, dA, dB, dC, dD, dbias};
 }
 

@@ -74,8 +74,17 @@ struct ScanParams {
   float* dA_part = nullptr;      // (batch, dim, dstate [x2])
   float* dD_part = nullptr;      // (batch, dim) or null
   float* dbias_part = nullptr;   // (batch, dim) or null
-  float* dB_part = nullptr;      // variable: (batch, ngroups, row_blocks, dstate, L [x2]); fixed: (batch, dim, dstate [x2])
+  float* dB_part = nullptr;      // variable: (batch, ngroups, row_blocks, dstate, part_len [x2]); fixed: (batch, dim, dstate [x2])
   float* dC_part = nullptr;
+  // The backward in windows (the lane kernel with spaced states, bwd_window_chunks): this
+  // launch's chunks [chunk_lo, chunk_hi) (chunk_hi -1: to the end), the steps a variable dB/dC
+  // partial row holds (part_len: L in one pass, the window's steps in windows, its first
+  // column step chunk_lo * kChunk), and the running sums that cross a window boundary,
+  // (batch, dim, 16 lanes, kBwdCarry) fp32: read unless the launch starts at the last chunk,
+  // written unless it ends at chunk 0 (which reduces them as one pass does).
+  int64_t chunk_lo = 0, chunk_hi = -1;
+  int64_t part_len = 0;
+  float* carry = nullptr;
 };
 
 // Threads that share one channel's states, and channels per block, for each kernel.
@@ -106,6 +115,21 @@ int64_t bwd_lanes_row_blocks(const ScanParams& p);
 // A complex64 output is written as its interleaved fp32 (re, im) pairs.
 cudaError_t launch_sum_partials(const float* in, void* out, DType out_dtype, int64_t outer, int64_t rows,
                                 int64_t inner, cudaStream_t stream);
+// The same for a window of columns: in (outer, rows, n, in_w) fp32 contiguous, of which the
+// first w columns are summed into out's elements o * out_outer + k * out_row + col0 + j (k < n,
+// j < w), in the same order.
+cudaError_t launch_sum_partials_cols(const float* in, void* out, DType out_dtype, int64_t outer, int64_t rows,
+                                     int64_t n, int64_t w, int64_t in_w, int64_t out_outer, int64_t out_row,
+                                     int64_t col0, cudaStream_t stream);
+
+// Floats of running sums a lane carries from one backward window to the next (ScanParams.carry):
+// the adjoint, dA, fixed dB and dC, dD and ddelta_bias.
+constexpr int kBwdCarry = 6;
+// Chunks per backward window: 0 for one pass (today's contract, and whenever the states are a
+// chunk apart or one window would cover the sequence), else the chunks between saved states.
+int64_t bwd_window_chunks(const ScanParams& p);
+// Floats of ScanParams.carry for a windowed backward: batch x dim x 16 lanes x kBwdCarry.
+int64_t bwd_carry_floats(const ScanParams& p);
 
 }  // namespace selective_scan
 }  // namespace mamba_kernels
