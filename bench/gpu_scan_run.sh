@@ -13,7 +13,9 @@
 #              its compressed build log (ptxas register and spill lines included)
 #   build      ours: MAMBA_KERNELS_FORCE_BUILD=1 TORCH_CUDA_ARCH_LIST=9.0 pip install -e .
 #              (time, size of each compiled .so stripped)
-#   test       pytest of $GPU_TESTS (the files that exist), -n 4 when pytest-xdist is there
+#   test       pytest of $GPU_TESTS (the files that exist), -n 4 when pytest-xdist is there; GPU
+#              test files only: the run exports MAMBA_KERNELS_BACKEND=cuda, under which a CPU
+#              file's CPU-tensor calls are refused by design (they fail there, not the code)
 #   peer       mamba_ssm's own tests/ops/test_selective_scan.py and
 #              tests/ops/triton/test_selective_state_update.py (copies in .device/peer/),
 #              unmodified, against our package through an import shim (see below)
