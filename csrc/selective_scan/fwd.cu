@@ -115,7 +115,6 @@ __global__ void __launch_bounds__(FwdPolicy::kThreads, FwdPolicy::kMinBlocks) fw
   const T* Cv = p.C.variable ? static_cast<const T*>(p.C.ptr) + b * p.C.s_b + g * p.C.s_g : nullptr;
   const int b_step = p.B.variable ? rs : 0;
   const int c_step = p.C.variable ? rs : 0;
-  const int64_t n_chunks = (L + kChunk - 1) / kChunk;
   // Every float of a tile row is written, the padding beyond dstate with 0 (a padded state
   // must add exactly nothing).
   const int tile_elems = rs * kTL;

@@ -64,7 +64,6 @@ __global__ void __launch_bounds__(FwdLanesPolicy<kS>::kThreads, FwdLanesPolicy<k
   const T* u = static_cast<const T*>(p.u) + offset3(p.u_s, b, d, 0);
   const T* delta = static_cast<const T*>(p.delta) + offset3(p.delta_s, b, d, 0);
   const T* z = p.z != nullptr ? static_cast<const T*>(p.z) + offset3(p.z_s, b, d, 0) : nullptr;
-  const int64_t n_chunks = (L + kChunk - 1) / kChunk;
 
   // Staging a B/C tile: the first kLoaders threads, 4 values each, of B (first half) or C.
   const bool loader = tid < F::kLoaders;
