@@ -193,9 +193,11 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
     const float Dd = p.D != nullptr ? p.D[d] : 0.0f;
     const float bias = p.delta_bias != nullptr ? p.delta_bias[d] : 0.0f;
     float dA = 0.0f, dBf = 0.0f, dCf = 0.0f, dD = 0.0f, dbias = 0.0f, gc = 0.0f;
-    // A window after the last: the running sums where the window after it left them (exactly:
-    // each lane then adds in the order of one pass).
-    // (its address recomputed where used: nothing more stays live across the chunk loop)
+    // A window that does not end the sequence goes on from the running sums the window after it
+    // left, so each lane adds in the order of one pass. (The sums' address is recomputed where
+    // used, so that nothing more stays live across the chunk loop. An inactive channel reads
+    // row 0's, as it reads row 0's inputs, and stores nothing computed from them; skipping
+    // its read cost the window loop 12 more bytes of spills.)
     auto carry = [&] { return p.carry + ((b * p.dim + d) * LP::kLanes + s) * kBwdCarry; };
     if (p.carry != nullptr && c_hi < n_chunks) {
       const float* in = carry();
