@@ -44,7 +44,17 @@ import torch
 from mamba_kernels.runtime import dispatch, knobs
 
 from . import _checks, chunked, pytorch_scan
-from .scan_fn import _CUDA_A_DTYPES, _CUDA_INPUT_DTYPES, KERNEL, _as_4d, _ops_module
+from .scan_fn import (
+    _CUDA_A_DTYPES,
+    _CUDA_INPUT_DTYPES,
+    KERNEL,
+    SPACED_BWD_ARGS,
+    SPACED_STEPS,
+    _as_4d,
+    _ops_module,
+    paired_fwd_args,
+    spaced_fwd_args,
+)
 
 Tensor = torch.Tensor
 
@@ -71,7 +81,7 @@ def _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> int:
     return _checks.check_selective_scan(u, delta, A, B, C, D, z, delta_bias)
 
 
-ORIGINAL_CHUNK = 2048  # steps per row of the original's x, the shape x has under "recompute"
+ORIGINAL_CHUNK = 2 * SPACED_STEPS  # steps per row of the original's x, the shape x has under "recompute"
 
 
 def _pack(states: Tensor) -> Tensor:
@@ -144,7 +154,7 @@ def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> List[Tensor]:
         # recompute: x straight from the kernel, a state every 1024 steps with slots 2r and
         # 2r + 1 interleaved into row r (launches of our own for it would cost more host time
         # than the scan's launch); keep: a state every 64 steps
-        layout = (ORIGINAL_CHUNK // 2, 2 * -(-L // ORIGINAL_CHUNK), True) if form == "recompute" else ()
+        layout = paired_fwd_args(L) if form == "recompute" else ()
         out, out_z, states = _ops_module().fwd(
             u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, delta_softplus, True, *layout
         )
@@ -219,12 +229,18 @@ def bwd(
     if compiled:
         _ops = _ops_module()
         B4, C4 = _as_4d(B), _as_4d(C)
-        if states is None or (z is not None and out is None):
+        layout = ()  # the op's state_steps, state_pairs for ckpt
+        spaced = states is None and x is not None and bool(spaced_fwd_args(A, u.shape[-1]))
+        if (states is None and not spaced) or (z is not None and out is None):
             # recompute what the forward would have kept: the states, and y where the caller
             # did not pass it (the gate is never needed: the backward writes out_z itself)
             want_y = z is not None and out is None
             y, _, ckpt = _ops.fwd(u, delta, A, B4, C4, D, None, delta_bias, delta_softplus, want_y)
             out = y if want_y else out
+        elif spaced:
+            # x's rows are the kernel's state pairs 1024 steps apart: the backward starts from
+            # them and recomputes the chunk starts in between, with no forward scan here
+            ckpt, layout = x.contiguous().view(*u.shape[:2], -1, A.shape[1]), SPACED_BWD_ARGS
         else:
             ckpt = torch.view_as_real(states).flatten(-2) if A.is_complex() else states
         gated = z is not None
@@ -235,7 +251,7 @@ def bwd(
         empty = u.new_empty((0,)) if not gated or out_z is None else None
         du, ddelta, dA, dB, dC, dD, ddelta_bias = _ops.bwd(
             u, delta, A, B4, C4, D, z, delta_bias, _as_dtype(dout, u.dtype), ckpt, out if gated else None,
-            dz if gated else empty, out_z if out_z is not None else empty, delta_softplus,
+            dz if gated else empty, out_z if out_z is not None else empty, delta_softplus, *layout,
         )
         dB = dB.squeeze(1) if B.dim() == 3 else dB
         dC = dC.squeeze(1) if C.dim() == 3 else dC

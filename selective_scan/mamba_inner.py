@@ -29,7 +29,15 @@ from mamba_kernels.runtime import dispatch, knobs
 
 from . import _amp, _checks, pytorch_scan
 from .rms_norm import rms_norm_backward, rms_norm_forward
-from .scan_fn import _CUDA_A_DTYPES, _CUDA_INPUT_DTYPES, KERNEL, _as_4d, selective_scan_fn
+from .scan_fn import (
+    _CUDA_A_DTYPES,
+    _CUDA_INPUT_DTYPES,
+    KERNEL,
+    SPACED_BWD_ARGS,
+    _as_4d,
+    selective_scan_fn,
+    spaced_fwd_args,
+)
 
 Tensor = torch.Tensor
 
@@ -141,12 +149,12 @@ def _scan_backward(ctx, proj, conv1d_out, delta, A, D, z, delta_bias, dout_y, dz
         from . import _ops  # loads the compiled extension, which only the CUDA path needs
 
         Bs, Cs, softplus = _as_4d(proj.B), _as_4d(proj.C), ctx.delta_softplus
-        if ckpt is None:  # MAMBA_KERNELS_SCAN_STATES=recompute: the states and y (no gate)
+        if ckpt is None:  # recompute, with no spaced states: the states and y (no gate)
             y, _, ckpt = _ops.fwd(conv1d_out, delta, A, Bs, Cs, D, None, delta_bias, softplus, True)
         out_z = torch.empty_like(z)  # y silu(z), written by the backward kernel in the same pass
         dconv1d_out, ddelta, dA, dB, dC, dD, ddelta_bias = _ops.bwd(
             conv1d_out, delta, A, Bs, Cs, D, z, delta_bias, dout_y, ckpt, y, dz, out_z,
-            ctx.delta_softplus,
+            ctx.delta_softplus, *ctx.bwd_layout,
         )
         dB, dC = (_scan_form(g, t, A) for g, t in ((dB, proj.B), (dC, proj.C)))
         return dconv1d_out, ddelta, dA, dB, dC, dD, ddelta_bias, out_z
@@ -249,16 +257,22 @@ class MambaInnerFn(torch.autograd.Function):
         )
         groups = _checks.check_selective_scan(conv1d_out, proj.delta, A, proj.B, proj.C, D, z, delta_bias)
         use_cuda = use_cuda and conv1d_out.dtype in _CUDA_INPUT_DTYPES and A.dtype in _CUDA_A_DTYPES
-        # with gradients to come, the backward reruns the forward scan for the states and the
-        # ungated output (the original's memory), unless MAMBA_KERNELS_SCAN_STATES=keep trades
-        # that memory for the scan; without, the kernel does not even write y
-        keep_states = any(ctx.needs_input_grad) and knobs.scan_states_for(knobs.RECOMPUTE) == knobs.KEEP
+        # with gradients to come, what the original holds: the ungated output and a state every
+        # 1024 steps, from which the backward kernel recomputes the rest (spaced_fwd_args; where
+        # it cannot, nothing, and the backward reruns the forward scan), unless
+        # MAMBA_KERNELS_SCAN_STATES=keep holds a state every 64 steps; without, the kernel does
+        # not even write y
+        grads = any(ctx.needs_input_grad)
+        form = knobs.scan_states_for(knobs.RECOMPUTE)
+        layout = spaced_fwd_args(A, xz.shape[-1]) if grads and use_cuda and form == knobs.RECOMPUTE else ()
+        ctx.bwd_layout = SPACED_BWD_ARGS if layout else ()
+        keep_states = grads and (form == knobs.KEEP or bool(layout))
         if use_cuda:
             from . import _ops
 
             Bs, Cs = _as_4d(proj.B), _as_4d(proj.C)
             y, out_z, ckpt = _ops.fwd(
-                conv1d_out, proj.delta, A, Bs, Cs, D, z, delta_bias, delta_softplus, keep_states
+                conv1d_out, proj.delta, A, Bs, Cs, D, z, delta_bias, delta_softplus, keep_states, *layout
             )
         else:
             p = pytorch_scan.make_problem(

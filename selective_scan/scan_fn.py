@@ -40,6 +40,34 @@ def _ops_module():
     return ops
 
 
+# The backward kernel for real A and dstate <= 16 (csrc/selective_scan/bwd_lanes.cu) starts from
+# states up to 1024 steps apart and recomputes the 64-step chunk starts in between (bitwise what
+# states every 64 steps give): a scan that keeps a state every SPACED_STEPS steps, in pairs (the
+# layout of selective_scan_cuda's x), holds what the original holds and needs no second forward.
+SPACED_STEPS = 1024
+SPACED_BWD_ARGS = (SPACED_STEPS, True)  # the backward op's state_steps, state_pairs for them
+
+
+def paired_fwd_args(L: int) -> tuple:
+    """The forward op's (state_steps, state_count, state_pairs) for a state every SPACED_STEPS
+    steps, slots 2r and 2r + 1 interleaved: the last slot is always the final state."""
+    return SPACED_STEPS, 2 * -(-L // (2 * SPACED_STEPS)), True
+
+
+def spaced_fwd_args(A: Tensor, L: int) -> tuple:
+    """``paired_fwd_args(L)`` where the backward can start from such states, else () (the
+    forward op's default: a state every 64 steps)."""
+    return () if A.is_complex() or A.shape[1] > 16 else paired_fwd_args(L)
+
+
+def final_state(ckpt: Tensor, paired: bool) -> Tensor:
+    """The final state in the forward op's states (a view; real A when ``paired``)."""
+    if not paired:
+        return ckpt[:, :, -1]
+    b, d, count, n = ckpt.shape
+    return ckpt.view(b, d, count // 2, n, 2)[:, :, -1, :, 1]
+
+
 def _use_cuda(u: Tensor, A: Tensor) -> bool:
     # u.is_cuda is a flag read; u.device.type builds a device object and a string
     return (
@@ -49,20 +77,21 @@ def _use_cuda(u: Tensor, A: Tensor) -> bool:
     )
 
 
-def _forward(use_cuda, groups, keep, u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state):
+def _forward(use_cuda, groups, keep, u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state,
+             layout=()):
     """(result, last state or None, the two tensors the backward starts from or Nones): the
     forward of ``SelectiveScanFn``, and all of ``selective_scan_fn`` when autograd records
-    nothing (``keep`` False)."""
+    nothing (``keep`` False). ``layout``: the compiled forward's state arguments (spaced_fwd_args)."""
     if use_cuda:
         keep_y = z is None or keep  # y is the result without z; with z, kept for the backward
         out, out_z, ckpt = _ops_module().fwd(
-            u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, delta_softplus, keep_y
+            u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, delta_softplus, keep_y, *layout
         )
         saved = (ckpt, out if z is not None else None) if keep else (None, None)
         result = out_z if z is not None else out
         last = None
         if return_last_state:
-            last = ckpt[:, :, -1].clone()  # not a view: the saved states must stay intact
+            last = final_state(ckpt, bool(layout)).clone()  # not a view: the saved states stay intact
             if A.is_complex():
                 last = torch.view_as_complex(last.unflatten(-1, (-1, 2)))
         return result, last, saved
@@ -93,11 +122,18 @@ class SelectiveScanFn(torch.autograd.Function):
         ctx.groups = groups
         use_cuda = _use_cuda(u, A)
         ctx.cuda = use_cuda
-        # With gradients to come, keep the states (and the ungated y with z) for the backward,
-        # unless MAMBA_KERNELS_SCAN_STATES=recompute trades that memory for a second forward scan.
-        keep = any(ctx.needs_input_grad[:8]) and knobs.scan_states_for(knobs.KEEP) == knobs.KEEP
+        # With gradients to come, keep the states every 64 steps (and the ungated y with z) for
+        # the backward, unless MAMBA_KERNELS_SCAN_STATES=recompute trades that memory for
+        # recomputing them: from a state every 1024 steps inside the backward kernel where it
+        # can (spaced_fwd_args), else with a second forward scan.
+        grads = any(ctx.needs_input_grad[:8])
+        form = knobs.scan_states_for(knobs.KEEP)
+        layout = spaced_fwd_args(A, u.shape[-1]) if grads and use_cuda and form == knobs.RECOMPUTE else ()
+        ctx.bwd_layout = SPACED_BWD_ARGS if layout else ()
+        keep = grads and (form == knobs.KEEP or bool(layout))
         result, last, saved = _forward(
-            use_cuda, groups, keep, u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus, return_last_state
+            use_cuda, groups, keep, u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus,
+            return_last_state, layout,
         )
         ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, *saved)
         if not return_last_state:
@@ -110,14 +146,14 @@ class SelectiveScanFn(torch.autograd.Function):
         if ctx.cuda:
             _ops = _ops_module()
             u, delta, A, B, C, D, z, delta_bias, ckpt, y = ctx.saved_tensors
-            if ckpt is None:  # MAMBA_KERNELS_SCAN_STATES=recompute: the states, and y with z (no gate)
+            if ckpt is None:  # recompute, with no spaced states: the states, and y with z (no gate)
                 y, _, ckpt = _ops.fwd(
                     u, delta, A, _as_4d(B), _as_4d(C), D, None, delta_bias, ctx.delta_softplus, z is not None
                 )
             dz = torch.empty_like(z) if z is not None else u.new_empty((0,))
             du, ddelta, dA, dB, dC, dD, ddelta_bias = _ops.bwd(
                 u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, dout, ckpt, y if z is not None else None,
-                dz, u.new_empty((0,)), ctx.delta_softplus,
+                dz, u.new_empty((0,)), ctx.delta_softplus, *ctx.bwd_layout,
             )
             return (
                 du,

@@ -13,13 +13,14 @@ from selective_scan import selective_scan_ref
 
 class StandInKernel:
     """The compiled ops' contract (selective_scan/_ops.py) from the per-step reference: fwd keeps
-    the state after every 64 steps (float32, complex as pairs); bwd records the states it is
-    given and returns the reference's gradients. Records each forward call's keep_y."""
+    the state after every ``state_steps`` steps (float32, complex as pairs); bwd checks that the
+    states it is given are those in the layout it is told, records them and the layout, and
+    returns the reference's gradients. Records each forward call's keep_y."""
 
     CHUNK = 64
 
     def __init__(self):
-        self.keep_y, self.bwd_states = [], None
+        self.keep_y, self.bwd_states, self.bwd_layout = [], None, None
 
     @property
     def fwd_calls(self) -> int:
@@ -38,6 +39,13 @@ class StandInKernel:
     def fwd(self, u, delta, A, B, C, D, z, delta_bias, softplus, keep_y, state_steps=CHUNK, state_count=-1,
             state_pairs=False):
         self.keep_y.append(keep_y)
+        ckpt = self._states(u, delta, A, B, C, D, delta_bias, softplus, state_steps, state_count, state_pairs)
+        y = selective_scan_ref(u, delta, A, B, C, D, None, delta_bias, softplus)
+        out_z = y * F.silu(z) if z is not None else u.new_empty((0,))
+        return (y if keep_y else u.new_empty((0,))), out_z, ckpt
+
+    @staticmethod
+    def _states(u, delta, A, B, C, D, delta_bias, softplus, state_steps, state_count, state_pairs):
         L, per = u.shape[-1], 2 if A.is_complex() else 1
 
         def upto(t, end):  # variable B/C: the first `end` steps; fixed ones as they are
@@ -55,13 +63,16 @@ class StandInKernel:
             b, d, _, nf = ckpt.shape
             pairs = ckpt.view(b, d, count // 2, 2, nf // per, per).transpose(3, 4).contiguous()
             ckpt = pairs.view(b, d, count, nf)
-        y = selective_scan_ref(u, delta, A, B, C, D, None, delta_bias, softplus)
-        out_z = y * F.silu(z) if z is not None else u.new_empty((0,))
-        return (y if keep_y else u.new_empty((0,))), out_z, ckpt
+        return ckpt
 
     def bwd(self, u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, out_z, softplus, state_steps=CHUNK,
             state_pairs=False):
-        self.bwd_states = ckpt.clone()
+        # the states must be the ones the forward writes in the layout named, which the backward
+        # op takes with one more slot (the final state twice) for spaced or paired states
+        self.bwd_states, self.bwd_layout = ckpt.clone(), (state_steps, state_pairs)
+        layout = (state_steps, ckpt.shape[2], state_pairs)
+        expected = self._states(u, delta, A, B, C, D, delta_bias, softplus, *layout)
+        torch.testing.assert_close(ckpt, expected, rtol=0, atol=0, msg="bwd: not the forward's states")
         given = (u, delta, A, B, C, D, z, delta_bias)
         leaves = [t.detach().clone().requires_grad_() if t is not None else None for t in given]
         with torch.enable_grad():  # autograd's backward runs with grad mode off

@@ -186,8 +186,9 @@ def test_scan_states_form_knob_is_checked(monkeypatch):
 @pytest.mark.parametrize("complex_a", [False, True])
 def test_scan_compiled_path_bookkeeping(form, complex_a, monkeypatch):
     # the compiled path with a stand-in for the kernels: x's rows, the last state callers read,
-    # and that bwd hands the kernel exactly the states its forward kept (keep) or makes
-    # it recompute them (recompute)
+    # and that bwd hands the kernel exactly the states its forward kept (keep), x's states 1024
+    # steps apart in pairs (recompute, real A: the kernel recomputes the rest), or makes it
+    # recompute them with a forward scan (recompute, complex A)
     from selective_scan import cuda_compat
 
     kernel = StandInKernel.install(monkeypatch)
@@ -198,11 +199,16 @@ def test_scan_compiled_path_bookkeeping(form, complex_a, monkeypatch):
     _, last = selective_scan_ref(*args[:6], None, args[7], True, True)
     assert x.shape == (2, 4, 1 if form == "recompute" else 2, 6) and x.dtype == args[2].dtype
     torch.testing.assert_close(x[:, :, -1, 1::2], last, rtol=1e-5, atol=1e-5)
-    _, _, kept = StandInKernel().fwd(*args, True, True)
+    spaced = form == "recompute" and not complex_a
+    layout = (1024, 2, True) if spaced else ()
+    _, _, kept = StandInKernel().fwd(*args, True, True, *layout)
     dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
     grads = selective_scan_cuda.bwd(*args, dout, x, out, None, True, True)
-    assert kernel.fwd_calls == (2 if form == "recompute" else 1)
+    assert kernel.fwd_calls == (2 if form == "recompute" and complex_a else 1)
+    assert kernel.bwd_layout == ((1024, True) if spaced else (64, False))
     torch.testing.assert_close(kernel.bwd_states, kept, rtol=0, atol=0)
+    if spaced:  # x itself, its rows read as the state pairs
+        assert kernel.bwd_states.flatten().tolist() == x.flatten().tolist()
     assert len(grads) == 9 and grads[7].shape == args[6].shape
     torch.testing.assert_close(grads[8], out_z)  # recompute_out_z
 

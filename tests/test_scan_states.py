@@ -12,7 +12,7 @@ from test_compat_modules import scan_inputs
 from test_selective_scan_inner import make
 
 from mamba_kernels.runtime import dispatch, knobs
-from selective_scan import mamba_inner_fn, selective_scan_fn
+from selective_scan import mamba_inner_fn, selective_scan_fn, selective_scan_ref
 
 VAR = knobs.SCAN_STATES_VAR
 
@@ -64,41 +64,70 @@ def test_selective_scan_fn_pytorch_path(z, complex_a, monkeypatch, reference_bac
     assert res["recompute"][2] < res["keep"][2]
 
 
+def nbytes(t):
+    return t.numel() * t.element_size()
+
+
 @pytest.mark.parametrize("z", [False, True])
-def test_selective_scan_fn_compiled_path(z, monkeypatch):
-    inputs = scan_inputs(z=z)  # 150 steps: states after 64, 128 and 150
+@pytest.mark.parametrize("complex_a", [False, True])
+def test_selective_scan_fn_compiled_path(z, complex_a, monkeypatch):
+    inputs = scan_inputs(z=z, complex_a=complex_a)  # 150 steps: states after 64, 128 and 150
     monkeypatch.setattr(dispatch, "use_cuda", lambda kernel, device: kernel == "selective_scan")
     res, kernels = {}, {}
     for form in knobs.SCAN_STATES:
         monkeypatch.setenv(VAR, form)
         kernels[form] = StandInKernel.install(monkeypatch)
         res[form] = run(selective_scan_fn, inputs, delta_softplus=True)
-    assert kernels["keep"].fwd_calls == 1 and kernels["recompute"].fwd_calls == 2
-    torch.testing.assert_close(kernels["recompute"].bwd_states, kernels["keep"].bwd_states, rtol=0, atol=0)
-    assert kernels["keep"].bwd_states.shape == (2, 4, 3, 3)
+    keep, recompute = kernels["keep"], kernels["recompute"]
+    per = 2 if complex_a else 1
+    assert keep.fwd_calls == 1 and keep.bwd_layout == (64, False)
+    assert keep.bwd_states.shape == (2, 4, 3, 3 * per)
     assert_same(res, 0)
-    # keep holds the states (and y with z) on top of the inputs; recompute holds the inputs alone
-    inputs_bytes = sum(t.numel() * t.element_size() for t in inputs if t is not None)
-    assert res["recompute"][2] == inputs_bytes < res["keep"][2]
-
-
-@pytest.mark.parametrize("complex_a", [False, True])
-def test_mamba_inner_fn_pytorch_path(complex_a, monkeypatch, reference_backend):
-    res = both(monkeypatch, mamba_inner_fn, make(torch.float32, complex_a=complex_a, L=40))
-    assert_same(res, 1e-4)
+    inputs_bytes = sum(nbytes(t) for t in inputs if t is not None)
+    y_bytes = nbytes(inputs[0]) if z else 0
+    # keep holds the states every 64 steps (and y with z) on top of the inputs
+    assert res["keep"][2] == inputs_bytes + nbytes(keep.bwd_states) + y_bytes
+    if complex_a:  # recompute holds the inputs alone, and the backward reruns the forward scan
+        assert recompute.fwd_calls == 2 and recompute.bwd_layout == (64, False)
+        torch.testing.assert_close(recompute.bwd_states, keep.bwd_states, rtol=0, atol=0)
+        assert res["recompute"][2] == inputs_bytes
+    else:  # recompute holds a state every 1024 steps (a pair here), and y with z
+        assert recompute.fwd_calls == 1 and recompute.bwd_layout == (1024, True)
+        assert recompute.bwd_states.shape == (2, 4, 2, 3)
+        assert res["recompute"][2] == inputs_bytes + nbytes(recompute.bwd_states) + y_bytes
     assert res["recompute"][2] < res["keep"][2]
 
 
-def test_mamba_inner_fn_compiled_path(monkeypatch):
-    inputs = make(torch.float32, L=70)  # states after 64 and 70 steps
+def test_selective_scan_fn_last_state_from_spaced_states(monkeypatch):
+    # with gradients under recompute the forward writes paired states: the last state returned
+    # must still be the final one, not the last slot's first state
+    monkeypatch.setattr(dispatch, "use_cuda", lambda kernel, device: kernel == "selective_scan")
+    monkeypatch.setenv(VAR, "recompute")
+    StandInKernel.install(monkeypatch)
+    inputs = scan_inputs(L=2100)  # 2 rows of pairs: states after 1024, 2048, 2100 and 2100
+    leaves = [t.clone().requires_grad_() for t in inputs]
+    _, last = selective_scan_fn(*leaves, delta_softplus=True, return_last_state=True)
+    _, expected = selective_scan_ref(*inputs, delta_softplus=True, return_last_state=True)
+    torch.testing.assert_close(last, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("complex_a", [False, True])
+def test_mamba_inner_fn_compiled_path(complex_a, monkeypatch):
+    inputs = make(torch.float32, L=200, complex_a=complex_a)  # states after 64, 128, 192 and 200 steps
     monkeypatch.setattr(dispatch, "use_cuda", lambda kernel, device: kernel == "selective_scan")
     res, kernels = {}, {}
     for form in knobs.SCAN_STATES:
         monkeypatch.setenv(VAR, form)
         kernels[form] = StandInKernel.install(monkeypatch)
         res[form] = run(mamba_inner_fn, inputs)
-    assert kernels["keep"].fwd_calls == 1 and kernels["recompute"].fwd_calls == 2
-    torch.testing.assert_close(kernels["recompute"].bwd_states, kernels["keep"].bwd_states, rtol=0, atol=0)
+    keep, recompute = kernels["keep"], kernels["recompute"]
+    assert keep.fwd_calls == 1 and keep.bwd_layout == (64, False)
+    if complex_a:  # the backward reruns the forward scan
+        assert recompute.fwd_calls == 2 and recompute.bwd_layout == (64, False)
+        torch.testing.assert_close(recompute.bwd_states, keep.bwd_states, rtol=0, atol=0)
+    else:  # it starts from the forward's states 1024 steps apart (one pair here)
+        assert recompute.fwd_calls == 1 and recompute.bwd_layout == (1024, True)
+        assert recompute.bwd_states.shape[2] == 2
     assert_same(res, 0)
     assert res["recompute"][2] < res["keep"][2]
 
@@ -133,8 +162,9 @@ def test_auto_is_each_apis_own_default(setting, monkeypatch):
         kernel = StandInKernel.install(monkeypatch)
         kw = {"delta_softplus": True} if name == "scan" else {}
         run(fn, inputs, **kw)
-        calls[name] = kernel.fwd_calls
-    assert calls == {"scan": 1, "inner": 2}
+        calls[name] = kernel.bwd_layout
+    # keep: states every 64 steps; recompute: a state every 1024 (the original's x)
+    assert calls == {"scan": (64, False), "inner": (1024, True)}
     assert knobs.scan_states_for(knobs.KEEP) == "keep"
     assert knobs.scan_states_for(knobs.RECOMPUTE) == "recompute"
     import selective_scan_cuda
