@@ -27,8 +27,9 @@ which checks its shape. What the rows hold follows ``MAMBA_KERNELS_SCAN_STATES``
   2048 steps, the last state in the last row's odd slots. On CUDA the kernel writes x itself:
   row r's even slots hold the state after min(2048 r + 1024, L) steps, its odd slots the state
   after min(2048 (r + 1), L); the PyTorch path leaves zeros in every slot but the last state's.
-  ``bwd`` recomputes the states (one more forward pass) instead of keeping them between the
-  passes.
+  ``bwd`` starts from x's states (a state every 1024 steps) where the kernel can (real A,
+  dstate <= 16), recomputing the chunk starts between them inside the backward kernel;
+  otherwise it recomputes the states with one more forward pass.
 
 Unlike the original, CPU tensors (and float64) work too: they run the PyTorch implementation,
 which keeps the same contract. The last state with a fixed (2-D) B is the true state h, as

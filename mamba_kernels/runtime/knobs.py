@@ -73,7 +73,9 @@ def binding_choice(environ: Optional[Mapping[str, str]] = None) -> str:
 def scan_states(environ: Optional[Mapping[str, str]] = None) -> str:
     """``MAMBA_KERNELS_SCAN_STATES`` as set: what a selective scan keeps between its forward and
     its backward. keep: its states every 64 steps (and the ungated output with z), so the
-    backward starts from them; recompute: neither, the backward runs the forward scan again;
+    backward starts from them; recompute: the original's share, a state every 1024 steps (and
+    y where needed) from which the backward kernel recomputes the rest, or, for complex A or
+    dstate > 16, nothing, and the backward runs the forward scan again;
     auto (default): each API's own choice (``scan_states_for``)."""
     what = "a way to hold the scan's states"
     return env_choice(SCAN_STATES_VAR, SCAN_STATES_CHOICES, what, environ=environ)
