@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import time
@@ -56,17 +57,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-SCHEMAS = {
-    "causal_conv1d_fwd": "(Tensor x, Tensor weight, Tensor? bias, Tensor? seq_idx, Tensor? initial_states, "
-    "bool silu_activation) -> Tensor",
-    "causal_conv1d_fwd_final_states": "(Tensor x, Tensor weight, Tensor? bias, Tensor? seq_idx, "
-    "Tensor? initial_states, Tensor(a!) final_states_out, bool silu_activation) -> Tensor",
-    "causal_conv1d_bwd": "(Tensor x, Tensor weight, Tensor? bias, Tensor dout, Tensor? seq_idx, "
-    "Tensor? initial_states, Tensor? dfinal_states, Tensor(a!) dx, bool return_dinitial_states, "
-    "bool silu_activation) -> (Tensor, Tensor, Tensor)",
-    "causal_conv1d_update": "(Tensor x, Tensor(a!) conv_state, Tensor weight, Tensor? bias, "
-    "bool silu_activation, Tensor? cache_seqlens, Tensor? conv_state_indices) -> Tensor",
-}
+def header_schemas(header: str, array: str) -> dict:
+    """{op name: the rest of its schema} from the C++ array of schema strings that both bindings
+    register (e.g. csrc/causal_conv1d/conv_ops.h, kConvSchemas): the stand-ins take the real
+    ops' signatures from the one place they are written."""
+    with open(os.path.join(ROOT, header)) as f:
+        text = f.read()
+    body = text[text.index(array + "[] = {"):]
+    body = body[body.index("{") + 1 : body.index("};")]
+    schemas = {}
+    # adjacent literals concatenate; a comma after a literal ends one schema
+    for item in re.split(r'"\s*,', body):
+        schema = "".join(re.findall(r'"([^"]*)"?', item + '"'))
+        if schema.strip():
+            name = schema[: schema.index("(")]
+            schemas[name] = schema[len(name):]
+    return schemas
+
+
+SCHEMAS = header_schemas("csrc/causal_conv1d/conv_ops.h", "kConvSchemas")
 
 
 def _stand_in_fwd(x, weight, bias, seq_idx, initial_states, silu_activation):

@@ -35,19 +35,12 @@ from host_overhead import (
     _stand_in_fwd_final_states,
     _stand_in_update,
     decide_as_cuda,
+    header_schemas,
     run,
     stand_in_extension,
 )
 
-SCAN_SCHEMAS = {
-    "selective_scan_fwd": "(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
-    "Tensor? delta_bias, bool delta_softplus, bool keep_y, int state_steps=64, int state_count=-1, "
-    "bool state_pairs=False) -> (Tensor, Tensor, Tensor)",
-    "selective_scan_bwd": "(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
-    "Tensor? delta_bias, Tensor dout, Tensor ckpt, Tensor? y, Tensor(a!) dz, Tensor(b!) out_z, "
-    "bool delta_softplus) -> "
-    "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
-}
+SCAN_SCHEMAS = header_schemas("csrc/selective_scan/scan_ops.h", "kScanSchemas")
 CHUNK = 64
 
 
@@ -60,7 +53,8 @@ def _scan_fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus, keep_y, state
     return out, out_z, u.new_empty((b, d, count, A.shape[1]), dtype=torch.float32)
 
 
-def _scan_bwd(u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, out_z, delta_softplus):
+def _scan_bwd(u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, out_z, delta_softplus,
+              state_steps=CHUNK, state_pairs=False):
     f32 = torch.float32
     dD = u.new_empty((u.shape[1] if D is not None else 0,), dtype=f32)
     dbias = u.new_empty((u.shape[1] if delta_bias is not None else 0,), dtype=f32)

@@ -46,10 +46,9 @@ import sys
 from typing import List, Optional
 
 import torch
-from host_overhead import decide_as_cuda, run, stand_in_extension
+from host_overhead import decide_as_cuda, header_schemas, run, stand_in_extension
 
-SCHEMA = ("(Tensor(a!) state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
-          "Tensor? dt_bias, bool dt_softplus, Tensor? state_batch_indices) -> Tensor")
+SCHEMA = header_schemas("csrc/selective_scan/update_ops.h", "kUpdateSchemas")["selective_state_update"]
 
 
 def _stand_in_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices):
