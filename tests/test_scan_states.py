@@ -209,3 +209,29 @@ def test_cuda_kernels(monkeypatch):
     assert_same({"keep": res["keep"], "recompute": again}, 0)
     assert_same(res, 0)
     assert res["recompute"][2] < res["keep"][2]
+
+
+def _header_int(path: str, name: str) -> int:
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).parents[1] / path).read_text()
+    found = re.findall(rf"\b{name} = (\d+);", text)
+    assert len(found) == 1, f"{name}: expected one 'name = integer;' in {path}, found {found}"
+    return int(found[0])
+
+
+def test_spaced_states_rule_mirrors_the_backward_kernel():
+    # the Python side asks for states 1024 steps apart exactly where the backward's lane kernel
+    # takes them: real A, dstate up to its lanes per channel, at most 2^kMaxStateShift chunks apart
+    from selective_scan.scan_fn import SPACED_BWD_ARGS, SPACED_STEPS, paired_fwd_args, spaced_fwd_args
+
+    chunk = _header_int("csrc/selective_scan/selective_scan.h", "kChunk")
+    shift = _header_int("csrc/selective_scan/scan_policy.cuh", "kMaxStateShift")
+    lanes = _header_int("csrc/selective_scan/scan_policy.cuh", "kLanes")
+    assert SPACED_STEPS == chunk << shift and SPACED_BWD_ARGS == (SPACED_STEPS, True)
+    real = torch.zeros(4, lanes)
+    assert spaced_fwd_args(real, 2049) == paired_fwd_args(2049) == (1024, 4, True)
+    assert spaced_fwd_args(torch.zeros(4, lanes + 1), 2049) == ()
+    assert spaced_fwd_args(torch.zeros(4, 2, dtype=torch.complex64), 2049) == ()
+    assert paired_fwd_args(1) == (1024, 2, True) and paired_fwd_args(2048) == (1024, 2, True)
