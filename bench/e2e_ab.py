@@ -19,8 +19,8 @@ one set of weights and inputs, in one process:
   machine lands on both. Each row gives both medians with their ranges, the ratio of the medians
   and the median of the per-repetition ratios.
 * Outputs and gradients of the block and the LM are compared between the sides within
-  e2e_mamba.TOLERANCE; the block's memory (kept for the backward, fwd+bwd peak) is measured once
-  per side.
+  e2e_mamba.TOLERANCE; the memory of two blocks (kept for the backward, fwd+bwd peak: the
+  large one and the one timed, e2e_mamba.memory_shapes) is measured once per side.
 
 Writes the markdown report to stdout and D/e2e_ab.json; exit 1 on a problem (a tolerance
 exceeded, a row whose calls missed its side), 2 when provenance fails.
@@ -176,8 +176,9 @@ def run_dtype(sz: dict, device: str, dtype: torch.dtype, switch: Switch, reps: i
     if device == "cuda":
         for side in SIDES:
             switch.use(side)
-            for k, v in e2e.block_memory(Mamba, sz["mem_block"], dtype).items():
-                rows.setdefault(k, {})[side] = (v, v, v)
+            for shape in e2e.memory_shapes(sz):
+                for k, v in e2e.block_memory(Mamba, shape, dtype).items():
+                    rows.setdefault(k, {})[side] = (v, v, v)
             expect_side("block memory", side, problems, ("fwd", "bwd"))
         for row in rows.values():
             if "ours" in row and "ratio" not in row:

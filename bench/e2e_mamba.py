@@ -50,8 +50,8 @@ def sizes(tiny: bool) -> dict:
     if tiny:
         return dict(d_model=32, n_layer=2, vocab=64, batch=2, block_L=40, lm_L=24, prompt=6, new=6, reps=1,
                     mem_block=(2, 40, 32))
-    # mem_block: (batch, seqlen, d_model) of the block whose training memory is measured, a
-    # Mamba-2.8B-sized layer (5120 channels) at 8192 steps
+    # mem_block: (batch, seqlen, d_model) of a block whose training memory is measured (beside
+    # the timed block's, memory_shapes), a Mamba-2.8B-sized layer (5120 channels) at 8192 steps
     # reps: 15, as the small block's and the LM's calls are host-bound and vary from call to call
     return dict(d_model=768, n_layer=4, vocab=1024, batch=4, block_L=2048, lm_L=1024, prompt=64, new=192,
                 reps=15, mem_block=(8, 8192, 2560))
@@ -230,6 +230,13 @@ def grads_of(module, names) -> dict:
     return {f"d{n}": params[n].grad.detach().float().cpu() for n in names if params[n].grad is not None}
 
 
+def memory_shapes(sz: dict) -> tuple:
+    """(batch, seqlen, d_model) of each block whose training memory is measured: the large
+    block, and the block the time rows run (where the backward's temporaries are a larger share
+    of what a layer holds)."""
+    return sz["mem_block"], (sz["batch"], sz["block_L"], sz["d_model"])
+
+
 def block_memory(Mamba, shape, dtype: torch.dtype) -> dict:
     """What one Mamba block keeps between its forward and backward (what training holds per
     layer; the scan-state tensor x is part of it) and its fwd+bwd peak, in MiB, plus the time."""
@@ -322,7 +329,8 @@ def run_mamba_ssm(sz: dict, device: str, dtype: torch.dtype, problems: list) -> 
     times.time("block fwd+bwd", block_step, device, sz["reps"])
     host_profile(times, "block fwd+bwd", block_step, device, sz["reps"])
     if device == "cuda":
-        times.update(block_memory(Mamba, sz["mem_block"], dtype))
+        for shape in memory_shapes(sz):
+            times.update(block_memory(Mamba, shape, dtype))
     CALLS.clear()
     # the language model: forward + backward of a next-token loss, then greedy generation
     model, ids = mamba_lm(sz, device, dtype, g)
