@@ -45,6 +45,7 @@ def _ops_module():
 # states every 64 steps give): a scan that keeps a state every SPACED_STEPS steps, in pairs (the
 # layout of selective_scan_cuda's x), holds what the original holds and needs no second forward.
 SPACED_STEPS = 1024
+SPACED_MAX_DSTATE = 16  # the lane kernels' states per channel (LanePolicy::kLanes)
 SPACED_BWD_ARGS = (SPACED_STEPS, True)  # the backward op's state_steps, state_pairs for them
 
 
@@ -57,7 +58,7 @@ def paired_fwd_args(L: int) -> tuple:
 def spaced_fwd_args(A: Tensor, L: int) -> tuple:
     """``paired_fwd_args(L)`` where the backward can start from such states, else () (the
     forward op's default: a state every 64 steps)."""
-    return () if A.is_complex() or A.shape[1] > 16 else paired_fwd_args(L)
+    return () if A.is_complex() or A.shape[1] > SPACED_MAX_DSTATE else paired_fwd_args(L)
 
 
 def final_state(ckpt: Tensor, paired: bool) -> Tensor:

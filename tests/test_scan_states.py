@@ -224,12 +224,19 @@ def _header_int(path: str, name: str) -> int:
 def test_spaced_states_rule_mirrors_the_backward_kernel():
     # the Python side asks for states 1024 steps apart exactly where the backward's lane kernel
     # takes them: real A, dstate up to its lanes per channel, at most 2^kMaxStateShift chunks apart
-    from selective_scan.scan_fn import SPACED_BWD_ARGS, SPACED_STEPS, paired_fwd_args, spaced_fwd_args
+    from selective_scan.scan_fn import (
+        SPACED_BWD_ARGS,
+        SPACED_MAX_DSTATE,
+        SPACED_STEPS,
+        paired_fwd_args,
+        spaced_fwd_args,
+    )
 
     chunk = _header_int("csrc/selective_scan/selective_scan.h", "kChunk")
     shift = _header_int("csrc/selective_scan/scan_policy.cuh", "kMaxStateShift")
     lanes = _header_int("csrc/selective_scan/scan_policy.cuh", "kLanes")
     assert SPACED_STEPS == chunk << shift and SPACED_BWD_ARGS == (SPACED_STEPS, True)
+    assert SPACED_MAX_DSTATE == lanes
     real = torch.zeros(4, lanes)
     assert spaced_fwd_args(real, 2049) == paired_fwd_args(2049) == (1024, 4, True)
     assert spaced_fwd_args(torch.zeros(4, lanes + 1), 2049) == ()
