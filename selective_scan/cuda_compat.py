@@ -54,7 +54,7 @@ from .scan_fn import (
     _as_4d,
     _ops_module,
     paired_fwd_args,
-    spaced_fwd_args,
+    spaced_states_fit,
 )
 
 Tensor = torch.Tensor
@@ -231,7 +231,7 @@ def bwd(
         _ops = _ops_module()
         B4, C4 = _as_4d(B), _as_4d(C)
         layout = ()  # the op's state_steps, state_pairs for ckpt
-        spaced = states is None and x is not None and bool(spaced_fwd_args(A, u.shape[-1]))
+        spaced = states is None and x is not None and spaced_states_fit(A)
         if (states is None and not spaced) or (z is not None and out is None):
             # recompute what the forward would have kept: the states, and y where the caller
             # did not pass it (the gate is never needed: the backward writes out_z itself)

@@ -55,10 +55,15 @@ def paired_fwd_args(L: int) -> tuple:
     return SPACED_STEPS, 2 * -(-L // (2 * SPACED_STEPS)), True
 
 
+def spaced_states_fit(A: Tensor) -> bool:
+    """Whether the backward can start from states SPACED_STEPS apart (the lane kernel's problems)."""
+    return not A.is_complex() and A.shape[1] <= SPACED_MAX_DSTATE
+
+
 def spaced_fwd_args(A: Tensor, L: int) -> tuple:
     """``paired_fwd_args(L)`` where the backward can start from such states, else () (the
     forward op's default: a state every 64 steps)."""
-    return () if A.is_complex() or A.shape[1] > SPACED_MAX_DSTATE else paired_fwd_args(L)
+    return paired_fwd_args(L) if spaced_states_fit(A) else ()
 
 
 def final_state(ckpt: Tensor, paired: bool) -> Tensor:
