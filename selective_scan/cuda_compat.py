@@ -74,8 +74,14 @@ def _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> int:
         if groups:
             return groups
     for name, t, optional in (
-        ("u", u, False), ("delta", delta, False), ("A", A, False), ("B", B, False), ("C", C, False),
-        ("D", D, True), ("z", z, True), ("delta_bias", delta_bias, True),
+        ("u", u, False),
+        ("delta", delta, False),
+        ("A", A, False),
+        ("B", B, False),
+        ("C", C, False),
+        ("D", D, True),
+        ("z", z, True),
+        ("delta_bias", delta_bias, True),
     ):
         _checks.require_tensor(name, t, optional)
     _checks.require_bool("delta_softplus", delta_softplus)
@@ -145,36 +151,52 @@ def _ops_chunks(L: int) -> int:
     return -(-L // _ops_module().CHUNK)
 
 
+def _fast(u, A, delta_softplus) -> bool:
+    """Whether the call goes to our compiled op with no checks of ours first: the op checks
+    every rule itself (naming the argument, the rule and the value), so in that case our own
+    checks would cost the host their time twice, and mamba_ssm's small layers are host-bound."""
+    return (
+        delta_softplus.__class__ is bool
+        and isinstance(u, Tensor)
+        and isinstance(A, Tensor)
+        and u.dim() == 3  # read before the op's checks: L picks the states' layout
+        and A.dim() == 2
+        and _compiled(u, A)
+    )
+
+
+def _as_4d_any(t):
+    # a non-tensor goes to the op as it is, whose argument parsing names it
+    return _as_4d(t) if isinstance(t, Tensor) else t
+
+
 def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> List[Tensor]:
     """[out, x] (+ [out_z] with z); see the module docstring."""
-    groups = _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
-    form = knobs.scan_states_for(knobs.RECOMPUTE)
-    batch, dim, L = u.shape
-    compiled = _compiled(u, A)
-    if compiled:
+    if _fast(u, A, delta_softplus):
+        form = knobs.scan_states_for(knobs.RECOMPUTE)
+        batch, dim, L = u.shape
         # recompute: x straight from the kernel, a state every 1024 steps with slots 2r and
         # 2r + 1 interleaved into row r (launches of our own for it would cost more host time
         # than the scan's launch); keep: a state every 64 steps
         layout = paired_fwd_args(L) if form == "recompute" else ()
         out, out_z, states = _ops_module().fwd(
-            u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, delta_softplus, True, *layout
+            u, delta, A, _as_4d_any(B), _as_4d_any(C), D, z, delta_bias, delta_softplus, True, *layout
         )
         if A.is_complex():
             states = torch.view_as_complex(states.unflatten(-1, (-1, 2)))
+        # recompute: the pairs are x's rows already
+        x = states.view(batch, dim, -1, 2 * A.shape[1]) if form == "recompute" else _pack(states)
+        return [out, x, out_z] if z is not None else [out, x]
+    # the PyTorch path (CPU, float64, no usable extension): our checks name the rule first
+    groups = _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
+    form = knobs.scan_states_for(knobs.RECOMPUTE)
+    p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, groups)
+    if form == "recompute":
+        out, out_z, last = pytorch_scan.forward(p, True)
+        x = _original_shape(last, u.shape[-1])
     else:
-        p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, groups)
-        if form == "recompute":
-            out, out_z, last = pytorch_scan.forward(p, True)
-            states = last.unsqueeze(2)
-        else:
-            out, out_z, last, ckpt = pytorch_scan.forward(p, True, checkpoints=True)
-            states = torch.cat([ckpt, last.unsqueeze(0)]).permute(1, 2, 0, 3)  # (batch, dim, K + 1, dstate)
-    if form != "recompute":
-        x = _pack(states)
-    elif compiled:
-        x = states.view(batch, dim, -1, 2 * A.shape[1])  # the pairs are x's rows already
-    else:
-        x = _original_shape(states.select(2, -1), L)
+        out, out_z, last, ckpt = pytorch_scan.forward(p, True, checkpoints=True)
+        x = _pack(torch.cat([ckpt, last.unsqueeze(0)]).permute(1, 2, 0, 3))  # (batch, dim, K + 1, dstate)
     return [out, x, out_z] if z is not None else [out, x]
 
 
@@ -207,20 +229,22 @@ def bwd(
     u, delta, A, B, C, D, z, delta_bias, dout, x, out, dz, delta_softplus, recompute_out_z
 ) -> List[Optional[Tensor]]:
     """[du, ddelta, dA, dB, dC, dD, ddelta_bias] (+ [dz] with z) (+ [out_z] if recompute_out_z)."""
-    groups = _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
-    _checks.require_bool("recompute_out_z", recompute_out_z)
-    _checks.require_tensor("dout", dout)
-    if dout.shape != u.shape or dout.device != u.device:
-        raise ValueError(
-            f"selective_scan_cuda.bwd: dout must have u's shape {tuple(u.shape)} and device {u.device}, got "
-            f"shape {tuple(dout.shape)}, device {dout.device}"
-        )
-    if z is not None:
-        if out is not None:
-            _check_like_z("out", out, z)
-        if dz is not None:
-            _check_like_z("dz", dz, z)
-    compiled = _compiled(u, A)
+    compiled = recompute_out_z.__class__ is bool and isinstance(dout, Tensor) and _fast(u, A, delta_softplus)
+    if not compiled:  # our checks, then the PyTorch path (or the op, in "cuda" mode: _compiled)
+        groups = _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
+        _checks.require_bool("recompute_out_z", recompute_out_z)
+        _checks.require_tensor("dout", dout)
+        if dout.shape != u.shape or dout.device != u.device:
+            raise ValueError(
+                f"selective_scan_cuda.bwd: dout must have u's shape {tuple(u.shape)} and device {u.device}, "
+                f"got shape {tuple(dout.shape)}, device {dout.device}"
+            )
+        if z is not None:
+            if out is not None:
+                _check_like_z("out", out, z)
+            if dz is not None:
+                _check_like_z("dz", dz, z)
+        compiled = _compiled(u, A)
     form = knobs.scan_states_for(knobs.RECOMPUTE)
     if x is not None:
         _check_x(x, u, A, compiled, form)
@@ -229,7 +253,7 @@ def bwd(
         states = _unpack(x, _state_count(u.shape[-1], compiled))
     if compiled:
         _ops = _ops_module()
-        B4, C4 = _as_4d(B), _as_4d(C)
+        B4, C4 = _as_4d_any(B), _as_4d_any(C)
         layout = ()  # the op's state_steps, state_pairs for ckpt
         spaced = states is None and x is not None and spaced_states_fit(A)
         if (states is None and not spaced) or (z is not None and out is None):
@@ -251,8 +275,21 @@ def bwd(
         # the op's in-place outputs: an empty tensor stands for one that is not wanted
         empty = u.new_empty((0,)) if not gated or out_z is None else None
         du, ddelta, dA, dB, dC, dD, ddelta_bias = _ops.bwd(
-            u, delta, A, B4, C4, D, z, delta_bias, _as_dtype(dout, u.dtype), ckpt, out if gated else None,
-            dz if gated else empty, out_z if out_z is not None else empty, delta_softplus, *layout,
+            u,
+            delta,
+            A,
+            B4,
+            C4,
+            D,
+            z,
+            delta_bias,
+            _as_dtype(dout, u.dtype),
+            ckpt,
+            out if gated else None,
+            dz if gated else empty,
+            out_z if out_z is not None else empty,
+            delta_softplus,
+            *layout,
         )
         dB = dB.squeeze(1) if B.dim() == 3 else dB
         dC = dC.squeeze(1) if C.dim() == 3 else dC
@@ -260,7 +297,11 @@ def bwd(
         p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, groups)
         ckpt = states[:, :, :-1].permute(2, 0, 1, 3).contiguous() if states is not None else None
         du, ddelta, dA, dB, dC, dD, ddelta_bias, dz, out_z = pytorch_scan.backward(
-            p, dout, dz=dz, recompute_out_z=bool(recompute_out_z), checkpoints=ckpt,
+            p,
+            dout,
+            dz=dz,
+            recompute_out_z=bool(recompute_out_z),
+            checkpoints=ckpt,
             y=out if z is not None else None,
         )
         dA = dA.to(A.dtype)

@@ -62,8 +62,9 @@ def reference(args, dout):
 
 
 @pytest.mark.parametrize("form", ["keep", "recompute"])
-@pytest.mark.parametrize("dtype,complex_a", [(torch.float32, False), (torch.bfloat16, False),
-                                             (torch.float32, True)])
+@pytest.mark.parametrize(
+    "dtype,complex_a", [(torch.float32, False), (torch.bfloat16, False), (torch.float32, True)]
+)
 @pytest.mark.parametrize("z", [False, True])
 def test_fwd_bwd_against_float64(form, dtype, complex_a, z, monkeypatch):
     import selective_scan_cuda
@@ -120,3 +121,41 @@ def test_both_forms_give_the_same_gradients(monkeypatch):
     assert torch.equal(xs["recompute"][:, :, :, 1::2], kept[:, :, 31::32])
     for a, b in zip(grads["keep"], grads["recompute"]):
         assert (a is None and b is None) or torch.equal(a, b)
+
+
+@pytest.mark.parametrize("form", ["recompute", "keep"])
+def test_bad_arguments_on_the_compiled_path_are_named(form, monkeypatch):
+    """On CUDA the compatibility module hands the arguments to our op without checks of its own
+    (the op checks every rule): a bad one still gets an error naming it and the rule, and the
+    form's x is still checked by name."""
+    import selective_scan_cuda
+
+    monkeypatch.setenv("MAMBA_KERNELS_SCAN_STATES", form)
+    args = inputs(40, torch.bfloat16, False, True)
+    out, x, _ = selective_scan_cuda.fwd(*args, True)
+    dout = torch.ones_like(out)
+    op_error = (RuntimeError, ValueError, TypeError)  # the binding's error kinds differ
+    cases = [
+        (5, args[5].to(torch.bfloat16), op_error, "D must be float32"),
+        (1, args[1][:, :, :-1], op_error, "delta must have shape"),
+        (3, args[3][:, :, :4], op_error, "variable B must have shape"),
+        (4, "C", TypeError, "'C'"),
+        (7, args[7].cpu(), op_error, "delta_bias must be on u's device"),
+    ]
+    for i, value, error, match in cases:
+        bad = list(args)
+        bad[i] = value
+        with pytest.raises(error, match=match):
+            selective_scan_cuda.fwd(*bad, True)
+        with pytest.raises(error, match=match):
+            selective_scan_cuda.bwd(*bad, dout, x, out, None, True, False)
+    with pytest.raises(TypeError, match="delta_softplus must be a bool"):
+        selective_scan_cuda.fwd(*args, 1)
+    with pytest.raises(op_error, match="dout must have shape"):
+        selective_scan_cuda.bwd(*args, dout[:, :, :5], x, out, None, True, False)
+    with pytest.raises(op_error, match="dz must have shape"):
+        selective_scan_cuda.bwd(*args, dout, x, out, torch.empty_like(out)[:, :3], True, False)
+    with pytest.raises(ValueError, match="x must be the second output of selective_scan_cuda.fwd"):
+        selective_scan_cuda.bwd(*args, dout, x[..., :2], out, None, True, False)
+    with pytest.raises(TypeError, match="recompute_out_z must be a bool"):
+        selective_scan_cuda.bwd(*args, dout, x, out, None, True, None)

@@ -25,7 +25,7 @@
 // - over the channels (variable dB, dC): the warp's two channels by one exchange of halves (lanes
 //   0-15 end with dB, 16-31 with dC), the block's 8 warps through shared memory in warp order,
 //   and the block's channel groups in order into the block's own fp32 row of the partials, which
-//   the caller then sums over the blocks (launch_sum_partials);
+//   the caller then sums over the blocks (launch_sum_jobs);
 // - over the steps (dA, fixed dB / dC, dD, ddelta_bias): per lane, written per (batch, channel).
 //
 // Instantiations: 3 (dtype) x 2 (B and C both variable, or either fixed).

@@ -253,19 +253,9 @@ void set_bwd_inputs(ScanParams& p, const TensorRef& u, const TensorRef& z, const
   p.ckpt = static_cast<float*>(ckpt.data);
 }
 
-int part_shape(const ScanParams& p, const BCParams& bc, int64_t dims[5]) {
-  if (bc.variable) {
-    dims[0] = p.batch;
-    dims[1] = p.ngroups;
-    dims[2] = bwd_row_blocks(p);
-    dims[3] = p.dstate;
-    dims[4] = p.part_len * (p.is_complex ? 2 : 1);
-    return 5;
-  }
-  dims[0] = p.batch;
-  dims[1] = p.dim;
-  dims[2] = state_floats(p);
-  return 3;
+int64_t part_floats(const ScanParams& p, const BCParams& bc) {
+  if (bc.variable) return p.batch * p.ngroups * bwd_row_blocks(p) * p.dstate * p.part_len * (p.is_complex ? 2 : 1);
+  return p.batch * p.dim * state_floats(p);
 }
 
 void set_bwd_outputs(ScanParams& p, const TensorRef& du, const TensorRef& ddelta, float* dA_part, float* dD_part,
@@ -287,43 +277,45 @@ void launch_bwd_checked(const ScanParams& p, cudaStream_t stream) {
   check_launch(launch_bwd(p, stream), "selective_scan_bwd");
 }
 
-// The partial sums reduced into the parameter gradients; a variable B/C's only with with_bc
-// (a windowed backward sums those window by window).
-void sum_partials_checked(const ScanParams& p, const ParamGrads& g, bool with_bc, cudaStream_t stream) {
+// The partial sums reduced into the parameter gradients, added to `jobs`; a variable B/C's
+// only with with_bc (a windowed backward sums those window by window).
+void add_param_sums(SumJobs& jobs, const ScanParams& p, const ParamGrads& g, bool with_bc) {
   // launch_bwd writes no partial sums when it has nothing to do; every parameter gradient is
   // then zero, a sum over no rows.
   const bool ran = p.batch > 0 && p.dim > 0 && p.seqlen > 0;
   const int64_t rows = ran ? p.batch : 0;
   const int64_t nf = state_floats(p);
-  auto sum = [&](const float* part, void* out, DType dtype, int64_t outer, int64_t n, int64_t inner) {
-    check_launch(launch_sum_partials(part, out, dtype, outer, n, inner, stream), "selective_scan_bwd partial sums");
-  };
   // A fixed parameter (A, fixed B/C: fp32 or complex64) sums its (batch, dim, nf) partials over
   // the batch; a variable B/C (u's dtype) its (batch, ngroups, row_blocks, dstate, L [x2]) ones
   // over the row blocks.
   auto sum_bc = [&](const BCParams& bc, const float* part, void* out) {
     if (!bc.variable) {
-      sum(part, out, DType::kFloat32, 1, rows, p.dim * nf);
-      return;
+      jobs.add(part, out, DType::kFloat32, 1, rows, p.dim * nf);
+    } else if (with_bc) {
+      const int64_t blocks = ran ? bwd_row_blocks(p) : 0;
+      jobs.add(part, out, p.dtype, p.batch * p.ngroups, blocks, p.dstate * p.seqlen * (p.is_complex ? 2 : 1));
     }
-    if (!with_bc) return;
-    const int64_t blocks = ran ? bwd_row_blocks(p) : 0;
-    sum(part, out, p.dtype, p.batch * p.ngroups, blocks, p.dstate * p.seqlen * (p.is_complex ? 2 : 1));
   };
-  sum(p.dA_part, g.dA, DType::kFloat32, 1, rows, p.dim * nf);
+  jobs.add(p.dA_part, g.dA, DType::kFloat32, 1, rows, p.dim * nf);
   sum_bc(p.B, p.dB_part, g.dB);
   sum_bc(p.C, p.dC_part, g.dC);
-  if (g.dD != nullptr) sum(p.dD_part, g.dD, DType::kFloat32, 1, rows, p.dim);
-  if (g.dbias != nullptr) sum(p.dbias_part, g.dbias, DType::kFloat32, 1, rows, p.dim);
+  if (g.dD != nullptr) jobs.add(p.dD_part, g.dD, DType::kFloat32, 1, rows, p.dim);
+  if (g.dbias != nullptr) jobs.add(p.dbias_part, g.dbias, DType::kFloat32, 1, rows, p.dim);
+}
+
+void sum_jobs_checked(const SumJobs& jobs, cudaStream_t stream) {
+  check_launch(launch_sum_jobs(jobs, stream), "selective_scan_bwd partial sums");
 }
 
 }  // namespace
 
 void run_bwd_checked(ScanParams& p, const ParamGrads& g, cudaStream_t stream) {
   const int64_t win = bwd_window_chunks(p);
+  SumJobs last;  // the sums after the last launch, in one launch
   if (win == 0) {
     launch_bwd_checked(p, stream);
-    sum_partials_checked(p, g, true, stream);
+    add_param_sums(last, p, g, true);
+    sum_jobs_checked(last, stream);
     return;
   }
   // Windows of `win` chunks, the last first; each one's variable dB/dC columns summed as soon as
@@ -335,18 +327,22 @@ void run_bwd_checked(ScanParams& p, const ParamGrads& g, cudaStream_t stream) {
     p.chunk_hi = hi;
     launch_bwd_checked(p, stream);
     const int64_t t0 = lo * kChunk, w = std::min(hi * kChunk, p.seqlen) - t0;
+    SumJobs cols;
     auto sum_cols = [&](const BCParams& bc, const float* part, void* out) {
-      if (!bc.variable) return;
-      check_launch(launch_sum_partials_cols(part, out, p.dtype, p.batch * p.ngroups, blocks, p.dstate, w,
-                                            p.part_len, p.dstate * p.seqlen, p.seqlen, t0, stream),
-                   "selective_scan_bwd partial sums");
+      if (bc.variable) {
+        cols.add_cols(part, out, p.dtype, p.batch * p.ngroups, blocks, p.dstate, w, p.part_len, p.dstate * p.seqlen,
+                      p.seqlen, t0);
+      }
     };
     sum_cols(p.B, p.dB_part, g.dB);
     sum_cols(p.C, p.dC_part, g.dC);
+    if (lo == 0) {
+      add_param_sums(cols, p, g, false);  // the last window's columns and the parameters, together
+    }
+    sum_jobs_checked(cols, stream);
   }
   p.chunk_lo = 0;
   p.chunk_hi = -1;
-  sum_partials_checked(p, g, false, stream);
 }
 
 }  // namespace selective_scan

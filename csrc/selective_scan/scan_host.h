@@ -53,8 +53,9 @@ void launch_fwd_checked(const ScanParams& p, float* workspace, cudaStream_t stre
 void set_bwd_inputs(ScanParams& p, const TensorRef& u, const TensorRef& z, const TensorRef& dout,
                     const TensorRef& ckpt, const TensorRef& y, const TensorRef& dz, const TensorRef& out_z,
                     int64_t state_steps, bool state_pairs);
-// The shape of the dB / dC partial sums (5-D variable, 3-D fixed) into dims; returns the rank.
-int part_shape(const ScanParams& p, const BCParams& bc, int64_t dims[5]);
+// Floats of the dB / dC partial sums: variable (batch, ngroups, row_blocks, dstate, part_len [x2]),
+// fixed (batch, dim, dstate [x2]).
+int64_t part_floats(const ScanParams& p, const BCParams& bc);
 void set_bwd_outputs(ScanParams& p, const TensorRef& du, const TensorRef& ddelta, float* dA_part, float* dD_part,
                      float* dbias_part, float* dB_part, float* dC_part);
 // The parameter gradients, each allocated by the binding in the shape and dtype of its
@@ -69,10 +70,11 @@ struct ParamGrads {
   float* dbias = nullptr;
 };
 // The backward's launches and the reduction of its partial sums into the gradients, on the
-// stream, in a fixed order (launch_sum_partials): one pass, or with spaced states and a
-// sequence longer than the space between them, windows of that many steps, the last first
-// (bwd_window_chunks: the binding then sizes the partials by p.part_len and gives p.carry
-// bwd_carry_floats floats). Every gradient is bitwise the same either way.
+// stream, in a fixed order (launch_sum_jobs: every sum due at one point in one launch): one
+// pass, or with spaced states and a sequence longer than the space between them, windows of
+// that many steps, the last first (bwd_window_chunks: the binding then sizes the partials by
+// p.part_len and gives p.carry bwd_carry_floats floats). Every gradient is bitwise the same
+// either way.
 void run_bwd_checked(ScanParams& p, const ParamGrads& g, cudaStream_t stream);
 
 // ---- selective_state_update

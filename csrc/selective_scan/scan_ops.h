@@ -109,30 +109,36 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> scan_bwd(
   const api::DeviceGuard guard(ur.device_index);
   const F32Params f = to_f32(p, A, B, C, D, delta_bias);
   const Tensor du = api::empty_like(u, ur), ddelta = api::empty_like(delta, deltar);
-  const ScalarType f32 = ScalarType::Float;
-  const Tensor dA_part = api::empty(u, {p.batch, p.dim, state_floats(p)}, f32);
-  OptTensor dD_part, dbias_part;  // emplaced (see scan_fwd's ws)
-  if (D.has_value()) dD_part.emplace(api::empty(u, {p.batch, p.dim}, f32));
-  if (delta_bias.has_value()) dbias_part.emplace(api::empty(u, {p.batch, p.dim}, f32));
-  auto part = [&](const BCParams& bc) {
-    int64_t dims[5];
-    const int n = part_shape(p, bc, dims);
-    return api::empty(u, dims, n, f32);
-  };
   // A windowed backward (spaced states, a sequence longer than the space): partial rows of a
   // window's steps, reused window after window, and the running sums carried between them.
   const int64_t window = bwd_window_chunks(p);
   if (window > 0) p.part_len = window * kChunk;
-  const Tensor dB_part = part(p.B), dC_part = part(p.C);
-  OptTensor carry;
-  if (window > 0) carry.emplace(api::empty(u, {bwd_carry_floats(p)}, f32));
-  p.carry = carry.has_value() ? f32_ptr(*carry) : nullptr;
-  set_bwd_outputs(p, tref(du), tref(ddelta), f32_ptr(dA_part), dD_part.has_value() ? f32_ptr(*dD_part) : nullptr,
-                  dbias_part.has_value() ? f32_ptr(*dbias_part) : nullptr, f32_ptr(dB_part), f32_ptr(dC_part));
+  // Every fp32 partial sum (and the carried sums) in one allocation: each allocation costs the
+  // host more than a small backward's sums cost the GPU. Each piece starts on 256 bytes.
+  const int64_t pieces[] = {
+      p.batch * p.dim * state_floats(p),       // dA
+      D.has_value() ? p.batch * p.dim : 0,      // dD
+      delta_bias.has_value() ? p.batch * p.dim : 0,  // ddelta_bias
+      part_floats(p, p.B),                      // dB
+      part_floats(p, p.C),                      // dC
+      window > 0 ? bwd_carry_floats(p) : 0,     // carried sums
+  };
+  constexpr int64_t kAlign = 64;
+  int64_t total = 0, at[6];
+  for (int i = 0; i < 6; ++i) {
+    at[i] = total;
+    total += (pieces[i] + kAlign - 1) / kAlign * kAlign;
+  }
+  const Tensor ws = api::empty(u, {total}, ScalarType::Float);
+  float* const base = f32_ptr(ws);
+  auto piece = [&](int i) { return pieces[i] > 0 ? base + at[i] : nullptr; };
+  p.carry = piece(5);
+  set_bwd_outputs(p, tref(du), tref(ddelta), piece(0), piece(1), piece(2), piece(3), piece(4));
 
   // The gradients shaped and typed like their parameters, the partial sums reduced into them in
   // a fixed order by the shared host code.
   const Tensor dA = empty_as(A), dB = empty_as(B), dC = empty_as(C);
+  const ScalarType f32 = ScalarType::Float;
   const Tensor dD = api::empty(u, {D.has_value() ? p.dim : 0}, f32);
   const Tensor dbias = api::empty(u, {delta_bias.has_value() ? p.dim : 0}, f32);
   ParamGrads g;

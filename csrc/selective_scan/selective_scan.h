@@ -70,7 +70,7 @@ struct ScanParams {
   Strides3 ddelta_s;
   void* dz = nullptr;
   Strides3 dz_s;
-  // fp32 partial sums, reduced by launch_sum_partials (fixed order: deterministic):
+  // fp32 partial sums, reduced by launch_sum_jobs (fixed order: deterministic):
   float* dA_part = nullptr;      // (batch, dim, dstate [x2])
   float* dD_part = nullptr;      // (batch, dim) or null
   float* dbias_part = nullptr;   // (batch, dim) or null
@@ -110,17 +110,29 @@ cudaError_t launch_fwd_lanes(const ScanParams& p, cudaStream_t stream);
 cudaError_t launch_bwd_lanes(const ScanParams& p, cudaStream_t stream);
 int64_t bwd_lanes_row_blocks(const ScanParams& p);
 
-// out[o, i] = sum over r of in[o, r, i], added in the order of r in fp32 and rounded once to
-// out_dtype: in (outer, rows, inner) fp32 and out (outer, inner), both contiguous (sum_partials.cu).
-// A complex64 output is written as its interleaved fp32 (re, im) pairs.
-cudaError_t launch_sum_partials(const float* in, void* out, DType out_dtype, int64_t outer, int64_t rows,
-                                int64_t inner, cudaStream_t stream);
-// The same for a window of columns: in (outer, rows, n, in_w) fp32 contiguous, of which the
-// first w columns are summed into out's elements o * out_outer + k * out_row + col0 + j (k < n,
-// j < w), in the same order.
-cudaError_t launch_sum_partials_cols(const float* in, void* out, DType out_dtype, int64_t outer, int64_t rows,
-                                     int64_t n, int64_t w, int64_t in_w, int64_t out_outer, int64_t out_row,
-                                     int64_t col0, cudaStream_t stream);
+// The backward's fp32 partial sums reduced into its gradients, several in one launch
+// (sum_partials.cu). A job sums over r, in the order of r in fp32, rounded once to its output
+// dtype: in (outer, rows, n, in_w) fp32 contiguous, of which the first w columns go to out's
+// elements o * out_outer + k * out_row + col0 + j (k < n, j < w). add() is the plain case, in
+// (outer, rows, inner) and out (outer, inner), both contiguous. A complex64 output is written
+// as its interleaved fp32 (re, im) pairs.
+constexpr int kMaxSumJobs = 6;
+struct SumJob {
+  const float* in;
+  void* out;
+  DType dtype;
+  int64_t outer, rows, n, w, in_w, out_outer, out_row, col0;
+};
+struct SumJobs {
+  SumJob job[kMaxSumJobs];
+  int count = 0;
+  bool overflow = false;  // more than kMaxSumJobs added: the launch refuses
+  void add(const float* in, void* out, DType out_dtype, int64_t outer, int64_t rows, int64_t inner);
+  void add_cols(const float* in, void* out, DType out_dtype, int64_t outer, int64_t rows, int64_t n, int64_t w,
+                int64_t in_w, int64_t out_outer, int64_t out_row, int64_t col0);
+};
+// Every job of `jobs` in one launch (none: nothing is launched).
+cudaError_t launch_sum_jobs(const SumJobs& jobs, cudaStream_t stream);
 
 // Floats of running sums a lane carries from one backward window to the next (ScanParams.carry):
 // the adjoint, dA, fixed dB and dC, dD and ddelta_bias.
