@@ -3,7 +3,7 @@
 # to end, torch.compile of a Mamba block. Run from the repository root; logs and the markdown
 # report ($OUT/clients.md) go to $OUT. Every step logs and the run goes on; a summary ends it.
 #
-#   bash bench/gpu_clients_run.sh [build] [peer] [e2e] [ab] [compile] [tf]   (default: build peer e2e ab compile)
+#   bash bench/gpu_clients_run.sh [build] [peer] [e2e] [ab] [host] [compile] [tf]   (default: build peer e2e ab compile)
 #
 #   build    our extensions in place, unless both are built already:
 #            MAMBA_KERNELS_FORCE_BUILD=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 python3 setup.py -q build_ext --inplace
@@ -20,6 +20,9 @@
 #   ab       bench/e2e_ab.py: the same mamba_ssm rows with ours and the original in one process,
 #            their calls interleaved round by round (the host-bound rows drift between processes
 #            by more than the differences measured); needs the original wheel, like e2e
+#   host     bench/compat_host_ab.py: the host time of each selective_scan_cuda.fwd / bwd call at
+#            the small block's scan, ours, the original and our op alone, interleaved (what the
+#            host-bound rows of ab wait on); needs the original wheel, like e2e
 #   compile  torch.compile of a Mamba block on our ops (graph breaks, compiled vs eager)
 #   tf       transformers' MambaForCausalLM (wheels from .device/wheels*): its fast path on ours,
 #            against its own PyTorch path, and against the original kernels when the original
@@ -144,6 +147,16 @@ if has ab; then
     cat "$OUT/e2e_ab.md" >>"$REPORT"
   else
     note "ab: no original wheel carried"
+  fi
+fi
+if has host; then
+  if [ -d "$ORIG/mamba_ssm" ]; then
+    (cd /tmp && MAMBA_KERNELS_BACKEND=cuda PYTHONPATH="$REPO" timeout "$(limit 120)" python3 "$REPO/bench/compat_host_ab.py" \
+      --orig-dir "$ORIG" >"$OUT/compat_host.md" 2>"$OUT/compat_host.err")
+    note "host: rc=$?"
+    { echo "## selective_scan_cuda host time per call"; echo; sed -n '1,/^## ours: fwd/p' "$OUT/compat_host.md" | head -n -1; } >>"$REPORT"
+  else
+    note "host: no original wheel carried"
   fi
 fi
 if has compile; then
