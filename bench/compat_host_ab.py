@@ -152,20 +152,6 @@ def main() -> int:
         cells += [f"{statistics.median(wall[n, what]):.1f}" for n in names]
         print(f"| {what} | " + " | ".join(cells) + " |")
 
-    import cProfile
-    import pstats
-
-    for what, fn in (("fwd", fwd), ("bwd", bwd)):
-        torch.cuda.synchronize()
-        prof = cProfile.Profile()
-        prof.enable()
-        for _ in range(20):
-            fn("ours")
-            torch.cuda.synchronize()
-        prof.disable()
-        print(f"\n## ours: {what}, 20 calls (each followed by a synchronize), cProfile by own time")
-        pstats.Stats(prof).sort_stats("tottime").print_stats(14)
-
     for side in ("ours", "orig"):
         fwd(side)
         torch.cuda.synchronize()

@@ -74,14 +74,8 @@ def _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> int:
         if groups:
             return groups
     for name, t, optional in (
-        ("u", u, False),
-        ("delta", delta, False),
-        ("A", A, False),
-        ("B", B, False),
-        ("C", C, False),
-        ("D", D, True),
-        ("z", z, True),
-        ("delta_bias", delta_bias, True),
+        ("u", u, False), ("delta", delta, False), ("A", A, False), ("B", B, False), ("C", C, False),
+        ("D", D, True), ("z", z, True), ("delta_bias", delta_bias, True),
     ):
         _checks.require_tensor(name, t, optional)
     _checks.require_bool("delta_softplus", delta_softplus)
@@ -230,7 +224,7 @@ def bwd(
 ) -> List[Optional[Tensor]]:
     """[du, ddelta, dA, dB, dC, dD, ddelta_bias] (+ [dz] with z) (+ [out_z] if recompute_out_z)."""
     compiled = recompute_out_z.__class__ is bool and isinstance(dout, Tensor) and _fast(u, A, delta_softplus)
-    if not compiled:  # our checks, then the PyTorch path (or the op, in "cuda" mode: _compiled)
+    if not compiled:  # our checks, then the PyTorch path (arguments they pass went through _fast)
         groups = _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
         _checks.require_bool("recompute_out_z", recompute_out_z)
         _checks.require_tensor("dout", dout)
@@ -244,7 +238,6 @@ def bwd(
                 _check_like_z("out", out, z)
             if dz is not None:
                 _check_like_z("dz", dz, z)
-        compiled = _compiled(u, A)
     form = knobs.scan_states_for(knobs.RECOMPUTE)
     if x is not None:
         _check_x(x, u, A, compiled, form)
@@ -275,21 +268,8 @@ def bwd(
         # the op's in-place outputs: an empty tensor stands for one that is not wanted
         empty = u.new_empty((0,)) if not gated or out_z is None else None
         du, ddelta, dA, dB, dC, dD, ddelta_bias = _ops.bwd(
-            u,
-            delta,
-            A,
-            B4,
-            C4,
-            D,
-            z,
-            delta_bias,
-            _as_dtype(dout, u.dtype),
-            ckpt,
-            out if gated else None,
-            dz if gated else empty,
-            out_z if out_z is not None else empty,
-            delta_softplus,
-            *layout,
+            u, delta, A, B4, C4, D, z, delta_bias, _as_dtype(dout, u.dtype), ckpt, out if gated else None,
+            dz if gated else empty, out_z if out_z is not None else empty, delta_softplus, *layout,
         )
         dB = dB.squeeze(1) if B.dim() == 3 else dB
         dC = dC.squeeze(1) if C.dim() == 3 else dC
@@ -297,11 +277,7 @@ def bwd(
         p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, groups)
         ckpt = states[:, :, :-1].permute(2, 0, 1, 3).contiguous() if states is not None else None
         du, ddelta, dA, dB, dC, dD, ddelta_bias, dz, out_z = pytorch_scan.backward(
-            p,
-            dout,
-            dz=dz,
-            recompute_out_z=bool(recompute_out_z),
-            checkpoints=ckpt,
+            p, dout, dz=dz, recompute_out_z=bool(recompute_out_z), checkpoints=ckpt,
             y=out if z is not None else None,
         )
         dA = dA.to(A.dtype)

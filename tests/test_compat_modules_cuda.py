@@ -62,9 +62,8 @@ def reference(args, dout):
 
 
 @pytest.mark.parametrize("form", ["keep", "recompute"])
-@pytest.mark.parametrize(
-    "dtype,complex_a", [(torch.float32, False), (torch.bfloat16, False), (torch.float32, True)]
-)
+@pytest.mark.parametrize("dtype,complex_a", [(torch.float32, False), (torch.bfloat16, False),
+                                             (torch.float32, True)])
 @pytest.mark.parametrize("z", [False, True])
 def test_fwd_bwd_against_float64(form, dtype, complex_a, z, monkeypatch):
     import selective_scan_cuda
