@@ -11,8 +11,8 @@ for each side (first side alternating), the host time of one call (perf_counter 
 no synchronisation: the GPU runs behind) and the wall time of the call with a synchronisation
 after it, for the forward and for the backward. Inputs are laid out as MambaInnerFn lays them
 out: delta a (dim, batch x L) matrix viewed as (batch, dim, L), z a view into xz, B and C
-(batch, 1, dstate, L). Then a torch.profiler CPU table of each side's backward: the ops and
-CUDA runtime calls one call makes (launches, allocations, copies, synchronisations). Under the
+(batch, 1, dstate, L). Then a torch.profiler CPU table of each side's forward and backward: the
+ops and CUDA runtime calls one call makes (launches, allocations, copies, synchronisations). Under the
 recompute form a third side, "ours-op", calls our ops directly with the arguments our
 compatibility layer passes them: ours minus ours-op is what our Python costs.
 
@@ -152,16 +152,17 @@ def main() -> int:
         cells += [f"{statistics.median(wall[n, what]):.1f}" for n in names]
         print(f"| {what} | " + " | ".join(cells) + " |")
 
-    for side in ("ours", "orig"):
-        fwd(side)
-        torch.cuda.synchronize()
-        acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-        with torch.profiler.profile(activities=acts) as prof:
-            for _ in range(5):
-                bwd(side)
-        torch.cuda.synchronize()
-        print(f"\n## {side}: bwd, 5 calls, by CPU time")
-        print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=40, max_name_column_width=70))
+    for side in sides:
+        for what, fn in (("fwd", fwd), ("bwd", bwd)):
+            fwd(side)
+            torch.cuda.synchronize()
+            acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+            with torch.profiler.profile(activities=acts) as prof:
+                for _ in range(5):
+                    fn(side)
+            torch.cuda.synchronize()
+            print(f"\n## {side}: {what}, 5 calls, by CPU time")
+            print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=30, max_name_column_width=70))
     return 0
 
 

@@ -154,7 +154,7 @@ if has host; then
     (cd /tmp && MAMBA_KERNELS_BACKEND=cuda PYTHONPATH="$REPO" timeout "$(limit 120)" python3 "$REPO/bench/compat_host_ab.py" \
       --orig-dir "$ORIG" >"$OUT/compat_host.md" 2>"$OUT/compat_host.err")
     note "host: rc=$?"
-    { echo "## selective_scan_cuda host time per call"; echo; sed -n '1,/^## ours: bwd/p' "$OUT/compat_host.md" | head -n -1; } >>"$REPORT"
+    { echo "## selective_scan_cuda host time per call"; echo; sed -n '1,/^## ours: fwd/p' "$OUT/compat_host.md" | head -n -1; } >>"$REPORT"
   else
     note "host: no original wheel carried"
   fi

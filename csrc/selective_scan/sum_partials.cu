@@ -19,19 +19,10 @@ namespace {
 
 constexpr int kThreads = SumPartialsPolicy::kThreads;
 
-struct Job {
-  const float* in;
-  void* out;  // already offset by the job's col0
-  DType dtype;
-  int64_t rows, n, w, in_w, out_outer, out_row;
-  int64_t total;   // outputs: outer x n x w
-  int64_t block0;  // the job's first block in the grid
-};
-
-struct Jobs {
-  Job job[kMaxSumJobs];
-  int count;
-};
+// Blocks of the launch that sum job c.
+__host__ __device__ inline int64_t job_blocks(const SumJob& c) {
+  return (c.outer * c.n * c.w + kThreads - 1) / kThreads;
+}
 
 __device__ __forceinline__ void store_as(void* out, int64_t at, DType dtype, float v) {
   switch (dtype) {
@@ -41,14 +32,18 @@ __device__ __forceinline__ void store_as(void* out, int64_t at, DType dtype, flo
   }
 }
 
-// in: (outer, rows, n, in_w) fp32, contiguous, its first w columns summed; out: element (o, k, j)
-// at o * out_outer + k * out_row + j.
-__global__ void __launch_bounds__(kThreads) sum_partials_kernel(const __grid_constant__ Jobs jobs) {
+// The jobs' blocks follow one another in job order. Job c: in (outer, rows, n, in_w) fp32,
+// contiguous, its first w columns summed; out element (o, k, j) at o * out_outer + k * out_row
+// + col0 + j.
+__global__ void __launch_bounds__(kThreads) sum_partials_kernel(const __grid_constant__ SumJobs jobs) {
   int q = 0;
-  while (q + 1 < jobs.count && int64_t(blockIdx.x) >= jobs.job[q + 1].block0) ++q;
-  const Job& c = jobs.job[q];
-  const int64_t i = (int64_t(blockIdx.x) - c.block0) * kThreads + threadIdx.x;
-  if (i >= c.total) return;
+  int64_t first = 0;  // job q's first block
+  while (q + 1 < jobs.count && int64_t(blockIdx.x) >= first + job_blocks(jobs.job[q])) {
+    first += job_blocks(jobs.job[q++]);
+  }
+  const SumJob& c = jobs.job[q];
+  const int64_t i = (int64_t(blockIdx.x) - first) * kThreads + threadIdx.x;
+  if (i >= c.outer * c.n * c.w) return;
   const int64_t per = c.n * c.w;
   const int64_t o = i / per, rem = i - o * per;
   const int64_t k = c.n == 1 ? 0 : rem / c.w, j = rem - k * c.w;
@@ -56,7 +51,7 @@ __global__ void __launch_bounds__(kThreads) sum_partials_kernel(const __grid_con
   const int64_t step = c.n * c.in_w;
   float acc = 0.0f;
   for (int64_t r = 0; r < c.rows; ++r) acc += src[r * step];
-  store_as(c.out, o * c.out_outer + k * c.out_row + j, c.dtype, acc);
+  store_as(c.out, o * c.out_outer + k * c.out_row + c.col0 + j, c.dtype, acc);
 }
 
 }  // namespace
@@ -78,27 +73,10 @@ void SumJobs::add_cols(const float* in, void* out, DType out_dtype, int64_t oute
 cudaError_t launch_sum_jobs(const SumJobs& s, cudaStream_t stream) {
   if (s.overflow) return cudaErrorInvalidValue;
   if (s.count == 0) return cudaSuccess;
-  Jobs jobs{};
   int64_t blocks = 0;
-  for (int q = 0; q < s.count; ++q) {
-    const SumJob& a = s.job[q];
-    Job& j = jobs.job[q];
-    j.in = a.in;
-    j.out = static_cast<char*>(a.out) + a.col0 * dtype_size(a.dtype);
-    j.dtype = a.dtype;
-    j.rows = a.rows;
-    j.n = a.n;
-    j.w = a.w;
-    j.in_w = a.in_w;
-    j.out_outer = a.out_outer;
-    j.out_row = a.out_row;
-    j.total = a.outer * a.n * a.w;
-    j.block0 = blocks;
-    blocks += (j.total + kThreads - 1) / kThreads;
-  }
-  jobs.count = s.count;
+  for (int q = 0; q < s.count; ++q) blocks += job_blocks(s.job[q]);
   if (blocks > int64_t(0x7fffffff)) return cudaErrorInvalidConfiguration;
-  sum_partials_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(jobs);
+  sum_partials_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(s);
   return cudaGetLastError();
 }
 
