@@ -50,7 +50,8 @@ def _scan_fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus, keep_y, state
     out = torch.empty_like(delta) if keep_y else u.new_empty((0,))
     out_z = torch.empty_like(delta) if z is not None else u.new_empty((0,))
     count = state_count if state_count >= 0 else -(-L // state_steps)
-    return out, out_z, u.new_empty((b, d, count, A.shape[1]), dtype=torch.float32)
+    rows, per_row = (count // 2, 2) if state_pairs else (count, 1)  # pairs: the original's x shape
+    return out, out_z, u.new_empty((b, d, rows, per_row * A.shape[1]), dtype=torch.float32)
 
 
 def _scan_bwd(u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, out_z, delta_softplus,

@@ -13,14 +13,15 @@ Contract of the ops (the binding checks every rule):
     z), so without keep_y and z only ckpt is written; ckpt = float32 (batch, dim, state_count,
     dstate [x2]), slot k the state after min((k + 1) state_steps, L) steps. state_steps: 64
     times a power of two; state_count: -1 for ceil(L / state_steps), or one more when L > 0;
-    state_pairs (an even count): slots 2r and 2r + 1 interleaved state by state, the memory
-    order (batch, dim, count / 2, dstate, 2 [x2]). The default is what bwd reads: the state
-    after every 64 steps, the last slot the final state.
+    state_pairs (an even count): slots 2r and 2r + 1 interleaved state by state in row r, so
+    ckpt is (batch, dim, count / 2, 2 dstate [x2]), the original's x shape (memory order
+    (batch, dim, count / 2, dstate, 2 [x2])). The default is what bwd reads: the state after
+    every 64 steps, the last slot the final state.
   bwd(u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, out_z, delta_softplus,
       state_steps=64, state_pairs=False)
     -> (du, ddelta, dA, dB, dC, dD, ddelta_bias); dz written in place when z is given, and
-    out_z = y silu(z) (from the given y) when it is not empty. ckpt: the forward's states with
-    the forward's state_steps and state_pairs; state_steps above 64 (up to 1024) and
+    out_z = y silu(z) (from the given y) when it is not empty. ckpt: the forward's states as
+    it returned them, with the forward's state_steps and state_pairs; state_steps above 64 (up to 1024) and
     state_pairs only for real A and dstate <= 16, where the backward recomputes the chunk
     starts between the states (bitwise what a state every 64 steps gives).
 """
@@ -49,7 +50,8 @@ def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, keep_y, state
     out = torch.empty_like(delta) if keep_y else u.new_empty((0,))
     out_z = torch.empty_like(delta) if z is not None else u.new_empty((0,))
     count = state_count if state_count >= 0 else -(-L // state_steps)
-    ckpt = u.new_empty((batch, dim, count, _state_floats(A)), dtype=torch.float32)
+    rows, per_row = (count // 2, 2) if state_pairs else (count, 1)
+    ckpt = u.new_empty((batch, dim, rows, per_row * _state_floats(A)), dtype=torch.float32)
     return out, out_z, ckpt
 
 

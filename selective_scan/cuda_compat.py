@@ -168,7 +168,7 @@ def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> List[Tensor]:
     """[out, x] (+ [out_z] with z); see the module docstring."""
     if _fast(u, A, delta_softplus):
         form = knobs.scan_states_for(knobs.RECOMPUTE)
-        batch, dim, L = u.shape
+        L = u.shape[2]
         # recompute: x straight from the kernel, a state every 1024 steps with slots 2r and
         # 2r + 1 interleaved into row r (launches of our own for it would cost more host time
         # than the scan's launch); keep: a state every 64 steps
@@ -178,8 +178,8 @@ def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> List[Tensor]:
         )
         if A.is_complex():
             states = torch.view_as_complex(states.unflatten(-1, (-1, 2)))
-        # recompute: the pairs are x's rows already
-        x = states.view(batch, dim, -1, 2 * A.shape[1]) if form == "recompute" else _pack(states)
+        # recompute: the op returned the pairs in x's shape
+        x = states if form == "recompute" else _pack(states)
         return [out, x, out_z] if z is not None else [out, x]
     # the PyTorch path (CPU, float64, no usable extension): our checks name the rule first
     groups = _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
@@ -194,7 +194,7 @@ def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> List[Tensor]:
     return [out, x, out_z] if z is not None else [out, x]
 
 
-def _check_x(x: Tensor, u: Tensor, A: Tensor, compiled: bool, form: str) -> None:
+def _check_x(x: Tensor, u: Tensor, A: Tensor, compiled: bool, form: str, cause: Optional[Exception] = None):
     shape, dtype = _expected_x(u, A, compiled, form)
     if not isinstance(x, Tensor) or tuple(x.shape) != shape or x.dtype != dtype or x.device != u.device:
         got = f"shape {tuple(x.shape)}, dtype {x.dtype}, device {x.device}" if isinstance(x, Tensor) else x
@@ -202,7 +202,7 @@ def _check_x(x: Tensor, u: Tensor, A: Tensor, compiled: bool, form: str) -> None
             f"selective_scan_cuda.bwd: x must be the second output of selective_scan_cuda.fwd for these "
             f"inputs (shape {shape}, dtype {dtype}, device {u.device}, with {knobs.SCAN_STATES_VAR}={form}), "
             f"got {got}"
-        )
+        ) from cause
 
 
 def _as_dtype(t: Tensor, dtype: torch.dtype) -> Tensor:
@@ -239,7 +239,11 @@ def bwd(
             if dz is not None:
                 _check_like_z("dz", dz, z)
     form = knobs.scan_states_for(knobs.RECOMPUTE)
-    if x is not None:
+    # recompute on CUDA, real A, y given with z: x's rows are the op's state pairs, which the op
+    # takes as they are and checks itself (x is named below if the op refuses the call)
+    y_given = z is None or out is not None
+    spaced = compiled and form == "recompute" and x is not None and y_given and spaced_states_fit(A)
+    if x is not None and not spaced:
         _check_x(x, u, A, compiled, form)
     states = None  # the states the forward kept, when it kept them
     if x is not None and form == "keep":
@@ -248,7 +252,6 @@ def bwd(
         _ops = _ops_module()
         B4, C4 = _as_4d_any(B), _as_4d_any(C)
         layout = ()  # the op's state_steps, state_pairs for ckpt
-        spaced = states is None and x is not None and spaced_states_fit(A)
         if (states is None and not spaced) or (z is not None and out is None):
             # recompute what the forward would have kept: the states, and y where the caller
             # did not pass it (the gate is never needed: the backward writes out_z itself)
@@ -258,7 +261,7 @@ def bwd(
         elif spaced:
             # x's rows are the kernel's state pairs 1024 steps apart: the backward starts from
             # them and recomputes the chunk starts in between, with no forward scan here
-            ckpt, layout = x.contiguous().view(*u.shape[:2], -1, A.shape[1]), SPACED_BWD_ARGS
+            ckpt, layout = (x if x.is_contiguous() else x.contiguous()), SPACED_BWD_ARGS
         else:
             ckpt = torch.view_as_real(states).flatten(-2) if A.is_complex() else states
         gated = z is not None
@@ -267,10 +270,15 @@ def bwd(
         out_z = torch.empty_like(z) if (recompute_out_z and gated) else None
         # the op's in-place outputs: an empty tensor stands for one that is not wanted
         empty = u.new_empty((0,)) if not gated or out_z is None else None
-        du, ddelta, dA, dB, dC, dD, ddelta_bias = _ops.bwd(
-            u, delta, A, B4, C4, D, z, delta_bias, _as_dtype(dout, u.dtype), ckpt, out if gated else None,
-            dz if gated else empty, out_z if out_z is not None else empty, delta_softplus, *layout,
-        )
+        try:
+            du, ddelta, dA, dB, dC, dD, ddelta_bias = _ops.bwd(
+                u, delta, A, B4, C4, D, z, delta_bias, _as_dtype(dout, u.dtype), ckpt, out if gated else None,
+                dz if gated else empty, out_z if out_z is not None else empty, delta_softplus, *layout,
+            )
+        except Exception as refused:
+            if spaced:  # a wrong x is named as x, not as the op's ckpt
+                _check_x(x, u, A, compiled, form, refused)
+            raise
         dB = dB.squeeze(1) if B.dim() == 3 else dB
         dC = dC.squeeze(1) if C.dim() == 3 else dC
     else:

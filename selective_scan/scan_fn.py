@@ -70,8 +70,8 @@ def final_state(ckpt: Tensor, paired: bool) -> Tensor:
     """The final state in the forward op's states (a view; real A when ``paired``)."""
     if not paired:
         return ckpt[:, :, -1]
-    b, d, count, n = ckpt.shape
-    return ckpt.view(b, d, count // 2, n, 2)[:, :, -1, :, 1]
+    b, d, rows, n2 = ckpt.shape
+    return ckpt.view(b, d, rows, n2 // 2, 2)[:, :, -1, :, 1]
 
 
 def _use_cuda(u: Tensor, A: Tensor) -> bool:

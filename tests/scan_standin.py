@@ -62,7 +62,7 @@ class StandInKernel:
         if state_pairs:  # (b, d, count / 2, 2, dstate, per) stored as (b, d, count / 2, dstate, 2, per)
             b, d, _, nf = ckpt.shape
             pairs = ckpt.view(b, d, count // 2, 2, nf // per, per).transpose(3, 4).contiguous()
-            ckpt = pairs.view(b, d, count, nf)
+            ckpt = pairs.view(b, d, count // 2, 2 * nf)  # two slots a row: the original's x shape
         return ckpt
 
     def bwd(self, u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, out_z, softplus, state_steps=CHUNK,
@@ -70,7 +70,7 @@ class StandInKernel:
         # the states must be the ones the forward writes in the layout named, which the backward
         # op takes with one more slot (the final state twice) for spaced or paired states
         self.bwd_states, self.bwd_layout = ckpt.clone(), (state_steps, state_pairs)
-        layout = (state_steps, ckpt.shape[2], state_pairs)
+        layout = (state_steps, ckpt.shape[2] * (2 if state_pairs else 1), state_pairs)
         expected = self._states(u, delta, A, B, C, D, delta_bias, softplus, *layout)
         torch.testing.assert_close(ckpt, expected, rtol=0, atol=0, msg="bwd: not the forward's states")
         given = (u, delta, A, B, C, D, z, delta_bias)

@@ -384,7 +384,7 @@ def test_forward_keeps_a_state_every_1024_steps_in_pairs(ops, batch, dim, dstate
     out2, out_z2, x = ops.fwd(*args, True, True, 1024, 2 * rows, True)
     assert torch.equal(out2, out) and torch.equal(out_z2, out_z)
     per = 2 if cplx else 1
-    assert x.shape == (batch, dim, 2 * rows, dstate * per)
+    assert x.shape == (batch, dim, rows, 2 * dstate * per)  # two slots a row: the original's x shape
     slots = x.view(batch, dim, rows, dstate, 2, per).transpose(3, 4).reshape(ckpt.shape[:2] + (2 * rows, -1))
     want = ckpt[:, :, [min(16 * (k + 1), nc) - 1 for k in range(2 * rows)]]
     assert torch.equal(slots, want)
@@ -457,11 +457,14 @@ def test_backward_state_arguments_are_checked(ops):
     too_far = "backward takes states 1024 steps apart at most.*got state_steps 2048"
     with pytest.raises(RuntimeError, match=too_far):
         ops.bwd(*args, out, x, out, dz, out_z, True, 2048, True)
-    shape = r"ckpt must be .* shape \[1, 4, 3 \(or one more\), 16\] for state_steps 1024"
-    with pytest.raises(RuntimeError, match=shape):
-        ops.bwd(*args, out, x[:, :, :2], out, dz, out_z, True, 1024, True)
-    with pytest.raises(RuntimeError, match="state_pairs needs an even number of slots, got 3"):
-        ops.bwd(*args, out, x[:, :, :3].contiguous(), out, dz, out_z, True, 1024, True)
+    # pairs: two slots a row, as many rows as the forward wrote; a row short, or the rows read
+    # as single slots, is refused
+    paired = r"ckpt must be .* shape \[1, 4, 2, 32\] for state_steps 1024 in pairs, got \[1, 4, 1, 32\]"
+    with pytest.raises(RuntimeError, match=paired):
+        ops.bwd(*args, out, x[:, :, :1], out, dz, out_z, True, 1024, True)
+    single = r"ckpt must be .* shape \[1, 4, 3 \(or one more\), 16\] for state_steps 1024, got \[1, 4, 2, 32"
+    with pytest.raises(RuntimeError, match=single):
+        ops.bwd(*args, out, x, out, dz, out_z, True, 1024, False)
     # the general kernel (dstate > 16, complex A) reads a state every 64 steps, unpaired
     big = make_inputs(1, 4, 300, 24, torch.float32)
     bargs = [big[k] for k in NAMES]

@@ -211,22 +211,24 @@ void set_bwd_inputs(ScanParams& p, const TensorRef& u, const TensorRef& z, const
            " for this problem (state_steps above ", kChunk, " and state_pairs need real A and dstate <= 16), got state_steps ",
            state_steps, state_pairs ? " with state_pairs" : "");
   // The slots the forward wrote: ceil(L / state_steps), or one more (the final state twice) for
-  // spaced or paired states; pairs take an even count.
+  // spaced or paired states; pairs come two slots a row of 2 nf floats, so their count is even.
   const int64_t need = (p.seqlen + state_steps - 1) / state_steps;
   const bool more_ok = (shift > 0 || state_pairs) && p.seqlen > 0;
-  const int64_t nc = ckpt.dim == 4 && more_ok && ckpt.size(2) == need + 1 ? need + 1 : need;
+  const int64_t per_row = state_pairs ? 2 : 1;
+  const int64_t given = ckpt.dim == 4 ? ckpt.size(2) * per_row : -1;
+  const int64_t nc = more_ok && given == need + 1 ? need + 1 : need;
+  const int64_t rows = state_pairs ? (nc + 1) / 2 : nc, row_floats = per_row * nf;
   // torch's default contiguity, for the 4-D shape the check below requires: every axis of
   // size > 1 has the row-major stride (an empty tensor is contiguous).
   bool contiguous = true;
-  if (ckpt.dim == 4 && p.batch * p.dim * nc * nf != 0) {
-    const int64_t dense[4] = {p.dim * nc * nf, nc * nf, nf, 1};
+  if (ckpt.dim == 4 && p.batch * p.dim * rows * row_floats != 0) {
+    const int64_t dense[4] = {p.dim * rows * row_floats, rows * row_floats, row_floats, 1};
     for (int i = 0; i < 4; ++i) contiguous = contiguous && (ckpt.size(i) <= 1 || ckpt.stride(i) == dense[i]);
   }
-  MK_CHECK(ckpt.scalar == Scalar::kFloat32 && contiguous && ckpt.has_shape({p.batch, p.dim, nc, nf}),
+  MK_CHECK(ckpt.scalar == Scalar::kFloat32 && contiguous && ckpt.has_shape({p.batch, p.dim, rows, row_floats}),
            "selective_scan: ckpt must be the forward's contiguous float32 states of shape [", p.batch, ", ", p.dim,
-           ", ", nc, more_ok ? " (or one more)" : "", ", ", nf, "] for state_steps ", state_steps, ", got ",
-           ckpt.shape());
-  MK_CHECK(!state_pairs || nc % 2 == 0, "selective_scan: state_pairs needs an even number of slots, got ", nc);
+           ", ", rows, more_ok && !state_pairs ? " (or one more)" : "", ", ", row_floats, "] for state_steps ",
+           state_steps, state_pairs ? " in pairs" : "", ", got ", ckpt.shape());
   p.ckpt_shift = shift;
   p.ckpt_count = nc;
   p.ckpt_pairs = state_pairs;

@@ -68,8 +68,9 @@ Tensor empty_as(const Tensor& t) {
 // (out, out_z, ckpt). out: y without the z gate (empty unless keep_y: with neither keep_y nor z
 // the forward writes only the states, which a backward that recomputes them needs);
 // out_z: y * silu(z) (empty without z); ckpt: fp32 (batch, dim, state_count, dstate [x2]),
-// slot k the state after min((k + 1) * state_steps, L) steps, with state_pairs slots 2r and
-// 2r + 1 interleaved (set_fwd_states). The backward reads these states as they were laid out
+// slot k the state after min((k + 1) * state_steps, L) steps; with state_pairs, slots 2r and
+// 2r + 1 interleaved state by state in row r of (batch, dim, state_count / 2, 2 dstate [x2])
+// (set_fwd_states). The backward reads these states as they were laid out
 // (its state_steps and state_pairs): a state every kChunk steps by default; up to 1024 steps
 // apart, in pairs too, where the lane kernels run (set_bwd_inputs).
 std::tuple<Tensor, Tensor, Tensor> scan_fwd(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B,
@@ -85,7 +86,10 @@ std::tuple<Tensor, Tensor, Tensor> scan_fwd(const Tensor& u, const Tensor& delta
   const ScalarType dtype = u.scalar_type();
   const Tensor out = want_y ? api::empty_like(delta, deltar) : api::empty(u, {0}, dtype);
   const Tensor out_z = z.has_value() ? api::empty_like(delta, deltar) : api::empty(u, {0}, dtype);
-  const Tensor ckpt = api::empty(u, {p.batch, p.dim, slots, state_floats(p)}, ScalarType::Float);
+  // with state_pairs the states come in x's shape, two slots a row, so no caller reshapes them
+  const int64_t nf = state_floats(p);
+  const Tensor ckpt = state_pairs ? api::empty(u, {p.batch, p.dim, slots / 2, 2 * nf}, ScalarType::Float)
+                                  : api::empty(u, {p.batch, p.dim, slots, nf}, ScalarType::Float);
   set_fwd_outputs(p, want_y ? tref(out) : TensorRef(), z.has_value() ? tref(out_z) : TensorRef(), f32_ptr(ckpt));
   const int64_t nws = fwd_workspace_floats(p);
   OptTensor ws;  // emplaced, not `cond ? OptTensor(...) : nullopt` (GCC 12 warns maybe-uninitialized)
