@@ -131,8 +131,22 @@ def expect_side(what: str, side: str, problems: List[str], want: Tuple[str, ...]
     CALLS.clear()
 
 
+def profile_calls(title: str, fn: Callable[[], object], path: Path, calls: int = 5) -> None:
+    """torch.profiler's table of ``calls`` calls of fn (CPU and CUDA), by CPU time, into path."""
+    fn()
+    torch.cuda.synchronize()
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40, max_name_column_width=60)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"## {title}: {calls} calls, by self CPU time\n\n{table}\n")
+
+
 def run_dtype(sz: dict, device: str, dtype: torch.dtype, switch: Switch, reps: int, problems: List[str],
-              report: dict) -> None:
+              report: dict, profile_dir: Optional[str] = None) -> None:
     from mamba_ssm.modules.mamba_simple import Mamba
 
     sync = (lambda: torch.cuda.synchronize()) if device == "cuda" else (lambda: None)
@@ -202,6 +216,11 @@ def run_dtype(sz: dict, device: str, dtype: torch.dtype, switch: Switch, reps: i
     with torch.no_grad():
         fwd = {s: (lambda: model(ids)) for s in SIDES}
         rows["LM forward"] = summarise(interleaved(fwd, switch.use, reps, sync))
+        if profile_dir is not None:  # where an LM forward's host time goes, per side
+            for side in SIDES:
+                switch.use(side)
+                where = Path(profile_dir) / f"lm_fwd_{name}_{side}.txt"
+                profile_calls(f"{name} LM forward, {side}", fwd[side], where)
     rows["LM fwd+bwd"] = summarise(interleaved({s: lm_step for s in SIDES}, switch.use, reps, sync))
     CALLS.clear()
 
@@ -267,6 +286,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--reps", type=int, default=None, help="rounds per row (default: e2e_mamba's reps)")
     ap.add_argument("--tiny", action="store_true", help="tiny sizes (a smoke run)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--profile-lm", action="store_true",
+                    help="also write torch.profiler tables of the LM forward per side into --dir (GPU only)")
     a = ap.parse_args(argv)
     sz = e2e.sizes(a.tiny)
     reps = a.reps or sz["reps"]
@@ -288,7 +309,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     report, problems = {}, []
     for name in dtypes.split(","):
         try:
-            run_dtype(sz, a.device, getattr(torch, name), switch, reps, problems, report)
+            profile_dir = a.dir if a.profile_lm and a.device == "cuda" else None
+            run_dtype(sz, a.device, getattr(torch, name), switch, reps, problems, report, profile_dir)
         except Exception as e:
             import traceback
 
