@@ -65,17 +65,11 @@ def main() -> int:
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
 
     os.environ.setdefault("MAMBA_KERNELS_BACKEND", "cuda")
-    import selective_scan_cuda as ours
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    compat = os.path.join(root, "selective_scan_cuda.py")
-    print("ours:", provenance.require_file("ours: selective_scan_cuda", ours, compat))
-    for line in provenance.ours_extension_lines(root):
-        print("ours:", line)
-    orig, so = provenance.load_original_extension(a.orig_dir, provenance.ORIG_SCAN_EXT)
-    print("original:", so)
-    if provenance.module_file(orig) == provenance.module_file(ours):
-        raise SystemExit("both sides are one module")
+    try:
+        ours, orig, lines = provenance.compat_scan_sides(a.orig_dir)
+    except provenance.ProvenanceError as e:  # refuse to time what is not what it says
+        raise SystemExit(f"PROVENANCE FAILED: {e}") from None
+    print("\n".join(lines))
     print(
         f"shape (batch, dim, L, dstate) = ({batch}, {dim}, {L}, 16) {dtype}; torch {torch.__version__}; "
         f"{torch.cuda.get_device_name()}; "

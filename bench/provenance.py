@@ -237,6 +237,23 @@ def ours_extension_lines(root: Optional[str] = ROOT, require: bool = True) -> Li
     return lines
 
 
+def compat_scan_sides(orig_dir: str) -> Tuple[object, object, List[str]]:
+    """(ours, original, lines) for a side-by-side of ``selective_scan_cuda`` calls: ours this
+    checkout's compatibility module on its compiled extensions, the original the compiled file
+    under ``orig_dir`` loaded by path, each proved (ProvenanceError otherwise), and the lines
+    that name every file, for the report's header."""
+    import selective_scan_cuda as ours
+
+    compat = os.path.join(ROOT, "selective_scan_cuda.py")
+    lines = ["ours: " + require_file("ours: selective_scan_cuda", ours, compat)]
+    lines += ["ours: " + line for line in ours_extension_lines(ROOT)]
+    orig, so = load_original_extension(orig_dir, ORIG_SCAN_EXT)
+    lines.append(f"original: {so}")
+    if module_file(orig) == module_file(ours):
+        raise ProvenanceError("both sides are one module")
+    return ours, orig, lines
+
+
 def check_ours_client(root: str = ROOT, compiled: bool = True) -> List[str]:
     """A client of the original's API (mamba_ssm's own Python, transformers) on ours: the
     interface it imports binds our compatibility module ``selective_scan_cuda`` from ``root``,

@@ -184,3 +184,26 @@ def test_loads_the_original_beside_ours(tmp_path):
     """, orig)
     assert r.returncode == 0, r.stderr
     assert os.path.realpath(so) in r.stdout
+
+
+def test_compat_sides_name_both_files_or_refuse(tmp_path):
+    # the side-by-side host scripts take both selective_scan_cuda modules from one helper: ours
+    # only on this checkout's compiled extensions (where they are not built, it refuses and
+    # names them), the original's compiled file by path, and a header line for every file
+    orig, so = compiled_original(tmp_path)
+    r = helper("""
+        try:
+            ours, original, lines = provenance.compat_scan_sides(sys.path[-1])
+        except provenance.ProvenanceError as e:
+            print("REFUSED", e)
+        else:
+            assert original is not ours and original.__file__ == lines[-1].split(": ", 1)[1]
+            print("\\n".join(lines))
+    """, orig)
+    assert r.returncode == 0, r.stderr
+    if r.stdout.startswith("REFUSED"):
+        assert "ours: selective_scan._cuda does not import" in r.stdout, r.stdout
+    else:
+        compat = os.path.realpath(os.path.join(ROOT, "selective_scan_cuda.py"))
+        assert r.stdout.splitlines()[0] == "ours: " + compat, r.stdout
+        assert f"original: {so}" in r.stdout or f"original: {os.path.realpath(so)}" in r.stdout, r.stdout
