@@ -254,6 +254,19 @@ def compat_scan_sides(orig_dir: str) -> Tuple[object, object, List[str]]:
     return ours, orig, lines
 
 
+def require_compat_scan_sides(orig_dir: str) -> Tuple[object, object]:
+    """compat_scan_sides for a script about to time both: ours on the compiled kernels only
+    (MAMBA_KERNELS_BACKEND=cuda unless set), the lines printed, and the script ended with
+    "PROVENANCE FAILED: ..." when either side is not what it says."""
+    os.environ.setdefault("MAMBA_KERNELS_BACKEND", "cuda")
+    try:
+        ours, orig, lines = compat_scan_sides(orig_dir)
+    except ProvenanceError as e:
+        raise SystemExit(f"PROVENANCE FAILED: {e}") from None
+    print("\n".join(lines))
+    return ours, orig
+
+
 def check_ours_client(root: str = ROOT, compiled: bool = True) -> List[str]:
     """A client of the original's API (mamba_ssm's own Python, transformers) on ours: the
     interface it imports binds our compatibility module ``selective_scan_cuda`` from ``root``,
