@@ -242,7 +242,7 @@ def bwd(
     # recompute on CUDA, real A, y given with z: x's rows are the op's state pairs, which the op
     # takes as they are and checks itself (x is named below if the op refuses the call)
     y_given = z is None or out is not None
-    spaced = compiled and form == "recompute" and x is not None and y_given and spaced_states_fit(A)
+    spaced = compiled and form == "recompute" and isinstance(x, Tensor) and y_given and spaced_states_fit(A)
     if x is not None and not spaced:
         _check_x(x, u, A, compiled, form)
     states = None  # the states the forward kept, when it kept them

@@ -213,6 +213,23 @@ def test_scan_compiled_path_bookkeeping(form, complex_a, monkeypatch):
     torch.testing.assert_close(grads[8], out_z)  # recompute_out_z
 
 
+def test_scan_compiled_path_names_a_bad_x(monkeypatch):
+    # recompute on the compiled path hands x to the op unchecked; whatever x the op refuses, or
+    # a non-tensor, is still named as x
+    from selective_scan import cuda_compat
+
+    StandInKernel.install(monkeypatch)
+    monkeypatch.setattr(cuda_compat, "_compiled", lambda u, A: True)
+    monkeypatch.setenv("MAMBA_KERNELS_SCAN_STATES", "recompute")
+    args = scan_inputs(L=150)
+    out, x, _ = selective_scan_cuda.fwd(*args, True)
+    dout = torch.ones_like(out)
+    for bad in (x[..., :2], x.double(), "x", x.unsqueeze(0)):
+        with pytest.raises(ValueError, match="x must be the second output of selective_scan_cuda.fwd"):
+            selective_scan_cuda.bwd(*args, dout, bad, out, None, True, False)
+    selective_scan_cuda.bwd(*args, dout, x, out, None, True, False)  # the right x still goes through
+
+
 def test_scan_optional_gradients_are_none_and_dz_is_a_view():
     u, delta, A, B, C, _, z, _ = scan_inputs(L=40)
     out, x, _ = selective_scan_cuda.fwd(u, delta, A, B, C, None, z, None, False)
