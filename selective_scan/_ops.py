@@ -21,9 +21,9 @@ Contract of the ops (the binding checks every rule):
       state_steps=64, state_pairs=False)
     -> (du, ddelta, dA, dB, dC, dD, ddelta_bias); dz written in place when z is given, and
     out_z = y silu(z) (from the given y) when it is not empty. ckpt: the forward's states as
-    it returned them, with the forward's state_steps and state_pairs; state_steps above 64 (up to 1024) and
-    state_pairs only for real A and dstate <= 16, where the backward recomputes the chunk
-    starts between the states (bitwise what a state every 64 steps gives).
+    it returned them, with the forward's state_steps and state_pairs; state_steps above 64
+    (up to 1024) and state_pairs only for real A and dstate <= 16, where the backward
+    recomputes the chunk starts between the states (bitwise what a state every 64 steps gives).
 """
 
 from __future__ import annotations

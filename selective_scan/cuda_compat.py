@@ -261,7 +261,7 @@ def bwd(
         elif spaced:
             # x's rows are the kernel's state pairs 1024 steps apart: the backward starts from
             # them and recomputes the chunk starts in between, with no forward scan here
-            ckpt, layout = (x if x.is_contiguous() else x.contiguous()), SPACED_BWD_ARGS
+            ckpt, layout = x.contiguous(), SPACED_BWD_ARGS
         else:
             ckpt = torch.view_as_real(states).flatten(-2) if A.is_complex() else states
         gated = z is not None
