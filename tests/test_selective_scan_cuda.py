@@ -247,6 +247,49 @@ def test_lane_layouts(ops, batch, dim, N, dtype):
     run_and_check(inp, dtype, last_state=True)
 
 
+# The lane backward's clusters (bwd_lanes.cu): where each block of a (batch, group) takes the same
+# number of 16-channel groups, 16 (else 8) consecutive blocks share one row of the dB/dC
+# partials, summing each chunk over their shared memories. On a 132-SM H100/H200:
+# (batch, dim, groups, var_b, var_c, L) -> blocks a cluster, groups a block.
+CLUSTER_CASES = [
+    (4, 1536, 1, True, True, 300),   # 16, 2 (mamba_ssm's small block)
+    (2, 1024, 2, True, True, 130),   # 16 in each of two channel groups, 1
+    (11, 384, 1, True, True, 130),   # 8, 1
+    (11, 384, 1, False, True, 65),   # 8, fixed B
+    (11, 384, 1, True, False, 64),   # 8, fixed C
+    (8, 2040, 1, True, True, 70),    # 16, 4, the last block's last group half its channels
+    (4, 1552, 1, True, True, 70),    # 1: 97 groups, 2 a block, the last block one
+]
+
+
+@pytest.mark.parametrize("batch,dim,groups,var_b,var_c,L", CLUSTER_CASES)
+def test_backward_clusters(ops, batch, dim, groups, var_b, var_c, L):
+    inp = make_inputs(batch, dim, L, 16, torch.float32, var_b=var_b, var_c=var_c, groups=groups, seed=dim)
+    run_and_check(inp, torch.float32)
+
+
+@pytest.mark.parametrize("L", [2048, 2049])
+def test_backward_one_pass_over_segments(ops, L):
+    """Where windows would take more memory than one pass (mamba_ssm's small block, clusters of
+    16), the backward from states 1024 steps apart in pairs runs in one launch over several
+    segments: bitwise the backward from a state every 64 steps, and repeatable."""
+    inp = make_inputs(4, 1536, L, 16, torch.bfloat16, seed=L)
+    args = [inp[k] for k in NAMES]
+    out, _, ckpt = ops.fwd(*args, True, True)
+    dout = torch.randn_like(out)
+    want_dz, want_out_z = torch.empty_like(out), torch.empty_like(out)
+    want = ops.bwd(*args, dout, ckpt, out, want_dz, want_out_z, True)
+    need = -(-L // 1024)
+    _, _, states = ops.fwd(*args, True, True, 1024, need + need % 2, True)
+    for _ in range(2):
+        _poison_allocator(want_dz.numel() * want_dz.element_size() * 12)
+        dz, out_z = torch.full_like(out, float("nan")), torch.full_like(out, float("nan"))
+        got = ops.bwd(*args, dout, states, out, dz, out_z, True, 1024, True)
+        assert torch.equal(dz, want_dz) and torch.equal(out_z, want_out_z), "dz / out_z"
+        for name, a, b in zip(("du", "ddelta", "dA", "dB", "dC", "dD", "ddelta_bias"), got, want):
+            assert torch.equal(a, b), name
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("var_b", [True, False])
 def test_two_states_per_lane_16bit_bc(ops, dtype, var_b):

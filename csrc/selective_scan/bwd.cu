@@ -431,7 +431,11 @@ int bwd_max_state_shift(const ScanParams& p) {
 int64_t bwd_window_chunks(const ScanParams& p) {
   if (p.ckpt_shift == 0 || !lanes_fit(p.dstate, p.is_complex)) return 0;
   const int64_t per = int64_t(1) << p.ckpt_shift;
-  return (p.seqlen + kChunk - 1) / kChunk > per ? per : 0;
+  if ((p.seqlen + kChunk - 1) / kChunk <= per) return 0;
+  // Windows hold a variable B/C's partial rows to a window's steps, for the carried sums and a
+  // launch and a sum launch a window: only where that takes less memory than one pass.
+  const int64_t per_step = p.batch * p.ngroups * bwd_row_blocks(p) * p.dstate * (p.B.variable + p.C.variable);
+  return per_step * per * kChunk + bwd_carry_floats(p) < per_step * p.seqlen ? per : 0;
 }
 
 int64_t bwd_carry_floats(const ScanParams& p) { return p.batch * p.dim * LanePolicy::kLanes * kBwdCarry; }

@@ -31,6 +31,7 @@
 // Instantiations: 3 (dtype) x 2 (B and C both variable, or either fixed).
 #include <cstddef>
 
+#include "cluster.cuh"
 #include "scan_lanes.cuh"
 
 namespace mamba_kernels {
@@ -44,6 +45,8 @@ using BL = BwdLanesPolicy;
 struct LanesBwdArgs {
   int64_t row_blocks;  // blocks per (batch, group): channel ranges
   int64_t groups_per_block;  // 16-channel groups per block
+  int cluster;  // blocks per cluster (consecutive ranges), which share a row of the dB/dC partials
+  int stage_offset;  // bytes into the dynamic shared memory of the cluster's stage (cluster > 1)
   bool vec_b, vec_c;
   bool vec_u, vec_delta, vec_dout, vec_z, vec_y, vec_dz, vec_out_z;  // 4-step vector access of the rows
 };
@@ -64,6 +67,9 @@ struct BwdLanesSmem {
   // the launch leaves this member out of the dynamic shared memory otherwise)
   float seg[1 << BL::kMaxStateShift][LP::kThreads];
 };
+
+// Elements of a chunk's variable dB/dC sums: [matrix][state][step].
+constexpr int kStageFloats = 2 * LanePolicy::kLanes * kChunk;
 
 // Item j of a chunk's variable B or C tile: 4 steps of state row j / 16 from tc0 + 4 (j % 16)
 // (zero past L or for rows n >= N), one 16-byte store into the tile.
@@ -178,8 +184,50 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
   // its partial rows start: column 0 of a row is step chunk_lo * kChunk.
   const int64_t c_hi = p.chunk_hi < 0 ? n_chunks : p.chunk_hi, c_lo = p.chunk_lo;
   const int64_t P = p.part_len, t_lo = c_lo * kChunk;
-  float* part_row_B = varB ? p.dB_part + ((b * p.ngroups + g) * f.row_blocks + rb) * N * P : nullptr;
-  float* part_row_C = varC ? p.dC_part + ((b * p.ngroups + g) * f.row_blocks + rb) * N * P : nullptr;
+  // A cluster of blocks (cs > 1) shares a row: its blocks leave each chunk's sums in their stages,
+  // and after a cluster barrier block r adds the r-th 1/cs of the chunk over the stages in rank
+  // order into the row (flush). A lone block (cs = 1) adds each window's sums to its own row.
+  const int cs = f.cluster;
+  const int64_t row = (b * p.ngroups + g) * (f.row_blocks / cs) + rb / cs;
+  float* part_row_B = varB ? p.dB_part + row * N * P : nullptr;
+  float* part_row_C = varC ? p.dC_part + row * N * P : nullptr;
+  float* stage = reinterpret_cast<float*>(reinterpret_cast<char*>(smem_lanes) + f.stage_offset);
+  const int share = kStageFloats / cs;  // this block's elements of a chunk's flush: one a thread
+  const int se = int(cluster_rank()) * share + tid;  // this thread's element, if tid < share
+  const int s_isC = se / (LP::kLanes * kChunk), s_n = (se / kChunk) % LP::kLanes, s_t = se % kChunk;
+  float* const s_dst = (s_isC ? part_row_C : part_row_B) + s_n * P + s_t;  // + the chunk's column
+  const bool s_mine = cs > 1 && tid < share && (s_isC ? varC : varB) && s_n < N;
+  bool pending = false;  // a chunk's stage awaits its flush: its column, steps, whether it adds
+  int64_t pend_col = 0;
+  int pend_len = 0;
+  bool pend_add = false;
+  float pend_prev = 0.0f;  // the row's element before this group's sum (a later group adds)
+  bool owe_wait = false;  // the flush's second barrier: the peers have read this block's stage
+  // Sum of element se of the pending chunk over the cluster's stages in rank order (cs is 8 or
+  // 16: the loads are issued together), into the row.
+  auto flush = [&] {
+    cluster_wait();  // every block's stage of the chunk is complete
+    if (tid < share) {
+      float v[16];
+#pragma unroll
+      for (int r = 0; r < 8; ++r) v[r] = ld_cluster(cluster_map(stage + se, r));
+      if (cs > 8) {
+#pragma unroll
+        for (int r = 8; r < 16; ++r) v[r] = ld_cluster(cluster_map(stage + se, r));
+      }
+      float acc = v[0];
+#pragma unroll
+      for (int r = 1; r < 8; ++r) acc += v[r];
+      if (cs > 8) {
+#pragma unroll
+        for (int r = 8; r < 16; ++r) acc += v[r];
+      }
+      if (s_mine && s_t < pend_len) s_dst[pend_col] = pend_add ? pend_prev + acc : acc;
+    }
+    cluster_arrive();  // this block has read its peers' stages
+    pending = false;
+    owe_wait = true;
+  };
 
   for (int64_t gi = 0; gi < f.groups_per_block; ++gi) {
     const int64_t rig = (rb * f.groups_per_block + gi) * LP::kChannels + ch;
@@ -292,6 +340,7 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
         store_pack<float, kQ>(&sm.u[ch][tt], uu);
       }
       __syncthreads();  // the B/C tile and the channel rows are in place
+      if (pending) flush();  // the chunk before, after this one's loads
 
       const float* rowB = sm.B + s * kRow;
       const float* rowC = sm.C + s * kRow;
@@ -334,7 +383,7 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
         // This thread's elements of the block's partial row for the window (see the sum
         // below), read now so their latency hides behind the window's work.
         float prev[2] = {0.0f, 0.0f};
-        if (gi > 0 && (varB || varC)) {
+        if (cs == 1 && gi > 0 && (varB || varC)) {
 #pragma unroll
           for (int k = 0; k < 2; ++k) {
             const int o = tid + k * LP::kThreads;
@@ -416,9 +465,13 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
           }
         }
         __syncthreads();  // every warp's dB/dC sums of the window are in sm.red[w & 1]
-        // Over the block's warps in order, then into the block's row of partials (the first
-        // channel group writes it, later ones add to it: the same thread owns the same
-        // elements every time).
+        if (owe_wait) {  // (block-uniform) the cluster has read the stage before it is rewritten
+          cluster_wait();
+          owe_wait = false;
+        }
+        // Over the block's warps in order, then into the stage, or the block's row of partials
+        // (the first channel group writes it, later ones add to it: the same thread owns the
+        // same elements every time).
         if (varB || varC) {
 #pragma unroll
           for (int k = 0; k < 2; ++k) {
@@ -429,10 +482,22 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
             float acc = 0.0f;
 #pragma unroll
             for (int wp = 0; wp < BL::kWarps; ++wp) acc += sm.red[w & 1][wp][isC * LP::kLanes + n][tw];
-            float* dst = (isC ? part_row_C : part_row_B) + n * P + (tc0 - t_lo) + w0 + tw;
-            *dst = gi == 0 ? acc : prev[k] + acc;
+            if (cs > 1) {
+              stage[(isC * LP::kLanes + n) * kChunk + w0 + tw] = acc;
+            } else {
+              float* dst = (isC ? part_row_C : part_row_B) + n * P + (tc0 - t_lo) + w0 + tw;
+              *dst = gi == 0 ? acc : prev[k] + acc;
+            }
           }
         }
+      }
+      if (cs > 1 && (varB || varC)) {
+        cluster_arrive();  // the chunk's stage is complete; flushed after the next chunk's loads
+        pending = true;
+        pend_col = tc0 - t_lo;
+        pend_len = clen;
+        pend_add = gi > 0;
+        if (pend_add && s_mine && s_t < clen) pend_prev = s_dst[pend_col];  // arrives meanwhile
       }
       __syncthreads();  // the chunk's tiles and rows are read before the next chunk is staged
     }
@@ -459,6 +524,46 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
       }
     }
   }
+  if (pending) flush();
+  if (owe_wait) cluster_wait();  // no block leaves while a peer may still read its stage
+}
+
+// The largest cluster of this kernel (16 or 8 blocks) that the device runs with as many blocks
+// resident as without clusters (at most an eighth fewer), or 1: no clusters (a kernel compiled
+// below sm_90, a device without them, or one whose GPCs would leave too many SMs idle).
+// Measured once, for the launch with the most shared memory.
+int bwd_lanes_max_cluster() {
+  static const int best = [] {
+    auto kernel = bwd_lanes_kernel<float, true>;
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess || attr.ptxVersion < 90) {
+      cudaGetLastError();
+      return 1;
+    }
+    const int smem = int(sizeof(BwdLanesSmem) + sizeof(float) * kStageFloats);
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+      cudaGetLastError();
+      return 1;
+    }
+    const int64_t slots = int64_t(sm_count()) * BL::kBlocksPerSm;
+    for (int cs = 16; cs >= 8; cs /= 2) {
+      cudaLaunchConfig_t cfg{};
+      cudaLaunchAttribute at[1];
+      at[0].id = cudaLaunchAttributeClusterDimension;
+      at[0].val.clusterDim.x = unsigned(cs), at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+      cfg.gridDim = dim3(unsigned(cs * 64)), cfg.blockDim = dim3(LP::kThreads), cfg.dynamicSmemBytes = size_t(smem);
+      cfg.attrs = at, cfg.numAttrs = 1;
+      int clusters = 0;
+      if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+        cudaGetLastError();
+        continue;
+      }
+      if (int64_t(clusters) * cs * 8 >= slots * 7) return cs;
+    }
+    return 1;
+  }();
+  return best;
 }
 
 LanesBwdArgs lanes_bwd_args(const ScanParams& p) {
@@ -471,6 +576,14 @@ LanesBwdArgs lanes_bwd_args(const ScanParams& p) {
   rows = rows < 1 ? 1 : (rows > groups ? groups : rows);
   f.groups_per_block = (groups + rows - 1) / rows;
   f.row_blocks = (groups + f.groups_per_block - 1) / f.groups_per_block;
+  // Clusters where each block of a (batch, group) takes the same number of groups (a cluster's
+  // blocks pass the same barriers) and whole clusters make its ranges: 16 blocks, else 8.
+  f.cluster = 1;
+  if ((p.B.variable || p.C.variable) && groups % f.groups_per_block == 0) {
+    for (int cs = bwd_lanes_max_cluster(); cs >= 8 && f.cluster == 1; cs /= 2) {
+      if (f.row_blocks % cs == 0) f.cluster = cs;
+    }
+  }
   return f;
 }
 
@@ -490,17 +603,32 @@ cudaError_t launch_bwd_lanes_for(const ScanParams& p, cudaStream_t stream) {
   const int64_t blocks = f.row_blocks * p.batch * p.ngroups;
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
   auto kernel = bwd_lanes_kernel<T, kVarBC>;
-  // the segments' start states (the last member) only where states are 2^k chunks apart
-  const int smem = int(p.ckpt_shift > 0 ? sizeof(BwdLanesSmem) : offsetof(BwdLanesSmem, seg));
-  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  // the segments' start states (the last member) only where states are 2^k chunks apart; then
+  // a cluster's stage
+  f.stage_offset = int(p.ckpt_shift > 0 ? sizeof(BwdLanesSmem) : offsetof(BwdLanesSmem, seg));
+  const int smem = f.stage_offset + (f.cluster > 1 ? int(sizeof(float)) * kStageFloats : 0);
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err == cudaSuccess && f.cluster > 8) {
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  }
   if (err != cudaSuccess) return err;
-  kernel<<<unsigned(blocks), LP::kThreads, smem, stream>>>(p, f);
-  return cudaGetLastError();
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = unsigned(f.cluster), at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+  cfg.gridDim = dim3(unsigned(blocks)), cfg.blockDim = dim3(LP::kThreads), cfg.dynamicSmemBytes = size_t(smem);
+  cfg.stream = stream;
+  cfg.attrs = at, cfg.numAttrs = f.cluster > 1 ? 1 : 0;
+  err = cudaLaunchKernelEx(&cfg, kernel, p, f);
+  return err != cudaSuccess ? err : cudaGetLastError();
 }
 
 }  // namespace
 
-int64_t bwd_lanes_row_blocks(const ScanParams& p) { return lanes_bwd_args(p).row_blocks; }
+int64_t bwd_lanes_row_blocks(const ScanParams& p) {
+  const LanesBwdArgs f = lanes_bwd_args(p);
+  return f.row_blocks / f.cluster;  // a row of partials per cluster
+}
 
 cudaError_t launch_bwd_lanes(const ScanParams& p, cudaStream_t stream) {
   return with_dtype_complex(p.dtype, false, [&](auto tag, auto) -> cudaError_t {

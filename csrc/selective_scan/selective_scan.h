@@ -90,7 +90,7 @@ struct ScanParams {
 // Threads that share one channel's states, and channels per block, for each kernel.
 int fwd_threads_per_row(int64_t dstate, bool is_complex);
 int bwd_threads_per_row(int64_t dstate, bool is_complex);
-int64_t bwd_row_blocks(const ScanParams& p);  // row blocks per group (the dB/dC partial axis)
+int64_t bwd_row_blocks(const ScanParams& p);  // rows of dB/dC partials per (batch, group)
 // The most chunks apart (as a power of two) the backward's saved states may be for this
 // problem: 4 (1024 steps) where the lane kernel runs (real A, dstate <= 16), else 0 (a state
 // every chunk, contiguous slots).
@@ -137,8 +137,9 @@ cudaError_t launch_sum_jobs(const SumJobs& jobs, cudaStream_t stream);
 // Floats of running sums a lane carries from one backward window to the next (ScanParams.carry):
 // the adjoint, dA, fixed dB and dC, dD and ddelta_bias.
 constexpr int kBwdCarry = 6;
-// Chunks per backward window: 0 for one pass (today's contract, and whenever the states are a
-// chunk apart or one window would cover the sequence), else the chunks between saved states.
+// Chunks per backward window: 0 for one pass (whenever the states are a chunk apart, one
+// window would cover the sequence, or windows would not take less memory), else the chunks
+// between saved states.
 int64_t bwd_window_chunks(const ScanParams& p);
 // Floats of ScanParams.carry for a windowed backward: batch x dim x 16 lanes x kBwdCarry.
 int64_t bwd_carry_floats(const ScanParams& p);
