@@ -528,42 +528,39 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
   if (owe_wait) cluster_wait();  // no block leaves while a peer may still read its stage
 }
 
-// The largest cluster of this kernel (16 or 8 blocks) that the device runs with as many blocks
-// resident as without clusters (at most an eighth fewer), or 1: no clusters (a kernel compiled
-// below sm_90, a device without them, or one whose GPCs would leave too many SMs idle).
-// Measured once, for the launch with the most shared memory.
-int bwd_lanes_max_cluster() {
-  static const int best = [] {
+// How many clusters of cs blocks (16 or 8) of this kernel the device holds at once: 0 where
+// clusters are not available (a kernel compiled below sm_90, or a device without them). A GPC
+// holds whole clusters only, so this can be fewer than the SMs' blocks over cs. Measured once,
+// for the launch with the most shared memory.
+int64_t bwd_lanes_cluster_capacity(int cs) {
+  static const auto capacity = [] {
+    struct { int64_t c16 = 0, c8 = 0; } cap;
     auto kernel = bwd_lanes_kernel<float, true>;
     cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess || attr.ptxVersion < 90) {
-      cudaGetLastError();
-      return 1;
-    }
     const int smem = int(sizeof(BwdLanesSmem) + sizeof(float) * kStageFloats);
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
+    if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess || attr.ptxVersion < 90 ||
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
         cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
       cudaGetLastError();
-      return 1;
+      return cap;
     }
-    const int64_t slots = int64_t(sm_count()) * BL::kBlocksPerSm;
-    for (int cs = 16; cs >= 8; cs /= 2) {
+    for (int size : {16, 8}) {
       cudaLaunchConfig_t cfg{};
       cudaLaunchAttribute at[1];
       at[0].id = cudaLaunchAttributeClusterDimension;
-      at[0].val.clusterDim.x = unsigned(cs), at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-      cfg.gridDim = dim3(unsigned(cs * 64)), cfg.blockDim = dim3(LP::kThreads), cfg.dynamicSmemBytes = size_t(smem);
-      cfg.attrs = at, cfg.numAttrs = 1;
+      at[0].val.clusterDim.x = unsigned(size), at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+      cfg.gridDim = dim3(unsigned(size) * 64u), cfg.blockDim = dim3(LP::kThreads);
+      cfg.dynamicSmemBytes = size_t(smem), cfg.attrs = at, cfg.numAttrs = 1;
       int clusters = 0;
       if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
         cudaGetLastError();
-        continue;
+        clusters = 0;
       }
-      if (int64_t(clusters) * cs * 8 >= slots * 7) return cs;
+      (size == 16 ? cap.c16 : cap.c8) = clusters;
     }
-    return 1;
+    return cap;
   }();
-  return best;
+  return cs == 16 ? capacity.c16 : cs == 8 ? capacity.c8 : 0;
 }
 
 LanesBwdArgs lanes_bwd_args(const ScanParams& p) {
@@ -576,12 +573,13 @@ LanesBwdArgs lanes_bwd_args(const ScanParams& p) {
   rows = rows < 1 ? 1 : (rows > groups ? groups : rows);
   f.groups_per_block = (groups + rows - 1) / rows;
   f.row_blocks = (groups + f.groups_per_block - 1) / f.groups_per_block;
-  // Clusters where each block of a (batch, group) takes the same number of groups (a cluster's
-  // blocks pass the same barriers) and whole clusters make its ranges: 16 blocks, else 8.
+  // Clusters (16 blocks, else 8) where each block of a (batch, group) takes the same number of
+  // groups (a cluster's blocks pass the same barriers), whole clusters make its ranges, and the
+  // device holds every cluster at once: a cluster left for a second wave would double the time.
   f.cluster = 1;
   if ((p.B.variable || p.C.variable) && groups % f.groups_per_block == 0) {
-    for (int cs = bwd_lanes_max_cluster(); cs >= 8 && f.cluster == 1; cs /= 2) {
-      if (f.row_blocks % cs == 0) f.cluster = cs;
+    for (int cs = 16; cs >= 8 && f.cluster == 1; cs /= 2) {
+      if (f.row_blocks % cs == 0 && bg * (f.row_blocks / cs) <= bwd_lanes_cluster_capacity(cs)) f.cluster = cs;
     }
   }
   return f;
