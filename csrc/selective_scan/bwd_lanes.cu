@@ -70,6 +70,11 @@ struct BwdLanesSmem {
 
 // Elements of a chunk's variable dB/dC sums: [matrix][state][step].
 constexpr int kStageFloats = 2 * LanePolicy::kLanes * kChunk;
+// A cluster's shared memory past the rest (f.stage_offset): the receive buffer's barrier, the
+// block's own sums of a chunk ([matrix][state][step]), and the receive buffer ([sender][share]).
+constexpr int kStageOffset = 16;
+constexpr int kRecvOffset = kStageOffset + kStageFloats * int(sizeof(float));
+constexpr int kClusterBytes = kRecvOffset + kStageFloats * int(sizeof(float));
 
 // Item j of a chunk's variable B or C tile: 4 steps of state row j / 16 from tc0 + 4 (j % 16)
 // (zero past L or for rows n >= N), one 16-byte store into the tile.
@@ -184,51 +189,68 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
   // its partial rows start: column 0 of a row is step chunk_lo * kChunk.
   const int64_t c_hi = p.chunk_hi < 0 ? n_chunks : p.chunk_hi, c_lo = p.chunk_lo;
   const int64_t P = p.part_len, t_lo = c_lo * kChunk;
-  // A cluster of blocks (cs > 1) shares a row: its blocks leave each chunk's sums in their stages,
-  // and after a cluster barrier block r adds the r-th 1/cs of the chunk over the stages in rank
+  // A cluster of blocks (cs > 1) shares a row. Each block owns 1/cs of a chunk's elements
+  // (`share`, whole state rows). A block keeps its sums of a chunk in its stage; after the chunk
+  // it sends each element to the element's owner (st_async into the owner's receive buffer,
+  // counted on the owner's barrier), and after the next chunk's loads the owner adds them in rank
   // order into the row (flush). A lone block (cs = 1) adds each window's sums to its own row.
   const int cs = f.cluster;
   const int64_t row = (b * p.ngroups + g) * (f.row_blocks / cs) + rb / cs;
   float* part_row_B = varB ? p.dB_part + row * N * P : nullptr;
   float* part_row_C = varC ? p.dC_part + row * N * P : nullptr;
-  float* stage = reinterpret_cast<float*>(reinterpret_cast<char*>(smem_lanes) + f.stage_offset);
-  const int share = kStageFloats / cs;  // this block's elements of a chunk's flush: one a thread
-  const int se = int(cluster_rank()) * share + tid;  // this thread's element, if tid < share
+  char* const cl_base = reinterpret_cast<char*>(smem_lanes) + f.stage_offset;
+  uint64_t* const bar = reinterpret_cast<uint64_t*>(cl_base);
+  float* const stage = reinterpret_cast<float*>(cl_base + kStageOffset);
+  float* const recv = reinterpret_cast<float*>(cl_base + kRecvOffset);
+  const int share = kStageFloats / cs;
+  const unsigned my_rank = cluster_rank();
+  const int se = int(my_rank) * share + tid;  // this thread's element as owner, if tid < share
   const int s_isC = se / (LP::kLanes * kChunk), s_n = (se / kChunk) % LP::kLanes, s_t = se % kChunk;
   float* const s_dst = (s_isC ? part_row_C : part_row_B) + s_n * P + s_t;  // + the chunk's column
   const bool s_mine = cs > 1 && tid < share && (s_isC ? varC : varB) && s_n < N;
-  bool pending = false;  // a chunk's stage awaits its flush: its column, steps, whether it adds
-  int64_t pend_col = 0;
-  int pend_len = 0;
-  bool pend_add = false;
-  float pend_prev = 0.0f;  // the row's element before this group's sum (a later group adds)
-  bool owe_wait = false;  // the flush's second barrier: the peers have read this block's stage
-  // Sum of element se of the pending chunk over the cluster's stages in rank order (cs is 8 or
-  // 16: the loads are issued together), into the row.
+  if (cs > 1) {
+    if (tid == 0) {
+      mbar_init(bar);
+      mbar_init_fence();
+    }
+    cluster_sync_all();  // every barrier initialised before any block sends
+  }
+  int64_t kc = 0;        // chunks sent; chunk k is the barrier's phase k
+  bool pending = false;  // a chunk's sums await their flush: its number, column, steps, windows
+  int64_t pend_k = 0, pend_col = 0;
+  int pend_len = 0, pend_wins = 0;
+  bool pend_add = false;  // a later channel group: the flush adds to the row
+  float pend_prev = 0.0f;  // the row's element before this group's sum
+  bool owe_wait = false;   // the wait matching the last flush's cluster arrive
+  // The chunk's stage to the owners: 16 bytes a store, each thread two.
+  auto send = [&] {
+    if (owe_wait) cluster_wait();  // every owner has read its receive buffer (the last flush)
+    owe_wait = false;
+    const uint32_t bar_local = smem_addr(bar);
+#pragma unroll
+    for (int k = 0; k < kStageFloats / 4 / LP::kThreads; ++k) {
+      const int e = (tid + k * LP::kThreads) * 4;
+      const unsigned owner = unsigned(e / share);
+      const float4 v = *reinterpret_cast<const float4*>(stage + e);
+      const uint32_t at = smem_addr(recv + int(my_rank) * share + e % share);
+      st_async4(cluster_map(at, owner), v, cluster_map(bar_local, owner));
+    }
+  };
+  // The owner's sum of element se of the pending chunk over the senders in rank order, into the
+  // row; the cluster barrier then says the receive buffer is read.
   auto flush = [&] {
-    cluster_wait();  // every block's stage of the chunk is complete
+    if (tid == 0) mbar_expect(bar, uint32_t(kStageFloats / BL::kWins * sizeof(float)) * uint32_t(pend_wins));
+    mbar_wait(bar, uint32_t(pend_k & 1));
     if (tid < share) {
-      float v[16];
-#pragma unroll
-      for (int r = 0; r < 8; ++r) v[r] = ld_cluster(cluster_map(stage + se, r));
-      if (cs > 8) {
-#pragma unroll
-        for (int r = 8; r < 16; ++r) v[r] = ld_cluster(cluster_map(stage + se, r));
-      }
-      float acc = v[0];
-#pragma unroll
-      for (int r = 1; r < 8; ++r) acc += v[r];
-      if (cs > 8) {
-#pragma unroll
-        for (int r = 8; r < 16; ++r) acc += v[r];
-      }
+      const float* in = recv + tid;
+      float acc = in[0];
+      for (int r = 1; r < cs; ++r) acc += in[r * share];
       if (s_mine && s_t < pend_len) s_dst[pend_col] = pend_add ? pend_prev + acc : acc;
     }
-    cluster_arrive();  // this block has read its peers' stages
-    pending = false;
+    cluster_arrive_relaxed();
     owe_wait = true;
+    pending = false;
   };
-
   for (int64_t gi = 0; gi < f.groups_per_block; ++gi) {
     const int64_t rig = (rb * f.groups_per_block + gi) * LP::kChannels + ch;
     if ((rb * f.groups_per_block + gi) * LP::kChannels >= dpg) break;  // block-uniform
@@ -465,20 +487,16 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
           }
         }
         __syncthreads();  // every warp's dB/dC sums of the window are in sm.red[w & 1]
-        if (owe_wait) {  // (block-uniform) the cluster has read the stage before it is rewritten
-          cluster_wait();
-          owe_wait = false;
-        }
-        // Over the block's warps in order, then into the stage, or the block's row of partials
-        // (the first channel group writes it, later ones add to it: the same thread owns the
-        // same elements every time).
+        // Over the block's warps in order, then into the stage (every element: each window sends
+        // the same bytes), or into the block's row of partials (the first channel group writes
+        // it, later ones add to it: the same thread owns the same elements every time).
         if (varB || varC) {
 #pragma unroll
           for (int k = 0; k < 2; ++k) {
             const int o = tid + k * LP::kThreads;  // o = (matrix, n, step)
             const int isC = o / (LP::kLanes * kW);
             const int n = (o / kW) % LP::kLanes, tw = o % kW;
-            if (!(isC ? varC : varB) || n >= N || tw >= valid) continue;
+            if (cs == 1 && (!(isC ? varC : varB) || n >= N || tw >= valid)) continue;
             float acc = 0.0f;
 #pragma unroll
             for (int wp = 0; wp < BL::kWarps; ++wp) acc += sm.red[w & 1][wp][isC * LP::kLanes + n][tw];
@@ -491,15 +509,17 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
           }
         }
       }
-      if (cs > 1 && (varB || varC)) {
-        cluster_arrive();  // the chunk's stage is complete; flushed after the next chunk's loads
+      __syncthreads();  // the chunk's tiles and rows are read before the next chunk is staged
+      if (cs > 1 && (varB || varC)) {  // sent now, flushed after the next chunk's loads
+        send();
         pending = true;
+        pend_k = kc++;
         pend_col = tc0 - t_lo;
         pend_len = clen;
+        pend_wins = nwin;
         pend_add = gi > 0;
         if (pend_add && s_mine && s_t < clen) pend_prev = s_dst[pend_col];  // arrives meanwhile
       }
-      __syncthreads();  // the chunk's tiles and rows are read before the next chunk is staged
     }
     if (c_lo > 0) {  // a window before this one goes on from these sums
       if (active) {
@@ -525,11 +545,12 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
     }
   }
   if (pending) flush();
-  if (owe_wait) cluster_wait();  // no block leaves while a peer may still read its stage
+  if (owe_wait) cluster_wait();  // the cluster barrier's phases end matched
 }
 
 // How many clusters of cs blocks (16 or 8) of this kernel the device holds at once: 0 where
-// clusters are not available (a kernel compiled below sm_90, or a device without them). A GPC
+// clusters are not available (a kernel compiled below sm_90 or by nvcc before 12.1, or a device
+// without them). A GPC
 // holds whole clusters only, so this can be fewer than the SMs' blocks over cs. Measured once,
 // for the launch with the most shared memory.
 int64_t bwd_lanes_cluster_capacity(int cs) {
@@ -537,8 +558,8 @@ int64_t bwd_lanes_cluster_capacity(int cs) {
     struct { int64_t c16 = 0, c8 = 0; } cap;
     auto kernel = bwd_lanes_kernel<float, true>;
     cudaFuncAttributes attr{};
-    const int smem = int(sizeof(BwdLanesSmem) + sizeof(float) * kStageFloats);
-    if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess || attr.ptxVersion < 90 ||
+    const int smem = int(sizeof(BwdLanesSmem)) + kClusterBytes;
+    if (!kClusterSum || cudaFuncGetAttributes(&attr, kernel) != cudaSuccess || attr.ptxVersion < 90 ||
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
         cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
       cudaGetLastError();
@@ -604,7 +625,7 @@ cudaError_t launch_bwd_lanes_for(const ScanParams& p, cudaStream_t stream) {
   // the segments' start states (the last member) only where states are 2^k chunks apart; then
   // a cluster's stage
   f.stage_offset = int(p.ckpt_shift > 0 ? sizeof(BwdLanesSmem) : offsetof(BwdLanesSmem, seg));
-  const int smem = f.stage_offset + (f.cluster > 1 ? int(sizeof(float)) * kStageFloats : 0);
+  const int smem = f.stage_offset + (f.cluster > 1 ? kClusterBytes : 0);
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err == cudaSuccess && f.cluster > 8) {
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
