@@ -247,18 +247,19 @@ def test_lane_layouts(ops, batch, dim, N, dtype):
     run_and_check(inp, dtype, last_state=True)
 
 
-# The lane backward's clusters (bwd_lanes.cu): where each block of a (batch, group) takes the same
-# number of 16-channel groups, 16 (else 8) consecutive blocks share one row of the dB/dC
-# partials, summing each chunk over their shared memories. On a 132-SM H100/H200:
+# The lane backward's clusters (bwd_lanes.cu): with variable B and C, where each block of a
+# (batch, group) takes the same number of 16-channel groups and the GPU holds every cluster at
+# once, 16 (else 8) consecutive blocks share one row of the dB/dC partials, each chunk's sums
+# sent to the block that owns them. On a 132-SM H100/H200:
 # (batch, dim, groups, var_b, var_c, L) -> blocks a cluster, groups a block.
 CLUSTER_CASES = [
-    (4, 1536, 1, True, True, 300),   # 16, 2 (mamba_ssm's small block)
-    (2, 1024, 2, True, True, 130),   # 16 in each of two channel groups, 1
-    (11, 384, 1, True, True, 130),   # 8, 1
-    (11, 384, 1, False, True, 65),   # 8, fixed B
-    (11, 384, 1, True, False, 64),   # 8, fixed C
-    (8, 2040, 1, True, True, 70),    # 16, 4, the last block's last group half its channels
-    (4, 1552, 1, True, True, 70),    # 1: 97 groups, 2 a block, the last block one
+    (4, 1536, 1, True, True, 300),  # 16, 2 (mamba_ssm's small block)
+    (2, 1024, 2, True, True, 130),  # 16 in each of two channel groups, 1
+    (11, 384, 1, True, True, 130),  # 8, 1
+    (11, 384, 1, True, True, 2049),  # 8, 1, in windows of 1024 steps, the last chunk one step
+    (8, 2040, 1, True, True, 70),  # 16, 4, the last block's last group half its channels
+    (11, 384, 1, False, True, 65),  # 1: fixed B
+    (4, 1552, 1, True, True, 70),  # 1: 97 groups, 2 a block, the last block one
 ]
 
 

@@ -70,11 +70,12 @@ struct BwdLanesSmem {
 
 // Elements of a chunk's variable dB/dC sums: [matrix][state][step].
 constexpr int kStageFloats = 2 * LanePolicy::kLanes * kChunk;
-// A cluster's shared memory past the rest (f.stage_offset): the receive buffer's barrier, the
-// block's own sums of a chunk ([matrix][state][step]), and the receive buffer ([sender][share]).
+// A cluster's shared memory past the rest (f.stage_offset): the receive buffers' barriers, the
+// block's own sums of a chunk ([matrix][state][step]), and two receive buffers ([sender][share]
+// each, a chunk's sums) taken in turn.
 constexpr int kStageOffset = 16;
 constexpr int kRecvOffset = kStageOffset + kStageFloats * int(sizeof(float));
-constexpr int kClusterBytes = kRecvOffset + kStageFloats * int(sizeof(float));
+constexpr int kClusterBytes = kRecvOffset + 2 * kStageFloats * int(sizeof(float));
 
 // Item j of a chunk's variable B or C tile: 4 steps of state row j / 16 from tc0 + 4 (j % 16)
 // (zero past L or for rows n >= N), one 16-byte store into the tile.
@@ -166,7 +167,7 @@ __device__ __forceinline__ void sweep_segment(BwdLanesSmem& sm, const SegmentSwe
   }
 }
 
-template <typename T, bool kVarBC>
+template <typename T, bool kVarBC, bool kCluster>
 __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
     bwd_lanes_kernel(const ScanParams p, const LanesBwdArgs f) {
   constexpr int kW = BL::kWin, kRow = BL::kRow;
@@ -189,17 +190,18 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
   // its partial rows start: column 0 of a row is step chunk_lo * kChunk.
   const int64_t c_hi = p.chunk_hi < 0 ? n_chunks : p.chunk_hi, c_lo = p.chunk_lo;
   const int64_t P = p.part_len, t_lo = c_lo * kChunk;
-  // A cluster of blocks (cs > 1) shares a row. Each block owns 1/cs of a chunk's elements
-  // (`share`, whole state rows). A block keeps its sums of a chunk in its stage; after the chunk
-  // it sends each element to the element's owner (st_async into the owner's receive buffer,
-  // counted on the owner's barrier), and after the next chunk's loads the owner adds them in rank
-  // order into the row (flush). A lone block (cs = 1) adds each window's sums to its own row.
-  const int cs = f.cluster;
+  // With kCluster (variable B and C), a cluster of f.cluster blocks shares a row. Each block
+  // owns 1/cs of a chunk's elements (`share`, whole state rows). A block keeps its sums of a
+  // chunk in its stage; after the chunk it sends each element to the element's owner (st_async
+  // into the owner's receive buffer, counted on the owner's barrier), and after the next chunk
+  // the owner adds them in rank order into the row (flush): each wait has a chunk of slack.
+  // Without, a block adds each window's sums to its own row.
+  const int cs = kCluster ? f.cluster : 1;
   const int64_t row = (b * p.ngroups + g) * (f.row_blocks / cs) + rb / cs;
   float* part_row_B = varB ? p.dB_part + row * N * P : nullptr;
   float* part_row_C = varC ? p.dC_part + row * N * P : nullptr;
   char* const cl_base = reinterpret_cast<char*>(smem_lanes) + f.stage_offset;
-  uint64_t* const bar = reinterpret_cast<uint64_t*>(cl_base);
+  uint64_t* const bars = reinterpret_cast<uint64_t*>(cl_base);  // one a receive buffer
   float* const stage = reinterpret_cast<float*>(cl_base + kStageOffset);
   float* const recv = reinterpret_cast<float*>(cl_base + kRecvOffset);
   const int share = kStageFloats / cs;
@@ -207,42 +209,30 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
   const int se = int(my_rank) * share + tid;  // this thread's element as owner, if tid < share
   const int s_isC = se / (LP::kLanes * kChunk), s_n = (se / kChunk) % LP::kLanes, s_t = se % kChunk;
   float* const s_dst = (s_isC ? part_row_C : part_row_B) + s_n * P + s_t;  // + the chunk's column
-  const bool s_mine = cs > 1 && tid < share && (s_isC ? varC : varB) && s_n < N;
-  if (cs > 1) {
+  const bool s_mine = kCluster && tid < share && s_n < N;
+  if constexpr (kCluster) {
     if (tid == 0) {
-      mbar_init(bar);
+      mbar_init(&bars[0]);
+      mbar_init(&bars[1]);
       mbar_init_fence();
     }
     cluster_sync_all();  // every barrier initialised before any block sends
   }
-  int64_t kc = 0;        // chunks sent; chunk k is the barrier's phase k
-  bool pending = false;  // a chunk's sums await their flush: its number, column, steps, windows
+  int64_t kc = 0;        // chunks sent: chunk k to buffer k & 1, that barrier's phase k >> 1
+  bool pending = false;  // a chunk's sums await their flush: its number, column, steps
   int64_t pend_k = 0, pend_col = 0;
-  int pend_len = 0, pend_wins = 0;
-  bool pend_add = false;  // a later channel group: the flush adds to the row
+  int pend_len = 0;
+  bool pend_add = false;   // a later channel group: the flush adds to the row
   float pend_prev = 0.0f;  // the row's element before this group's sum
   bool owe_wait = false;   // the wait matching the last flush's cluster arrive
-  // The chunk's stage to the owners: 16 bytes a store, each thread two.
-  auto send = [&] {
-    if (owe_wait) cluster_wait();  // every owner has read its receive buffer (the last flush)
-    owe_wait = false;
-    const uint32_t bar_local = smem_addr(bar);
-#pragma unroll
-    for (int k = 0; k < kStageFloats / 4 / LP::kThreads; ++k) {
-      const int e = (tid + k * LP::kThreads) * 4;
-      const unsigned owner = unsigned(e / share);
-      const float4 v = *reinterpret_cast<const float4*>(stage + e);
-      const uint32_t at = smem_addr(recv + int(my_rank) * share + e % share);
-      st_async4(cluster_map(at, owner), v, cluster_map(bar_local, owner));
-    }
-  };
   // The owner's sum of element se of the pending chunk over the senders in rank order, into the
-  // row; the cluster barrier then says the receive buffer is read.
+  // row (every sender sends a whole stage); the cluster barrier then says the buffer is read.
   auto flush = [&] {
-    if (tid == 0) mbar_expect(bar, uint32_t(kStageFloats / BL::kWins * sizeof(float)) * uint32_t(pend_wins));
-    mbar_wait(bar, uint32_t(pend_k & 1));
+    const int buf = int(pend_k & 1);
+    if (tid == 0) mbar_expect(&bars[buf], uint32_t(kStageFloats * sizeof(float)));
+    mbar_wait(&bars[buf], uint32_t((pend_k >> 1) & 1));
     if (tid < share) {
-      const float* in = recv + tid;
+      const float* in = recv + buf * kStageFloats + tid;
       float acc = in[0];
       for (int r = 1; r < cs; ++r) acc += in[r * share];
       if (s_mine && s_t < pend_len) s_dst[pend_col] = pend_add ? pend_prev + acc : acc;
@@ -250,6 +240,29 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
     cluster_arrive_relaxed();
     owe_wait = true;
     pending = false;
+  };
+  // After a chunk: the chunk before it flushed, this one's stage sent to the owners (16 bytes a
+  // store, two a thread) into the buffer the flush before last emptied.
+  auto chunk_done = [&](int64_t col, int len, bool add) {
+    if (owe_wait) cluster_wait();  // every owner's flush before last: its buffer is read
+    owe_wait = false;
+    if (pending) flush();
+    const int buf = int(kc & 1);
+    const uint32_t bar_local = smem_addr(&bars[buf]);
+#pragma unroll
+    for (int k = 0; k < kStageFloats / 4 / LP::kThreads; ++k) {
+      const int e = (tid + k * LP::kThreads) * 4;
+      const unsigned owner = unsigned(e / share);
+      const float4 v = *reinterpret_cast<const float4*>(stage + e);
+      const uint32_t at = smem_addr(recv + buf * kStageFloats + int(my_rank) * share + e % share);
+      st_async4(cluster_map(at, owner), v, cluster_map(bar_local, owner));
+    }
+    pending = true;
+    pend_k = kc++;
+    pend_col = col;
+    pend_len = len;
+    pend_add = add;
+    if (add && s_mine && s_t < len) pend_prev = s_dst[col];  // it arrives meanwhile
   };
   for (int64_t gi = 0; gi < f.groups_per_block; ++gi) {
     const int64_t rig = (rb * f.groups_per_block + gi) * LP::kChannels + ch;
@@ -362,7 +375,6 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
         store_pack<float, kQ>(&sm.u[ch][tt], uu);
       }
       __syncthreads();  // the B/C tile and the channel rows are in place
-      if (pending) flush();  // the chunk before, after this one's loads
 
       const float* rowB = sm.B + s * kRow;
       const float* rowC = sm.C + s * kRow;
@@ -405,7 +417,7 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
         // This thread's elements of the block's partial row for the window (see the sum
         // below), read now so their latency hides behind the window's work.
         float prev[2] = {0.0f, 0.0f};
-        if (cs == 1 && gi > 0 && (varB || varC)) {
+        if (!kCluster && gi > 0 && (varB || varC)) {
 #pragma unroll
           for (int k = 0; k < 2; ++k) {
             const int o = tid + k * LP::kThreads;
@@ -496,11 +508,11 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
             const int o = tid + k * LP::kThreads;  // o = (matrix, n, step)
             const int isC = o / (LP::kLanes * kW);
             const int n = (o / kW) % LP::kLanes, tw = o % kW;
-            if (cs == 1 && (!(isC ? varC : varB) || n >= N || tw >= valid)) continue;
+            if (!kCluster && (!(isC ? varC : varB) || n >= N || tw >= valid)) continue;
             float acc = 0.0f;
 #pragma unroll
             for (int wp = 0; wp < BL::kWarps; ++wp) acc += sm.red[w & 1][wp][isC * LP::kLanes + n][tw];
-            if (cs > 1) {
+            if constexpr (kCluster) {
               stage[(isC * LP::kLanes + n) * kChunk + w0 + tw] = acc;
             } else {
               float* dst = (isC ? part_row_C : part_row_B) + n * P + (tc0 - t_lo) + w0 + tw;
@@ -510,16 +522,7 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
         }
       }
       __syncthreads();  // the chunk's tiles and rows are read before the next chunk is staged
-      if (cs > 1 && (varB || varC)) {  // sent now, flushed after the next chunk's loads
-        send();
-        pending = true;
-        pend_k = kc++;
-        pend_col = tc0 - t_lo;
-        pend_len = clen;
-        pend_wins = nwin;
-        pend_add = gi > 0;
-        if (pend_add && s_mine && s_t < clen) pend_prev = s_dst[pend_col];  // arrives meanwhile
-      }
+      if constexpr (kCluster) chunk_done(tc0 - t_lo, clen, gi > 0);
     }
     if (c_lo > 0) {  // a window before this one goes on from these sums
       if (active) {
@@ -544,8 +547,11 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
       }
     }
   }
-  if (pending) flush();
-  if (owe_wait) cluster_wait();  // the cluster barrier's phases end matched
+  if constexpr (kCluster) {
+    if (owe_wait) cluster_wait();
+    if (pending) flush();
+    cluster_wait();  // the last flush's arrive matched: the barrier's phases end even
+  }
 }
 
 // How many clusters of cs blocks (16 or 8) of this kernel the device holds at once: 0 where
@@ -556,7 +562,7 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
 int64_t bwd_lanes_cluster_capacity(int cs) {
   static const auto capacity = [] {
     struct { int64_t c16 = 0, c8 = 0; } cap;
-    auto kernel = bwd_lanes_kernel<float, true>;
+    auto kernel = bwd_lanes_kernel<float, true, true>;
     cudaFuncAttributes attr{};
     const int smem = int(sizeof(BwdLanesSmem)) + kClusterBytes;
     if (!kClusterSum || cudaFuncGetAttributes(&attr, kernel) != cudaSuccess || attr.ptxVersion < 90 ||
@@ -594,11 +600,12 @@ LanesBwdArgs lanes_bwd_args(const ScanParams& p) {
   rows = rows < 1 ? 1 : (rows > groups ? groups : rows);
   f.groups_per_block = (groups + rows - 1) / rows;
   f.row_blocks = (groups + f.groups_per_block - 1) / f.groups_per_block;
-  // Clusters (16 blocks, else 8) where each block of a (batch, group) takes the same number of
-  // groups (a cluster's blocks pass the same barriers), whole clusters make its ranges, and the
-  // device holds every cluster at once: a cluster left for a second wave would double the time.
+  // Clusters (16 blocks, else 8) with variable B and C, where each block of a (batch, group)
+  // takes the same number of groups (a cluster's blocks pass the same barriers), whole clusters
+  // make its ranges, and the device holds every cluster at once: a cluster left for a second wave
+  // would double the time.
   f.cluster = 1;
-  if ((p.B.variable || p.C.variable) && groups % f.groups_per_block == 0) {
+  if (p.B.variable && p.C.variable && groups % f.groups_per_block == 0) {
     for (int cs = 16; cs >= 8 && f.cluster == 1; cs /= 2) {
       if (f.row_blocks % cs == 0 && bg * (f.row_blocks / cs) <= bwd_lanes_cluster_capacity(cs)) f.cluster = cs;
     }
@@ -621,25 +628,33 @@ cudaError_t launch_bwd_lanes_for(const ScanParams& p, cudaStream_t stream) {
   f.vec_out_z = steps_vec(p.out_z, p.out_z_s, sizeof(T), kQ);
   const int64_t blocks = f.row_blocks * p.batch * p.ngroups;
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  auto kernel = bwd_lanes_kernel<T, kVarBC>;
   // the segments' start states (the last member) only where states are 2^k chunks apart; then
-  // a cluster's stage
+  // a cluster's buffers
   f.stage_offset = int(p.ckpt_shift > 0 ? sizeof(BwdLanesSmem) : offsetof(BwdLanesSmem, seg));
-  const int smem = f.stage_offset + (f.cluster > 1 ? kClusterBytes : 0);
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (err == cudaSuccess && f.cluster > 8) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (f.cluster == 1) {
+    auto kernel = bwd_lanes_kernel<T, kVarBC, false>;
+    const int smem = f.stage_offset;
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return err;
+    kernel<<<unsigned(blocks), LP::kThreads, smem, stream>>>(p, f);
+    return cudaGetLastError();
   }
-  if (err != cudaSuccess) return err;
-  cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim.x = unsigned(f.cluster), at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-  cfg.gridDim = dim3(unsigned(blocks)), cfg.blockDim = dim3(LP::kThreads), cfg.dynamicSmemBytes = size_t(smem);
-  cfg.stream = stream;
-  cfg.attrs = at, cfg.numAttrs = f.cluster > 1 ? 1 : 0;
-  err = cudaLaunchKernelEx(&cfg, kernel, p, f);
-  return err != cudaSuccess ? err : cudaGetLastError();
+  if constexpr (kVarBC) {  // (lanes_bwd_args forms clusters only then)
+    auto kernel = bwd_lanes_kernel<T, true, true>;
+    const int smem = f.stage_offset + kClusterBytes;
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (err != cudaSuccess) return err;
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = unsigned(f.cluster), at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(unsigned(blocks)), cfg.blockDim = dim3(LP::kThreads), cfg.dynamicSmemBytes = size_t(smem);
+    cfg.stream = stream, cfg.attrs = at, cfg.numAttrs = 1;
+    err = cudaLaunchKernelEx(&cfg, kernel, p, f);
+    return err != cudaSuccess ? err : cudaGetLastError();
+  }
+  return cudaErrorInvalidConfiguration;
 }
 
 }  // namespace
