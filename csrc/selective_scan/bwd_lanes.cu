@@ -24,12 +24,19 @@
 // - over the states (du, ddelta): a reduce-scatter over the 16 lanes per window;
 // - over the channels (variable dB, dC): the warp's two channels by one exchange of halves (lanes
 //   0-15 end with dB, 16-31 with dC), the block's 8 warps through shared memory in warp order,
-//   and the block's channel groups in order into the block's own fp32 row of the partials, which
-//   the caller then sums over the blocks (launch_sum_jobs);
+//   then either
+//   - the block's channel groups in order into the block's own fp32 row of the partials, or
+//   - with variable B and C, where the GPU holds them all at once, over a cluster of 16 (or 8)
+//     blocks in rank order, each block owning 1/16 of a chunk's elements (the others' sums reach
+//     it by st.async, counted on its mbarrier), then the groups in order into the cluster's
+//     row: a sixteenth of the rows, so the rows of a whole sequence cost less memory than the
+//     windows' (bwd_window_chunks);
+//   the caller then sums the rows (launch_sum_jobs);
 // - over the steps (dA, fixed dB / dC, dD, ddelta_bias): per lane, written per (batch, channel).
 //
-// Instantiations: 3 (dtype) x 2 (B and C both variable, or either fixed).
+// Instantiations: 3 (dtype) x 3 (B and C both variable, with or without clusters; either fixed).
 #include <cstddef>
+#include <mutex>
 
 #include "cluster.cuh"
 #include "scan_lanes.cuh"
@@ -549,19 +556,40 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
   }
   if constexpr (kCluster) {
     if (owe_wait) cluster_wait();
+    owe_wait = false;
     if (pending) flush();
-    cluster_wait();  // the last flush's arrive matched: the barrier's phases end even
+    if (owe_wait) cluster_wait();  // the last flush's arrive matched: the barrier's phases end even
   }
 }
 
-// How many clusters of cs blocks (16 or 8) of this kernel the device holds at once: 0 where
-// clusters are not available (a kernel compiled below sm_90 or by nvcc before 12.1, or a device
-// without them). A GPC
-// holds whole clusters only, so this can be fewer than the SMs' blocks over cs. Measured once,
-// for the launch with the most shared memory.
+// A launch of `blocks` blocks in clusters of cs, with `smem` bytes of dynamic shared memory a
+// block; `attr` holds the cluster's shape.
+cudaLaunchConfig_t cluster_launch(cudaLaunchAttribute& attr, int64_t blocks, int smem, int cs, cudaStream_t stream) {
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = unsigned(cs), attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(blocks)), cfg.blockDim = dim3(LP::kThreads), cfg.dynamicSmemBytes = size_t(smem);
+  cfg.stream = stream, cfg.attrs = &attr, cfg.numAttrs = 1;
+  return cfg;
+}
+
+// How many clusters of cs blocks (16 or 8) of the cluster kernel the current device holds at
+// once: 0 where clusters are not available (a kernel compiled below sm_90 or by nvcc before
+// 12.1, or a device without them). A GPC holds whole clusters only, so this can be fewer than
+// the SMs' blocks over cs. Measured once per device, with the most shared memory a launch takes.
 int64_t bwd_lanes_cluster_capacity(int cs) {
-  static const auto capacity = [] {
-    struct { int64_t c16 = 0, c8 = 0; } cap;
+  constexpr int kDevices = 64;
+  struct Capacity {
+    int64_t c16 = 0, c8 = 0;
+  };
+  static Capacity caps[kDevices];
+  static std::once_flag measured[kDevices];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kDevices) {
+    cudaGetLastError();
+    return 0;
+  }
+  std::call_once(measured[dev], [dev] {
     auto kernel = bwd_lanes_kernel<float, true, true>;
     cudaFuncAttributes attr{};
     const int smem = int(sizeof(BwdLanesSmem)) + kClusterBytes;
@@ -569,25 +597,20 @@ int64_t bwd_lanes_cluster_capacity(int cs) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
         cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
       cudaGetLastError();
-      return cap;
+      return;
     }
     for (int size : {16, 8}) {
-      cudaLaunchConfig_t cfg{};
-      cudaLaunchAttribute at[1];
-      at[0].id = cudaLaunchAttributeClusterDimension;
-      at[0].val.clusterDim.x = unsigned(size), at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-      cfg.gridDim = dim3(unsigned(size) * 64u), cfg.blockDim = dim3(LP::kThreads);
-      cfg.dynamicSmemBytes = size_t(smem), cfg.attrs = at, cfg.numAttrs = 1;
+      cudaLaunchAttribute at;
+      const cudaLaunchConfig_t cfg = cluster_launch(at, int64_t(size) * 64, smem, size, nullptr);
       int clusters = 0;
       if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
         cudaGetLastError();
         clusters = 0;
       }
-      (size == 16 ? cap.c16 : cap.c8) = clusters;
+      (size == 16 ? caps[dev].c16 : caps[dev].c8) = clusters;
     }
-    return cap;
-  }();
-  return cs == 16 ? capacity.c16 : cs == 8 ? capacity.c8 : 0;
+  });
+  return cs == 16 ? caps[dev].c16 : cs == 8 ? caps[dev].c8 : 0;
 }
 
 LanesBwdArgs lanes_bwd_args(const ScanParams& p) {
@@ -645,12 +668,8 @@ cudaError_t launch_bwd_lanes_for(const ScanParams& p, cudaStream_t stream) {
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     if (err != cudaSuccess) return err;
-    cudaLaunchConfig_t cfg{};
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = unsigned(f.cluster), at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3(unsigned(blocks)), cfg.blockDim = dim3(LP::kThreads), cfg.dynamicSmemBytes = size_t(smem);
-    cfg.stream = stream, cfg.attrs = at, cfg.numAttrs = 1;
+    cudaLaunchAttribute at;
+    const cudaLaunchConfig_t cfg = cluster_launch(at, blocks, smem, f.cluster, stream);
     err = cudaLaunchKernelEx(&cfg, kernel, p, f);
     return err != cudaSuccess ? err : cudaGetLastError();
   }
