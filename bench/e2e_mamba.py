@@ -237,9 +237,10 @@ def memory_shapes(sz: dict) -> tuple:
     return sz["mem_block"], (sz["batch"], sz["block_L"], sz["d_model"])
 
 
-def block_memory(Mamba, shape, dtype: torch.dtype) -> dict:
+def block_memory(Mamba, shape, dtype: torch.dtype, with_time: bool = True) -> dict:
     """What one Mamba block keeps between its forward and backward (what training holds per
-    layer; the scan-state tensor x is part of it) and its fwd+bwd peak, in MiB, plus the time."""
+    layer; the scan-state tensor x is part of it) and its fwd+bwd peak, in MiB, plus the time
+    (unless ``with_time`` is false)."""
     batch, L, d_model = shape
     torch.manual_seed(SEED)
     block = Mamba(d_model=d_model).to(device="cuda", dtype=dtype)
@@ -260,9 +261,13 @@ def block_memory(Mamba, shape, dtype: torch.dtype) -> dict:
         block(x).backward(dy)
 
     label = "x".join(map(str, shape))
-    return {f"block {label} kept for backward, MiB": kept / mib,
-            f"block {label} fwd+bwd peak, MiB": peak / mib,
-            f"block {label} fwd+bwd": timed(step, "cuda", 3)[0]}
+    rows = {
+        f"block {label} kept for backward, MiB": kept / mib,
+        f"block {label} fwd+bwd peak, MiB": peak / mib,
+    }
+    if with_time:
+        rows[f"block {label} fwd+bwd"] = timed(step, "cuda", 3)[0]
+    return rows
 
 
 def mamba_block(Mamba, sz: dict, device: str, dtype: torch.dtype) -> tuple:
