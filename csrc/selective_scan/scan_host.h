@@ -71,8 +71,8 @@ struct ParamGrads {
 };
 // The backward's launches and the reduction of its partial sums into the gradients, on the
 // stream, in a fixed order (launch_sum_jobs: every sum due at one point in one launch): one
-// pass, or with spaced states and a sequence longer than the space between them, windows of
-// that many steps, the last first (bwd_window_chunks: the binding then sizes the partials by
+// pass, or with spaced states and a sequence longer than the space between them, where they take
+// less memory, windows of that many steps, the last first (bwd_window_chunks: the binding then sizes the partials by
 // p.part_len and gives p.carry bwd_carry_floats floats). Every gradient is bitwise the same
 // either way.
 void run_bwd_checked(ScanParams& p, const ParamGrads& g, cudaStream_t stream);

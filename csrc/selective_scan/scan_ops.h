@@ -113,8 +113,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> scan_bwd(
   const api::DeviceGuard guard(ur.device_index);
   const F32Params f = to_f32(p, A, B, C, D, delta_bias);
   const Tensor du = api::empty_like(u, ur), ddelta = api::empty_like(delta, deltar);
-  // A windowed backward (spaced states, a sequence longer than the space): partial rows of a
-  // window's steps, reused window after window, and the running sums carried between them.
+  // A windowed backward (spaced states, a sequence longer than the space, where windows take
+  // less memory than one pass): partial rows of a window's steps, reused window after window,
+  // and the running sums carried between them.
   const int64_t window = bwd_window_chunks(p);
   if (window > 0) p.part_len = window * kChunk;
   // Every fp32 partial sum (and the carried sums) in one allocation: each allocation costs the
