@@ -55,9 +55,31 @@ def paired_fwd_args(L: int) -> tuple:
     return SPACED_STEPS, 2 * -(-L // (2 * SPACED_STEPS)), True
 
 
+# Shared memory a block of that backward takes (kSpacedSmemBytes in csrc/selective_scan/bwd_lanes.cu):
+# more than sm_75 (Turing) allows, 64 KB.
+SPACED_BWD_SHARED_BYTES = 81408
+_SPACED_DEVICE_FITS: dict = {}  # CUDA device index -> whether its blocks hold that
+
+
+def spaced_device_fits(device: torch.device) -> bool:
+    """Whether a block of the spaced backward fits the shared memory of ``device`` (a CUDA device;
+    measured once per device)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    fits = _SPACED_DEVICE_FITS.get(index)
+    if fits is None:
+        props = torch.cuda.get_device_properties(index)
+        optin = getattr(props, "shared_memory_per_block_optin", None)  # (older torch: the capability)
+        fits = optin >= SPACED_BWD_SHARED_BYTES if optin is not None else (props.major, props.minor) >= (8, 0)
+        _SPACED_DEVICE_FITS[index] = fits
+    return fits
+
+
 def spaced_states_fit(A: Tensor) -> bool:
-    """Whether the backward can start from states SPACED_STEPS apart (the lane kernel's problems)."""
-    return not A.is_complex() and A.shape[1] <= SPACED_MAX_DSTATE
+    """Whether the backward can start from states SPACED_STEPS apart: the lane kernel's problems
+    (real A, dstate up to its lanes), on a device whose blocks hold its shared memory."""
+    if A.is_complex() or A.shape[1] > SPACED_MAX_DSTATE:
+        return False
+    return A.device.type != "cuda" or spaced_device_fits(A.device)
 
 
 def spaced_fwd_args(A: Tensor, L: int) -> tuple:

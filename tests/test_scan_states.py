@@ -242,3 +242,32 @@ def test_spaced_states_rule_mirrors_the_backward_kernel():
     assert spaced_fwd_args(torch.zeros(4, lanes + 1), 2049) == ()
     assert spaced_fwd_args(torch.zeros(4, 2, dtype=torch.complex64), 2049) == ()
     assert paired_fwd_args(1) == (1024, 2, True) and paired_fwd_args(2048) == (1024, 2, True)
+
+
+def test_spaced_states_only_where_the_backward_fits_shared_memory(monkeypatch):
+    # sm_75 (64 KB a block) cannot hold the spaced backward's block: the forward keeps a state
+    # every 64 steps there, as for complex A, and the backward runs without the chunk starts
+    from types import SimpleNamespace
+
+    from selective_scan import scan_fn
+
+    kernel_bytes = _header_int("csrc/selective_scan/bwd_lanes.cu", "kSpacedSmemBytes")
+    assert scan_fn.SPACED_BWD_SHARED_BYTES == kernel_bytes
+    devices = {
+        0: SimpleNamespace(major=7, minor=5, shared_memory_per_block_optin=65536),  # T4
+        1: SimpleNamespace(major=8, minor=6, shared_memory_per_block_optin=101376),  # A10, RTX 30xx
+        2: SimpleNamespace(major=9, minor=0, shared_memory_per_block_optin=232448),  # H100 / H200
+        3: SimpleNamespace(major=7, minor=5),  # a torch without the field: by capability
+        4: SimpleNamespace(major=8, minor=0),
+    }
+    asked = []
+
+    def props(index):
+        asked.append(index)
+        return devices[index]
+
+    monkeypatch.setattr(scan_fn, "_SPACED_DEVICE_FITS", {})
+    monkeypatch.setattr(torch.cuda, "get_device_properties", props)
+    fits = {i: scan_fn.spaced_device_fits(torch.device("cuda", i)) for i in devices}
+    assert fits == {0: False, 1: True, 2: True, 3: False, 4: True}
+    assert scan_fn.spaced_device_fits(torch.device("cuda", 0)) is False and asked == [0, 1, 2, 3, 4]  # once

@@ -75,6 +75,12 @@ struct BwdLanesSmem {
   float seg[1 << BL::kMaxStateShift][LP::kThreads];
 };
 
+// Shared memory a block takes with the segments' chunk starts. Devices whose blocks hold less
+// (sm_75: 64 KB) cannot run a backward from spaced states: selective_scan/scan_fn.py asks for
+// such states only where they fit (SPACED_BWD_SHARED_BYTES, which a test checks against this).
+constexpr int kSpacedSmemBytes = 81408;
+static_assert(sizeof(BwdLanesSmem) == kSpacedSmemBytes, "update kSpacedSmemBytes and SPACED_BWD_SHARED_BYTES");
+
 // Elements of a chunk's variable dB/dC sums: [matrix][state][step].
 constexpr int kStageFloats = 2 * LanePolicy::kLanes * kChunk;
 // A cluster's shared memory past the rest (f.stage_offset): the receive buffers' barriers, the
