@@ -1,3 +1,6 @@
+import os
+from unittest import mock
+
 import pytest
 
 from mamba_kernels.runtime import knobs
@@ -39,3 +42,25 @@ def test_binding_choice():
     assert knobs.binding_choice({knobs.BINDING_VAR: "classic"}) == "classic"
     with pytest.raises(ValueError, match=r"BINDING='abi3' is not a binding: use one of auto, stable"):
         knobs.binding_choice({knobs.BINDING_VAR: "abi3"})
+
+
+def test_process_environment_reads_follow_every_change(monkeypatch):
+    # the per-call reads look in os.environ's own store: every way of changing it must show
+    name = "MAMBA_KERNELS_TEST_KNOB_READ"
+    monkeypatch.delenv(name, raising=False)
+    assert knobs.getenv(name) is None
+    monkeypatch.setenv(name, "on")
+    assert knobs.getenv(name) == "on" and knobs.env_bool(name) is True
+    os.environ[name] = "Keep"
+    assert knobs.getenv(name) == "Keep"
+    del os.environ[name]
+    assert knobs.getenv(name) is None and knobs.env_bool(name, default=True) is True
+    with mock.patch.dict(os.environ, {knobs.SCAN_STATES_VAR: " RECOMPUTE "}):
+        assert knobs.scan_states() == "recompute"
+    assert knobs.getenv(knobs.SCAN_STATES_VAR) == os.environ.get(knobs.SCAN_STATES_VAR)
+
+
+def test_a_replaced_process_environment_is_read_as_it_is(monkeypatch):
+    monkeypatch.setattr(os, "environ", {knobs.BACKEND_VAR: "reference"})
+    assert knobs.getenv(knobs.BACKEND_VAR) == "reference"
+    assert knobs.backend_mode() == "reference"

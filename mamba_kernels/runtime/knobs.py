@@ -24,6 +24,35 @@ SCAN_STATES = (KEEP, RECOMPUTE)  # what a scan does; the knob also takes "auto",
 SCAN_STATES_CHOICES = ("auto",) + SCAN_STATES
 
 
+# os.environ.get raises and catches a KeyError inside Mapping.get when the variable is unset (the
+# usual case for these knobs): about a microsecond a read, and the kernels' entry points read a
+# knob or two on every call. os._Environ keeps the variables in a dict, keyed by encodekey(name),
+# that every write through os.environ updates; one lookup there is the same read, without the
+# exception. Where os.environ is not that class (or was replaced), .get is used.
+_ENVIRON = os.environ
+_STORE = getattr(_ENVIRON, "_data", None)
+_ENCODE_KEY = getattr(_ENVIRON, "encodekey", None)
+_DECODE_VALUE = getattr(_ENVIRON, "decodevalue", None)
+_FAST = isinstance(_STORE, dict) and callable(_ENCODE_KEY) and callable(_DECODE_VALUE)
+_KEYS: dict = {}  # knob name -> its key in _STORE
+
+
+def getenv(name: str) -> Optional[str]:
+    """``os.environ.get(name)``, cheaper when the variable is unset."""
+    if not _FAST or os.environ is not _ENVIRON:
+        return os.environ.get(name)
+    key = _KEYS.get(name)
+    if key is None:
+        key = _KEYS[name] = _ENCODE_KEY(name)
+    raw = _STORE.get(key)
+    return None if raw is None else _DECODE_VALUE(raw)
+
+
+def _raw(name: str, environ: Optional[Mapping[str, str]]) -> str:
+    value = getenv(name) if environ is None else environ.get(name)
+    return "" if value is None else value
+
+
 def parse_bool(name: str, value: str) -> bool:
     """Parse a boolean knob value; raise ValueError naming the knob for anything unknown."""
     v = value.strip().lower()
@@ -38,8 +67,7 @@ def parse_bool(name: str, value: str) -> bool:
 
 def env_bool(name: str, default: bool = False, environ: Optional[Mapping[str, str]] = None) -> bool:
     """Read a boolean knob; unset or empty means ``default``."""
-    env = os.environ if environ is None else environ
-    raw = env.get(name, "")
+    raw = _raw(name, environ)
     if raw.strip() == "":
         return default
     return parse_bool(name, raw)
@@ -49,12 +77,14 @@ def env_choice(name: str, choices: Tuple[str, ...], what: str, hint: str = "",
                environ: Optional[Mapping[str, str]] = None) -> str:
     """A knob with a fixed set of values (the first is the default when unset or empty); anything
     else is an error naming the variable, the value and the choices (plus ``hint``)."""
-    env = os.environ if environ is None else environ
-    raw = env.get(name, "").strip().lower()
+    given = _raw(name, environ)
+    if given == "":
+        return choices[0]
+    raw = given.strip().lower()
     if raw == "":
         return choices[0]
     if raw not in choices:
-        raise ValueError(f"{name}={env.get(name)!r} is not {what}: use one of {', '.join(choices)}{hint}")
+        raise ValueError(f"{name}={given!r} is not {what}: use one of {', '.join(choices)}{hint}")
     return raw
 
 
