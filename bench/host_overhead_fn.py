@@ -25,6 +25,7 @@ Median over ``--reps`` repetitions of ``--calls`` calls, per call, one torch thr
 from __future__ import annotations
 
 import sys
+import types
 from typing import List, Optional
 
 import torch
@@ -80,6 +81,21 @@ def install_stand_ins() -> torch.library.Library:
     return lib
 
 
+def _compat_without_op(cuda_compat, u, delta, A, B, C, D, z, bias):
+    """A second copy of selective_scan/cuda_compat.py whose ops return outputs made once, so
+    that timing its fwd and bwd times our Python alone."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("selective_scan._compat_python_only", cuda_compat.__file__)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    made_fwd = _scan_fwd(u, delta, A, B, C, D, z, bias, True, *cuda_compat.paired_fwd_args(u.shape[-1]))
+    made_bwd = _scan_bwd(u, delta, A, B, C, D, z, bias, u, made_fwd[2], u, u, u, True)
+    ops = types.SimpleNamespace(fwd=lambda *a: made_fwd, bwd=lambda *a: made_bwd, CHUNK=CHUNK)
+    module._ops_module = lambda: ops
+    return module
+
+
 def cases() -> List[tuple]:
     from causal_conv1d import causal_conv1d_fn
     from mamba_kernels.runtime import dispatch, knobs
@@ -119,6 +135,7 @@ def cases() -> List[tuple]:
 
     y, states, _ = selective_scan_cuda.fwd(*args, True)  # what MambaInnerFn keeps for its backward
     dz = torch.empty_like(z)
+    python_only = _compat_without_op(cuda_compat, u, delta, A, B, C, D, z, bias)
 
     return [
         ("stand-in op alone: ops.selective_scan_fwd", lambda: ops.selective_scan_fwd(*args, True, False)),
@@ -140,6 +157,11 @@ def cases() -> List[tuple]:
          lambda: selective_scan_cuda.bwd(u, delta, A, B, C, D, z, bias, dout, states, y, dz, True, True)),
         ("causal_conv1d_cuda.causal_conv1d_fwd (as MambaInnerFn calls it)",
          lambda: causal_conv1d_cuda.causal_conv1d_fwd(x, w, wb, None, None, None, True)),
+        # our Python alone: the same module with an op that returns ready outputs
+        ("selective_scan_cuda.fwd, its Python alone (an op that costs nothing)",
+         lambda: python_only.fwd(u, delta, A, B, C, D, z, bias, True)),
+        ("selective_scan_cuda.bwd, its Python alone (an op that costs nothing)",
+         lambda: python_only.bwd(u, delta, A, B, C, D, z, bias, dout, states, y, dz, True, True)),
         # a part of selective_scan_cuda.fwd on its own
         ("selective_scan_cuda.fwd part: the argument checks",
          lambda: cuda_compat._check(u, delta, A, B, C, D, z, bias, True)),

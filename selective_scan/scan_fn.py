@@ -64,7 +64,10 @@ _SPACED_DEVICE_FITS: dict = {}  # CUDA device index -> whether its blocks hold t
 def spaced_device_fits(device: torch.device) -> bool:
     """Whether a block of the spaced backward fits the shared memory of ``device`` (a CUDA device;
     measured once per device)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _index_fits(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def _index_fits(index: int) -> bool:
     fits = _SPACED_DEVICE_FITS.get(index)
     if fits is None:
         props = torch.cuda.get_device_properties(index)
@@ -79,7 +82,8 @@ def spaced_states_fit(A: Tensor) -> bool:
     (real A, dstate up to its lanes), on a device whose blocks hold its shared memory."""
     if A.is_complex() or A.shape[1] > SPACED_MAX_DSTATE:
         return False
-    return A.device.type != "cuda" or spaced_device_fits(A.device)
+    # (is_cuda and get_device: flag and index reads; A.device builds an object, on a per-call path)
+    return not A.is_cuda or _index_fits(A.get_device())
 
 
 def spaced_fwd_args(A: Tensor, L: int) -> tuple:
