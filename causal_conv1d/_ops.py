@@ -9,36 +9,35 @@ functions ``cpp_functions`` calls after validating its arguments.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
+
+from mamba_kernels.runtime.library import eager_entry, is_compiling, register_fake
 
 from . import _cuda  # noqa: F401  (loading it registers the ops)
 from ._checks import empty_like_layout
 
 Tensor = torch.Tensor
 _ops = torch.ops.mamba_kernels
-
-
-def _register_fake(name: str) -> Callable[[Callable], Callable]:
-    qualname = f"mamba_kernels::{name}"
-    if hasattr(torch.library, "register_fake"):  # torch >= 2.4
-        return torch.library.register_fake(qualname)
-    return torch.library.impl_abstract(qualname)
+# eager calls go straight to each op's C++ entry (library.eager_entry says why)
+_fwd_entry = eager_entry(_ops.causal_conv1d_fwd)
+_fwd_final_states_entry = eager_entry(_ops.causal_conv1d_fwd_final_states)
+_bwd_entry = eager_entry(_ops.causal_conv1d_bwd)
 
 
 # Fake implementations: outputs with exactly the shapes, dtypes and strides the CUDA ops give.
-@_register_fake("causal_conv1d_fwd")
+@register_fake("causal_conv1d_fwd")
 def _fwd_fake(x, weight, bias, seq_idx, initial_states, silu_activation):
     return empty_like_layout(x)
 
 
-@_register_fake("causal_conv1d_fwd_final_states")
+@register_fake("causal_conv1d_fwd_final_states")
 def _fwd_final_states_fake(x, weight, bias, seq_idx, initial_states, final_states_out, silu_activation):
     return empty_like_layout(x)
 
 
-@_register_fake("causal_conv1d_bwd")
+@register_fake("causal_conv1d_bwd")
 def _bwd_fake(x, weight, bias, dout, seq_idx, initial_states, dfinal_states, dx, return_dinitial_states,
               silu_activation):
     dweight = weight.new_empty(weight.shape)
@@ -50,7 +49,7 @@ def _bwd_fake(x, weight, bias, dout, seq_idx, initial_states, dfinal_states, dx,
     return dweight, dbias, dinit
 
 
-@_register_fake("causal_conv1d_update")
+@register_fake("causal_conv1d_update")
 def _update_fake(x, conv_state, weight, bias, silu_activation, cache_seqlens, conv_state_indices):
     return torch.empty_like(x)
 
@@ -66,8 +65,10 @@ def fwd(
 ) -> Tensor:
     """out in x's layout; final_states_out, when given, is written in place."""
     if final_states_out is None:  # two ops: inductor cannot lower an Optional mutated argument
-        return _ops.causal_conv1d_fwd(x, weight, bias, seq_idx, initial_states, silu_activation)
-    return _ops.causal_conv1d_fwd_final_states(
+        op = _ops.causal_conv1d_fwd if is_compiling() else _fwd_entry
+        return op(x, weight, bias, seq_idx, initial_states, silu_activation)
+    op = _ops.causal_conv1d_fwd_final_states if is_compiling() else _fwd_final_states_entry
+    return op(
         x, weight, bias, seq_idx, initial_states, final_states_out, silu_activation
     )
 
@@ -89,7 +90,8 @@ def bwd(
     dbias are summed in fp32 and come back in weight's / bias's dtype."""
     if dx is None:
         dx = empty_like_layout(x)
-    dweight, dbias, dinit = _ops.causal_conv1d_bwd(
+    op = _ops.causal_conv1d_bwd if is_compiling() else _bwd_entry
+    dweight, dbias, dinit = op(
         x, weight, bias, dout, seq_idx, initial_states, dfinal_states, dx, return_dinitial_states,
         silu_activation,
     )

@@ -14,11 +14,13 @@ channel-first x, and final states also with seq_idx (see ``reference``).
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Tuple, Union
+from typing import Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch.autograd import forward_ad
+
+from mamba_kernels.runtime import library
 
 from . import _checks, cpp_functions
 
@@ -93,19 +95,8 @@ class CausalConv1dFn(torch.autograd.Function):
         return dx, dweight, dbias, None, dinitial_states, None, None, None
 
 
-def _compiling_probe() -> Callable[[], bool]:
-    try:
-        return torch.compiler.is_compiling  # torch >= 2.3
-    except AttributeError:
-        try:
-            from torch._dynamo import is_compiling
-        except ImportError:  # a torch without dynamo: nothing compiles us
-            return lambda: False
-        return is_compiling
-
-
 # (bound once: each is read on every call)
-_is_compiling = _compiling_probe()
+_is_compiling = library.is_compiling
 _tracing_state = torch._C._get_tracing_state
 _functorch_active = torch._C._are_functorch_transforms_active
 

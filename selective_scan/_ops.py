@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from mamba_kernels.runtime.library import register_fake
+from mamba_kernels.runtime.library import eager_entry, register_fake
 
 from . import _cuda  # noqa: F401  (loading it registers the ops)
 
@@ -67,3 +67,6 @@ def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, out_z, del
 
 fwd = _ops.selective_scan_fwd
 bwd = _ops.selective_scan_bwd
+# for eager calls: each op's C++ entry (library.eager_entry says why; torch.compile traces fwd and bwd)
+fwd_entry = eager_entry(fwd)
+bwd_entry = eager_entry(bwd)

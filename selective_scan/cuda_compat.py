@@ -43,6 +43,7 @@ from typing import List, Optional
 import torch
 
 from mamba_kernels.runtime import dispatch, knobs
+from mamba_kernels.runtime.library import is_compiling
 
 from . import _checks, chunked, pytorch_scan
 from .scan_fn import (
@@ -173,7 +174,9 @@ def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> List[Tensor]:
         # 2r + 1 interleaved into row r (launches of our own for it would cost more host time
         # than the scan's launch); keep: a state every 64 steps
         layout = paired_fwd_args(L) if form == "recompute" else ()
-        out, out_z, states = _ops_module().fwd(
+        ops = _ops_module()
+        op = ops.fwd if is_compiling() else ops.fwd_entry
+        out, out_z, states = op(
             u, delta, A, _as_4d_any(B), _as_4d_any(C), D, z, delta_bias, delta_softplus, True, *layout
         )
         if A.is_complex():
@@ -271,7 +274,8 @@ def bwd(
         # the op's in-place outputs: an empty tensor stands for one that is not wanted
         empty = u.new_empty((0,)) if not gated or out_z is None else None
         try:
-            du, ddelta, dA, dB, dC, dD, ddelta_bias = _ops.bwd(
+            op = _ops.bwd if is_compiling() else _ops.bwd_entry
+            du, ddelta, dA, dB, dC, dD, ddelta_bias = op(
                 u, delta, A, B4, C4, D, z, delta_bias, _as_dtype(dout, u.dtype), ckpt, out if gated else None,
                 dz if gated else empty, out_z if out_z is not None else empty, delta_softplus, *layout,
             )
