@@ -23,7 +23,7 @@ def _compiling_probe() -> Callable[[], bool]:
         return torch.compiler.is_compiling  # torch >= 2.3
     except AttributeError:
         try:
-            from torch._dynamo import is_compiling
+            from torch._dynamo import is_compiling  # optional: torch before 2.3 has only this one
         except ImportError:  # a torch without dynamo: nothing compiles us
             return lambda: False
         return is_compiling
