@@ -3,7 +3,7 @@
 # to end, torch.compile of a Mamba block. Run from the repository root; logs and the markdown
 # report ($OUT/clients.md) go to $OUT. Every step logs and the run goes on; a summary ends it.
 #
-#   bash bench/gpu_clients_run.sh [build] [peer] [e2e] [ab] [host] [compile] [tf]   (default: build peer e2e ab compile)
+#   bash bench/gpu_clients_run.sh [build] [peer] [e2e] [ab] [host] [lmhost] [compile] [tf]   (default: build peer e2e ab compile)
 #
 #   build    our extensions in place, unless both are built already:
 #            MAMBA_KERNELS_FORCE_BUILD=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 python3 setup.py -q build_ext --inplace
@@ -23,6 +23,9 @@
 #   host     bench/compat_host_ab.py: the host time of each selective_scan_cuda.fwd / bwd call at
 #            the small block's scan, ours, the original and our op alone, interleaved (what the
 #            host-bound rows of ab wait on); needs the original wheel, like e2e
+#   lmhost   bench/lm_host_sides.py: the LM forward with the scan's fwd of each side, our op alone,
+#            and the original behind 10 and 20 us of busy wait (what host time per call costs in
+#            place); needs the original wheel, like e2e
 #   compile  torch.compile of a Mamba block on our ops (graph breaks, compiled vs eager)
 #   tf       transformers' MambaForCausalLM (wheels from .device/wheels*): its fast path on ours,
 #            against its own PyTorch path, and against the original kernels when the original
@@ -157,6 +160,16 @@ if has host; then
     { echo "## selective_scan_cuda host time per call"; echo; sed -n '1,/^## ours: fwd/p' "$OUT/compat_host.md" | head -n -1; } >>"$REPORT"
   else
     note "host: no original wheel carried"
+  fi
+fi
+if has lmhost; then
+  if [ -d "$ORIG/mamba_ssm" ]; then
+    (cd /tmp && MAMBA_KERNELS_BACKEND=cuda PYTHONPATH="$P_OURS" timeout "$(limit 200)" python3 "$REPO/bench/lm_host_sides.py" \
+      --orig-dir "$ORIG" >"$OUT/lm_host_sides.md" 2>"$OUT/lm_host_sides.err")
+    note "lmhost: rc=$?"
+    cat "$OUT/lm_host_sides.md" >>"$REPORT"
+  else
+    note "lmhost: no original wheel carried"
   fi
 fi
 if has compile; then

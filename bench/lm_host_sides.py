@@ -1,0 +1,108 @@
+"""What a selective_scan_cuda.fwd call costs mamba_ssm's LM forward in place: the LM forward
+(no grad, e2e_mamba's default LM, bf16) with mamba_ssm's interface pointed at one stand-in
+after another, every side timed in the same interleaved rounds.
+
+    cd /tmp && PYTHONPATH=<mamba_ssm's Python>:<this checkout> \
+        python3 <this checkout>/bench/lm_host_sides.py --orig-dir DIR [--reps 40] [--pad 10,20]
+
+Sides:
+- orig:  the original's compiled ``fwd`` (from DIR, loaded by path);
+- ours:  our compatibility module's ``fwd`` (this checkout's, with its compiled extensions);
+- ours, op only:  our forward op's C++ entry called with the arguments ours passes it, in one
+  Python function of four lines: what our op costs in place, without our Python;
+- orig + N us:  the original's ``fwd`` behind a busy wait of N us: the calibration, i.e. what
+  N us more host time per call costs the LM forward (4 layers, one call each).
+
+Why: the LM forward waits on the host, and a call timed in a loop runs warm; in a model each
+call runs between other work. The calibration rows say whether added host time passes into the
+wall time one for one, so the ours and op-only rows can be read as microseconds per call.
+Both sides' files are checked (bench/provenance.py) and printed first; exit 2 when they fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import types
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_mamba as e2e  # noqa: E402
+import provenance  # noqa: E402
+
+
+def busy(us: float, fn):
+    def call(*args):
+        end = time.perf_counter() + us * 1e-6
+        while time.perf_counter() < end:
+            pass
+        return fn(*args)
+
+    return call
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--orig-dir", required=True)
+    ap.add_argument("--reps", type=int, default=40)
+    ap.add_argument("--pad", default="10,20", help="comma-separated us of the calibration sides")
+    a = ap.parse_args()
+    try:
+        import mamba_ssm.ops.selective_scan_interface as iface
+
+        lines = provenance.check_ours_client(e2e.ROOT, compiled=True)
+        ours = iface.selective_scan_cuda
+        orig, so = provenance.load_original_extension(a.orig_dir, provenance.ORIG_SCAN_EXT)
+    except Exception as e:
+        print(f"PROVENANCE FAILED: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    from selective_scan import _ops
+    from selective_scan.scan_fn import paired_fwd_args
+
+    entry = _ops.fwd_entry
+
+    def op_only(u, delta, A, B, C, D, z, delta_bias, softplus):
+        layout = paired_fwd_args(u.shape[2])
+        out, out_z, x = entry(u, delta, A, B, C, D, z, delta_bias, softplus, True, *layout)
+        return [out, x, out_z]
+
+    sides = {"orig": orig.fwd, "ours": ours.fwd, "ours, op only": op_only}
+    for us in (float(v) for v in a.pad.split(",") if v):
+        sides[f"orig + {us:g} us"] = busy(us, orig.fwd)
+    for line in lines + [f"original's {provenance.ORIG_SCAN_EXT}: {so}"]:
+        print(f"- {line}")
+    print(f"- {torch.cuda.get_device_name()}; torch {torch.__version__}; binding "
+          f"{os.environ.get('MAMBA_KERNELS_BINDING', 'auto')}")
+
+    sz = e2e.sizes(False)
+    model, ids = e2e.mamba_lm(sz, "cuda", torch.bfloat16, torch.Generator().manual_seed(0))
+    modules = {k: types.SimpleNamespace(fwd=f, bwd=orig.bwd) for k, f in sides.items()}
+    times = {k: [] for k in sides}
+    with torch.no_grad():
+        for k in sides:  # warm-up
+            iface.selective_scan_cuda = modules[k]
+            model(ids)
+        torch.cuda.synchronize()
+        for r in range(a.reps):
+            for k in list(sides) if r % 2 == 0 else list(sides)[::-1]:
+                iface.selective_scan_cuda = modules[k]
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                model(ids)
+                torch.cuda.synchronize()
+                times[k].append((time.perf_counter() - t0) * 1e3)
+    base = statistics.median(times["orig"])
+    print(f"\nLM forward ({sz['n_layer']} layers, batch {sz['batch']}, L {sz['lm_L']}), bf16, no grad; "
+          f"{a.reps} interleaved rounds, ms\n")
+    print("| side | median | best | / orig |\n|---|---|---|---|")
+    for k, ts in times.items():
+        print(f"| {k} | {statistics.median(ts):.3f} | {min(ts):.3f} | {statistics.median(ts) / base:.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
