@@ -24,6 +24,7 @@ Median over ``--reps`` repetitions of ``--calls`` calls, per call, one torch thr
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import types
 from typing import List, Optional
@@ -84,8 +85,6 @@ def install_stand_ins() -> torch.library.Library:
 def _compat_without_op(cuda_compat, u, delta, A, B, C, D, z, bias):
     """A second copy of selective_scan/cuda_compat.py whose ops return outputs made once, so
     that timing its fwd and bwd times our Python alone."""
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location("selective_scan._compat_python_only", cuda_compat.__file__)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -13,7 +13,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from mamba_kernels.runtime.library import eager_entry, is_compiling, register_fake
+from mamba_kernels.runtime.library import eager_entry, pick, register_fake
 
 from . import _cuda  # noqa: F401  (loading it registers the ops)
 from ._checks import empty_like_layout
@@ -65,9 +65,9 @@ def fwd(
 ) -> Tensor:
     """out in x's layout; final_states_out, when given, is written in place."""
     if final_states_out is None:  # two ops: inductor cannot lower an Optional mutated argument
-        op = _ops.causal_conv1d_fwd if is_compiling() else _fwd_entry
+        op = pick(_ops.causal_conv1d_fwd, _fwd_entry)
         return op(x, weight, bias, seq_idx, initial_states, silu_activation)
-    op = _ops.causal_conv1d_fwd_final_states if is_compiling() else _fwd_final_states_entry
+    op = pick(_ops.causal_conv1d_fwd_final_states, _fwd_final_states_entry)
     return op(
         x, weight, bias, seq_idx, initial_states, final_states_out, silu_activation
     )
@@ -90,7 +90,7 @@ def bwd(
     dbias are summed in fp32 and come back in weight's / bias's dtype."""
     if dx is None:
         dx = empty_like_layout(x)
-    op = _ops.causal_conv1d_bwd if is_compiling() else _bwd_entry
+    op = pick(_ops.causal_conv1d_bwd, _bwd_entry)
     dweight, dbias, dinit = op(
         x, weight, bias, dout, seq_idx, initial_states, dfinal_states, dx, return_dinitial_states,
         silu_activation,

@@ -67,6 +67,6 @@ def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, dout, ckpt, y, dz, out_z, del
 
 fwd = _ops.selective_scan_fwd
 bwd = _ops.selective_scan_bwd
-# for eager calls: each op's C++ entry (library.eager_entry says why; torch.compile traces fwd and bwd)
+# each op's eager C++ entry; callers choose with library.pick (torch.compile traces fwd and bwd)
 fwd_entry = eager_entry(fwd)
 bwd_entry = eager_entry(bwd)

@@ -43,7 +43,7 @@ from typing import List, Optional
 import torch
 
 from mamba_kernels.runtime import dispatch, knobs
-from mamba_kernels.runtime.library import is_compiling
+from mamba_kernels.runtime.library import pick
 
 from . import _checks, chunked, pytorch_scan
 from .scan_fn import (
@@ -175,11 +175,10 @@ def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> List[Tensor]:
         # than the scan's launch); keep: a state every 64 steps
         layout = paired_fwd_args(L) if form == "recompute" else ()
         ops = _ops_module()
-        op = ops.fwd if is_compiling() else ops.fwd_entry
-        # (B and C to 4-d inline, as _as_4d_any does: a frame fewer on the per-call path)
-        B4 = B.unsqueeze(1) if isinstance(B, Tensor) and B.dim() == 3 else B
-        C4 = C.unsqueeze(1) if isinstance(C, Tensor) and C.dim() == 3 else C
-        out, out_z, states = op(u, delta, A, B4, C4, D, z, delta_bias, delta_softplus, True, *layout)
+        op = pick(ops.fwd, ops.fwd_entry)
+        out, out_z, states = op(
+            u, delta, A, _as_4d_any(B), _as_4d_any(C), D, z, delta_bias, delta_softplus, True, *layout
+        )
         if A.is_complex():
             states = torch.view_as_complex(states.unflatten(-1, (-1, 2)))
         # recompute: the op returned the pairs in x's shape
@@ -275,7 +274,7 @@ def bwd(
         # the op's in-place outputs: an empty tensor stands for one that is not wanted
         empty = u.new_empty((0,)) if not gated or out_z is None else None
         try:
-            op = _ops.bwd if is_compiling() else _ops.bwd_entry
+            op = pick(_ops.bwd, _ops.bwd_entry)
             du, ddelta, dA, dB, dC, dD, ddelta_bias = op(
                 u, delta, A, B4, C4, D, z, delta_bias, _as_dtype(dout, u.dtype), ckpt, out if gated else None,
                 dz if gated else empty, out_z if out_z is not None else empty, delta_softplus, *layout,

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from mamba_kernels.runtime import dispatch, knobs
-from mamba_kernels.runtime.library import is_compiling
+from mamba_kernels.runtime.library import pick
 
 from . import _checks, pytorch_scan
 
@@ -118,7 +118,7 @@ def _forward(use_cuda, groups, keep, u, delta, A, B, C, D, z, delta_bias, delta_
     if use_cuda:
         keep_y = z is None or keep  # y is the result without z; with z, kept for the backward
         ops = _ops_module()
-        op = ops.fwd if is_compiling() else ops.fwd_entry
+        op = pick(ops.fwd, ops.fwd_entry)
         out, out_z, ckpt = op(
             u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, delta_softplus, keep_y, *layout
         )
@@ -186,7 +186,7 @@ class SelectiveScanFn(torch.autograd.Function):
                     u, delta, A, _as_4d(B), _as_4d(C), D, None, delta_bias, ctx.delta_softplus, z is not None
                 )
             dz = torch.empty_like(z) if z is not None else u.new_empty((0,))
-            op = _ops.bwd if is_compiling() else _ops.bwd_entry
+            op = pick(_ops.bwd, _ops.bwd_entry)
             du, ddelta, dA, dB, dC, dD, ddelta_bias = op(
                 u, delta, A, _as_4d(B), _as_4d(C), D, z, delta_bias, dout, ckpt, y if z is not None else None,
                 dz, u.new_empty((0,)), ctx.delta_softplus, *ctx.bwd_layout,

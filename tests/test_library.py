@@ -37,7 +37,7 @@ def test_the_entry_refuses_bad_arguments_as_the_packet_does():
         assert str(by_entry.value) == str(by_packet.value)
 
 
-def test_torch_compile_traces_the_packet_without_a_graph_break():
+def test_pick_gives_the_entry_eagerly_and_the_packet_to_torch_compile():
     graphs = []
 
     def backend(gm, example_inputs):
@@ -45,10 +45,11 @@ def test_torch_compile_traces_the_packet_without_a_graph_break():
         return gm.forward
 
     def f(x):
-        op = PACKET if library.is_compiling() else ENTRY
+        op = library.pick(PACKET, ENTRY)
         return op(x, 2.0) + 1
 
     assert library.is_compiling() is False
+    assert library.pick(PACKET, ENTRY) is ENTRY  # eagerly, the entry
     x = torch.randn(4)
     torch._dynamo.reset()
     out = torch.compile(f, backend=backend, fullgraph=True)(x)

@@ -37,6 +37,12 @@ def eager_entry(packet: Callable) -> Callable:
     """The C++ entry of an op's one overload (``OpOverload._op``): what calling the op's
     packet reaches after two Python frames and an overload lookup, about 1 us a call on the VM
     (2-3 on a GPU host) for the same dispatch. For eager calls only: torch.compile traces the
-    packet, so a caller picks ``packet if is_compiling() else entry``."""
+    packet, which callers reach through ``pick``."""
     overload = packet.default
     return getattr(overload, "_op", overload)
+
+
+def pick(packet: Callable, entry: Callable) -> Callable:
+    """What to call for an op now: its packet while torch.compile traces the caller (dynamo
+    refuses the C++ entry, a builtin it does not know), else the eager entry."""
+    return packet if is_compiling() else entry
