@@ -31,6 +31,7 @@ import types
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_ab  # noqa: E402
 import e2e_mamba as e2e  # noqa: E402
 import provenance  # noqa: E402
 
@@ -81,20 +82,13 @@ def main() -> int:
     sz = e2e.sizes(False)
     model, ids = e2e.mamba_lm(sz, "cuda", torch.bfloat16, torch.Generator().manual_seed(0))
     modules = {k: types.SimpleNamespace(fwd=f, bwd=orig.bwd) for k, f in sides.items()}
-    times = {k: [] for k in sides}
+
+    def use(side: str) -> None:
+        iface.selective_scan_cuda = modules[side]
+
     with torch.no_grad():
-        for k in sides:  # warm-up
-            iface.selective_scan_cuda = modules[k]
-            model(ids)
-        torch.cuda.synchronize()
-        for r in range(a.reps):
-            for k in list(sides) if r % 2 == 0 else list(sides)[::-1]:
-                iface.selective_scan_cuda = modules[k]
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                model(ids)
-                torch.cuda.synchronize()
-                times[k].append((time.perf_counter() - t0) * 1e3)
+        fns = {k: (lambda: model(ids)) for k in sides}
+        times = e2e_ab.interleaved(fns, use, a.reps, torch.cuda.synchronize)
     base = statistics.median(times["orig"])
     print(f"\nLM forward ({sz['n_layer']} layers, batch {sz['batch']}, L {sz['lm_L']}), bf16, no grad; "
           f"{a.reps} interleaved rounds, ms\n")
