@@ -11,7 +11,11 @@ Sides:
 - ours, op only:  our forward op's C++ entry called with the arguments ours passes it, in one
   Python function of four lines: what our op costs in place, without our Python;
 - orig + N us:  the original's ``fwd`` behind a busy wait of N us: the calibration, i.e. what
-  N us more host time per call costs the LM forward (4 layers, one call each).
+  N us more host time per call costs the LM forward (4 layers, one call each);
+- orig + one more pybind11 call / our op call / aten call:  the original's ``fwd``, then one
+  more call on tiny inputs (a (1, 16, 16, 16) scan with z, D and delta_bias; for aten, an add of
+  two 16-element tensors): what one call of each kind costs in place, with the same GPU work.
+  The op row less the pybind11 row is what our op's call path costs over the original's.
 
 Why: the LM forward waits on the host, and a call timed in a loop runs warm; in a model each
 call runs between other work. The calibration rows say whether added host time passes into the
@@ -46,6 +50,34 @@ def busy(us: float, fn):
     return call
 
 
+def extra_call_sides(orig_fwd, entry, paired_fwd_args) -> dict:
+    """Sides that make the original's call and then one more tiny call of a given kind."""
+    g = torch.Generator(device="cuda").manual_seed(1)
+    bf = dict(device="cuda", dtype=torch.bfloat16)
+    f32 = dict(device="cuda", dtype=torch.float32)
+    u, delta, z = (torch.randn(1, 16, 16, generator=g, **bf) for _ in range(3))
+    A = -torch.rand(16, 16, generator=g, **f32)
+    B, C = (torch.randn(1, 1, 16, 16, generator=g, **bf) for _ in range(2))
+    D, bias = torch.rand(16, generator=g, **f32), torch.rand(16, generator=g, **f32)
+    layout = paired_fwd_args(16)
+    add = torch.ops.aten.add.Tensor._op
+    tiny = {
+        "pybind11 call": lambda: orig_fwd(u, delta, A, B, C, D, z, bias, True),
+        "our op call": lambda: entry(u, delta, A, B, C, D, z, bias, True, True, *layout),
+        "aten call": lambda: add(D, bias),
+    }
+
+    def then(extra):
+        def call(*args):
+            r = orig_fwd(*args)
+            extra()
+            return r
+
+        return call
+
+    return {f"orig + one more {k}": then(fn) for k, fn in tiny.items()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--orig-dir", required=True)
@@ -74,6 +106,7 @@ def main() -> int:
     sides = {"orig": orig.fwd, "ours": ours.fwd, "ours, op only": op_only}
     for us in (float(v) for v in a.pad.split(",") if v):
         sides[f"orig + {us:g} us"] = busy(us, orig.fwd)
+    sides.update(extra_call_sides(orig.fwd, entry, paired_fwd_args))
     for line in lines + [f"original's {provenance.ORIG_SCAN_EXT}: {so}"]:
         print(f"- {line}")
     print(f"- {torch.cuda.get_device_name()}; torch {torch.__version__}; binding "
