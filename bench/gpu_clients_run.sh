@@ -34,7 +34,9 @@
 # mamba_whl.part-* + mamba_whl.name (e2e orig), wheels_hub/ (huggingface_hub, which mamba_ssm's
 # package import needs), wheels/ + wheels_np/ (tf; numpy only if the machine lacks it).
 # Environment: OUT, GPU_RUN_BUDGET (seconds, default 570), E2E_ARGS (extra args to e2e_mamba.py run),
-# AB_ARGS (extra args to e2e_ab.py; default E2E_ARGS).
+# AB_ARGS (extra args to e2e_ab.py; default E2E_ARGS), PIN_CPU (the core the interleaved
+# timings of ab, host and lmhost run on, default 5; empty: unpinned. On the H200's VM a pinned
+# LM forward spread less between rounds, bench/RESULTS.md fifteenth pass).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -104,6 +106,10 @@ if [ -n "$wheels" ] && [ ! -f "$DEPS/.done$(echo $wheels | md5sum | cut -c1-8)" 
   log "Python-only dependencies ($(echo $wheels | wc -w) wheels) into $DEPS: rc=$rc"
 fi
 P_OURS="$MS_OURS:$REPO:$DEPS"
+PIN_CPU=${PIN_CPU-5}
+PIN=()
+if [ -n "$PIN_CPU" ] && command -v taskset >/dev/null; then PIN=(taskset -c "$PIN_CPU"); fi
+log "interleaved timings pinned: ${PIN[*]:-no}"
 P_ORIG="$ORIG:$REPO:$DEPS"
 
 if has peer; then
@@ -144,7 +150,7 @@ fi
 if has ab; then
   if [ -d "$ORIG/mamba_ssm" ]; then
     s=$(date +%s)
-    (cd /tmp && MAMBA_KERNELS_BACKEND=cuda PYTHONPATH="$P_OURS" timeout "$(limit 300)" python3 "$REPO/bench/e2e_ab.py" \
+    (cd /tmp && MAMBA_KERNELS_BACKEND=cuda PYTHONPATH="$P_OURS" timeout "$(limit 300)" ${PIN[@]+"${PIN[@]}"} python3 "$REPO/bench/e2e_ab.py" \
       --orig-dir "$ORIG" --dir "$E2E" ${AB_ARGS:-${E2E_ARGS:-}} >"$OUT/e2e_ab.md" 2>"$OUT/e2e_ab.err")
     note "ab: rc=$? in $(($(date +%s) - s)) s (1: a problem in the report, 2: PROVENANCE FAILED)"
     cat "$OUT/e2e_ab.md" >>"$REPORT"
@@ -154,7 +160,7 @@ if has ab; then
 fi
 if has host; then
   if [ -d "$ORIG/mamba_ssm" ]; then
-    (cd /tmp && MAMBA_KERNELS_BACKEND=cuda PYTHONPATH="$REPO" timeout "$(limit 120)" python3 "$REPO/bench/compat_host_ab.py" \
+    (cd /tmp && MAMBA_KERNELS_BACKEND=cuda PYTHONPATH="$REPO" timeout "$(limit 120)" ${PIN[@]+"${PIN[@]}"} python3 "$REPO/bench/compat_host_ab.py" \
       --orig-dir "$ORIG" >"$OUT/compat_host.md" 2>"$OUT/compat_host.err")
     note "host: rc=$?"
     { echo "## selective_scan_cuda host time per call"; echo; sed -n '1,/^## ours: fwd/p' "$OUT/compat_host.md" | head -n -1; } >>"$REPORT"
@@ -164,7 +170,7 @@ if has host; then
 fi
 if has lmhost; then
   if [ -d "$ORIG/mamba_ssm" ]; then
-    (cd /tmp && MAMBA_KERNELS_BACKEND=cuda PYTHONPATH="$P_OURS" timeout "$(limit 200)" python3 "$REPO/bench/lm_host_sides.py" \
+    (cd /tmp && MAMBA_KERNELS_BACKEND=cuda PYTHONPATH="$P_OURS" timeout "$(limit 200)" ${PIN[@]+"${PIN[@]}"} python3 "$REPO/bench/lm_host_sides.py" \
       --orig-dir "$ORIG" >"$OUT/lm_host_sides.md" 2>"$OUT/lm_host_sides.err")
     note "lmhost: rc=$?"
     cat "$OUT/lm_host_sides.md" >>"$REPORT"
