@@ -15,7 +15,10 @@ Sides:
 - orig + one more pybind11 call / our op call / aten call:  the original's ``fwd``, then one
   more call on tiny inputs (a (1, 16, 16, 16) scan with z, D and delta_bias; for aten, an add of
   two 16-element tensors): what one call of each kind costs in place, with the same GPU work.
-  The op row less the pybind11 row is what our op's call path costs over the original's.
+  The op row less the pybind11 row is what our op's call path costs over the original's;
+- ours, pybind11 entry (with --pybind-probe):  our forward op called from a pybind11 function
+  through the C++ dispatcher (bench/pybind_entry_probe.py, JIT-built): our op without the
+  ``torch.ops`` entry from Python.
 
 Why: the LM forward waits on the host, and a call timed in a loop runs warm; in a model each
 call runs between other work. The calibration rows say whether added host time passes into the
@@ -83,6 +86,7 @@ def main() -> int:
     ap.add_argument("--orig-dir", required=True)
     ap.add_argument("--reps", type=int, default=40)
     ap.add_argument("--pad", default="10,20", help="comma-separated us of the calibration sides")
+    ap.add_argument("--pybind-probe", action="store_true", help="add the side of bench/pybind_entry_probe.py")
     a = ap.parse_args()
     try:
         import mamba_ssm.ops.selective_scan_interface as iface
@@ -107,6 +111,12 @@ def main() -> int:
     for us in (float(v) for v in a.pad.split(",") if v):
         sides[f"orig + {us:g} us"] = busy(us, orig.fwd)
     sides.update(extra_call_sides(orig.fwd, entry, paired_fwd_args))
+    if a.pybind_probe:
+        import pybind_entry_probe
+
+        probe = pybind_entry_probe.build()
+        print(f"- pybind11 entry probe: {probe.__file__}")
+        sides["ours, pybind11 entry"] = probe.fwd
     for line in lines + [f"original's {provenance.ORIG_SCAN_EXT}: {so}"]:
         print(f"- {line}")
     print(f"- {torch.cuda.get_device_name()}; torch {torch.__version__}; binding "
