@@ -20,6 +20,10 @@ Sides:
   through the C++ dispatcher (bench/pybind_entry_probe.py, JIT-built): our op without the
   ``torch.ops`` entry from Python.
 
+Each side's calls are also timed where they run (a perf_counter before and after each call of
+the side's ``fwd`` inside the model, the same wrapper on every side): the table's last column,
+the median host time of one call in place, which the calibration rows need not convert.
+
 Why: the LM forward waits on the host, and a call timed in a loop runs warm; in a model each
 call runs between other work. The calibration rows say whether added host time passes into the
 wall time one for one, so the ours and op-only rows can be read as microseconds per call.
@@ -81,6 +85,19 @@ def extra_call_sides(orig_fwd, entry, paired_fwd_args) -> dict:
     return {f"orig + one more {k}": then(fn) for k, fn in tiny.items()}
 
 
+def timed(fn, log: list):
+    """fn, logging the host seconds of each call."""
+    clock = time.perf_counter
+
+    def call(*args):
+        t0 = clock()
+        r = fn(*args)
+        log.append(clock() - t0)
+        return r
+
+    return call
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--orig-dir", required=True)
@@ -124,7 +141,8 @@ def main() -> int:
 
     sz = e2e.sizes(False)
     model, ids = e2e.mamba_lm(sz, "cuda", torch.bfloat16, torch.Generator().manual_seed(0))
-    modules = {k: types.SimpleNamespace(fwd=f, bwd=orig.bwd) for k, f in sides.items()}
+    calls: dict = {k: [] for k in sides}
+    modules = {k: types.SimpleNamespace(fwd=timed(f, calls[k]), bwd=orig.bwd) for k, f in sides.items()}
 
     def use(side: str) -> None:
         iface.selective_scan_cuda = modules[side]
@@ -135,9 +153,11 @@ def main() -> int:
     base = statistics.median(times["orig"])
     print(f"\nLM forward ({sz['n_layer']} layers, batch {sz['batch']}, L {sz['lm_L']}), bf16, no grad; "
           f"{a.reps} interleaved rounds, ms\n")
-    print("| side | median | best | / orig |\n|---|---|---|---|")
+    print("| side | median | best | / orig | host us a call, in place (median) |\n|---|---|---|---|---|")
     for k, ts in times.items():
-        print(f"| {k} | {statistics.median(ts):.3f} | {min(ts):.3f} | {statistics.median(ts) / base:.3f} |")
+        per_call = statistics.median(calls[k]) * 1e6
+        print(f"| {k} | {statistics.median(ts):.3f} | {min(ts):.3f} | {statistics.median(ts) / base:.3f} | "
+              f"{per_call:.1f} |")
     return 0
 
 
