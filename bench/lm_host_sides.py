@@ -3,7 +3,8 @@
 after another, every side timed in the same interleaved rounds.
 
     cd /tmp && PYTHONPATH=<mamba_ssm's Python>:<this checkout> \
-        python3 <this checkout>/bench/lm_host_sides.py --orig-dir DIR [--reps 40] [--pad 10,20]
+        python3 <this checkout>/bench/lm_host_sides.py --orig-dir DIR [--reps 40] [--pad 10,20] \
+        [--pybind-probe]
 
 Sides:
 - orig:  the original's compiled ``fwd`` (from DIR, loaded by path);
@@ -25,8 +26,9 @@ the side's ``fwd`` inside the model, the same wrapper on every side): the table'
 the median host time of one call in place, which the calibration rows need not convert.
 
 Why: the LM forward waits on the host, and a call timed in a loop runs warm; in a model each
-call runs between other work. The calibration rows say whether added host time passes into the
-wall time one for one, so the ours and op-only rows can be read as microseconds per call.
+call runs between other work. The calibration rows show how added host time passes into the
+wall time: on the H200 monotonically but not one for one (bench/RESULTS.md, fifteenth pass), so
+they rank the sides' costs, and the last column gives each call's own time.
 Both sides' files are checked (bench/provenance.py) and printed first; exit 2 when they fail.
 """
 
