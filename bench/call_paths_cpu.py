@@ -9,6 +9,8 @@ Call paths, each making the same stand-in call:
   op through the C++ dispatcher (an unboxed classic kernel; a boxed stable-ABI kernel);
 - classic op / stable op via torch.ops: the op's C++ entry from Python (``OpOverload._op``,
   what our Python calls), which parses the arguments into a stack and makes a boxed call;
+- stable op of the original's 9 arguments via torch.ops: the same, with the four layout
+  arguments fixed inside (does the argument count matter?);
 - aten add via torch.ops: the same entry for a two-argument aten op.
 
 "warm": a tight loop. "in place": one call after a layer's worth of other host work (assorted
@@ -32,11 +34,16 @@ import time
 import torch
 import torch.nn.functional as F
 
-# The stand-ins' shared schema: our forward op's (csrc/selective_scan/scan_ops.h).
+# The stand-ins' shared schema: our forward op's (csrc/selective_scan/scan_ops.h); and the
+# original's nine arguments (selective_scan_cuda.fwd's), for a stable op of that shape.
 _SCHEMA = (
     "fwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, Tensor? delta_bias, "
     "bool delta_softplus, bool keep_y, int state_steps=64, int state_count=-1, bool state_pairs=False) "
     "-> (Tensor, Tensor, Tensor)"
+)
+_SCHEMA9 = (
+    "fwd9(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, Tensor? delta_bias, "
+    "bool delta_softplus) -> (Tensor, Tensor, Tensor)"
 )
 
 _CLASSIC = r"""
@@ -137,10 +144,22 @@ std::tuple<T, T, T> body(const T& u, const T& delta, const T& A, const T& B, con
   return {empty(delta, {s[0], s[1], s[2]}, dtype), empty(delta, {s[0], s[1], s[2]}, dtype),
           empty(u, {u.sizes()[0], u.sizes()[1], 2, 32}, aoti_torch_dtype_float32())};
 }
+
+// the original's nine arguments, the states' layout fixed inside
+std::tuple<T, T, T> body9(const T& u, const T& delta, const T& A, const T& B, const T& C, const OT& D,
+                          const OT& z, const OT& bias, bool softplus) {
+  return body(u, delta, A, B, C, D, z, bias, softplus, true, 1024, 2, true);
+}
 }  // namespace
 
-STABLE_TORCH_LIBRARY(call_paths_stable, m) { m.def(SCHEMA); }
-STABLE_TORCH_LIBRARY_IMPL(call_paths_stable, CPU, m) { m.impl("fwd", TORCH_BOX(&body)); }
+STABLE_TORCH_LIBRARY(call_paths_stable, m) {
+  m.def(SCHEMA);
+  m.def(SCHEMA9);
+}
+STABLE_TORCH_LIBRARY_IMPL(call_paths_stable, CPU, m) {
+  m.impl("fwd", TORCH_BOX(&body));
+  m.impl("fwd9", TORCH_BOX(&body9));
+}
 """
 
 
@@ -155,6 +174,7 @@ def build():
     for name, text in (("call_paths_stable", _STABLE), ("call_paths_classic", _CLASSIC)):
         paths[name] = os.path.join(src, name + ".cpp")
         with open(paths[name], "w") as f:
+            text = text.replace("m.def(SCHEMA9)", f"m.def({json.dumps(_SCHEMA9)})")
             f.write(text.replace("m.def(SCHEMA)", f"m.def({json.dumps(_SCHEMA)})"))
     # the stable library holds no ATen (TORCH_TARGET_VERSION forbids it); loaded for its registration
     load("call_paths_stable", [paths["call_paths_stable"]], is_python_module=False,
@@ -175,6 +195,7 @@ def main() -> int:
     D, bias = torch.rand(16), torch.rand(16)
     classic_op = torch.ops.call_paths_classic.fwd.default._op
     stable_op = torch.ops.call_paths_stable.fwd.default._op
+    stable9 = torch.ops.call_paths_stable.fwd9.default._op
     add = torch.ops.aten.add.Tensor._op
     args = (u, delta, A, B, C, D, z, bias, True)
     paths = {
@@ -183,9 +204,10 @@ def main() -> int:
         "pybind11 -> dispatcher -> stable op": lambda: mod.via_stable(*args),
         "classic op via torch.ops": lambda: classic_op(*args, True, 1024, 2, True),
         "stable op via torch.ops": lambda: stable_op(*args, True, 1024, 2, True),
+        "stable op of the original's 9 arguments via torch.ops": lambda: stable9(*args),
         "aten add via torch.ops": lambda: add(D, bias),
     }
-    for name, path in list(paths.items())[:5]:  # out, out_z and x, in either order
+    for name, path in list(paths.items())[:6]:  # out, out_z and x, in either order
         shapes = sorted(tuple(t.shape) for t in path())
         if shapes != sorted([tuple(delta.shape), (1, 16, 2, 32), tuple(delta.shape)]):
             raise SystemExit(f"{name}: returned tensors of shapes {shapes}")
