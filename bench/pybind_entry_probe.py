@@ -28,7 +28,7 @@ using FwdSig = Out3(const at::Tensor&, const at::Tensor&, const at::Tensor&, con
                     const at::Tensor&, const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
                     const std::optional<at::Tensor>&, bool, bool, int64_t, int64_t, bool);
 
-constexpr int64_t kSpacedSteps = 1024;  // selective_scan/scan_fn.py SPACED_STEPS
+constexpr int64_t kSpacedSteps = SPACED_STEPS;  // filled in from selective_scan/scan_fn.py
 
 std::vector<at::Tensor> fwd(const at::Tensor& u, const at::Tensor& delta, const at::Tensor& A,
                             const at::Tensor& B, const at::Tensor& C, const std::optional<at::Tensor>& D,
@@ -58,8 +58,10 @@ def build(verbose: bool = False):
     from torch.utils.cpp_extension import load_inline
 
     from selective_scan import _ops  # noqa: F401  (registers mamba_kernels::selective_scan_fwd)
+    from selective_scan.scan_fn import SPACED_STEPS  # the compatibility layout's state spacing
 
-    return load_inline("mamba_kernels_pybind_entry_probe", cpp_sources=_SOURCE, verbose=verbose,
+    source = _SOURCE.replace("= SPACED_STEPS;", f"= {SPACED_STEPS};")
+    return load_inline("mamba_kernels_pybind_entry_probe", cpp_sources=source, verbose=verbose,
                        extra_cflags=["-O2"])
 
 

@@ -78,8 +78,6 @@ def env_choice(name: str, choices: Tuple[str, ...], what: str, hint: str = "",
     """A knob with a fixed set of values (the first is the default when unset or empty); anything
     else is an error naming the variable, the value and the choices (plus ``hint``)."""
     given = _raw(name, environ)
-    if given == "":
-        return choices[0]
     raw = given.strip().lower()
     if raw == "":
         return choices[0]
