@@ -230,8 +230,9 @@ def test_channel_counts(ops, dim):
 
 
 # Problem sizes that pick each states-per-lane layout of the lane forward (fwd_lanes.cu) on a
-# 132-SM GPU: 4 states per lane from about 11,600 channels, 2 from about 5,800, else 1; odd
-# channel counts leave partial blocks, L = 70 a partial tile and a partial chunk.
+# 132-SM GPU: 4 states per lane from about 11,600 channels, 2 from about 5,800 (and from 4,225,
+# where one state per lane's blocks would not fit in one wave), else 1; odd channel counts
+# leave partial blocks, L = 70 a partial tile and a partial chunk.
 @pytest.mark.parametrize(
     "batch,dim,N,dtype",
     [
@@ -240,11 +241,21 @@ def test_channel_counts(ops, dim):
         (4, 2049, 16, torch.float16),   # kS = 2
         (3, 2048, 5, torch.float32),    # kS = 2, padded states
         (1, 2049, 16, torch.bfloat16),  # kS = 1
+        (1, 4999, 16, torch.bfloat16),  # kS = 2: 625 blocks at kS = 1, more than one wave
     ],
 )
 def test_lane_layouts(ops, batch, dim, N, dtype):
     inp = make_inputs(batch, dim, 70, N, dtype, seed=batch)
     run_and_check(inp, dtype, last_state=True)
+
+
+# One state per lane (few channels) walks the sequence in 32-step tiles, 64 steps a chunk:
+# lengths around tile and chunk ends, with B and C variable (the full-tile copy) or B fixed.
+@pytest.mark.parametrize("L", [1, 31, 32, 33, 63, 64, 65, 95, 97, 127, 129, 190])
+@pytest.mark.parametrize("var_b", [True, False])
+def test_one_state_per_lane_tile_edges(ops, L, var_b):
+    inp = make_inputs(2, 40, L, 16, torch.bfloat16, var_b=var_b, seed=L)
+    run_and_check(inp, torch.bfloat16, last_state=True)
 
 
 # The lane backward's clusters (bwd_lanes.cu): with variable B and C, where each block of a

@@ -117,15 +117,21 @@ __device__ __forceinline__ void reduce_scatter_round(float (&v)[kN], int s) {
   }
 }
 
-// v[0..15] summed over each aligned group of kP lanes, scattered: afterwards lane s of a group
-// holds in v[0, 16 / kP) the sums of everyone's v[s * 16 / kP + j]; 16 - 16 / kP shuffles,
-// adding in a fixed order (bitwise repeatable). All 32 lanes must call it.
+// v[0, kN) (kN = 16 or 32) summed over each aligned group of kP lanes, scattered: afterwards
+// lane s of a group holds in v[0, kN / kP) the sums of everyone's v[s * kN / kP + j];
+// kN - kN / kP shuffles, adding in a fixed order (bitwise repeatable: a step's sum is the same
+// tree of lanes whatever kN). All 32 lanes must call it.
+template <int kP, int kN>
+__device__ __forceinline__ void reduce_scatter_over(float (&v)[kN], int s) {
+  static_assert(kN == 16 || kN == 32, "16 or 32 values");
+  if constexpr (kP >= 2) reduce_scatter_round<kN / 2, kP / 2>(v, s);
+  if constexpr (kP >= 4) reduce_scatter_round<kN / 4, kP / 4>(v, s);
+  if constexpr (kP >= 8) reduce_scatter_round<kN / 8, kP / 8>(v, s);
+  if constexpr (kP >= 16) reduce_scatter_round<kN / 16, kP / 16>(v, s);
+}
 template <int kP>
 __device__ __forceinline__ void reduce_scatter16_over(float (&v)[16], int s) {
-  if constexpr (kP >= 2) reduce_scatter_round<8, kP / 2>(v, s);
-  if constexpr (kP >= 4) reduce_scatter_round<4, kP / 4>(v, s);
-  if constexpr (kP >= 8) reduce_scatter_round<2, kP / 8>(v, s);
-  if constexpr (kP >= 16) reduce_scatter_round<1, kP / 16>(v, s);
+  reduce_scatter_over<kP>(v, s);
 }
 
 }  // namespace mamba_kernels

@@ -4,13 +4,14 @@
 // fill the GPU (4 lanes per channel, 32 channels per block), 2 or 1 for fewer channels (long
 // sequences at small batch), so the resident warps stay high either way.
 //
-// Per 16-step tile: the block stages B and C of the tile (shared by all its channels: one
-// (batch, group)) in shared memory, double buffered, one barrier per tile. Each lane
+// Per tile (32 steps at one state per lane, else 16; FwdLanesPolicy::kTile): the block stages
+// B and C of the tile (shared by all its channels: one (batch, group)) in shared memory, double
+// buffered, one barrier per tile. Each lane
 // discretises its own steps of its channel (softplus, dt * u) into the channel's shared rows,
 // read back by every lane of the channel as 16-byte broadcasts. The next tile's B/C, u, delta
 // and z are loaded into registers while this one is computed. A step is one ex2 and two FMAs
-// per state; y of each 16 steps is a reduce-scatter over the channel's lanes, after which each
-// lane owns 16 / kP consecutive steps and writes their outputs (vector stores where the
+// per state; y of each tile is a reduce-scatter over the channel's lanes, after which each
+// lane owns kTile / kP consecutive steps and writes their outputs (vector stores where the
 // tensor allows). No step's work is repeated, and a NaN at step t reaches only steps >= t.
 //
 // Instantiations: 3 (dtype) x 3 (kS = 1, 2, 4) x 2 (B and C both variable, the models' case,
@@ -65,14 +66,16 @@ __global__ void __launch_bounds__(FwdLanesPolicy<kS>::kThreads, FwdLanesPolicy<k
   const T* delta = static_cast<const T*>(p.delta) + offset3(p.delta_s, b, d, 0);
   const T* z = p.z != nullptr ? static_cast<const T*>(p.z) + offset3(p.z_s, b, d, 0) : nullptr;
 
-  // Staging a B/C tile: the first kLoaders threads, 4 values each, of B (first half) or C.
+  // Staging a B/C tile: the first kLoaders threads, kLoadSteps consecutive steps each (runs of
+  // 4, one vector load a run), of B (first half) or C.
   const bool loader = tid < F::kLoaders;
   const bool loads_c = tid >= F::kLoaders / 2;
   const int li = tid % (F::kLoaders / 2);
-  // 4 steps (one vector load) of state li / 4, stored as a column of the [step][state] tile
-  // for kS > 1 (four 4-byte stores) or as a row of the [state][step] tile for kS = 1
-  const int ln = li / (kTL / 4);
-  const int lt = 4 * (li % (kTL / 4));
+  // kLoadSteps steps of state ln, stored as a column of the [step][state] tile for kS > 1
+  // (4-byte stores) or as a row of the [state][step] tile for kS = 1 (16-byte stores)
+  constexpr int kLG = F::kLoadGroups;
+  const int ln = li / (kTL / F::kLoadSteps);
+  const int lt = F::kLoadSteps * (li % (kTL / F::kLoadSteps));
   // (fields picked one by one: a reference to either parameter struct would put both on the stack)
   const bool bc_var = loader && (loads_c ? p.C.variable : p.B.variable);
   const T* bc_base = nullptr;
@@ -82,22 +85,27 @@ __global__ void __launch_bounds__(FwdLanesPolicy<kS>::kThreads, FwdLanesPolicy<k
   }
   const int64_t bc_sn = loads_c ? p.C.s_n : p.B.s_n, bc_sl = loads_c ? p.C.s_l : p.B.s_l;
   const bool bc_vec = loads_c ? f.vec_c : f.vec_b;
-  Steps<T, 4> pf;  // the next tile's 4 values, raw until stashed
+  Steps<T, 4> pf[kLG];  // the next tile's values, raw until stashed
   const bool bc_ok = bc_var && ln < N;
   const T* bc_at = bc_ok ? bc_base + ln * bc_sn + lt * bc_sl : nullptr;  // advanced per tile
   const int64_t bc_end = bc_ok ? L - lt : 0;  // left = bc_end - t0
   auto fetch_bc = [&](int64_t t0) {
-    load_steps_at(pf, bc_at, bc_sl, bc_end - t0, bc_vec);
+#pragma unroll
+    for (int i = 0; i < kLG; ++i) load_steps_at(pf[i], bc_at + 4 * i * bc_sl, bc_sl, bc_end - t0 - 4 * i, bc_vec);
     if (bc_ok) bc_at += kTL * bc_sl;
   };
   auto stash_bc = [&](int buf) {
     if (!loader) return;
     float* tile = loads_c ? sC[buf] : sB[buf];
-    if constexpr (kS == 1) {
-      *reinterpret_cast<float4*>(tile + ln * F::kNRow + lt) = make_float4(pf.at(0), pf.at(1), pf.at(2), pf.at(3));
-    } else {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) tile[(lt + j) * F::kTRow + ln] = pf.at(j);
+    for (int i = 0; i < kLG; ++i) {
+      const Steps<T, 4>& v = pf[i];
+      if constexpr (kS == 1) {
+        *reinterpret_cast<float4*>(tile + ln * F::kNRow + lt + 4 * i) = make_float4(v.at(0), v.at(1), v.at(2), v.at(3));
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) tile[(lt + 4 * i + j) * F::kTRow + ln] = v.at(j);
+      }
     }
   };
   // This lane's steps of its channel in tile t0: [t0 + kQ s, + kQ), the steps whose y the
@@ -157,7 +165,8 @@ __global__ void __launch_bounds__(FwdLanesPolicy<kS>::kThreads, FwdLanesPolicy<k
     store_pack<float, kQ>(&sDTU[ch][s * kQ], dtu);
     if (kFull) {
       if (bc_ok) {
-        load_steps_at(pf, bc_at, 1, 4, true);
+#pragma unroll
+        for (int i = 0; i < kLG; ++i) load_steps_at(pf[i], bc_at + 4 * i, 1, 4, true);
         bc_at += kTL;
       }
       load_steps_at(ru, u_at, 1, kQ, true);
@@ -232,7 +241,7 @@ __global__ void __launch_bounds__(FwdLanesPolicy<kS>::kThreads, FwdLanesPolicy<k
     };
 #pragma unroll
     for (int q = 0; q < kTL / 4; ++q) quad(q * 4);
-    reduce_scatter16_over<kP>(yp, s);  // yp[j]: y of step t0 + kQ s + j
+    reduce_scatter_over<kP>(yp, s);  // yp[j]: y of step t0 + kQ s + j
     if (active) {
       float yo[kQ];
 #pragma unroll
@@ -293,7 +302,11 @@ int lanes_states_per_lane(const ScanParams& p) {
   const int64_t channels = p.batch * p.dim;
   if (channels * (LP::kLanes / 4) >= want) return 4;
   if (channels * (LP::kLanes / 2) >= want) return 2;
-  return 1;
+  // One state per lane holds fewer blocks an SM (FwdLanesPolicy<1>::kMinBlocks: its registers);
+  // where its blocks would not fit in one wave, two per lane run in one instead.
+  using F1 = FwdLanesPolicy<1>;
+  const int64_t blocks = (p.dim / p.ngroups + F1::kCh - 1) / F1::kCh * p.batch * p.ngroups;
+  return blocks > int64_t(sm_count()) * F1::kMinBlocks ? 2 : 1;
 }
 
 template <typename T, int kS, bool kVarBC>

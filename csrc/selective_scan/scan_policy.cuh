@@ -55,15 +55,23 @@ struct FwdLanesPolicy {
   // (96 registers) 20 warps per SM
   static constexpr int kThreads = 128;
   static constexpr int kCh = kThreads / kP;  // channels per block
-  static constexpr int kQ = LanePolicy::kGroup / kP;     // consecutive steps each lane owns per tile
-  static constexpr int kTile = LanePolicy::kGroup;      // steps per tile: one reduce-scatter
+  // steps per tile, one reduce-scatter: 32 at one state per lane, where the tile's fixed work
+  // (discretising, loads, stores, the barrier) is shared by the fewest states and a longer
+  // tile gives each lane twice the independent work between barriers; else 16
+  static constexpr int kTile = kS == 1 ? 2 * LanePolicy::kGroup : LanePolicy::kGroup;
+  static constexpr int kQ = kTile / kP;                  // consecutive steps each lane owns per tile
   static constexpr int kTRow = 20;               // [step][state] tile rows: 80 B, conflict-free
   static constexpr int kNRow = kTile + 4;        // [state][step] tile rows
   // B/C tile per buffer: [state][step] for one state per lane, where a lane reads 4 steps of
   // its state at once; [step][state] for more, where it reads its kS states.
   static constexpr int kTileFloats = kS == 1 ? LanePolicy::kLanes * kNRow : kTile * kTRow;
-  static constexpr int kLoaders = 2 * LanePolicy::kLanes * kTile / 4;  // threads staging a tile, 4 values each
-  static constexpr int kMinBlocks = fit_blocks_per_sm(kThreads, 5);  // __launch_bounds__
+  // Staging a B/C tile: each loader thread takes kLoadGroups runs of 4 consecutive steps
+  static constexpr int kLoadGroups = kTile / LanePolicy::kGroup;
+  static constexpr int kLoadSteps = 4 * kLoadGroups;
+  static constexpr int kLoaders = 2 * LanePolicy::kLanes * kTile / kLoadSteps;  // threads staging a tile
+  // 5 blocks (20 warps) an SM at 96 registers; one state per lane runs at few channels (at most
+  // about 16 warps an SM), where 4 blocks of up to 128 registers hold them all
+  static constexpr int kMinBlocks = fit_blocks_per_sm(kThreads, kS == 1 ? 4 : 5);  // __launch_bounds__
   static_assert(kLoaders <= kThreads, "every tile value has a loader");
 };
 
