@@ -129,9 +129,5 @@ __device__ __forceinline__ void reduce_scatter_over(float (&v)[kN], int s) {
   if constexpr (kP >= 8) reduce_scatter_round<kN / 8, kP / 8>(v, s);
   if constexpr (kP >= 16) reduce_scatter_round<kN / 16, kP / 16>(v, s);
 }
-template <int kP>
-__device__ __forceinline__ void reduce_scatter16_over(float (&v)[16], int s) {
-  reduce_scatter_over<kP>(v, s);
-}
 
 }  // namespace mamba_kernels

@@ -496,8 +496,8 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
           }
         }
         // Over the states: lane s gets the sums of window step s.
-        reduce_scatter16_over<LP::kLanes>(qa, s);
-        reduce_scatter16_over<LP::kLanes>(qb, s);
+        reduce_scatter_over<LP::kLanes>(qa, s);
+        reduce_scatter_over<LP::kLanes>(qb, s);
         if (s < valid) {
           const int tt = w0 + s;
           const int64_t t = tc0 + tt;

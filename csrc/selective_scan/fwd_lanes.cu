@@ -38,8 +38,8 @@ __global__ void __launch_bounds__(FwdLanesPolicy<kS>::kThreads, FwdLanesPolicy<k
   constexpr int kTL = F::kTile, kP = F::kP, kQ = F::kQ;
   __shared__ __align__(16) float sB[2][F::kTileFloats];
   __shared__ __align__(16) float sC[2][F::kTileFloats];
-  __shared__ __align__(16) float sDT[F::kCh][F::kNRow];  // rows of 20: the warp's 8 channels' reads
-  __shared__ __align__(16) float sDTU[F::kCh][F::kNRow];  // fall in distinct banks
+  __shared__ __align__(16) float sDT[F::kCh][F::kNRow];  // rows of kTile + 4: the warp's channels'
+  __shared__ __align__(16) float sDTU[F::kCh][F::kNRow];  // reads fall in distinct banks
 
   const int64_t L = p.seqlen, N = p.dstate;
   const int64_t dpg = p.dim / p.ngroups;
@@ -295,6 +295,12 @@ __global__ void __launch_bounds__(FwdLanesPolicy<kS>::kThreads, FwdLanesPolicy<k
   }
 }
 
+// Blocks of the launch at kS states per lane: a (batch, group)'s channels in blocks of kCh.
+template <int kS>
+int64_t lanes_blocks_per_group(const ScanParams& p) {
+  return (p.dim / p.ngroups + FwdLanesPolicy<kS>::kCh - 1) / FwdLanesPolicy<kS>::kCh;
+}
+
 // States per lane: the most (fewest instructions per state) that still give the GPU enough
 // warps to hide latency.
 int lanes_states_per_lane(const ScanParams& p) {
@@ -304,17 +310,15 @@ int lanes_states_per_lane(const ScanParams& p) {
   if (channels * (LP::kLanes / 2) >= want) return 2;
   // One state per lane holds fewer blocks an SM (FwdLanesPolicy<1>::kMinBlocks: its registers);
   // where its blocks would not fit in one wave, two per lane run in one instead.
-  using F1 = FwdLanesPolicy<1>;
-  const int64_t blocks = (p.dim / p.ngroups + F1::kCh - 1) / F1::kCh * p.batch * p.ngroups;
-  return blocks > int64_t(sm_count()) * F1::kMinBlocks ? 2 : 1;
+  const int64_t blocks = lanes_blocks_per_group<1>(p) * p.batch * p.ngroups;
+  return blocks > int64_t(sm_count()) * FwdLanesPolicy<1>::kMinBlocks ? 2 : 1;
 }
 
 template <typename T, int kS, bool kVarBC>
 cudaError_t launch_lanes(const ScanParams& p, cudaStream_t stream) {
   using F = FwdLanesPolicy<kS>;
   LanesFwdArgs f{};
-  const int64_t dpg = p.dim / p.ngroups;
-  f.bpg = (dpg + F::kCh - 1) / F::kCh;
+  f.bpg = lanes_blocks_per_group<kS>(p);
   f.vec_b = bc_vec4(p.B, sizeof(T));
   f.vec_c = bc_vec4(p.C, sizeof(T));
   f.vec_u = steps_vec(p.u, p.u_s, sizeof(T), F::kQ);
