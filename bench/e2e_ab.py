@@ -116,6 +116,8 @@ def load_sides(orig_dir: str, device: str) -> Tuple[Dict[str, types.ModuleType],
     lines = provenance.check_ours_client(e2e.ROOT, compiled=device == "cuda")
     iface = sys.modules[provenance.ORIG_INTERFACE]
     ours = iface.selective_scan_cuda
+    if device == "cuda":
+        lines.append(provenance.arm_ours_entry(ours))
     orig, so = provenance.load_original_extension(orig_dir, provenance.ORIG_SCAN_EXT)
     lines.append(f"original's {provenance.ORIG_SCAN_EXT} (loaded by path, switched in per call): {so}")
     return {"ours": stand_in("ours", ours), "orig": stand_in("orig", orig)}, lines

@@ -112,6 +112,7 @@ def main() -> int:
 
         lines = provenance.check_ours_client(e2e.ROOT, compiled=True)
         ours = iface.selective_scan_cuda
+        lines.append(provenance.arm_ours_entry(ours))
         orig, so = provenance.load_original_extension(a.orig_dir, provenance.ORIG_SCAN_EXT)
     except Exception as e:
         print(f"PROVENANCE FAILED: {type(e).__name__}: {e}", file=sys.stderr)

@@ -237,6 +237,27 @@ def ours_extension_lines(root: Optional[str] = ROOT, require: bool = True) -> Li
     return lines
 
 
+def arm_ours_entry(ours) -> str:
+    """One small compiled call of our ``selective_scan_cuda.fwd`` (which, in a classic build,
+    makes its fwd and bwd the extension's C entry: selective_scan/cuda_compat.py), then a line
+    saying which function each of them now is. Call it before taking ``ours.fwd`` for timing."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    u, delta, z = (torch.rand(1, 4, 8, device="cuda", generator=g) for _ in range(3))
+    A = -torch.rand(4, 4, device="cuda", generator=g)
+    B, C = (torch.randn(1, 1, 4, 8, device="cuda", generator=g) for _ in range(2))
+    ours.fwd(u, delta, A, B, C, None, z, None, True)
+    torch.cuda.synchronize()
+
+    def what(fn) -> str:
+        if getattr(fn, "__module__", None) == "selective_scan.cuda_compat":
+            return "Python (selective_scan/cuda_compat.py)"
+        return f"C entry of {getattr(fn, '__self__', None) and module_file(fn.__self__)}"
+
+    return f"ours: selective_scan_cuda.fwd is the {what(ours.fwd)}; bwd the {what(ours.bwd)}"
+
+
 def compat_scan_sides(orig_dir: str) -> Tuple[object, object, List[str]]:
     """(ours, original, lines) for a side-by-side of ``selective_scan_cuda`` calls: ours this
     checkout's compatibility module on its compiled extensions, the original the compiled file

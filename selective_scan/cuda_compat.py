@@ -38,7 +38,8 @@ which keeps the same contract. The last state with a fixed (2-D) B is the true s
 
 from __future__ import annotations
 
-from typing import List, Optional
+import sys
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -51,8 +52,10 @@ from .scan_fn import (
     _CUDA_INPUT_DTYPES,
     KERNEL,
     SPACED_BWD_ARGS,
+    SPACED_MAX_DSTATE,
     SPACED_STEPS,
     _as_4d,
+    _index_fits,
     _ops_module,
     paired_fwd_args,
     spaced_states_fit,
@@ -179,6 +182,8 @@ def fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> List[Tensor]:
         out, out_z, states = op(
             u, delta, A, _as_4d_any(B), _as_4d_any(C), D, z, delta_bias, delta_softplus, True, *layout
         )
+        if not _entry_tried:
+            _arm_entry()
         if A.is_complex():
             states = torch.view_as_complex(states.unflatten(-1, (-1, 2)))
         # recompute: the op returned the pairs in x's shape
@@ -285,6 +290,8 @@ def bwd(
             raise
         dB = dB.squeeze(1) if B.dim() == 3 else dB
         dC = dC.squeeze(1) if C.dim() == 3 else dC
+        if not _entry_tried:
+            _arm_entry()
     else:
         p = pytorch_scan.make_problem(u, delta, A, B, C, D, z, delta_bias, delta_softplus, groups)
         ckpt = states[:, :, :-1].permute(2, 0, 1, 3).contiguous() if states is not None else None
@@ -308,6 +315,57 @@ def bwd(
     if recompute_out_z:
         result.append(out_z)
     return result
+
+
+# ---- the classic build's C entry (csrc/selective_scan/classic/compat_entry.cpp)
+#
+# mamba_ssm's small layers wait on the host, where this module's Python plus a torch.ops call
+# cost about twice the original's pybind11 function (docs/SCAN.md, "The ops"). A classic build
+# (linked to the running torch's C++ ABI) carries C functions for the common case of fwd and
+# bwd, which call the op's body directly and hand every other call back to the functions above.
+# Once the compiled path has run here (so the extension and every GPU passed their first-use
+# checks), selective_scan_cuda's fwd and bwd become those entries; torch.compile traces the
+# functions above in their place. Stable-ABI builds have no entry and keep the functions above.
+
+_entry_tried = False
+
+
+def _entry_env_rules() -> Tuple[Tuple[str, Tuple[str, ...]], ...]:
+    """(variable, values) under which fwd and bwd take the compiled path with the "recompute"
+    layout: the choices' own spellings, "" for unset. Any other spelling reaches the functions
+    above, which parse it."""
+
+    def spellings(var, choices, wanted):
+        ok = tuple(v for v in choices if wanted({var: v}))
+        return (var, ok + ("",) if wanted({}) else ok)
+
+    return (
+        spellings(knobs.BACKEND_VAR, knobs.BACKENDS, lambda env: knobs.backend_mode(env) != "reference"),
+        spellings(knobs.SCAN_STATES_VAR, knobs.SCAN_STATES_CHOICES,
+                  lambda env: knobs.scan_states_for(knobs.RECOMPUTE, env) == knobs.RECOMPUTE),
+    )
+
+
+def _arm_entry() -> None:
+    """Make selective_scan_cuda's fwd and bwd the classic build's C entry, where there is one
+    (tried once, after the first compiled call)."""
+    global _entry_tried
+    _entry_tried = True
+    module = dispatch.ready_module(KERNEL)
+    arm = getattr(module, "compat_arm", None)
+    compat = sys.modules.get("selective_scan_cuda")
+    # only over our own functions: a caller who replaced them keeps theirs
+    if arm is None or compat is None or compat.fwd is not fwd or compat.bwd is not bwd:
+        return
+    try:
+        from torch._dynamo import substitute_in_graph
+    except ImportError:  # a torch whose compiler cannot trace these functions in the entry's place
+        return
+    bwd_spaced = all(_index_fits(i) for i in range(torch.cuda.device_count()))
+    arm(fwd, bwd, _entry_env_rules(), SPACED_STEPS, SPACED_MAX_DSTATE, bwd_spaced)
+    substitute_in_graph(module.compat_fwd, skip_signature_check=True)(fwd)
+    substitute_in_graph(module.compat_bwd, skip_signature_check=True)(bwd)
+    compat.fwd, compat.bwd = module.compat_fwd, module.compat_bwd
 
 
 __all__ = ["fwd", "bwd"]

@@ -21,10 +21,14 @@ inline PyObject* make_module(PyModuleDef* def) {
 
 }  // namespace mamba_kernels
 
-// Defines PyInit__cuda for an extension module `<package>._cuda` whose docstring is DOC.
-#define MAMBA_KERNELS_CUDA_MODULE(DOC)                                                          \
+// Defines PyInit__cuda for an extension module `<package>._cuda` whose docstring is DOC and
+// whose functions are METHODS (a PyMethodDef table ending in a zeroed entry, or nullptr).
+#define MAMBA_KERNELS_CUDA_MODULE_WITH(DOC, METHODS)                                            \
   namespace {                                                                                  \
-  PyModuleDef mamba_kernels_module_def = {PyModuleDef_HEAD_INIT, "_cuda", DOC, -1, nullptr,     \
+  PyModuleDef mamba_kernels_module_def = {PyModuleDef_HEAD_INIT, "_cuda", DOC, -1, METHODS,     \
                                           nullptr, nullptr, nullptr, nullptr};                 \
   }                                                                                            \
   PyMODINIT_FUNC PyInit__cuda(void) { return mamba_kernels::make_module(&mamba_kernels_module_def); }
+
+// The same for a module with no functions.
+#define MAMBA_KERNELS_CUDA_MODULE(DOC) MAMBA_KERNELS_CUDA_MODULE_WITH(DOC, nullptr)

@@ -177,6 +177,13 @@ def _check_gpus(kernel: str, status: ExtensionStatus) -> ExtensionStatus:
     return replace(status, gpus_checked=True, cuda_ready=not bad, bad_gpus=tuple(sorted(bad.items())))
 
 
+def ready_module(kernel: str) -> Optional[ModuleType]:
+    """The loaded extension of ``kernel`` once its first CUDA use has checked it and every
+    visible GPU runs it, else None (not used yet on CUDA, unavailable, or some GPU cannot run it)."""
+    status = _status.get(kernel)
+    return status.module if status is not None and status.cuda_ready else None
+
+
 def _gpu_name(device: int) -> str:
     # optional: importing the package never imports torch
     import torch

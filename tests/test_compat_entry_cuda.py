@@ -1,0 +1,164 @@
+"""GPU tests of the classic build's C entry for selective_scan_cuda
+(csrc/selective_scan/classic/compat_entry.cpp). Once the compiled path has run, a classic build's
+selective_scan_cuda.fwd and .bwd are that entry's functions: they give bitwise what the Python
+functions they stand in for (selective_scan/cuda_compat.py) give, and hand every call outside
+their common case back to them. A stable build has no entry and keeps the Python functions.
+Skipped without a GPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def _strict_backend(monkeypatch):
+    monkeypatch.setenv("MAMBA_KERNELS_BACKEND", "cuda")  # never a silent fallback here
+
+
+def _armed_module():
+    """The loaded extension, after one compiled call (which arms the entry where there is one)."""
+    import selective_scan_cuda
+    from mamba_kernels.runtime import dispatch
+
+    args = _inputs(40, torch.float32, z=True, seed=9)
+    selective_scan_cuda.fwd(*args, True)
+    return dispatch.ready_module("selective_scan")
+
+
+def _binding(module) -> str:
+    return json.loads(module.BUILD_INFO)["binding"]
+
+
+def _inputs(L, dtype, z=True, D=True, bias=True, b3=False, dstate=16, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    b, d = 2, 40
+
+    def rnd(*shape):
+        return torch.randn(*shape, device="cuda", generator=g)
+
+    bc_shape = (b, dstate, L) if b3 else (b, 1, dstate, L)
+    return [
+        rnd(b, d, L).to(dtype),
+        (0.3 * torch.rand(b, d, L, device="cuda", generator=g)).to(dtype),
+        -0.5 * torch.rand(d, dstate, device="cuda", generator=g) - 0.05,
+        rnd(*bc_shape).to(dtype),
+        rnd(*bc_shape).to(dtype),
+        rnd(d) if D else None,
+        rnd(b, d, L).to(dtype) if z else None,
+        0.3 * torch.rand(d, device="cuda", generator=g) if bias else None,
+    ]
+
+
+def _same(a, b, what):
+    assert len(a) == len(b), what
+    for i, (x, y) in enumerate(zip(a, b)):
+        same = (x is None and y is None) or (x is not None and y is not None and torch.equal(x, y))
+        assert same, f"{what}[{i}]"
+
+
+def test_entry_follows_the_binding():
+    import selective_scan_cuda
+    from selective_scan import cuda_compat
+
+    module = _armed_module()
+    if _binding(module) == "classic":
+        assert selective_scan_cuda.fwd is module.compat_fwd and selective_scan_cuda.bwd is module.compat_bwd
+    else:
+        assert not hasattr(module, "compat_fwd")
+        assert selective_scan_cuda.fwd is cuda_compat.fwd and selective_scan_cuda.bwd is cuda_compat.bwd
+
+
+def _classic_entry():
+    module = _armed_module()
+    if _binding(module) != "classic":
+        pytest.skip("a stable build has no C entry")
+    return module
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("z,D,bias,b3", [(True, True, True, False), (False, True, True, True),
+                                         (True, False, False, True), (False, False, True, False)])
+@pytest.mark.parametrize("L", [1, 1023, 2500])
+def test_entry_gives_what_the_python_functions_give(dtype, z, D, bias, b3, L):
+    from selective_scan import cuda_compat
+
+    entry = _classic_entry()
+    args = _inputs(L, dtype, z=z, D=D, bias=bias, b3=b3, seed=L)
+    got = entry.compat_fwd(*args, True)
+    want = cuda_compat.fwd(*args, True)
+    _same(got, want, "fwd")
+    out, x = want[:2]
+    g = torch.Generator(device="cuda").manual_seed(3)
+    dout = torch.randn(args[0].shape, device="cuda", generator=g)  # fp32: converted to u's dtype
+    for recompute_out_z in (False, True):
+        for dz_given in (False, True):
+            dzs = [torch.full_like(args[6], float("nan")) if z and dz_given else None for _ in range(2)]
+            got = entry.compat_bwd(*args, dout, x, out if z else None, dzs[0], True, recompute_out_z)
+            want = cuda_compat.bwd(*args, dout, x, out if z else None, dzs[1], True, recompute_out_z)
+            _same(got, want, f"bwd recompute_out_z={recompute_out_z} dz_given={dz_given}")
+            if z and dz_given:
+                assert got[7] is dzs[0]
+
+
+def test_entry_hands_other_calls_back(monkeypatch):
+    from selective_scan import cuda_compat
+
+    entry = _classic_entry()
+    args = _inputs(300, torch.bfloat16, seed=4)
+    # keyword arguments, a tensor subclass, another states layout: each the Python function's answer
+    _same(entry.compat_fwd(*args, delta_softplus=True), cuda_compat.fwd(*args, True), "keywords")
+
+    class Sub(torch.Tensor):
+        pass
+
+    sub = [args[0].as_subclass(Sub)] + args[1:]
+    _same(entry.compat_fwd(*sub, True), cuda_compat.fwd(*args, True), "subclass")
+    monkeypatch.setenv("MAMBA_KERNELS_SCAN_STATES", "keep")
+    kept = entry.compat_fwd(*args, True)
+    assert kept[1].shape[2] == 3  # a state every 64 steps, two a row: ceil(ceil(300 / 64) / 2)
+    _same(kept, cuda_compat.fwd(*args, True), "keep")
+    monkeypatch.setenv("MAMBA_KERNELS_SCAN_STATES", "RECOMPUTE")  # another spelling: parsed in Python
+    _same(entry.compat_fwd(*args, True), cuda_compat.fwd(*args, True), "spelling")
+    # complex A and CPU tensors: outside the common case, still the whole contract
+    cpu = [t.cpu() if t is not None else None for t in args]
+    monkeypatch.setenv("MAMBA_KERNELS_BACKEND", "auto")
+    _same(entry.compat_fwd(*cpu, True), cuda_compat.fwd(*cpu, True), "cpu")
+
+
+def test_entry_names_bad_arguments_like_the_python_functions():
+    from selective_scan import cuda_compat
+
+    entry = _classic_entry()
+    args = _inputs(64, torch.float32, seed=5)
+    bad = list(args)
+    bad[1] = bad[1][:, :, :10]  # delta shorter than u
+    errors = []
+    for fn in (entry.compat_fwd, cuda_compat.fwd):
+        with pytest.raises(Exception) as info:
+            fn(*bad, True)
+        errors.append((type(info.value), str(info.value)))
+    assert errors[0] == errors[1] and "delta" in errors[0][1]
+
+
+def test_entry_under_torch_compile():
+    import selective_scan_cuda
+
+    entry = _classic_entry()
+    args = _inputs(200, torch.bfloat16, seed=6)
+
+    def f(*a):
+        return selective_scan_cuda.fwd(*a, True)
+
+    assert selective_scan_cuda.fwd is entry.compat_fwd
+    eager = f(*args)
+    # one graph: dynamo traces the Python function in the entry's place (the entry itself is
+    # a builtin it cannot trace), which reaches the op through its packet
+    compiled = torch.compile(f, fullgraph=True)(*args)
+    assert len(compiled) == len(eager) == 3
+    for got, want in zip(compiled, eager):
+        torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
