@@ -350,16 +350,20 @@ def _arm_entry() -> None:
     """Make selective_scan_cuda's fwd and bwd the classic build's C entry, where there is one
     (tried once, after the first compiled call)."""
     global _entry_tried
-    _entry_tried = True
     module = dispatch.ready_module(KERNEL)
-    arm = getattr(module, "compat_arm", None)
     compat = sys.modules.get("selective_scan_cuda")
-    # only over our own functions: a caller who replaced them keeps theirs
-    if arm is None or compat is None or compat.fwd is not fwd or compat.bwd is not bwd:
+    # tried again at a later call while the checks have not passed or the functions are
+    # replaced (a caller who replaced them keeps theirs); given up for good where there is no
+    # entry (a stable build) or no way for torch.compile to trace the functions in its place
+    if module is None or compat is None or compat.fwd is not fwd or compat.bwd is not bwd:
+        return
+    _entry_tried = True
+    arm = getattr(module, "compat_arm", None)
+    if arm is None:
         return
     try:
         from torch._dynamo import substitute_in_graph
-    except ImportError:  # a torch whose compiler cannot trace these functions in the entry's place
+    except ImportError:
         return
     bwd_spaced = all(_index_fits(i) for i in range(torch.cuda.device_count()))
     arm(fwd, bwd, _entry_env_rules(), SPACED_STEPS, SPACED_MAX_DSTATE, bwd_spaced)

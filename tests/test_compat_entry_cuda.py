@@ -74,9 +74,12 @@ def test_entry_follows_the_binding():
 
 
 def _classic_entry():
+    import selective_scan_cuda
+
     module = _armed_module()
     if _binding(module) != "classic":
         pytest.skip("a stable build has no C entry")
+    assert selective_scan_cuda.fwd is module.compat_fwd, "the entry was not armed by a compiled call"
     return module
 
 

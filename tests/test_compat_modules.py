@@ -420,3 +420,30 @@ def test_mamba_ssm_mamba_inner_fn_equals_ours(mamba_ssm_ops, fixed_b):
     assert torch.equal(ours, theirs)
     for got, exp in zip(our_grads, their_grads):
         torch.testing.assert_close(got, exp, rtol=1e-4, atol=1e-5 * exp.abs().max().item())
+
+
+# ---- the classic build's C entry (csrc/selective_scan/classic/compat_entry.cpp; its GPU tests:
+# tests/test_compat_entry_cuda.py): what Python hands it and when it is armed
+
+def test_entry_takes_only_the_spellings_that_mean_the_recompute_kernels():
+    from selective_scan import cuda_compat
+
+    rules = dict(cuda_compat._entry_env_rules())
+    assert rules == {"MAMBA_KERNELS_BACKEND": ("auto", "cuda", ""),
+                     "MAMBA_KERNELS_SCAN_STATES": ("auto", "recompute", "")}
+
+
+def test_entry_is_not_armed_without_an_extension_that_has_one(monkeypatch):
+    from mamba_kernels.runtime import dispatch
+    from selective_scan import cuda_compat
+
+    monkeypatch.setattr(cuda_compat, "_entry_tried", False)
+    monkeypatch.setattr(dispatch, "ready_module", lambda kernel: None)  # first use not checked yet
+    cuda_compat._arm_entry()
+    assert not cuda_compat._entry_tried  # tried again at a later call
+    assert selective_scan_cuda.fwd is cuda_compat.fwd and selective_scan_cuda.bwd is cuda_compat.bwd
+    stable = types.ModuleType("selective_scan._cuda")  # a stable build: no entry in its module
+    monkeypatch.setattr(dispatch, "ready_module", lambda kernel: stable)
+    cuda_compat._arm_entry()
+    assert cuda_compat._entry_tried  # for good
+    assert selective_scan_cuda.fwd is cuda_compat.fwd and selective_scan_cuda.bwd is cuda_compat.bwd

@@ -110,7 +110,9 @@ PyObject* to_list(std::initializer_list<const Tensor*> items) {
 
 PyObject* call_python(PyObject* fn, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   if (fn == nullptr) {
-    PyErr_SetString(PyExc_RuntimeError, "mamba_kernels: the selective_scan_cuda entry is not armed");
+    PyErr_SetString(PyExc_RuntimeError,
+                    "mamba_kernels: the selective_scan_cuda C entry is not armed yet: call selective_scan_cuda.fwd "
+                    "(which arms it after its first compiled call), not the extension's compat_fwd / compat_bwd");
     return nullptr;
   }
   return MK_VECTORCALL(fn, args, nargsf, kwnames);
@@ -119,7 +121,8 @@ PyObject* call_python(PyObject* fn, PyObject* const* args, size_t nargsf, PyObje
 // fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> [out, x] or [out, x, out_z]
 PyObject* compat_fwd(PyObject*, PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames) {
   const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
-  if (kwnames != nullptr || n != 9) return call_python(armed.fwd_py, args, nargsf, kwnames);
+  // not armed yet (no spacing to lay the states out with): only the Python function can answer
+  if (kwnames != nullptr || n != 9 || armed.spaced_steps <= 0) return call_python(armed.fwd_py, args, nargsf, kwnames);
   const at::Tensor *u = plain(args[0]), *delta = plain(args[1]), *A = plain(args[2]), *B = plain(args[3]),
                    *C = plain(args[4]);
   OptTensor D, z, bias;
@@ -144,7 +147,9 @@ PyObject* compat_fwd(PyObject*, PyObject* const* args, Py_ssize_t nargsf, PyObje
 //   -> [du, ddelta, dA, dB, dC, dD, ddelta_bias] (+ [dz] with z) (+ [out_z] if recompute_out_z)
 PyObject* compat_bwd(PyObject*, PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames) {
   const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
-  if (kwnames != nullptr || n != 14 || !armed.bwd_spaced) return call_python(armed.bwd_py, args, nargsf, kwnames);
+  if (kwnames != nullptr || n != 14 || armed.spaced_steps <= 0 || !armed.bwd_spaced) {
+    return call_python(armed.bwd_py, args, nargsf, kwnames);
+  }
   const at::Tensor *u = plain(args[0]), *delta = plain(args[1]), *A = plain(args[2]), *B = plain(args[3]),
                    *C = plain(args[4]), *dout = plain(args[8]), *x = plain(args[9]);
   OptTensor D, z, bias, out, dz;
