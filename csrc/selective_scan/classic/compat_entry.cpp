@@ -56,6 +56,9 @@ Armed armed;
 
 bool env_allows() {
   for (const auto& [name, values] : armed.env) {
+#ifdef _MSC_VER
+#pragma warning(suppress : 4996)  // getenv: the value is only compared here, never kept
+#endif
     const char* raw = std::getenv(name.c_str());
     const char* value = raw != nullptr ? raw : "";
     bool ok = false;
