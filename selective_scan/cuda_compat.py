@@ -347,23 +347,23 @@ def _entry_env_rules() -> Tuple[Tuple[str, Tuple[str, ...]], ...]:
 
 
 def _arm_entry() -> None:
-    """Make selective_scan_cuda's fwd and bwd the classic build's C entry, where there is one
-    (tried once, after the first compiled call)."""
+    """Make selective_scan_cuda's fwd and bwd the classic build's C entry, where there is one.
+    Called by a compiled call until the extension's first-use checks have passed (a caller that
+    patches the dispatch reaches the compiled path before them; on a machine where some GPU
+    cannot run the binary they never pass, and each call pays one dict read), then decided once."""
     global _entry_tried
     module = dispatch.ready_module(KERNEL)
-    compat = sys.modules.get("selective_scan_cuda")
-    # tried again at a later call while the checks have not passed or the functions are
-    # replaced (a caller who replaced them keeps theirs); given up for good where there is no
-    # entry (a stable build) or no way for torch.compile to trace the functions in its place
-    if module is None or compat is None or compat.fwd is not fwd or compat.bwd is not bwd:
+    if module is None:
         return
     _entry_tried = True
     arm = getattr(module, "compat_arm", None)
-    if arm is None:
+    compat = sys.modules.get("selective_scan_cuda")
+    # a stable build has no entry; a caller who replaced the functions keeps theirs
+    if arm is None or compat is None or compat.fwd is not fwd or compat.bwd is not bwd:
         return
     try:
         from torch._dynamo import substitute_in_graph
-    except ImportError:
+    except ImportError:  # a torch whose compiler could not trace the functions in the entry's place
         return
     bwd_spaced = all(_index_fits(i) for i in range(torch.cuda.device_count()))
     arm(fwd, bwd, _entry_env_rules(), SPACED_STEPS, SPACED_MAX_DSTATE, bwd_spaced)

@@ -127,7 +127,10 @@ def test_entry_hands_other_calls_back(monkeypatch):
     _same(kept, cuda_compat.fwd(*args, True), "keep")
     monkeypatch.setenv("MAMBA_KERNELS_SCAN_STATES", "RECOMPUTE")  # another spelling: parsed in Python
     _same(entry.compat_fwd(*args, True), cuda_compat.fwd(*args, True), "spelling")
-    # complex A and CPU tensors: outside the common case, still the whole contract
+    # float64 (the op refuses it: the PyTorch path) and CPU tensors: outside the common case,
+    # still the whole contract
+    wide = [t.double() if t is not None and t.dtype == torch.bfloat16 else t for t in args]
+    _same(entry.compat_fwd(*wide, True), cuda_compat.fwd(*wide, True), "float64")
     cpu = [t.cpu() if t is not None else None for t in args]
     monkeypatch.setenv("MAMBA_KERNELS_BACKEND", "auto")
     _same(entry.compat_fwd(*cpu, True), cuda_compat.fwd(*cpu, True), "cpu")

@@ -86,11 +86,12 @@ bool as_bool(PyObject* o, bool& b) {
   return true;
 }
 
-// What the fast path needs of u and A before the op checks the rest.
+// What the fast path needs before the op checks the rest: CUDA u of (batch, dim, L) and real A
+// (the Python function reshapes complex states; a dtype the kernels lack, float64, the op
+// refuses, and the Python function runs the PyTorch path), no dispatch mode to honour, and the
+// environment at a recompute spelling.
 bool common_case(const at::Tensor& u, const at::Tensor& A) {
-  const auto st = u.scalar_type();
   return u.is_cuda() && u.dim() == 3 && A.dim() == 2 && A.scalar_type() == at::kFloat &&
-         (st == at::kFloat || st == at::kHalf || st == at::kBFloat16) &&
          !c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::Python) && env_allows();
 }
 
