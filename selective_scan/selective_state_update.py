@@ -185,6 +185,18 @@ def _kernel_fits(state: Tensor, *tensors: Optional[Tensor]) -> bool:
     return _fits(state.shape[-1], wide)
 
 
+def _kernel_may_take(state) -> bool:
+    """Whether the compiled kernel may take a step on ``state`` (a CUDA tensor of a dtype and
+    dstate it covers); the op checks the rest."""
+    return (
+        isinstance(state, Tensor)
+        and state.is_cuda
+        and state.dtype is not _FLOAT64
+        and state.dim() >= 3
+        and state.shape[-1] <= KERNEL_MAX_DSTATE
+    )
+
+
 def _requires_grad(*tensors: Optional[Tensor]) -> bool:
     """Whether autograd would record an op on these (None never counts)."""
     if torch.is_grad_enabled():
@@ -220,16 +232,28 @@ def selective_state_update(
     """One decode step; updates ``state`` in place and returns out (x's shape and dtype)."""
     # a flag must be a bool, as for selective_scan_fn: dt_softplus="no" would otherwise be true
     dt_softplus = _checks.require_bool("dt_softplus", dt_softplus)
-    fits = _check(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices)
-    # state.is_cuda is a flag read; state.device.type builds a device object and a string
-    if fits and dispatch.use_cuda(KERNEL, "cuda" if state.is_cuda else state.device.type):
+    # A decode step is host-bound, and the op checks every rule the kernel relies on (naming the
+    # argument, the rule and the value). So where the kernel may take the call the op goes
+    # first, and our checks run only when it refuses: they then name a rule they own as on CPU
+    # (the same ValueError), re-raise the op's error for a rule only the kernel has (a state
+    # whose elements share memory), or send a call the kernel does not cover (a float64
+    # operand) on to the PyTorch path. A refused call leaves the state untouched.
+    if _kernel_may_take(state) and dispatch.use_cuda(KERNEL, "cuda"):
         args = (state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices)
-        # no backward (nor has the original): out is explicitly not differentiable; no_grad
-        # only when an operand requires grad (else it would change nothing, at ~1 us a step)
-        if _requires_grad(state, x, dt, A, B, C, D, z, dt_bias):
-            with torch.no_grad():
-                return _ops().update(*args)
-        return _ops().update(*args)
+        try:
+            # no backward (nor has the original): out is explicitly not differentiable; no_grad
+            # only when an operand requires grad (else it would change nothing, at ~1 us a step)
+            if _requires_grad(state, x, dt, A, B, C, D, z, dt_bias):
+                with torch.no_grad():
+                    return _ops().update(*args)
+            return _ops().update(*args)
+        except (RuntimeError, TypeError, ValueError):
+            if _check(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices):
+                raise
+    elif _check(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices):
+        # the kernel covers these operands but not here (no usable extension, or not CUDA
+        # tensors): the decision warns once, or raises under MAMBA_KERNELS_BACKEND=cuda
+        dispatch.use_cuda(KERNEL, "cuda" if state.is_cuda else state.device.type)
     _check_index_values(state, state_batch_indices)
     heads = state.dim() == 4
     if not heads:  # one head: lift everything to the heads form

@@ -801,14 +801,21 @@ def test_direct_op_rejects_bad_input(ops):
 
 @gpu
 def test_public_function_rejects_bad_input_like_on_cpu(ops, kernel_calls):
+    # the op goes first and refuses; our checks then name the rule as on CPU
     state, x, dt, A, B, C, D, z, dt_bias = make_inputs(2, 4, 8, 16, 2)
+    before = state.clone()
     with pytest.raises(ValueError, match="dt must have shape"):
         selective_state_update(state, x, dt[:, :, :-1], A, B, C)
     with pytest.raises(ValueError, match="all tensors must be on one device"):
         selective_state_update(state, x.cpu(), dt, A, B, C)
     with pytest.raises(ValueError, match="state_batch_indices must be an int32/int64"):
         selective_state_update(state, x, dt, A, B, C, state_batch_indices=torch.zeros(2, device="cuda"))
-    assert kernel_calls["n"] == 0
+    torch.cuda.synchronize()
+    assert kernel_calls["n"] == 3 and torch.equal(state, before)  # refused, the state untouched
+    # a rule only the kernel has: its own error
+    shared = state[:, :, :1].expand(2, 4, 8, 16)
+    with pytest.raises(RuntimeError, match="no two of its elements may share memory"):
+        selective_state_update(shared, x, dt, A, B, C)
 
 
 # ---------------------------------------------------------------------------- CPU, everywhere
