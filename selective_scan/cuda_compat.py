@@ -154,7 +154,9 @@ def _fast(u, A, delta_softplus) -> bool:
     every rule itself (naming the argument, the rule and the value), so in that case our own
     checks would cost the host their time twice, and mamba_ssm's small layers are host-bound."""
     return (
-        delta_softplus.__class__ is bool
+        # isinstance, not `__class__ is`: torch 2.11's dynamo reads a constant's __class__ as
+        # something other than bool, which sent every compiled call to the PyTorch path
+        isinstance(delta_softplus, bool)
         and isinstance(u, Tensor)
         and isinstance(A, Tensor)
         and u.dim() == 3  # read before the op's checks: L picks the states' layout
@@ -231,7 +233,7 @@ def bwd(
     u, delta, A, B, C, D, z, delta_bias, dout, x, out, dz, delta_softplus, recompute_out_z
 ) -> List[Optional[Tensor]]:
     """[du, ddelta, dA, dB, dC, dD, ddelta_bias] (+ [dz] with z) (+ [out_z] if recompute_out_z)."""
-    compiled = recompute_out_z.__class__ is bool and isinstance(dout, Tensor) and _fast(u, A, delta_softplus)
+    compiled = isinstance(recompute_out_z, bool) and isinstance(dout, Tensor) and _fast(u, A, delta_softplus)
     if not compiled:  # our checks, then the PyTorch path (arguments they pass went through _fast)
         groups = _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
         _checks.require_bool("recompute_out_z", recompute_out_z)
