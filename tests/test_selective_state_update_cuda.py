@@ -402,11 +402,12 @@ def test_typed_kernels_at_decode_batches(ops, state_dtype, in_dtype, weights, ba
 @gpu
 @pytest.mark.parametrize("absent", ["D", "z", "dt_bias", "D+z", "D+dt_bias", "z+dt_bias"])
 @pytest.mark.parametrize("weights", ["fp32", "act"])
-@pytest.mark.parametrize("batch", [1, 256])  # the lean kernel's one-pass and full-pass launches
+@pytest.mark.parametrize("batch", [1, 256])  # with fp32 weights: the row kernel, the lean kernel
 def test_lean_kernel_each_optional_operand_absent(ops, batch, weights, absent):
-    # The lean kernel loads an absent z from x and an absent D or dt_bias from A (so that no load
-    # waits behind a branch); what it read there must not reach the output: each operand left
-    # out on its own and in pairs, the others present in fp32 or the activations' dtype.
+    # The row and lean kernels load an absent z from x and an absent D or dt_bias from A (so
+    # that no load waits behind a branch); what they read there must not reach the output: each
+    # operand left out on its own and in pairs, the others present in fp32 or in the
+    # activations' dtype (the lean kernel at both batches then).
     dtypes = {n: torch.bfloat16 for n in ACT}
     if weights == "act":
         dtypes.update(D=torch.bfloat16, dt_bias=torch.bfloat16)
@@ -414,6 +415,41 @@ def test_lean_kernel_each_optional_operand_absent(ops, batch, weights, absent):
     for name in absent.split("+"):
         inputs[name] = None
     run_and_check(ops, *inputs.values(), softplus=True)
+
+
+def _channel_stride_2(t: torch.Tensor) -> torch.Tensor:
+    """t's values in a view whose channels (last axis) are two elements apart."""
+    big = torch.full((*t.shape, 2), float("nan"), device="cuda", dtype=t.dtype)
+    view = big[..., 0]
+    view.copy_(t)
+    return view
+
+
+@gpu
+@pytest.mark.parametrize("case", ["1x96", "3x4x96-idx", "64x96-idx", "2x8x64-groups"])
+@pytest.mark.parametrize("state_dtype", DTYPES, ids=str)
+def test_row_and_lean_kernels_agree_bitwise(ops, state_dtype, case):
+    # A small launch over dense operands takes the row kernel (update.cu); the same values with
+    # x, dt and z two elements apart along the channels take the lean kernel. Both must give
+    # the reference's values and the same bits, in the output and in the state (slot indices
+    # with a padded row included).
+    batch, nheads, ngroups = {"1x96": (1, None, 1), "3x4x96-idx": (3, 4, 1), "64x96-idx": (64, None, 1),
+                              "2x8x64-groups": (2, 8, 2)}[case]
+    dim = 64 if nheads == 8 else 96
+    dtypes = {n: torch.bfloat16 for n in ACT}
+    slots = batch + 3 if case.endswith("idx") else None
+    state, x, dt, A, B, C, D, z, dt_bias = make_inputs(batch, nheads, dim, 16, ngroups, state_dtype, dtypes,
+                                                       slots=slots)
+    idx = None
+    if slots:
+        idx = torch.randperm(slots, device="cuda")[:batch].to(torch.int32)
+        idx[batch // 2] = -1
+    row_state, lean_state = state.clone(), state.clone()
+    row_out = run_and_check(ops, row_state, x, dt, A, B, C, D, z, dt_bias, True, idx)
+    xs, dts, zs = (_channel_stride_2(t) for t in (x, dt, z))
+    lean_out = ops.update(lean_state, xs, dts, A, B, C, D, zs, dt_bias, True, idx)
+    assert torch.equal(bits(row_out), bits(lean_out))
+    assert torch.equal(bits(row_state), bits(lean_state))
 
 
 @gpu

@@ -12,7 +12,10 @@
 //   fits them (one chunk per lane, batch and heads within the grid's y and z axes, every
 //   offset below 2^31): a warp per 32 rows doing each row's scalar work once, its passes in
 //   pairs (kP = 2), or per 32 / lanes rows for small launches (kP = 1); fp32 states also take
-//   their passes four at a time (kP = 4) on mid-sized launches. 33 kernels in all.
+//   their passes four at a time (kP = 4) on mid-sized launches. Small and mid-sized launches
+//   over dense operands with fp32 D and dt_bias take the row kernel, state_update_row<S, T>,
+//   instead: one pass, its parameters in 144 bytes (a step that short waits on its launch and
+//   its first reads). 42 kernels in all.
 // - Whole rows, coalesced. A row is one (batch, head, channel); `lanes` consecutive threads of
 //   a warp (a power of two, 1..32) own it, each one 16-byte chunk of its states (4 fp32 or 8
 //   16-bit states). Lane l holds chunk l, so a row's lanes read one contiguous run and, with the
@@ -718,6 +721,113 @@ __global__ void __launch_bounds__(kThreads, lean_min_blocks<S, T, kP>())
   }
 }
 
+// ---------------------------------------------------------------------------- row kernel
+
+// The typed kernels' small and mid-sized launches (up to UpdatePolicy::kRowMaxRows rows) over
+// dense operands: `lanes` threads per row, one chunk each, one pass, as the lean kernel with
+// kP = 1 but with a parameter block of 144 bytes instead of 230 and no load chosen by a flag.
+// A decode step this short waits on its launch and its first reads: in the H200 measurements
+// that led here (bench/RESULTS.md, eighteenth pass), those two set the lean kernel apart from a
+// minimal one for one layout, not the index arithmetic.
+// Dense: the channel axis of x, dt, z, out, D and dt_bias has unit stride and, with heads, heads
+// are dim apart; the state and A are (.., head, dim, dstate) contiguous after their first axis;
+// B and C have unit state stride and groups dstate apart. Only the batch (slot) strides vary.
+// D and dt_bias are fp32: an absent one points at A, with its has_ flag cleared.
+struct RowParams {
+  void* state;
+  const void* A;
+  const void* B;
+  const void* C;
+  const void* dt;
+  const void* x;
+  const void* z;  // x when absent (has_z cleared)
+  const float* dt_bias;
+  const float* D;
+  void* out;
+  const void* slot_idx;  // null: row b uses slot b
+  int32_t dim, dstate, nslots;
+  int32_t state_s0, B_s0, C_s0, dt_s0, x_s0, z_s0, out_s0, slot_idx_s;
+  uint32_t group_m, group_l;  // heads_per_group as div_by's multiplier and shift
+  uint32_t flags;             // lanes_log2 in bits 0-2, then the kRow* bits
+};
+
+constexpr uint32_t kRowSlot64 = 1u << 3, kRowSoftplus = 1u << 4, kRowHasZ = 1u << 5, kRowHasD = 1u << 6,
+                   kRowHasBias = 1u << 7;
+
+template <typename S, typename T>
+__global__ void __launch_bounds__(kThreads) state_update_row(const RowParams p) {
+  constexpr int V = 16 / int(sizeof(S));
+  using I = int32_t;
+  const int lg = int(p.flags & 7u), lane = int(threadIdx.x) & 31;
+  const I t = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x);
+  const I row = t >> lg;           // this thread's channel
+  const I w0 = (t & ~31) >> lg;    // the warp's first channel
+  const I h = I(blockIdx.y), b = I(blockIdx.z);
+  const I hd = h * p.dim;          // the head's first channel in (head, dim) operands
+  const bool row_ok = row < p.dim;
+  // lane j computes channel w0 + j's scalars (a lane past the channels: the last one's, unused)
+  const I rj = min(w0 + I(lane), p.dim - 1);
+  int64_t slot = b;
+  if (p.slot_idx != nullptr) {
+    const I o = b * p.slot_idx_s;
+    slot = (p.flags & kRowSlot64) ? static_cast<const int64_t*>(p.slot_idx)[o]
+                                  : static_cast<const int32_t*>(p.slot_idx)[o];
+  }
+  const int c = lane & ((1 << lg) - 1);
+  if (slot < 0 || slot >= p.nslots) {  // uniform: a padded row (0) or an index past the cache (NaN)
+    if (row_ok && c == 0) {
+      const float v = slot < 0 ? 0.0f : __int_as_float(0x7fc00000);
+      static_cast<T*>(p.out)[b * p.out_s0 + hd + row] = from_float<T>(v);
+    }
+    return;
+  }
+  const I nc = I(c) * V;
+  const bool chunk_ok = nc < p.dstate;  // whole chunks: dstate % V == 0
+  const I ncc = chunk_ok ? nc : 0;
+  const I rc = row_ok ? row : 0;
+  // every load unconditional (valid addresses), zeros where there is no chunk
+  S* const st = static_cast<S*>(p.state) + I(slot) * p.state_s0 + (hd + rc) * p.dstate + ncc;
+  Chunk<S, V> sc;
+  Chunk<float, V> ac;
+  Chunk<T, V> Bc, Cc;
+  sc.load_vec(st);
+  ac.load_vec(static_cast<const float*>(p.A) + (hd + rc) * p.dstate + ncc);
+  const I grp = I(div_by(uint32_t(h), p.group_m, p.group_l));
+  Bc.load_vec(static_cast<const T*>(p.B) + b * p.B_s0 + grp * p.dstate + ncc);
+  Cc.load_vec(static_cast<const T*>(p.C) + b * p.C_s0 + grp * p.dstate + ncc);
+  const uint32_t dt_w = raw_at(static_cast<const T*>(p.dt), b * p.dt_s0 + hd + rj);
+  const float bias = p.dt_bias[hd + rj];
+  const uint32_t x_w = raw_at(static_cast<const T*>(p.x), b * p.x_s0 + hd + rj);
+  const uint32_t z_w = raw_at(static_cast<const T*>(p.z), b * p.z_s0 + hd + rj);
+  const float Dw = p.D[hd + rj];
+  if (!chunk_ok) {
+    sc.zero();
+    ac.zero();
+    Bc.zero();
+    Cc.zero();
+  }
+  // the lean kernel's arithmetic, in its order (the two give the same bits)
+  float dtv = Bits<T>::to_f(dt_w) + ((p.flags & kRowHasBias) ? bias : 0.0f);
+  if (p.flags & kRowSoftplus) dtv = softplus(dtv);
+  const float x = Bits<T>::to_f(x_w);
+  const float dtx = dtv * x;
+  const bool has_D = p.flags & kRowHasD, has_z = p.flags & kRowHasZ;
+  const float Dx = has_D ? Dw * x : 0.0f;
+  const float gate = has_z ? silu(Bits<T>::to_f(z_w)) : 1.0f;
+  const int r = lane >> lg;  // this thread's channel, as a lane
+  const float dtv_r = __shfl_sync(kFullMask, dtv, r), dtx_r = __shfl_sync(kFullMask, dtx, r);
+  const float Dx_r = __shfl_sync(kFullMask, Dx, r), gate_r = __shfl_sync(kFullMask, gate, r);
+  const float acc = row_sum(chunk_step(sc, ac, Bc, Cc, dtv_r, dtx_r), 1 << lg);
+  if (row_ok) {
+    if (c == 0) {
+      float o = has_D ? acc + Dx_r : acc;
+      if (has_z) o *= gate_r;
+      static_cast<T*>(p.out)[b * p.out_s0 + hd + row] = from_float<T>(o);
+    }
+    if (chunk_ok) sc.store_vec(st);
+  }
+}
+
 // ------------------------------------------------------------------------------- launch
 
 // Chunks of `chunk` elements of o along axis 2, at element offsets that are multiples of
@@ -865,6 +975,72 @@ LeanParams lean_params(const StateUpdateParams& p, const Lean& ln) {
   return q;
 }
 
+// Whether a lean-fitting typed launch takes the row kernel: A per state (not broadcast), D
+// and dt_bias fp32 or absent, the dense layout RowParams describes, and at most
+// UpdatePolicy::kRowMaxRows rows.
+bool row_fits(const StateUpdateParams& p, const Shape& sh) {
+  if (sh.A_bcast || p.batch * p.nheads * p.dim > UpdatePolicy::kRowMaxRows) return false;
+  const bool heads = p.nheads > 1;
+  const int64_t ngroups = p.nheads / p.heads_per_group;
+  // (batch, head, dim) operands: unit channel stride, heads dim apart
+  auto act = [&](const StepOperand& o) { return o.s2 == 1 && (!heads || o.s1 == p.dim); };
+  // (head, dim) weights, fp32 or absent
+  auto weight = [&](const StepOperand& w) {
+    return w.ptr == nullptr || (w.dtype == DType::kFloat32 && w.s1 == 1 && (!heads || w.s0 == p.dim));
+  };
+  auto bc = [&](const StepOperand& o) { return o.s2 == 1 && (ngroups == 1 || o.s1 == p.dstate); };
+  const bool state = p.state_s3 == 1 && p.state_s2 == p.dstate && (!heads || p.state_s1 == p.dim * p.dstate);
+  const bool A = p.A.s2 == 1 && p.A.s1 == p.dstate && (!heads || p.A.s0 == p.dim * p.dstate);
+  const bool out = p.out_s2 == 1 && (!heads || p.out_s1 == p.dim);
+  return state && A && out && act(p.x) && act(p.dt) && (p.z.ptr == nullptr || act(p.z)) && weight(p.D) &&
+         weight(p.dt_bias) && bc(p.B) && bc(p.C);
+}
+
+// The row kernel's parameters (lean_fits has checked every offset against 2^31, so the
+// batch strides and nslots fit 32 bits).
+RowParams row_params(const StateUpdateParams& p, const Shape& sh) {
+  auto i32 = [](int64_t v) { return int32_t(v); };
+  RowParams q{};
+  const bool has_z = p.z.ptr != nullptr, has_D = p.D.ptr != nullptr, has_bias = p.dt_bias.ptr != nullptr;
+  q.state = p.state;
+  q.A = p.A.ptr;
+  q.B = p.B.ptr;
+  q.C = p.C.ptr;
+  q.dt = p.dt.ptr;
+  q.x = p.x.ptr;
+  q.z = has_z ? p.z.ptr : p.x.ptr;
+  q.dt_bias = static_cast<const float*>(has_bias ? p.dt_bias.ptr : p.A.ptr);
+  q.D = static_cast<const float*>(has_D ? p.D.ptr : p.A.ptr);
+  q.out = p.out;
+  q.slot_idx = p.slot_idx;
+  q.dim = i32(p.dim);
+  q.dstate = i32(p.dstate);
+  q.nslots = i32(p.nslots);
+  q.state_s0 = i32(p.state_s0);
+  q.B_s0 = i32(p.B.s0);
+  q.C_s0 = i32(p.C.s0);
+  q.dt_s0 = i32(p.dt.s0);
+  q.x_s0 = i32(p.x.s0);
+  q.z_s0 = i32(has_z ? p.z.s0 : p.x.s0);
+  q.out_s0 = i32(p.out_s0);
+  q.slot_idx_s = i32(p.slot_idx_s);
+  q.group_m = sh.by_group.m;
+  q.group_l = sh.by_group.l;
+  q.flags = uint32_t(sh.lanes_log2) | (p.slot_idx_64 ? kRowSlot64 : 0u) | (p.dt_softplus ? kRowSoftplus : 0u) |
+            (has_z ? kRowHasZ : 0u) | (has_D ? kRowHasD : 0u) | (has_bias ? kRowHasBias : 0u);
+  return q;
+}
+
+template <typename S, typename T>
+cudaError_t launch_row(const StateUpdateParams& p, const Shape& sh, cudaStream_t stream) {
+  const int64_t threads_needed = p.dim << sh.lanes_log2;  // < 2^31: the state's offsets are
+  const int threads = int(std::min<int64_t>(kThreads, (threads_needed + 31) / 32 * 32));
+  const int64_t blocks = (threads_needed + threads - 1) / threads;
+  const dim3 grid(unsigned(blocks), unsigned(p.nheads), unsigned(p.batch));
+  state_update_row<S, T><<<grid, threads, 0, stream>>>(row_params(p, sh));
+  return cudaGetLastError();
+}
+
 template <typename S, typename T, int kP>
 cudaError_t launch_lean_as(const StateUpdateParams& p, const Lean& ln, cudaStream_t stream) {
   const int64_t warp_rows = int64_t(ln.passes) << (5 - ln.lanes_log2);
@@ -900,7 +1076,7 @@ cudaError_t launch_lean(const StateUpdateParams& p, const Shape& sh, cudaStream_
 template <typename S, typename T>
 cudaError_t launch_typed(const StateUpdateParams& p, Shape sh, cudaStream_t stream) {
   sh.by_group = Divider(p.heads_per_group);
-  if (lean_fits(p, sh)) return launch_lean<S, T>(p, sh, stream);
+  if (lean_fits(p, sh)) return row_fits(p, sh) ? launch_row<S, T>(p, sh, stream) : launch_lean<S, T>(p, sh, stream);
   return launch_kernel<S, T>(p, sh, stream);
 }
 
