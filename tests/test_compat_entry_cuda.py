@@ -131,6 +131,13 @@ def test_entry_hands_other_calls_back(monkeypatch):
     # still the whole contract
     wide = [t.double() if t is not None and t.dtype == torch.bfloat16 else t for t in args]
     _same(entry.compat_fwd(*wide, True), cuda_compat.fwd(*wide, True), "float64")
+    # a negative view (x.conj().imag) reads as its values only through the dispatcher: the entry
+    # must hand it back, not read the memory under it
+    bias = args[7]
+    neg = torch.complex(torch.zeros_like(bias), -bias).conj().imag
+    assert neg.is_neg() and torch.equal(neg, bias)
+    negs = args[:7] + [neg]
+    _same(entry.compat_fwd(*negs, True), cuda_compat.fwd(*args, True), "negative view")
     cpu = [t.cpu() if t is not None else None for t in args]
     monkeypatch.setenv("MAMBA_KERNELS_BACKEND", "auto")
     _same(entry.compat_fwd(*cpu, True), cuda_compat.fwd(*cpu, True), "cpu")
