@@ -39,8 +39,14 @@ namespace {
 
 compat::Armed armed;
 
-// A plain tensor (torch.Tensor or Parameter, not a subclass with its own semantics).
-const at::Tensor* plain(PyObject* o) { return THPVariable_CheckExact(o) ? &THPVariable_Unpack(o) : nullptr; }
+// A plain tensor (torch.Tensor or Parameter, not a subclass with its own semantics), and not a
+// conjugate or negative view (x.conj().imag, say): the op's body reads memory, and only torch's
+// dispatcher, which this entry skips, resolves those views into their values.
+const at::Tensor* plain(PyObject* o) {
+  if (!THPVariable_CheckExact(o)) return nullptr;
+  const at::Tensor& t = THPVariable_Unpack(o);
+  return t.is_conj() || t.is_neg() ? nullptr : &t;
+}
 
 // A plain tensor or None; false for anything else.
 bool plain_or_none(PyObject* o, OptTensor& t) {
