@@ -114,30 +114,55 @@ inline bool read_env_rules(PyObject* rules, EnvRules& out) {
   return true;
 }
 
-// The arguments both builds' compat_arm take first:
-// (fwd_py, bwd_py, env_rules, spaced_steps, spaced_max_dstate, bwd_spaced); false with a Python
-// error set. The caller then reads what its own build needs from the rest.
-inline bool arm_common(Armed& a, PyObject* fwd_py, PyObject* bwd_py, PyObject* rules, long long steps,
-                       long long max_dstate, int bwd_spaced) {
-  if (!PyCallable_Check(fwd_py) || !PyCallable_Check(bwd_py) || steps <= 0) {
+// compat_arm's arguments: (fwd_py, bwd_py, env_rules, spaced_steps, spaced_max_dstate,
+// bwd_spaced, exchange_capsule, (tensor_type, parameter_type, is_neg), dispatch_mode_count). The
+// last three are for reading tensors through DLPack (the stable build's entry; optional for the
+// classic one, which ignores them).
+struct ArmArgs {
+  PyObject *fwd_py = nullptr, *bwd_py = nullptr, *rules = nullptr;
+  long long steps = 0, max_dstate = 0;
+  int bwd_spaced = 0;
+  PyObject *capsule = nullptr, *types = nullptr, *modes = nullptr;
+};
+
+// Parses them and arms `a` with the first six; false with a Python error set.
+inline bool arm_common(Armed& a, PyObject* args, bool dlpack_args_required, ArmArgs& p) {
+  if (!PyArg_ParseTuple(args, dlpack_args_required ? "OOOLLpOOO" : "OOOLLp|OOO", &p.fwd_py, &p.bwd_py, &p.rules,
+                        &p.steps, &p.max_dstate, &p.bwd_spaced, &p.capsule, &p.types, &p.modes)) {
+    return false;
+  }
+  if (!PyCallable_Check(p.fwd_py) || !PyCallable_Check(p.bwd_py) || p.steps <= 0) {
     PyErr_SetString(PyExc_ValueError, "compat_arm: two callables and a positive state spacing are required");
     return false;
   }
   EnvRules env;
-  if (!read_env_rules(rules, env)) return false;
-  Py_INCREF(fwd_py);
-  Py_INCREF(bwd_py);
+  if (!read_env_rules(p.rules, env)) return false;
+  Py_INCREF(p.fwd_py);
+  Py_INCREF(p.bwd_py);
   Py_XDECREF(a.fwd_py);
   Py_XDECREF(a.bwd_py);
-  a.fwd_py = fwd_py;
-  a.bwd_py = bwd_py;
+  a.fwd_py = p.fwd_py;
+  a.bwd_py = p.bwd_py;
   a.env = std::move(env);
-  a.spaced_steps = steps;
-  a.spaced_max_dstate = max_dstate;
-  a.bwd_spaced = bwd_spaced != 0;
+  a.spaced_steps = p.steps;
+  a.spaced_max_dstate = p.max_dstate;
+  a.bwd_spaced = p.bwd_spaced != 0;
   return true;
 }
 
 }  // namespace compat
 }  // namespace selective_scan
 }  // namespace mamba_kernels
+
+// The entry's module functions (module.cpp reads them as kBindingMethods), defined inside
+// namespace mamba_kernels by each build's compat_entry.cpp, whose selective_scan::compat_fwd,
+// compat_bwd and compat_arm they name; ARM_DOC says what its compat_arm takes.
+#define MAMBA_KERNELS_COMPAT_ENTRY_METHODS(ARM_DOC)                                                       \
+  PyMethodDef kBindingMethods[] = {                                                                       \
+      {"compat_fwd", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&selective_scan::compat_fwd)), \
+       METH_FASTCALL | METH_KEYWORDS, "selective_scan_cuda.fwd's common case (selective_scan/cuda_compat.py)"}, \
+      {"compat_bwd", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&selective_scan::compat_bwd)), \
+       METH_FASTCALL | METH_KEYWORDS, "selective_scan_cuda.bwd's common case (selective_scan/cuda_compat.py)"}, \
+      {"compat_arm", &selective_scan::compat_arm, METH_VARARGS, ARM_DOC},                                 \
+      {nullptr, nullptr, 0, nullptr},                                                                     \
+  };

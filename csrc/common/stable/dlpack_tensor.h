@@ -180,13 +180,7 @@ class Tensor {
  private:
   friend Tensor empty_strided(const Tensor&, int64_t, const int64_t*, const int64_t*, ScalarType);
 
-  void set_row_major() {
-    int64_t s = 1;
-    for (int i = ndim_ - 1; i >= 0; --i) {
-      strides_[i] = s;
-      s *= shape_[i] > 1 ? shape_[i] : 1;
-    }
-  }
+  void set_row_major() { row_major_strides(shape_, ndim_, strides_); }
 
   void* data_ = nullptr;
   DLDataType dtype_{kDLFloat, 32, 1};
@@ -231,11 +225,7 @@ inline Tensor empty_strided(const Tensor& like, int64_t ndim, const int64_t* siz
 inline Tensor empty(const Tensor& like, const int64_t* sizes, int64_t ndim, ScalarType dtype) {
   if (ndim < 0 || ndim > kMaxDims) throw HandBack();
   int64_t strides[kMaxDims];
-  int64_t s = 1;
-  for (int64_t i = ndim - 1; i >= 0; --i) {
-    strides[i] = s;
-    s *= sizes[i] > 1 ? sizes[i] : 1;
-  }
+  row_major_strides(sizes, ndim, strides);
   return empty_strided(like, ndim, sizes, strides, dtype);
 }
 inline Tensor empty(const Tensor& like, std::initializer_list<int64_t> sizes, ScalarType dtype) {

@@ -155,19 +155,11 @@ PyObject* compat_bwd(PyObject*, PyObject* const* args, Py_ssize_t n, PyObject* k
   return compat::call_python(armed.bwd_py, args, n, kwnames);
 }
 
-// compat_arm(fwd_py, bwd_py, env_rules, spaced_steps, spaced_max_dstate, bwd_spaced[, ...]): the
-// stable build's arguments after those (stable/compat_entry.cpp) are for reading tensors through
-// DLPack, which this build does not need.
+// compat_arm (compat_entry_common.h: ArmArgs): the arguments for reading tensors through DLPack
+// (the stable build's entry) are optional here and unused.
 PyObject* compat_arm(PyObject*, PyObject* args) {
-  PyObject *fwd_py = nullptr, *bwd_py = nullptr, *rules = nullptr, *capsule = nullptr, *types = nullptr,
-           *modes = nullptr;
-  long long steps = 0, max_dstate = 0;
-  int bwd_spaced = 0;
-  if (!PyArg_ParseTuple(args, "OOOLLp|OOO", &fwd_py, &bwd_py, &rules, &steps, &max_dstate, &bwd_spaced, &capsule,
-                        &types, &modes)) {
-    return nullptr;
-  }
-  if (!compat::arm_common(armed, fwd_py, bwd_py, rules, steps, max_dstate, bwd_spaced)) return nullptr;
+  compat::ArmArgs parsed;
+  if (!compat::arm_common(armed, args, false, parsed)) return nullptr;
   Py_RETURN_NONE;
 }
 
@@ -175,15 +167,8 @@ PyObject* compat_arm(PyObject*, PyObject* args) {
 }  // namespace selective_scan
 
 // The classic module's functions (module.cpp): the entries and their arming.
-PyMethodDef kBindingMethods[] = {
-    {"compat_fwd", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&selective_scan::compat_fwd)),
-     METH_FASTCALL | METH_KEYWORDS, "selective_scan_cuda.fwd's common case (selective_scan/cuda_compat.py)"},
-    {"compat_bwd", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&selective_scan::compat_bwd)),
-     METH_FASTCALL | METH_KEYWORDS, "selective_scan_cuda.bwd's common case (selective_scan/cuda_compat.py)"},
-    {"compat_arm", &selective_scan::compat_arm, METH_VARARGS,
-     "compat_arm(fwd_py, bwd_py, env_rules, spaced_steps, spaced_max_dstate, bwd_spaced[, exchange_capsule, "
-     "(tensor_type, parameter_type), dispatch_mode_count]): arm the entries"},
-    {nullptr, nullptr, 0, nullptr},
-};
+MAMBA_KERNELS_COMPAT_ENTRY_METHODS(
+    "compat_arm(fwd_py, bwd_py, env_rules, spaced_steps, spaced_max_dstate, bwd_spaced[, exchange_capsule, "
+    "(tensor_type, parameter_type, is_neg), dispatch_mode_count]): arm the entries (the last three unused here)")
 
 }  // namespace mamba_kernels

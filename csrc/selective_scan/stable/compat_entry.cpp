@@ -197,37 +197,50 @@ PyObject* compat_bwd(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObjec
   return compat::call_python(a.bwd_py, args, nargs, kwnames);
 }
 
-// compat_arm(fwd_py, bwd_py, env_rules, spaced_steps, spaced_max_dstate, bwd_spaced,
-//            exchange_capsule, (tensor_type, parameter_type, is_neg), dispatch_mode_count)
+// compat_arm (compat_entry_common.h: ArmArgs), the DLPack arguments required: the exchange API
+// is checked first, so a torch without it leaves the entry unarmed.
 PyObject* compat_arm(PyObject*, PyObject* args) {
-  PyObject *fwd_py = nullptr, *bwd_py = nullptr, *rules = nullptr, *capsule = nullptr, *types = nullptr,
-           *modes = nullptr;
-  long long steps = 0, max_dstate = 0;
-  int bwd_spaced = 0;
-  if (!PyArg_ParseTuple(args, "OOOLLpOOO", &fwd_py, &bwd_py, &rules, &steps, &max_dstate, &bwd_spaced, &capsule,
-                        &types, &modes)) {
-    return nullptr;
-  }
+  compat::ArmArgs p;
+  compat::Armed staged = armed.common;  // armed only once everything below holds
+  Py_XINCREF(staged.fwd_py);
+  Py_XINCREF(staged.bwd_py);
+  const bool ok = compat::arm_common(staged, args, true, p);
   PyObject *tensor_type = nullptr, *param_type = nullptr, *is_neg = nullptr;
-  if (!PyArg_ParseTuple(types, "OOO", &tensor_type, &param_type, &is_neg)) return nullptr;
-  auto* api = static_cast<const DLPackExchangeAPI*>(PyCapsule_GetPointer(capsule, "dlpack_exchange_api"));
-  if (api == nullptr) return nullptr;
-  if (api->header.version.major != DLPACK_MAJOR_VERSION || api->managed_tensor_allocator == nullptr ||
-      api->managed_tensor_to_py_object_no_sync == nullptr || api->dltensor_from_py_object_no_sync == nullptr ||
-      api->current_work_stream == nullptr) {
+  const DLPackExchangeAPI* api = nullptr;
+  bool ready = ok && PyArg_ParseTuple(p.types, "OOO", &tensor_type, &param_type, &is_neg);
+  if (ready) {
+    api = static_cast<const DLPackExchangeAPI*>(PyCapsule_GetPointer(p.capsule, "dlpack_exchange_api"));
+    ready = api != nullptr;
+  }
+  if (ready && (api->header.version.major != DLPACK_MAJOR_VERSION || api->managed_tensor_allocator == nullptr ||
+                api->managed_tensor_to_py_object_no_sync == nullptr ||
+                api->dltensor_from_py_object_no_sync == nullptr || api->current_work_stream == nullptr)) {
     PyErr_SetString(PyExc_ValueError, "compat_arm: the DLPack exchange API lacks a function the entry needs");
-    return nullptr;
+    ready = false;
   }
-  if (!PyCallable_Check(modes) || !PyCallable_Check(is_neg)) {
+  if (ready && (!PyCallable_Check(p.modes) || !PyCallable_Check(is_neg))) {
     PyErr_SetString(PyExc_ValueError, "compat_arm: dispatch_mode_count and is_neg must be callable");
+    ready = false;
+  }
+  if (!ready) {
+    Py_XDECREF(staged.fwd_py);
+    Py_XDECREF(staged.bwd_py);
     return nullptr;
   }
-  if (!compat::arm_common(armed.common, fwd_py, bwd_py, rules, steps, max_dstate, bwd_spaced)) return nullptr;
+  Py_XDECREF(armed.common.fwd_py);
+  Py_XDECREF(armed.common.bwd_py);
+  armed.common = std::move(staged);
+  PyObject* capsule = p.capsule;
+  PyObject* modes = p.modes;
   Py_INCREF(capsule);  // the API lives as long as the capsule: kept for the process
   Py_INCREF(tensor_type);
   Py_INCREF(param_type);
   Py_INCREF(modes);
   Py_INCREF(is_neg);
+  Py_XDECREF(armed.is_neg);  // a second arming (tests) replaces the first
+  Py_XDECREF(armed.tensor_type);
+  Py_XDECREF(armed.param_type);
+  Py_XDECREF(armed.modes);
   armed.is_neg = is_neg;
   armed.tensor_type = tensor_type;
   armed.param_type = param_type;
@@ -240,15 +253,8 @@ PyObject* compat_arm(PyObject*, PyObject* args) {
 }  // namespace selective_scan
 
 // The stable module's functions (module.cpp): the entries and their arming.
-PyMethodDef kBindingMethods[] = {
-    {"compat_fwd", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&selective_scan::compat_fwd)),
-     METH_FASTCALL | METH_KEYWORDS, "selective_scan_cuda.fwd's common case (selective_scan/cuda_compat.py)"},
-    {"compat_bwd", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&selective_scan::compat_bwd)),
-     METH_FASTCALL | METH_KEYWORDS, "selective_scan_cuda.bwd's common case (selective_scan/cuda_compat.py)"},
-    {"compat_arm", &selective_scan::compat_arm, METH_VARARGS,
-     "compat_arm(fwd_py, bwd_py, env_rules, spaced_steps, spaced_max_dstate, bwd_spaced, exchange_capsule, "
-     "(tensor_type, parameter_type, is_neg), dispatch_mode_count): arm the entries"},
-    {nullptr, nullptr, 0, nullptr},
-};
+MAMBA_KERNELS_COMPAT_ENTRY_METHODS(
+    "compat_arm(fwd_py, bwd_py, env_rules, spaced_steps, spaced_max_dstate, bwd_spaced, exchange_capsule, "
+    "(tensor_type, parameter_type, is_neg), dispatch_mode_count): arm the entries")
 
 }  // namespace mamba_kernels
