@@ -238,8 +238,8 @@ def ours_extension_lines(root: Optional[str] = ROOT, require: bool = True) -> Li
 
 
 def arm_ours_entry(ours) -> str:
-    """One small compiled call of our ``selective_scan_cuda.fwd`` (which, in a classic build,
-    makes its fwd and bwd the extension's C entry: selective_scan/cuda_compat.py), then a line
+    """One small compiled call of our ``selective_scan_cuda.fwd`` (which makes its fwd and bwd
+    the extension's C entry where there is one: selective_scan/cuda_compat.py), then a line
     saying which function each of them now is. Call it before taking ``ours.fwd`` for timing."""
     import torch
 

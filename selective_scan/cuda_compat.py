@@ -319,15 +319,16 @@ def bwd(
     return result
 
 
-# ---- the classic build's C entry (csrc/selective_scan/classic/compat_entry.cpp)
+# ---- the C entry (csrc/selective_scan/classic/compat_entry.cpp, stable/compat_entry.cpp)
 #
 # mamba_ssm's small layers wait on the host, where this module's Python plus a torch.ops call
-# cost about twice the original's pybind11 function (docs/SCAN.md, "The ops"). A classic build
-# (linked to the running torch's C++ ABI) carries C functions for the common case of fwd and
-# bwd, which call the op's body directly and hand every other call back to the functions above.
-# Once the compiled path has run here (so the extension and every GPU passed their first-use
-# checks), selective_scan_cuda's fwd and bwd become those entries; torch.compile traces the
-# functions above in their place. Stable-ABI builds have no entry and keep the functions above.
+# cost about twice the original's pybind11 function (docs/SCAN.md, "The ops"). The extension
+# carries C functions for the common case of fwd and bwd, which call the op's body directly and
+# hand every other call back to the functions above: a classic build reads the caller's tensors
+# through the running torch's C++ ABI, a stable-ABI build through DLPack's C exchange API (a
+# torch without it keeps the functions above). Once the compiled path has run here (so the
+# extension and every GPU passed their first-use checks), selective_scan_cuda's fwd and bwd
+# become those entries; torch.compile traces the functions above in their place.
 
 _entry_tried = False
 
@@ -348,8 +349,20 @@ def _entry_env_rules() -> Tuple[Tuple[str, Tuple[str, ...]], ...]:
     )
 
 
+def _entry_arm_args(fwd_py, bwd_py) -> tuple:
+    """compat_arm's arguments: the functions the entry hands calls back to, the environment
+    rules, the states' spacing and where the spaced backward runs; then, for a stable build's
+    entry, DLPack's C exchange API (None on a torch without it), the tensor types it reads, the
+    test for a negative view and the count of active dispatch modes (both asked per call)."""
+    bwd_spaced = all(_index_fits(i) for i in range(torch.cuda.device_count()))
+    return (fwd_py, bwd_py, _entry_env_rules(), SPACED_STEPS, SPACED_MAX_DSTATE, bwd_spaced,
+            getattr(torch.Tensor, "__dlpack_c_exchange_api__", None),
+            (torch.Tensor, torch.nn.Parameter, torch.Tensor.is_neg),
+            getattr(torch._C, "_len_torch_dispatch_stack", None))
+
+
 def _arm_entry() -> None:
-    """Make selective_scan_cuda's fwd and bwd the classic build's C entry, where there is one.
+    """Make selective_scan_cuda's fwd and bwd the extension's C entry, where there is one.
     Called by a compiled call until the extension's first-use checks have passed (a caller that
     patches the dispatch reaches the compiled path before them; on a machine where some GPU
     cannot run the binary they never pass, and each call pays one dict read), then decided once."""
@@ -360,15 +373,18 @@ def _arm_entry() -> None:
     _entry_tried = True
     arm = getattr(module, "compat_arm", None)
     compat = sys.modules.get("selective_scan_cuda")
-    # a stable build has no entry; a caller who replaced the functions keeps theirs
+    # an extension without an entry, a torch without DLPack's C exchange API (which a stable
+    # build reads tensors through), or a caller who replaced the functions: they stay
     if arm is None or compat is None or compat.fwd is not fwd or compat.bwd is not bwd:
         return
     try:
         from torch._dynamo import substitute_in_graph
     except ImportError:  # a torch whose compiler could not trace the functions in the entry's place
         return
-    bwd_spaced = all(_index_fits(i) for i in range(torch.cuda.device_count()))
-    arm(fwd, bwd, _entry_env_rules(), SPACED_STEPS, SPACED_MAX_DSTATE, bwd_spaced)
+    try:
+        arm(*_entry_arm_args(fwd, bwd))
+    except (TypeError, ValueError):  # a stable entry on a torch without DLPack's C exchange API
+        return
     substitute_in_graph(module.compat_fwd, skip_signature_check=True)(fwd)
     substitute_in_graph(module.compat_bwd, skip_signature_check=True)(bwd)
     compat.fwd, compat.bwd = module.compat_fwd, module.compat_bwd

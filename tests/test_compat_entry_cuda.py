@@ -1,9 +1,9 @@
-"""GPU tests of the classic build's C entry for selective_scan_cuda
-(csrc/selective_scan/classic/compat_entry.cpp). Once the compiled path has run, a classic build's
-selective_scan_cuda.fwd and .bwd are that entry's functions: they give bitwise what the Python
-functions they stand in for (selective_scan/cuda_compat.py) give, and hand every call outside
-their common case back to them. A stable build has no entry and keeps the Python functions.
-Skipped without a GPU."""
+"""GPU tests of the C entry for selective_scan_cuda's common case (csrc/selective_scan/classic/
+compat_entry.cpp, stable/compat_entry.cpp). Once the compiled path has run, selective_scan_cuda.fwd
+and .bwd are that entry's functions (a stable build's on a torch with DLPack's C exchange API):
+they give bitwise what the Python functions they stand in for (selective_scan/cuda_compat.py)
+give, answer the common case without them, and hand every other call back to them. Skipped
+without a GPU."""
 
 from __future__ import annotations
 
@@ -61,24 +61,27 @@ def _same(a, b, what):
         assert same, f"{what}[{i}]"
 
 
-def test_entry_follows_the_binding():
+def _has_exchange_api() -> bool:
+    return getattr(torch.Tensor, "__dlpack_c_exchange_api__", None) is not None
+
+
+def test_entry_is_armed_where_the_build_can_read_tensors():
     import selective_scan_cuda
     from selective_scan import cuda_compat
 
     module = _armed_module()
-    if _binding(module) == "classic":
+    if _binding(module) == "classic" or _has_exchange_api():
         assert selective_scan_cuda.fwd is module.compat_fwd and selective_scan_cuda.bwd is module.compat_bwd
-    else:
-        assert not hasattr(module, "compat_fwd")
+    else:  # a stable build on a torch without DLPack's C exchange API
         assert selective_scan_cuda.fwd is cuda_compat.fwd and selective_scan_cuda.bwd is cuda_compat.bwd
 
 
-def _classic_entry():
+def _entry():
     import selective_scan_cuda
 
     module = _armed_module()
-    if _binding(module) != "classic":
-        pytest.skip("a stable build has no C entry")
+    if _binding(module) == "stable" and not _has_exchange_api():
+        pytest.skip("a stable build reads tensors through DLPack's C exchange API, which this torch lacks")
     assert selective_scan_cuda.fwd is module.compat_fwd, "the entry was not armed by a compiled call"
     return module
 
@@ -87,17 +90,19 @@ def _classic_entry():
 @pytest.mark.parametrize("z,D,bias,b3", [(True, True, True, False), (False, True, True, True),
                                          (True, False, False, True), (False, False, True, False)])
 @pytest.mark.parametrize("L", [1, 1023, 2500])
-def test_entry_gives_what_the_python_functions_give(dtype, z, D, bias, b3, L):
+@pytest.mark.parametrize("dout_fp32", [False, True])  # fp32: converted to u's dtype (stable: by Python)
+def test_entry_gives_what_the_python_functions_give(dtype, z, D, bias, b3, L, dout_fp32):
     from selective_scan import cuda_compat
 
-    entry = _classic_entry()
+    entry = _entry()
     args = _inputs(L, dtype, z=z, D=D, bias=bias, b3=b3, seed=L)
     got = entry.compat_fwd(*args, True)
     want = cuda_compat.fwd(*args, True)
     _same(got, want, "fwd")
     out, x = want[:2]
     g = torch.Generator(device="cuda").manual_seed(3)
-    dout = torch.randn(args[0].shape, device="cuda", generator=g)  # fp32: converted to u's dtype
+    dout = torch.randn(args[0].shape, device="cuda", generator=g)
+    dout = dout if dout_fp32 else dout.to(dtype)
     for recompute_out_z in (False, True):
         for dz_given in (False, True):
             dzs = [torch.full_like(args[6], float("nan")) if z and dz_given else None for _ in range(2)]
@@ -111,7 +116,7 @@ def test_entry_gives_what_the_python_functions_give(dtype, z, D, bias, b3, L):
 def test_entry_hands_other_calls_back(monkeypatch):
     from selective_scan import cuda_compat
 
-    entry = _classic_entry()
+    entry = _entry()
     args = _inputs(300, torch.bfloat16, seed=4)
     # keyword arguments, a tensor subclass, another states layout: each the Python function's answer
     _same(entry.compat_fwd(*args, delta_softplus=True), cuda_compat.fwd(*args, True), "keywords")
@@ -143,10 +148,40 @@ def test_entry_hands_other_calls_back(monkeypatch):
     _same(entry.compat_fwd(*cpu, True), cuda_compat.fwd(*cpu, True), "cpu")
 
 
+def test_entry_answers_the_common_case_itself():
+    # Armed with stand-ins for the Python functions, which record any call handed back: the
+    # common case (bf16, z, D, delta_bias, dout in u's dtype, dz given or not) must not reach them.
+    from selective_scan import cuda_compat
+
+    entry = _entry()
+    handed = []
+
+    def fwd_py(*a, **k):
+        handed.append("fwd")
+        return cuda_compat.fwd(*a, **k)
+
+    def bwd_py(*a, **k):
+        handed.append("bwd")
+        return cuda_compat.bwd(*a, **k)
+
+    args = _inputs(1500, torch.bfloat16, seed=8)
+    try:
+        entry.compat_arm(*cuda_compat._entry_arm_args(fwd_py, bwd_py))
+        out, x, out_z = entry.compat_fwd(*args, True)
+        dout = torch.randn_like(args[0])
+        entry.compat_bwd(*args, dout, x, out, None, True, False)
+        entry.compat_bwd(*args, dout, x, out, torch.empty_like(args[6]), True, True)
+        assert handed == []
+        entry.compat_fwd(*args, delta_softplus=True)  # keywords: handed back
+        assert handed == ["fwd"]
+    finally:
+        entry.compat_arm(*cuda_compat._entry_arm_args(cuda_compat.fwd, cuda_compat.bwd))
+
+
 def test_entry_names_bad_arguments_like_the_python_functions():
     from selective_scan import cuda_compat
 
-    entry = _classic_entry()
+    entry = _entry()
     args = _inputs(64, torch.float32, seed=5)
     bad = list(args)
     bad[1] = bad[1][:, :, :10]  # delta shorter than u
@@ -161,7 +196,7 @@ def test_entry_names_bad_arguments_like_the_python_functions():
 def test_entry_under_torch_compile():
     import selective_scan_cuda
 
-    entry = _classic_entry()
+    entry = _entry()
     args = _inputs(200, torch.bfloat16, seed=6)
 
     def f(*a):

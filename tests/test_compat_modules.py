@@ -422,7 +422,7 @@ def test_mamba_ssm_mamba_inner_fn_equals_ours(mamba_ssm_ops, fixed_b):
         torch.testing.assert_close(got, exp, rtol=1e-4, atol=1e-5 * exp.abs().max().item())
 
 
-# ---- the classic build's C entry (csrc/selective_scan/classic/compat_entry.cpp; its GPU tests:
+# ---- the C entry (csrc/selective_scan/{classic,stable}/compat_entry.cpp; its GPU tests:
 # tests/test_compat_entry_cuda.py): what Python hands it and when it is armed
 
 def test_entry_takes_only_the_spellings_that_mean_the_recompute_kernels():
@@ -442,8 +442,39 @@ def test_entry_is_not_armed_without_an_extension_that_has_one(monkeypatch):
     cuda_compat._arm_entry()
     assert not cuda_compat._entry_tried  # tried again at a later call
     assert selective_scan_cuda.fwd is cuda_compat.fwd and selective_scan_cuda.bwd is cuda_compat.bwd
-    stable = types.ModuleType("selective_scan._cuda")  # a stable build: no entry in its module
-    monkeypatch.setattr(dispatch, "ready_module", lambda kernel: stable)
+    bare = types.ModuleType("selective_scan._cuda")  # a build without an entry in its module
+    monkeypatch.setattr(dispatch, "ready_module", lambda kernel: bare)
     cuda_compat._arm_entry()
     assert cuda_compat._entry_tried  # for good
     assert selective_scan_cuda.fwd is cuda_compat.fwd and selective_scan_cuda.bwd is cuda_compat.bwd
+
+
+def test_a_stable_entry_is_not_armed_on_a_torch_without_dlpacks_c_exchange_api(monkeypatch):
+    from mamba_kernels.runtime import dispatch
+    from selective_scan import cuda_compat
+
+    armed = []
+
+    def stable_arm(*args):  # as the stable module's compat_arm: no exchange API, no entry
+        if args[6] is None:
+            raise ValueError("PyCapsule_GetPointer called with invalid PyCapsule object")
+        armed.append(args)
+
+    stable = types.ModuleType("selective_scan._cuda")
+    stable.compat_arm = stable_arm
+    monkeypatch.setattr(dispatch, "ready_module", lambda kernel: stable)
+    monkeypatch.delattr(torch.Tensor, "__dlpack_c_exchange_api__", raising=False)
+    monkeypatch.setattr(cuda_compat, "_entry_tried", False)
+    cuda_compat._arm_entry()
+    assert cuda_compat._entry_tried and not armed
+    assert selective_scan_cuda.fwd is cuda_compat.fwd and selective_scan_cuda.bwd is cuda_compat.bwd
+
+
+def test_entry_arm_arguments():
+    from selective_scan import cuda_compat
+
+    args = cuda_compat._entry_arm_args(cuda_compat.fwd, cuda_compat.bwd)
+    assert args[:2] == (cuda_compat.fwd, cuda_compat.bwd) and args[2] == cuda_compat._entry_env_rules()
+    assert args[7] == (torch.Tensor, torch.nn.Parameter, torch.Tensor.is_neg)
+    assert args[6] is getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
+    assert args[8] is None or args[8]() == 0  # no dispatch mode active here

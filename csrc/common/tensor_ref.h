@@ -49,6 +49,15 @@ struct TensorRef {
   bool same_shape(const TensorRef& o) const { return has_shape(o.sizes, o.dim); }
 };
 
+// torch's contiguous (row-major) strides for sizes; an axis of size 0 or 1 steps like size 1.
+inline void row_major_strides(const int64_t* sizes, int64_t ndim, int64_t* strides) {
+  int64_t stride = 1;
+  for (int64_t i = ndim - 1; i >= 0; --i) {
+    strides[i] = stride;
+    stride *= sizes[i] > 1 ? sizes[i] : 1;
+  }
+}
+
 // torch's rule for a tensor whose elements occupy a dense block without overlap (any order of
 // the axes): sorted by stride, skipping axes of size < 2, each stride is the product of the
 // sizes before it.

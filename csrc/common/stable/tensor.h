@@ -110,11 +110,7 @@ constexpr int64_t kMaxDims = 8;
 inline Tensor empty(const Tensor& like, const int64_t* sizes, int64_t ndim, ScalarType dtype) {
   MK_CHECK(ndim >= 0 && ndim <= kMaxDims, "mamba_kernels: cannot allocate a tensor of ", ndim, " dimensions");
   int64_t strides[kMaxDims];
-  int64_t stride = 1;
-  for (int64_t i = ndim - 1; i >= 0; --i) {
-    strides[i] = stride;
-    stride *= sizes[i] > 1 ? sizes[i] : 1;
-  }
+  row_major_strides(sizes, ndim, strides);
   return empty_strided(like, ndim, sizes, strides, dtype);
 }
 inline Tensor empty(const Tensor& like, std::initializer_list<int64_t> sizes, ScalarType dtype) {

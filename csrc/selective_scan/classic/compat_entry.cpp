@@ -2,9 +2,9 @@
 // cuda_compat.py) as C functions of the classic build's module, for their common case. mamba_ssm's
 // small layers wait on the host, and there the Python function plus a torch.ops call cost about
 // twice the original's pybind11 function (docs/SCAN.md, "The ops"); this entry has neither: the
-// caller's arguments go straight to the op's body. Only a classic build can have it: reading a
-// Python tensor (THPVariable) links the running torch's C++ ABI, which a stable-ABI binary
-// cannot.
+// caller's arguments go straight to the op's body. It reads a Python tensor (THPVariable)
+// through the running torch's C++ ABI; the stable build's entry (stable/compat_entry.cpp) reads
+// it through DLPack's C exchange API instead.
 //
 // The common case: positional arguments, plain tensors (no subclass, no dispatch mode active),
 // CUDA u, real fp32 A, the environment variables at values under which the Python function would
@@ -30,43 +30,14 @@ namespace mamba_kernels {
 namespace api = classic;
 }  // namespace mamba_kernels
 
+#include "../compat_entry_common.h"
 #include "../scan_ops.h"
-
-// PyObject_Vectorcall is public from CPython 3.9 on; 3.8 (torch 2.1's oldest) has it underscored.
-#if PY_VERSION_HEX < 0x03090000
-#define MK_VECTORCALL _PyObject_Vectorcall
-#else
-#define MK_VECTORCALL PyObject_Vectorcall
-#endif
 
 namespace mamba_kernels {
 namespace selective_scan {
 namespace {
 
-struct Armed {
-  PyObject* fwd_py = nullptr;  // the Python functions (strong references, kept for the process)
-  PyObject* bwd_py = nullptr;
-  // environment variable -> the values under which the common case holds ("" stands for unset)
-  std::vector<std::pair<std::string, std::vector<std::string>>> env;
-  int64_t spaced_steps = 0;       // the recompute layout's state spacing
-  int64_t spaced_max_dstate = 0;  // the largest dstate the backward starts from spaced states at
-  bool bwd_spaced = false;        // every visible GPU holds the spaced backward's block
-};
-Armed armed;
-
-bool env_allows() {
-  for (const auto& [name, values] : armed.env) {
-#ifdef _MSC_VER
-#pragma warning(suppress : 4996)  // getenv: the value is only compared here, never kept
-#endif
-    const char* raw = std::getenv(name.c_str());
-    const char* value = raw != nullptr ? raw : "";
-    bool ok = false;
-    for (const auto& v : values) ok = ok || std::strcmp(value, v.c_str()) == 0;
-    if (!ok) return false;
-  }
-  return true;
-}
+compat::Armed armed;
 
 // A plain tensor (torch.Tensor or Parameter, not a subclass with its own semantics), and not a
 // conjugate or negative view (x.conj().imag, say): the op's body reads memory, and only torch's
@@ -86,19 +57,13 @@ bool plain_or_none(PyObject* o, OptTensor& t) {
   return true;
 }
 
-bool as_bool(PyObject* o, bool& b) {
-  if (o != Py_True && o != Py_False) return false;
-  b = o == Py_True;
-  return true;
-}
-
 // What the fast path needs before the op checks the rest: CUDA u of (batch, dim, L) and real A
 // (the Python function reshapes complex states; a dtype the kernels lack, float64, the op
 // refuses, and the Python function runs the PyTorch path), no dispatch mode to honour, and the
 // environment at a recompute spelling.
 bool common_case(const at::Tensor& u, const at::Tensor& A) {
   return u.is_cuda() && u.dim() == 3 && A.dim() == 2 && A.scalar_type() == at::kFloat &&
-         !c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::Python) && env_allows();
+         !c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::Python) && compat::env_allows(armed.env);
 }
 
 Tensor as_4d(const Tensor& t) { return t.dim() == 3 ? t.unsqueeze(1) : t; }
@@ -118,29 +83,18 @@ PyObject* to_list(std::initializer_list<const Tensor*> items) {
   return list;
 }
 
-PyObject* call_python(PyObject* fn, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
-  if (fn == nullptr) {
-    PyErr_SetString(PyExc_RuntimeError,
-                    "mamba_kernels: the selective_scan_cuda C entry is not armed yet: call selective_scan_cuda.fwd "
-                    "(which arms it after its first compiled call), not the extension's compat_fwd / compat_bwd");
-    return nullptr;
-  }
-  return MK_VECTORCALL(fn, args, nargsf, kwnames);
-}
-
 // fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus) -> [out, x] or [out, x, out_z]
-PyObject* compat_fwd(PyObject*, PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames) {
-  const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+PyObject* compat_fwd(PyObject*, PyObject* const* args, Py_ssize_t n, PyObject* kwnames) {
   // not armed yet (no spacing to lay the states out with): only the Python function can answer
-  if (kwnames != nullptr || n != 9 || armed.spaced_steps <= 0) return call_python(armed.fwd_py, args, nargsf, kwnames);
+  if (kwnames != nullptr || n != 9 || armed.spaced_steps <= 0) return compat::call_python(armed.fwd_py, args, n, kwnames);
   const at::Tensor *u = plain(args[0]), *delta = plain(args[1]), *A = plain(args[2]), *B = plain(args[3]),
                    *C = plain(args[4]);
   OptTensor D, z, bias;
   bool softplus = false;
   if (u == nullptr || delta == nullptr || A == nullptr || B == nullptr || C == nullptr ||
       !plain_or_none(args[5], D) || !plain_or_none(args[6], z) || !plain_or_none(args[7], bias) ||
-      !as_bool(args[8], softplus) || !common_case(*u, *A)) {
-    return call_python(armed.fwd_py, args, nargsf, kwnames);
+      !compat::as_bool(args[8], softplus) || !common_case(*u, *A)) {
+    return compat::call_python(armed.fwd_py, args, n, kwnames);
   }
   try {
     const int64_t L = u->size(2), span = 2 * armed.spaced_steps;
@@ -150,15 +104,14 @@ PyObject* compat_fwd(PyObject*, PyObject* const* args, Py_ssize_t nargsf, PyObje
   } catch (const std::exception&) {
     // refused (or failed): the Python function runs the call again and names what is wrong
   }
-  return call_python(armed.fwd_py, args, nargsf, kwnames);
+  return compat::call_python(armed.fwd_py, args, n, kwnames);
 }
 
 // bwd(u, delta, A, B, C, D, z, delta_bias, dout, x, out, dz, delta_softplus, recompute_out_z)
 //   -> [du, ddelta, dA, dB, dC, dD, ddelta_bias] (+ [dz] with z) (+ [out_z] if recompute_out_z)
-PyObject* compat_bwd(PyObject*, PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames) {
-  const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+PyObject* compat_bwd(PyObject*, PyObject* const* args, Py_ssize_t n, PyObject* kwnames) {
   if (kwnames != nullptr || n != 14 || armed.spaced_steps <= 0 || !armed.bwd_spaced) {
-    return call_python(armed.bwd_py, args, nargsf, kwnames);
+    return compat::call_python(armed.bwd_py, args, n, kwnames);
   }
   const at::Tensor *u = plain(args[0]), *delta = plain(args[1]), *A = plain(args[2]), *B = plain(args[3]),
                    *C = plain(args[4]), *dout = plain(args[8]), *x = plain(args[9]);
@@ -166,10 +119,10 @@ PyObject* compat_bwd(PyObject*, PyObject* const* args, Py_ssize_t nargsf, PyObje
   bool softplus = false, recompute_out_z = false;
   if (u == nullptr || delta == nullptr || A == nullptr || B == nullptr || C == nullptr || dout == nullptr ||
       x == nullptr || !plain_or_none(args[5], D) || !plain_or_none(args[6], z) || !plain_or_none(args[7], bias) ||
-      !plain_or_none(args[10], out) || !plain_or_none(args[11], dz) || !as_bool(args[12], softplus) ||
-      !as_bool(args[13], recompute_out_z) || !common_case(*u, *A) || A->size(1) > armed.spaced_max_dstate ||
+      !plain_or_none(args[10], out) || !plain_or_none(args[11], dz) || !compat::as_bool(args[12], softplus) ||
+      !compat::as_bool(args[13], recompute_out_z) || !common_case(*u, *A) || A->size(1) > armed.spaced_max_dstate ||
       (z.has_value() && !out.has_value())) {
-    return call_python(armed.bwd_py, args, nargsf, kwnames);
+    return compat::call_python(armed.bwd_py, args, n, kwnames);
   }
   try {
     const bool gated = z.has_value();
@@ -199,56 +152,14 @@ PyObject* compat_bwd(PyObject*, PyObject* const* args, Py_ssize_t nargsf, PyObje
   } catch (const std::exception&) {
     // refused (or failed): the Python function runs the call again and names what is wrong
   }
-  return call_python(armed.bwd_py, args, nargsf, kwnames);
+  return compat::call_python(armed.bwd_py, args, n, kwnames);
 }
 
-bool read_env_rules(PyObject* rules) {
-  // ((name, (value, ...)), ...)
-  PyObject* seq = PySequence_Fast(rules, "env rules must be a sequence");
-  if (seq == nullptr) return false;
-  std::vector<std::pair<std::string, std::vector<std::string>>> env;
-  bool ok = true;
-  for (Py_ssize_t i = 0; ok && i < PySequence_Fast_GET_SIZE(seq); ++i) {
-    PyObject *name = nullptr, *values = nullptr;
-    ok = PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "UO", &name, &values);
-    if (!ok) break;
-    PyObject* vseq = PySequence_Fast(values, "env values must be a sequence");
-    ok = vseq != nullptr;
-    if (!ok) break;
-    std::vector<std::string> vs;
-    for (Py_ssize_t j = 0; ok && j < PySequence_Fast_GET_SIZE(vseq); ++j) {
-      const char* v = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(vseq, j));
-      ok = v != nullptr;
-      if (ok) vs.emplace_back(v);
-    }
-    Py_DECREF(vseq);
-    if (ok) env.emplace_back(PyUnicode_AsUTF8(name), std::move(vs));
-  }
-  Py_DECREF(seq);
-  if (ok) armed.env = std::move(env);
-  return ok;
-}
-
-// compat_arm(fwd_py, bwd_py, env_rules, spaced_steps, spaced_max_dstate, bwd_spaced)
+// compat_arm (compat_entry_common.h: ArmArgs): the arguments for reading tensors through DLPack
+// (the stable build's entry) are optional here and unused.
 PyObject* compat_arm(PyObject*, PyObject* args) {
-  PyObject *fwd_py = nullptr, *bwd_py = nullptr, *rules = nullptr;
-  long long steps = 0, max_dstate = 0;
-  int bwd_spaced = 0;
-  if (!PyArg_ParseTuple(args, "OOOLLp", &fwd_py, &bwd_py, &rules, &steps, &max_dstate, &bwd_spaced)) return nullptr;
-  if (!PyCallable_Check(fwd_py) || !PyCallable_Check(bwd_py) || steps <= 0) {
-    PyErr_SetString(PyExc_ValueError, "compat_arm: two callables and a positive state spacing are required");
-    return nullptr;
-  }
-  if (!read_env_rules(rules)) return nullptr;
-  Py_INCREF(fwd_py);
-  Py_INCREF(bwd_py);
-  Py_XDECREF(armed.fwd_py);
-  Py_XDECREF(armed.bwd_py);
-  armed.fwd_py = fwd_py;
-  armed.bwd_py = bwd_py;
-  armed.spaced_steps = steps;
-  armed.spaced_max_dstate = max_dstate;
-  armed.bwd_spaced = bwd_spaced != 0;
+  compat::ArmArgs parsed;
+  if (!compat::arm_common(armed, args, false, parsed)) return nullptr;
   Py_RETURN_NONE;
 }
 
@@ -256,14 +167,8 @@ PyObject* compat_arm(PyObject*, PyObject* args) {
 }  // namespace selective_scan
 
 // The classic module's functions (module.cpp): the entries and their arming.
-PyMethodDef kBindingMethods[] = {
-    {"compat_fwd", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&selective_scan::compat_fwd)),
-     METH_FASTCALL | METH_KEYWORDS, "selective_scan_cuda.fwd's common case (selective_scan/cuda_compat.py)"},
-    {"compat_bwd", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&selective_scan::compat_bwd)),
-     METH_FASTCALL | METH_KEYWORDS, "selective_scan_cuda.bwd's common case (selective_scan/cuda_compat.py)"},
-    {"compat_arm", &selective_scan::compat_arm, METH_VARARGS,
-     "compat_arm(fwd_py, bwd_py, env_rules, spaced_steps, spaced_max_dstate, bwd_spaced): arm the entries"},
-    {nullptr, nullptr, 0, nullptr},
-};
+MAMBA_KERNELS_COMPAT_ENTRY_METHODS(
+    "compat_arm(fwd_py, bwd_py, env_rules, spaced_steps, spaced_max_dstate, bwd_spaced[, exchange_capsule, "
+    "(tensor_type, parameter_type, is_neg), dispatch_mode_count]): arm the entries (the last three unused here)")
 
 }  // namespace mamba_kernels
