@@ -426,16 +426,19 @@ def _channel_stride_2(t: torch.Tensor) -> torch.Tensor:
 
 
 @gpu
-@pytest.mark.parametrize("case", ["1x96", "3x4x96-idx", "64x96-idx", "2x8x64-groups"])
+@pytest.mark.parametrize("case", ["1x96", "5x100", "7x100-linear", "3x4x96-idx", "64x96-idx", "2x8x64-groups"])
 @pytest.mark.parametrize("state_dtype", DTYPES, ids=str)
 def test_row_and_lean_kernels_agree_bitwise(ops, state_dtype, case):
     # A small launch over dense operands takes the row kernel (update.cu); the same values with
     # x, dt and z two elements apart along the channels take the lean kernel. Both must give
     # the reference's values and the same bits, in the output and in the state (slot indices
-    # with a padded row included).
-    batch, nheads, ngroups = {"1x96": (1, None, 1), "3x4x96-idx": (3, 4, 1), "64x96-idx": (64, None, 1),
+    # with a padded row included). 1x96 and 5x100 (a part warp) are Mamba-1's step, which the
+    # row kernel takes with its shape fixed at compile time; without softplus (linear) it does not.
+    batch, nheads, ngroups = {"1x96": (1, None, 1), "5x100": (5, None, 1), "7x100-linear": (7, None, 1),
+                              "3x4x96-idx": (3, 4, 1), "64x96-idx": (64, None, 1),
                               "2x8x64-groups": (2, 8, 2)}[case]
-    dim = 64 if nheads == 8 else 96
+    dim = 64 if nheads == 8 else 100 if case.endswith(("100", "linear")) else 96
+    softplus = not case.endswith("linear")
     dtypes = {n: torch.bfloat16 for n in ACT}
     slots = batch + 3 if case.endswith("idx") else None
     state, x, dt, A, B, C, D, z, dt_bias = make_inputs(batch, nheads, dim, 16, ngroups, state_dtype, dtypes,
@@ -445,9 +448,9 @@ def test_row_and_lean_kernels_agree_bitwise(ops, state_dtype, case):
         idx = torch.randperm(slots, device="cuda")[:batch].to(torch.int32)
         idx[batch // 2] = -1
     row_state, lean_state = state.clone(), state.clone()
-    row_out = run_and_check(ops, row_state, x, dt, A, B, C, D, z, dt_bias, True, idx)
+    row_out = run_and_check(ops, row_state, x, dt, A, B, C, D, z, dt_bias, softplus, idx)
     xs, dts, zs = (_channel_stride_2(t) for t in (x, dt, z))
-    lean_out = ops.update(lean_state, xs, dts, A, B, C, D, zs, dt_bias, True, idx)
+    lean_out = ops.update(lean_state, xs, dts, A, B, C, D, zs, dt_bias, softplus, idx)
     assert torch.equal(bits(row_out), bits(lean_out))
     assert torch.equal(bits(row_state), bits(lean_state))
 

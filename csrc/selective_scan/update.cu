@@ -13,9 +13,10 @@
 //   offset below 2^31): a warp per 32 rows doing each row's scalar work once, its passes in
 //   pairs (kP = 2), or per 32 / lanes rows for small launches (kP = 1); fp32 states also take
 //   their passes four at a time (kP = 4) on mid-sized launches. Small and mid-sized launches
-//   over dense operands with fp32 D and dt_bias take the row kernel, state_update_row<S, T>,
+//   over dense operands with fp32 D and dt_bias take the row kernel, state_update_row<S, T, M>,
 //   instead: one pass, its parameters in 144 bytes (a step that short waits on its launch and
-//   its first reads). 42 kernels in all.
+//   its first reads); M = true is Mamba-1's step with its fixed shape at compile time. 51
+//   kernels in all.
 // - Whole rows, coalesced. A row is one (batch, head, channel); `lanes` consecutive threads of
 //   a warp (a power of two, 1..32) own it, each one 16-byte chunk of its states (4 fp32 or 8
 //   16-bit states). Lane l holds chunk l, so a row's lanes read one contiguous run and, with the
@@ -755,27 +756,37 @@ struct RowParams {
 constexpr uint32_t kRowSlot64 = 1u << 3, kRowSoftplus = 1u << 4, kRowHasZ = 1u << 5, kRowHasD = 1u << 6,
                    kRowHasBias = 1u << 7;
 
-template <typename S, typename T>
+// Mamba-1's step (kMamba1, launch_row: row_is_mamba1) fixes at compile time what its every call
+// has: one head and group, no slot index, dstate 16 (so 16 / V lanes, every chunk whole), and
+// softplus with z, D and dt_bias all given. Each piece alone measured 0.03-0.04 us a step at
+// batch 1; together, in a CUDA graph, 1.46 us against the run-time kernel's 1.66-1.79
+// (bench/RESULTS.md, nineteenth pass). Same arithmetic in the same order: the same bits.
+template <typename S>
+constexpr int kMamba1LanesLog2 = sizeof(S) == 4 ? 2 : 1;  // 16 states in chunks of 16 / sizeof(S)
+
+template <typename S, typename T, bool kMamba1>
 __global__ void __launch_bounds__(kThreads) state_update_row(const RowParams p) {
   constexpr int V = 16 / int(sizeof(S));
   using I = int32_t;
-  const int lg = int(p.flags & 7u), lane = int(threadIdx.x) & 31;
+  const int lg = kMamba1 ? kMamba1LanesLog2<S> : int(p.flags & 7u), lane = int(threadIdx.x) & 31;
   const I t = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x);
   const I row = t >> lg;           // this thread's channel
   const I w0 = (t & ~31) >> lg;    // the warp's first channel
-  const I h = I(blockIdx.y), b = I(blockIdx.z);
-  const I hd = h * p.dim;          // the head's first channel in (head, dim) operands
+  const I h = kMamba1 ? 0 : I(blockIdx.y), b = I(blockIdx.z);
+  const I hd = kMamba1 ? 0 : h * p.dim;  // the head's first channel in (head, dim) operands
+  const I dstate = kMamba1 ? 16 : p.dstate;
   const bool row_ok = row < p.dim;
   // lane j computes channel w0 + j's scalars (a lane past the channels: the last one's, unused)
   const I rj = min(w0 + I(lane), p.dim - 1);
   int64_t slot = b;
-  if (p.slot_idx != nullptr) {
+  if (!kMamba1 && p.slot_idx != nullptr) {
     const I o = b * p.slot_idx_s;
     slot = (p.flags & kRowSlot64) ? static_cast<const int64_t*>(p.slot_idx)[o]
                                   : static_cast<const int32_t*>(p.slot_idx)[o];
   }
   const int c = lane & ((1 << lg) - 1);
-  if (slot < 0 || slot >= p.nslots) {  // uniform: a padded row (0) or an index past the cache (NaN)
+  // uniform: a padded row (0) or an index past the cache (NaN)
+  if (!kMamba1 && (slot < 0 || slot >= p.nslots)) {
     if (row_ok && c == 0) {
       const float v = slot < 0 ? 0.0f : __int_as_float(0x7fc00000);
       static_cast<T*>(p.out)[b * p.out_s0 + hd + row] = from_float<T>(v);
@@ -783,19 +794,19 @@ __global__ void __launch_bounds__(kThreads) state_update_row(const RowParams p) 
     return;
   }
   const I nc = I(c) * V;
-  const bool chunk_ok = nc < p.dstate;  // whole chunks: dstate % V == 0
+  const bool chunk_ok = kMamba1 || nc < dstate;  // whole chunks: dstate % V == 0
   const I ncc = chunk_ok ? nc : 0;
   const I rc = row_ok ? row : 0;
   // every load unconditional (valid addresses), zeros where there is no chunk
-  S* const st = static_cast<S*>(p.state) + I(slot) * p.state_s0 + (hd + rc) * p.dstate + ncc;
+  S* const st = static_cast<S*>(p.state) + I(slot) * p.state_s0 + (hd + rc) * dstate + ncc;
   Chunk<S, V> sc;
   Chunk<float, V> ac;
   Chunk<T, V> Bc, Cc;
   sc.load_vec(st);
-  ac.load_vec(static_cast<const float*>(p.A) + (hd + rc) * p.dstate + ncc);
-  const I grp = I(div_by(uint32_t(h), p.group_m, p.group_l));
-  Bc.load_vec(static_cast<const T*>(p.B) + b * p.B_s0 + grp * p.dstate + ncc);
-  Cc.load_vec(static_cast<const T*>(p.C) + b * p.C_s0 + grp * p.dstate + ncc);
+  ac.load_vec(static_cast<const float*>(p.A) + (hd + rc) * dstate + ncc);
+  const I grp = kMamba1 ? 0 : I(div_by(uint32_t(h), p.group_m, p.group_l));
+  Bc.load_vec(static_cast<const T*>(p.B) + b * p.B_s0 + grp * dstate + ncc);
+  Cc.load_vec(static_cast<const T*>(p.C) + b * p.C_s0 + grp * dstate + ncc);
   const uint32_t dt_w = raw_at(static_cast<const T*>(p.dt), b * p.dt_s0 + hd + rj);
   const float bias = p.dt_bias[hd + rj];
   const uint32_t x_w = raw_at(static_cast<const T*>(p.x), b * p.x_s0 + hd + rj);
@@ -808,11 +819,11 @@ __global__ void __launch_bounds__(kThreads) state_update_row(const RowParams p) 
     Cc.zero();
   }
   // the lean kernel's arithmetic, in its order (the two give the same bits)
-  float dtv = Bits<T>::to_f(dt_w) + ((p.flags & kRowHasBias) ? bias : 0.0f);
-  if (p.flags & kRowSoftplus) dtv = softplus(dtv);
+  float dtv = Bits<T>::to_f(dt_w) + ((kMamba1 || (p.flags & kRowHasBias)) ? bias : 0.0f);
+  if (kMamba1 || (p.flags & kRowSoftplus)) dtv = softplus(dtv);
   const float x = Bits<T>::to_f(x_w);
   const float dtx = dtv * x;
-  const bool has_D = p.flags & kRowHasD, has_z = p.flags & kRowHasZ;
+  const bool has_D = kMamba1 || (p.flags & kRowHasD), has_z = kMamba1 || (p.flags & kRowHasZ);
   const float Dx = has_D ? Dw * x : 0.0f;
   const float gate = has_z ? silu(Bits<T>::to_f(z_w)) : 1.0f;
   const int r = lane >> lg;  // this thread's channel, as a lane
@@ -1032,13 +1043,24 @@ RowParams row_params(const StateUpdateParams& p, const Shape& sh) {
   return q;
 }
 
+// Whether a row launch is Mamba-1's step, which state_update_row<S, T, true> fixes at compile time.
+template <typename S>
+bool row_is_mamba1(const StateUpdateParams& p, const Shape& sh) {
+  return p.nheads == 1 && p.slot_idx == nullptr && p.dstate == 16 && sh.lanes_log2 == kMamba1LanesLog2<S> &&
+         p.dt_softplus && p.z.ptr != nullptr && p.D.ptr != nullptr && p.dt_bias.ptr != nullptr;
+}
+
 template <typename S, typename T>
 cudaError_t launch_row(const StateUpdateParams& p, const Shape& sh, cudaStream_t stream) {
   const int64_t threads_needed = p.dim << sh.lanes_log2;  // < 2^31: the state's offsets are
   const int threads = int(std::min<int64_t>(kThreads, (threads_needed + 31) / 32 * 32));
   const int64_t blocks = (threads_needed + threads - 1) / threads;
   const dim3 grid(unsigned(blocks), unsigned(p.nheads), unsigned(p.batch));
-  state_update_row<S, T><<<grid, threads, 0, stream>>>(row_params(p, sh));
+  const RowParams q = row_params(p, sh);
+  if (row_is_mamba1<S>(p, sh))
+    state_update_row<S, T, true><<<grid, threads, 0, stream>>>(q);
+  else
+    state_update_row<S, T, false><<<grid, threads, 0, stream>>>(q);
   return cudaGetLastError();
 }
 
