@@ -426,7 +426,8 @@ def _channel_stride_2(t: torch.Tensor) -> torch.Tensor:
 
 
 @gpu
-@pytest.mark.parametrize("case", ["1x96", "5x100", "7x100-linear", "3x4x96-idx", "64x96-idx", "2x8x64-groups"])
+@pytest.mark.parametrize("case", ["1x96", "5x100", "7x100-linear", "3x4x96-idx", "64x96-idx",
+                                  "2x8x64-groups"])
 @pytest.mark.parametrize("state_dtype", DTYPES, ids=str)
 def test_row_and_lean_kernels_agree_bitwise(ops, state_dtype, case):
     # A small launch over dense operands takes the row kernel (update.cu); the same values with
