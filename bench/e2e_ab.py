@@ -1,6 +1,7 @@
 """mamba_ssm end to end, ours and the original in one process, their calls interleaved.
 
     python bench/e2e_ab.py --orig-dir DIR --dir D [--dtypes bfloat16] [--reps 15] [--tiny] [--device cuda]
+                           [--control ours|orig]
 
 Why one process: the small block's, the LM's and generate's rows are host-bound, and between two
 processes of the same kernels they moved by 30 % and changed sign (bench/RESULTS.md, the fourth
@@ -18,6 +19,8 @@ one set of weights and inputs, in one process:
 * Every repetition times both sides back to back, the first side alternating, so a drift of the
   machine lands on both. Each row gives both medians with their ranges, the ratio of the medians
   and the median of the per-repetition ratios.
+* ``--control ours`` (or ``orig``) points both columns at one side: an A/A run, whose ratios show
+  how far from 1.0 the harness itself lands on this machine, the yardstick for a real run's.
 * Outputs and gradients of the block and the LM are compared between the sides within
   e2e_mamba.TOLERANCE; the memory of two blocks (kept for the backward, fwd+bwd peak: the
   large one and the one timed, e2e_mamba.memory_shapes) is measured once per side.
@@ -109,10 +112,12 @@ def summarise(times: Dict[str, List[float]], rate_work: Optional[float] = None) 
     return row
 
 
-def load_sides(orig_dir: str, device: str) -> Tuple[Dict[str, types.ModuleType], List[str]]:
+def load_sides(orig_dir: str, device: str, control: Optional[str] = None
+               ) -> Tuple[Dict[str, types.ModuleType], List[str]]:
     """The two sides' selective_scan_cuda, checked: ours is what mamba_ssm's interface imported
     (our compatibility module of this checkout, with our compiled extensions on CUDA), the
-    original is its compiled file under ``orig_dir``."""
+    original is its compiled file under ``orig_dir``. With ``control`` ("ours" or "orig") both
+    sides call that one module: an A/A run, whose ratios are the harness's own spread and bias."""
     lines = provenance.check_ours_client(e2e.ROOT, compiled=device == "cuda")
     iface = sys.modules[provenance.ORIG_INTERFACE]
     ours = iface.selective_scan_cuda
@@ -120,6 +125,11 @@ def load_sides(orig_dir: str, device: str) -> Tuple[Dict[str, types.ModuleType],
         lines.append(provenance.arm_ours_entry(ours))
     orig, so = provenance.load_original_extension(orig_dir, provenance.ORIG_SCAN_EXT)
     lines.append(f"original's {provenance.ORIG_SCAN_EXT} (loaded by path, switched in per call): {so}")
+    if control is not None:
+        both = {"ours": ours, "orig": orig}[control]
+        lines.append(f"CONTROL RUN: both columns call {control}'s selective_scan_cuda; every ratio below "
+                     "is the harness's own spread, not a comparison")
+        return {"ours": stand_in("ours", both), "orig": stand_in("orig", both)}, lines
     return {"ours": stand_in("ours", ours), "orig": stand_in("orig", orig)}, lines
 
 
@@ -291,6 +301,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--reps", type=int, default=None, help="rounds per row (default: e2e_mamba's reps)")
     ap.add_argument("--tiny", action="store_true", help="tiny sizes (a smoke run)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--control", choices=("ours", "orig"), default=None,
+                    help="an A/A run: both columns call this side's selective_scan_cuda (the harness's "
+                         "own spread and bias between its two columns)")
     ap.add_argument("--profile-lm", action="store_true",
                     help="also write torch.profiler tables of the LM forward per side into --dir (GPU only)")
     a = ap.parse_args(argv)
@@ -300,7 +313,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         import mamba_ssm.ops.selective_scan_interface as iface
 
-        sides, lines = load_sides(a.orig_dir, a.device)
+        sides, lines = load_sides(a.orig_dir, a.device, a.control)
     except Exception as e:  # ProvenanceError, or an import failing: nothing is measured
         print(f"PROVENANCE FAILED: {type(e).__name__}: {e}", file=sys.stderr)
         return 2

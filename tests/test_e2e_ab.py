@@ -63,3 +63,23 @@ def test_stand_ins_count_per_side_and_the_check_catches_a_stray_call(ab):
     assert len(problems) == 1 and "row (ours)" in problems[0]
     ab.expect_side("empty row", "ours", problems)  # no calls at all: the fast path was not taken
     assert len(problems) == 2
+
+
+@pytest.mark.parametrize("control", [None, "ours", "orig"])
+def test_control_runs_point_both_columns_at_one_side(ab, monkeypatch, control):
+    # an A/A run (--control) gives both columns the named side's module, each still counted
+    # under its own column, and says so in the report's header; a normal run keeps them apart
+    ours = types.SimpleNamespace(fwd=lambda *a: "ours", bwd=lambda *a: "ours bwd", __file__="/x/ours.py")
+    orig = types.SimpleNamespace(fwd=lambda *a: "orig", bwd=lambda *a: "orig bwd", __file__="/y/orig.so")
+    iface = types.ModuleType("iface")
+    iface.selective_scan_cuda = ours
+    monkeypatch.setitem(sys.modules, ab.provenance.ORIG_INTERFACE, iface)
+    monkeypatch.setattr(ab.provenance, "check_ours_client", lambda root, compiled: ["ours: checked"])
+    monkeypatch.setattr(ab.provenance, "load_original_extension", lambda d, name: (orig, "/y/orig.so"))
+    sides, lines = ab.load_sides("/y", "cpu", control)
+    got = {name: module.fwd() for name, module in sides.items()}
+    want = {None: {"ours": "ours", "orig": "orig"}, "ours": {"ours": "ours", "orig": "ours"},
+            "orig": {"ours": "orig", "orig": "orig"}}[control]
+    assert got == want
+    assert dict(ab.CALLS) == {"ours:fwd": 1, "orig:fwd": 1}  # counted per column either way
+    assert any("CONTROL RUN" in line for line in lines) == (control is not None)
