@@ -11,13 +11,14 @@ and dispatch) time and so gives the kernels' time. On CPU the loop is timed with
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import shlex
 import statistics
 import subprocess
 import sys
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -151,6 +152,26 @@ def safe(f: Callable[[], float], notes: Optional[List[str]] = None, what: str = 
         else:
             print(f"<!-- skipped {msg} -->", flush=True)
         return None
+
+
+def median_ci(values: Sequence[float], level: float = 0.95) -> Tuple[float, float]:
+    """A confidence interval for the median of ``values`` that assumes nothing about their
+    distribution: the k-th smallest to the k-th largest value, for the largest k at which the
+    median falls outside with probability at most 1 - level (fewer than k of n values lie below
+    it with probability P(Binomial(n, 1/2) < k), and as many above). With too few values for the
+    level (n <= 5 at 95 %) it is the whole range, which then holds the median less surely."""
+    xs = sorted(values)
+    n = len(xs)
+    if n == 0:
+        raise ValueError("median_ci: no values")
+    tail, below, k = (1.0 - level) / 2.0, 0, 0
+    for j in range(n):  # below = the number of ways to have at most j values under the median
+        below += math.comb(n, j)
+        if below / 2 ** n > tail:
+            break
+        k = j + 1
+    k = max(k, 1)
+    return xs[k - 1], xs[n - k]
 
 
 def fmt(v: Optional[float], digits: int = 3) -> str:

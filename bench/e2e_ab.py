@@ -41,6 +41,7 @@ import types
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
+import _timing as T
 import e2e_mamba as e2e  # bench/ is the script's directory, first on sys.path
 import provenance
 import torch
@@ -109,6 +110,7 @@ def summarise(times: Dict[str, List[float]], rate_work: Optional[float] = None) 
         paired = [1.0 / p for p in paired]
     row["ratio"] = row["ours"][0] / row["orig"][0]
     row["paired"] = statistics.median(paired)
+    row["paired_ci"] = T.median_ci(paired)  # 95 %: what the rounds allow a claim of
     return row
 
 
@@ -275,11 +277,13 @@ def markdown(report: dict, meta: dict) -> str:
               f"{meta['reps']} rounds (generate {max(1, meta['reps'] // 3)}), the first side alternating", ""]
     for name, r in report.items():
         lines += [f"#### {name}", "", "| quantity | ours | original | ours / original (medians) | "
-                  "median of the rounds' ratios |", "|---|---|---|---|---|"]
+                  "median of the rounds' ratios (95 % interval) |", "|---|---|---|---|---|"]
         for k, row in r["rows"].items():
             unit = "" if ("tokens/s" in k or "MiB" in k) else " ms"
+            ci = row.get("paired_ci")
+            interval = f" ({ci[0]:.3f}-{ci[1]:.3f})" if ci else ""
             lines.append(f"| {k} | {_cell(row['ours'], unit)} | {_cell(row['orig'], unit)} | "
-                         f"{row['ratio']:.3f} | {row['paired']:.3f} |")
+                         f"{row['ratio']:.3f} | {row['paired']:.3f}{interval} |")
         lines += ["", "| check | value | tolerance |", "|---|---|---|"]
         for k, (v, tol) in r["checks"].items():
             lines.append(f"| {k} | {100 * v:.1f} % |  |" if tol is None else f"| {k} | {v:.2e} | {tol:g} |")

@@ -44,6 +44,33 @@ def test_summary_ratios(ab):
     assert rate["ratio"] == 2.0 and rate["paired"] == 2.0  # ours twice the rate
 
 
+def test_median_interval_ranks_and_coverage(ab):
+    # the order statistics of the 95 % interval for the median (n 16: 4th and 13th; n 40: 14th
+    # and 27th), the whole range below six values, and, over many draws from a skewed
+    # distribution, the true median inside at least 95 % of the time
+    import random
+
+    ci = ab.T.median_ci
+    assert ci(list(range(1, 17))) == (4, 13)
+    assert ci(list(reversed(range(1, 41)))) == (14, 27)
+    assert ci([3.0, 1.0, 2.0]) == (1.0, 3.0)
+    with pytest.raises(ValueError):
+        ci([])
+    rng = random.Random(7)
+    true_median = 2.0 ** 0.5  # of 2 ** U(0, 1), U uniform
+    inside = 0
+    for _ in range(2000):
+        lo, hi = ci([2.0 ** rng.random() for _ in range(16)])
+        inside += lo <= true_median <= hi
+    assert inside / 2000 >= 0.95
+
+
+def test_summary_carries_the_rounds_interval(ab):
+    times = {"ours": [float(v) for v in range(1, 17)], "orig": [1.0] * 16}
+    row = ab.summarise(times)
+    assert row["paired"] == 8.5 and row["paired_ci"] == (4.0, 13.0)
+
+
 def test_stand_ins_count_per_side_and_the_check_catches_a_stray_call(ab):
     ours = types.SimpleNamespace(fwd=lambda *a: ("ours", a), bwd=lambda *a: "ours bwd", __file__="/x/ours.py")
     orig = types.SimpleNamespace(fwd=lambda *a: ("orig", a), bwd=lambda *a: "orig bwd", __file__="/y/orig.so")
