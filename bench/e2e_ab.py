@@ -111,6 +111,7 @@ def summarise(times: Dict[str, List[float]], rate_work: Optional[float] = None) 
     row["ratio"] = row["ours"][0] / row["orig"][0]
     row["paired"] = statistics.median(paired)
     row["paired_ci"] = T.median_ci(paired)  # 95 %: what the rounds allow a claim of
+    row["rounds"] = paired  # every round's ratio, in order, for the JSON (later analysis)
     return row
 
 

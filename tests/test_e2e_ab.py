@@ -69,6 +69,7 @@ def test_summary_carries_the_rounds_interval(ab):
     times = {"ours": [float(v) for v in range(1, 17)], "orig": [1.0] * 16}
     row = ab.summarise(times)
     assert row["paired"] == 8.5 and row["paired_ci"] == (4.0, 13.0)
+    assert row["rounds"] == times["ours"]  # each round's ratio kept, in order
 
 
 def test_stand_ins_count_per_side_and_the_check_catches_a_stray_call(ab):
