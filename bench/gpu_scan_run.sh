@@ -12,7 +12,9 @@
 #              parts ($OUT/mamba_whl.part-*, $OUT/mamba_whl.name; put them in .device/) and
 #              its compressed build log (ptxas register and spill lines included)
 #   build      ours: MAMBA_KERNELS_FORCE_BUILD=1 TORCH_CUDA_ARCH_LIST=9.0 pip install -e .
-#              (time, size of each compiled .so stripped)
+#              (time, size of each compiled .so stripped); or, for a stable binding, the
+#              extensions carried in $PREBUILT (default .device/prebuilt; none: always build)
+#              when bench/prebuilt_ext.sh made them from these very sources (saves ~60 s)
 #   test       pytest of $GPU_TESTS (the files that exist), -n 4 when pytest-xdist is there; GPU
 #              test files only: the run exports MAMBA_KERNELS_BACKEND=cuda, under which a CPU
 #              file's CPU-tensor calls are refused by design (they fail there, not the code)
@@ -128,10 +130,31 @@ if has build; then
   rm -rf build
   find causal_conv1d selective_scan -name '_cuda*.so' -delete 2>/dev/null
   s=$(date +%s)
-  MAMBA_KERNELS_FORCE_BUILD=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=$NPROC MAMBA_KERNELS_RELEASE=${MAMBA_KERNELS_RELEASE:-0} \
-    timeout "$(limit 300)" python3 -m pip install --no-build-isolation --no-deps --no-index -e . >/tmp/ours_build.log 2>&1
-  rc=$?
-  log "ours: pip install -e . rc=$rc in $(($(date +%s) - s)) s"
+  # a stable build made from these very sources elsewhere (bench/prebuilt_ext.sh), when carried
+  PRE=${PREBUILT:-.device/prebuilt}
+  pre_rc=1
+  if [ "$PRE" != none ] && [ "${MAMBA_KERNELS_BINDING:-auto}" != classic ] && [ "${MAMBA_KERNELS_RELEASE:-0}" = 0 ]; then
+    bash bench/prebuilt_ext.sh use "$PRE" >/tmp/prebuilt.log 2>&1
+    pre_rc=$?
+    log "ours: $(cat /tmp/prebuilt.log)"
+  fi
+  if [ $pre_rc = 0 ]; then
+    MAMBA_KERNELS_SKIP_CUDA_BUILD=1 timeout "$(limit 300)" python3 -m pip install --no-build-isolation --no-deps \
+      --no-index -e . >/tmp/ours_build.log 2>&1
+    rc=$?
+    # a prebuilt that does not load here (another torch's stable ABI, a library missing) is built instead
+    (cd /tmp && PYTHONPATH="$REPO" timeout 120 python3 -c "import selective_scan._cuda, causal_conv1d._cuda") \
+      >>/tmp/ours_build.log 2>&1 || { rc=1; log "ours: the prebuilt extensions do not load here: building"; }
+    log "ours: prebuilt extensions from $PRE, pip install -e . rc=$rc in $(($(date +%s) - s)) s"
+    [ $rc = 0 ] || pre_rc=1
+  fi
+  if [ $pre_rc != 0 ]; then
+    find causal_conv1d selective_scan -name '_cuda*.so' -delete 2>/dev/null
+    MAMBA_KERNELS_FORCE_BUILD=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=$NPROC MAMBA_KERNELS_RELEASE=${MAMBA_KERNELS_RELEASE:-0} \
+      timeout "$(limit 300)" python3 -m pip install --no-build-isolation --no-deps --no-index -e . >/tmp/ours_build.log 2>&1
+    rc=$?
+    log "ours: pip install -e . rc=$rc in $(($(date +%s) - s)) s"
+  fi
   grep -E "mamba-kernels:|error" /tmp/ours_build.log | tail -20 | tee -a "$OUT/run.log"
   found=0
   for so in $(find causal_conv1d selective_scan -name '_cuda*.so' 2>/dev/null); do
