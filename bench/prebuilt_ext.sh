@@ -16,7 +16,7 @@ PKGS="causal_conv1d selective_scan"
 
 sources_hash() {  # every file the extensions' build reads, by path and content
   find csrc mamba_kernels/build mamba_kernels/facts mamba_kernels/runtime/buildinfo.py \
-    mamba_kernels/runtime/knobs.py setup.py pyproject.toml -type f \
+    mamba_kernels/runtime/knobs.py build_backend setup.py pyproject.toml -type f \
     \( -name '*.py' -o -name '*.cu' -o -name '*.cuh' -o -name '*.h' -o -name '*.cpp' -o -name '*.toml' \
        -o -name '*.json' -o -name '*.txt' -o -name '*.cfg' \) -not -path '*/__pycache__/*' -print0 \
     | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1

@@ -13,7 +13,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PKGS = ("causal_conv1d", "selective_scan")
 SOURCES = ("csrc", "mamba_kernels/build", "mamba_kernels/facts", "mamba_kernels/runtime/buildinfo.py",
-           "mamba_kernels/runtime/knobs.py", "setup.py", "pyproject.toml", "bench/prebuilt_ext.sh")
+           "mamba_kernels/runtime/knobs.py", "build_backend", "setup.py", "pyproject.toml",
+           "bench/prebuilt_ext.sh")
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("sha256sum") is None,
                                 reason="needs bash and coreutils")
