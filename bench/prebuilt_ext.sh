@@ -5,8 +5,9 @@
 # torch loads under the GPU machine's. The build is tied to the sources it was made from by a
 # hash of every file that goes into it; a checkout whose sources differ gets no prebuilt.
 #
-#   bash bench/prebuilt_ext.sh make DIR   build here (CUDA_HOME, TORCH_CUDA_ARCH_LIST, default 9.0)
-#                                         and put the .so files and SOURCES.sha256 into DIR
+#   bash bench/prebuilt_ext.sh make DIR   build here (CUDA_HOME, TORCH_CUDA_ARCH_LIST, default 9.0;
+#                                         replaces build/ and removes in-place extensions) and put
+#                                         the packed .so files and SOURCES.sha256 into DIR
 #   bash bench/prebuilt_ext.sh use DIR    when DIR's hash is this checkout's: copy its .so files
 #                                         into the packages and exit 0; else say why and exit 1
 #   bash bench/prebuilt_ext.sh hash       this checkout's sources hash
