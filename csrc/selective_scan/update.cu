@@ -293,11 +293,13 @@ __device__ __forceinline__ int chunk_valid(int64_t dstate, int64_t n0, int vec) 
   return left <= 0 ? 0 : (left >= vec ? vec : int(left));
 }
 
-// The slot row b reads and writes: b itself, or state_batch_indices[b].
-__device__ __forceinline__ int64_t slot_of(const StateUpdateParams& p, int64_t b) {
-  if (p.slot_idx == nullptr) return b;
-  return p.slot_idx_64 ? static_cast<const int64_t*>(p.slot_idx)[b * p.slot_idx_s]
-                       : int64_t(static_cast<const int32_t*>(p.slot_idx)[b * p.slot_idx_s]);
+// The slot row b reads and writes: b itself, or state_batch_indices[b] (int64 or int32 indices,
+// `stride` apart). Every decode kernel reads it here, in its own offset type I.
+template <typename I>
+__device__ __forceinline__ int64_t slot_of(const void* idx, bool idx_64, I stride, I b) {
+  if (idx == nullptr) return b;
+  const I o = b * stride;
+  return idx_64 ? static_cast<const int64_t*>(idx)[o] : int64_t(static_cast<const int32_t*>(idx)[o]);
 }
 
 __device__ __forceinline__ float softplus(float v) { return v <= 20.0f ? log1pf(expf(v)) : v; }
@@ -431,8 +433,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks<S, T>())
   const bool has1 = pair ? b1 < p.batch : wide;  // the second chunk exists (uniform in the block)
   const int valid1 = has1 && row_ok ? chunk_valid(p.dstate, n1, V) : 0;
   // ---- loads: the slot index (the state's address needs it), the state, then everything else
-  const int64_t slot0 = slot_of(p, b0);
-  const int64_t slot1 = pair && has1 ? slot_of(p, b1) : slot0;
+  const int64_t slot0 = slot_of<int64_t>(p.slot_idx, p.slot_idx_64, p.slot_idx_s, b0);
+  const int64_t slot1 = pair && has1 ? slot_of<int64_t>(p.slot_idx, p.slot_idx_64, p.slot_idx_s, b1) : slot0;
   const bool live0 = row_ok && slot0 >= 0 && slot0 < p.nslots;
   const bool live1 = has1 && row_ok && slot1 >= 0 && slot1 < p.nslots;
 
@@ -628,11 +630,7 @@ __global__ void __launch_bounds__(kThreads, lean_min_blocks<S, T, kP>())
   const I d0 = (I(blockIdx.x) * I(blockDim.x >> 5) + I(threadIdx.x >> 5)) * rows;
   const I h = I(blockIdx.y), b = I(blockIdx.z);
 
-  int64_t slot = b;
-  if (p.slot_idx != nullptr) {
-    const I o = b * p.slot_idx_s;
-    slot = p.slot_idx_64 ? static_cast<const int64_t*>(p.slot_idx)[o] : static_cast<const int32_t*>(p.slot_idx)[o];
-  }
+  const int64_t slot = slot_of<I>(p.slot_idx, p.slot_idx_64, p.slot_idx_s, b);
   const I dj = d0 + lane;  // the row whose scalars this lane computes
   const bool own_ok = lane < rows && dj < p.dim;
   const I dcj = own_ok ? dj : 0;
@@ -778,12 +776,7 @@ __global__ void __launch_bounds__(kThreads) state_update_row(const RowParams p) 
   const bool row_ok = row < p.dim;
   // lane j computes channel w0 + j's scalars (a lane past the channels: the last one's, unused)
   const I rj = min(w0 + I(lane), p.dim - 1);
-  int64_t slot = b;
-  if (!kMamba1 && p.slot_idx != nullptr) {
-    const I o = b * p.slot_idx_s;
-    slot = (p.flags & kRowSlot64) ? static_cast<const int64_t*>(p.slot_idx)[o]
-                                  : static_cast<const int32_t*>(p.slot_idx)[o];
-  }
+  const int64_t slot = kMamba1 ? int64_t(b) : slot_of<I>(p.slot_idx, p.flags & kRowSlot64, p.slot_idx_s, b);
   const int c = lane & ((1 << lg) - 1);
   // uniform: a padded row (0) or an index past the cache (NaN)
   if (!kMamba1 && (slot < 0 || slot >= p.nslots)) {
