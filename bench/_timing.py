@@ -18,7 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -115,6 +115,46 @@ def time_ms(
             times.append(1e3 * (time.perf_counter() - t) / inner)
     del g
     return statistics.median(times)
+
+
+def paired_rounds(timers: Dict[str, Callable[[], float]], rounds: int) -> Dict[str, List[float]]:
+    """Each round calls every timer once (each returns one sample, in ms), the order rotating
+    round by round, so that a drift of the machine lands on every side alike; the samples per
+    side, in round order. Ratios of one round's samples are what a paired comparison reads."""
+    names = list(timers)
+    out: Dict[str, List[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for n in names[k:] + names[:k]:
+            out[n].append(timers[n]())
+    return out
+
+
+def graph_timer(fn: Callable[[int], None], n_sets: int, inner: int) -> Callable[[], float]:
+    """A timer for paired_rounds: ``inner`` calls of ``fn`` (cycling over the input sets),
+    warmed up and captured in a CUDA graph; each call of the timer replays it once and returns
+    CUDA-event milliseconds per call."""
+    fn(0)
+
+    def loop() -> None:
+        for j in range(inner):
+            fn(j % n_sets)
+
+    loop()
+    g = capture_graph(loop)
+    g.replay()
+    torch.cuda.synchronize()
+
+    def timer() -> float:
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        return a.elapsed_time(b) / inner
+
+    timer.graph = g  # kept alive as long as the timer
+    return timer
 
 
 def wall_ms(fn: Callable[[int], None], n_sets: int, *, calls: int = 200, reps: int = 5,

@@ -391,6 +391,28 @@ def _copy_state(sets: List[Tuple[Tensor, ...]], i: int) -> None:
     sets[i][0].mul_(1.0)
 
 
+DECODE_GRAPH_INNER = 20    # calls in one graph
+DECODE_GRAPH_ROUNDS = 60   # paired replays of each side's graph
+
+
+def _paired_graphs(timers: Dict[str, Optional[Callable[[], float]]], opt: Options,
+                   res: Dict[str, Tuple[Optional[float], Optional[float]]]) -> str:
+    """Replays each side's graph in paired rounds and fills in res's graph times (each side's
+    median); with both sides, the median of the rounds' speedups (original / ours) and its
+    95 % interval, as a cell ("-" when a side has no graph)."""
+    live = {k: t for k, t in timers.items() if t is not None}
+    if not live:
+        return "-"
+    samples = T.paired_rounds(live, DECODE_GRAPH_ROUNDS if not opt.quick else 20)
+    for name, xs in samples.items():
+        res[name] = (res[name][0], statistics.median(xs))
+    if set(samples) != {"ours", "original"}:
+        return "-"
+    speedups = [o / u for o, u in zip(samples["original"], samples["ours"])]
+    lo, hi = T.median_ci(speedups)
+    return f"{statistics.median(speedups):.3f}x ({lo:.3f}-{hi:.3f})"
+
+
 def decode_section(batches: Sequence[int], dim: int, impls: List[Impl], opt: Options) -> None:
     impls = [i for i in impls if i.update is not None]
     print(f"\n## selective_state_update (decode, one token), dim {dim}, dstate {DECODE_DSTATE}, "
@@ -398,8 +420,10 @@ def decode_section(batches: Sequence[int], dim: int, impls: List[Impl], opt: Opt
     if not impls:
         print("(no implementation loaded)\n")
         return
-    _table_head(["batch", "max rel. error of ours vs original (out, new state)"], impls, "ms",
-                ["state copy graph ms"] if opt.device == "cuda" else [])
+    last = ["state copy graph ms"] if opt.device == "cuda" else []
+    if len(impls) == 2 and opt.device == "cuda":
+        last = ["speedup graph, 95 % interval"] + last
+    _table_head(["batch", "max rel. error of ours vs original (out, new state)"], impls, "ms", last)
     notes: List[str] = []
     calls, reps = (100, 3) if opt.quick else (200, 5)
     for batch in batches:
@@ -418,7 +442,7 @@ def decode_section(batches: Sequence[int], dim: int, impls: List[Impl], opt: Opt
                 notes.append(f"batch {batch}: check failed: {_brief(e)}")
                 errs = {"check": math.inf}
         ok, verdict = _verdict(errs, torch.bfloat16)
-        res = {}
+        res, timers = {}, {}
         with torch.no_grad():
             for impl in impls:
                 if impl.name == "ours" and not ok:
@@ -427,21 +451,24 @@ def decode_section(batches: Sequence[int], dim: int, impls: List[Impl], opt: Opt
                 what = f"batch {batch} {impl.name}"
                 call = T.safe(partial(T.wall_ms, fn, n_sets, calls=calls, reps=reps, device=opt.device),
                               notes, f"{what} call")
-                graph = None
                 if opt.device == "cuda" and call is not None:
-                    timed = partial(T.time_ms, fn, n_sets, graph=True, reps=opt.reps, inner=20,
-                                    device=opt.device, budget_ms=opt.budget)
-                    graph = T.safe(timed, notes, f"{what} CUDA graph")
-                res[impl.name] = (call, graph)
+                    timers[impl.name] = T.safe(partial(T.graph_timer, fn, n_sets, DECODE_GRAPH_INNER), notes,
+                                               f"{what} CUDA graph")
+                res[impl.name] = (call, None)  # the graph time: _paired_graphs
+            paired = _paired_graphs(timers, opt, res)
         floor = []
         if opt.device == "cuda":  # the state read and written once in place: the step's bandwidth floor
             timed = partial(T.time_ms, partial(_copy_state, sets), n_sets, graph=True, reps=opt.reps,
                             inner=20, device=opt.device, budget_ms=opt.budget)
             floor = [T.fmt(T.safe(timed, notes, f"batch {batch} state copy"), 4)]
-        _row([str(batch), verdict] + _cells(res, impls, not ok, digits=4) + floor)
+        interval = [paired] if len(impls) == 2 and opt.device == "cuda" else []
+        _row([str(batch), verdict] + _cells(res, impls, not ok, digits=4) + interval + floor)
         del sets
         _free(opt.device)
     print("\n\"call\": host clock over back-to-back calls from Python, one synchronize at the end. "
+          f"\"graph\": {DECODE_GRAPH_INNER} calls captured in a CUDA graph per side, the two graphs "
+          f"replayed in {DECODE_GRAPH_ROUNDS} paired rounds (the first side alternating): each side's "
+          "median, and the median of the rounds' ratios with its 95 % interval (order statistics). "
           "\"state copy\": the state multiplied by 1 in place (read and written once, PyTorch's "
           "elementwise kernel) from the same CUDA graph: what moving the state alone costs.\n")
     _notes(notes)

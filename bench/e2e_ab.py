@@ -81,17 +81,18 @@ def interleaved(fns: Dict[str, Callable[[], object]], before: Callable[[str], No
         before(side)
         fns[side]()
         sync()
-    times: Dict[str, List[float]] = {s: [] for s in sides}
-    for r in range(reps):
-        order = sides if r % 2 == 0 else sides[::-1]
-        for side in order:
+
+    def timer(side: str) -> Callable[[], float]:
+        def one() -> float:
             before(side)
             sync()
             t0 = time.perf_counter()
             fns[side]()
             sync()
-            times[side].append((time.perf_counter() - t0) * 1e3)
-    return times
+            return (time.perf_counter() - t0) * 1e3
+        return one
+
+    return T.paired_rounds({s: timer(s) for s in sides}, reps)
 
 
 def summarise(times: Dict[str, List[float]], rate_work: Optional[float] = None) -> dict:

@@ -34,6 +34,14 @@ def test_rounds_alternate_the_first_side(ab):
     assert {k: len(v) for k, v in times.items()} == {"ours": 4, "orig": 4}
 
 
+def test_paired_rounds_rotate_every_side_to_the_front(ab):
+    seen = []
+    timers = {n: (lambda n=n: seen.append(n) or float(len(seen))) for n in ("a", "b", "c")}
+    samples = ab.T.paired_rounds(timers, 4)
+    assert seen == list("abc" "bca" "cab" "abc")
+    assert samples == {"a": [1.0, 6.0, 8.0, 10.0], "b": [2.0, 4.0, 9.0, 11.0], "c": [3.0, 5.0, 7.0, 12.0]}
+
+
 def test_summary_ratios(ab):
     times = {"ours": [1.0, 2.0, 3.0], "orig": [2.0, 2.0, 2.0]}
     row = ab.summarise(times)
