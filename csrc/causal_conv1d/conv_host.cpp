@@ -22,8 +22,8 @@ DType to_dtype(const TensorRef& t, const char* name) {
 }
 
 void check_cuda(const TensorRef& t, const TensorRef& x, const char* name) {
-  MK_CHECK(t.is_cuda, "causal_conv1d: ", name, " must be a CUDA tensor, got device ", t.device);
-  MK_CHECK(t.same_device(x), "causal_conv1d: ", name, " must be on x's device ", x.device, ", got ", t.device);
+  MK_CHECK(t.is_cuda, "causal_conv1d: ", name, " must be a CUDA tensor, got device ", t.device());
+  MK_CHECK(t.same_device(x), "causal_conv1d: ", name, " must be on x's device ", x.device(), ", got ", t.device());
 }
 
 void check_shape(const TensorRef& t, std::initializer_list<int64_t> want, const char* name) {
@@ -87,7 +87,7 @@ void check_launch(cudaError_t err, const char* what) {
 template <class Params>
 void prepare_common(Params& p, const char* op, const TensorRef& x, const TensorRef& weight, const TensorRef& bias,
                     bool silu) {
-  MK_CHECK(x.is_cuda, op, ": x must be a CUDA tensor, got device ", x.device);
+  MK_CHECK(x.is_cuda, op, ": x must be a CUDA tensor, got device ", x.device());
   MK_CHECK(x.dim == 3, op, ": x must be 3-D (batch, dim, seqlen), got shape ", x.shape());
   p.dtype = to_dtype(x, "x");
   p.batch = x.size(0);

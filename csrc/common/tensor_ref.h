@@ -23,9 +23,11 @@ struct TensorRef {
   bool is_complex = false;      // any complex dtype (kComplex64 or another)
   int64_t element_size = 0;
   bool is_cuda = false;
-  int device_type = -1;  // torch's device type code, compared for equality only
+  int device_type = -1;  // the binding's device type code, compared for equality only
   int device_index = -1;
-  std::string device;  // as torch prints it: "cuda:0", "cpu"
+  // The binding's namer of (device_type, device_index) as torch prints it ("cuda:0", "cpu"):
+  // only an error message needs the name, so no call pays for building it.
+  std::string (*name_device)(int device_type, int device_index) = nullptr;
   int64_t dim = 0;
   // Borrowed from the tensor, which the binding keeps alive for the whole call.
   const int64_t* sizes = nullptr;
@@ -35,6 +37,9 @@ struct TensorRef {
   int64_t stride(int64_t i) const { return strides[i]; }
   IntList shape() const { return IntList{sizes, dim}; }
   IntList stride_list() const { return IntList{strides, dim}; }
+  std::string device() const {
+    return name_device != nullptr ? name_device(device_type, device_index) : std::string("an unknown device");
+  }
   bool same_device(const TensorRef& o) const {
     return device_type == o.device_type && device_index == o.device_index;
   }

@@ -25,8 +25,8 @@ DType to_dtype(const TensorRef& t) {
 }
 
 void check_device(const TensorRef& t, const TensorRef& u, const char* name) {
-  MK_CHECK(t.is_cuda && t.same_device(u), "selective_scan: ", name, " must be on u's device ", u.device, ", got ",
-           t.device);
+  MK_CHECK(t.is_cuda && t.same_device(u), "selective_scan: ", name, " must be on u's device ", u.device(), ", got ",
+           t.device());
 }
 
 void check_like_u(const TensorRef& t, const TensorRef& u, const char* name) {
@@ -80,7 +80,7 @@ void check_launch(cudaError_t err, const char* what) {
 ScanParams prepare(const TensorRef& u, const TensorRef& delta, const TensorRef& A, const TensorRef& B,
                    const TensorRef& C, const TensorRef& D, const TensorRef& z, const TensorRef& delta_bias,
                    bool softplus) {
-  MK_CHECK(u.is_cuda, "selective_scan: u must be a CUDA tensor, got device ", u.device);
+  MK_CHECK(u.is_cuda, "selective_scan: u must be a CUDA tensor, got device ", u.device());
   MK_CHECK(u.dim == 3, "selective_scan: u must be 3-D (batch, dim, L), got shape ", u.shape());
   ScanParams p;
   p.dtype = to_dtype(u);

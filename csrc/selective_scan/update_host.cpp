@@ -30,7 +30,7 @@ DType step_dtype(const TensorRef& t, const char* name) {
 }
 
 void check_device(const TensorRef& t, const TensorRef& state, const char* name) {
-  MK_CHECK(t.same_device(state), SSU_FN, name, " must be on state's device ", state.device, ", got ", t.device);
+  MK_CHECK(t.same_device(state), SSU_FN, name, " must be on state's device ", state.device(), ", got ", t.device());
 }
 
 void check_shape(const TensorRef& t, const int64_t* want, int64_t n, const char* name, const char* rule) {
@@ -61,7 +61,7 @@ StateUpdateParams prepare_state_update(const TensorRef& state, const TensorRef& 
                                        const TensorRef& A, const TensorRef& B, const TensorRef& C,
                                        const TensorRef& D, const TensorRef& z, const TensorRef& dt_bias,
                                        bool dt_softplus, const TensorRef& state_batch_indices) {
-  MK_CHECK(state.is_cuda, SSU_FN "state must be a CUDA tensor, got device ", state.device);
+  MK_CHECK(state.is_cuda, SSU_FN "state must be a CUDA tensor, got device ", state.device());
   MK_CHECK(state.dim == 3 || state.dim == 4,
            SSU_FN "state must be (batch, dim, dstate) or (batch, nheads, dim, dstate), got shape ", state.shape());
   const bool heads = state.dim == 4;

@@ -51,7 +51,9 @@ inline TensorRef tref(const Tensor& t) {
   r.is_cuda = d.is_cuda();
   r.device_type = int(d.type());
   r.device_index = int(d.index());
-  r.device = d.str();
+  r.name_device = [](int type, int index) {
+    return c10::Device(c10::DeviceType(type), c10::DeviceIndex(index)).str();
+  };
   r.dim = t.dim();
   r.sizes = t.sizes().data();
   r.strides = t.strides().data();

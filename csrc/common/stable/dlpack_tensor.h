@@ -295,8 +295,9 @@ inline TensorRef tref(const Tensor& t) {
   r.is_cuda = t.is_cuda();
   r.device_type = int(t.device().device_type);  // compared for equality only
   r.device_index = int(t.device().device_id);
-  r.device = (r.is_cuda ? std::string("cuda:") : std::string("device type ") + std::to_string(r.device_type) + ":") +
-             std::to_string(r.device_index);
+  r.name_device = [](int type, int index) {
+    return (type == kDLCUDA ? std::string("cuda:") : "device type " + std::to_string(type) + ":") + std::to_string(index);
+  };
   r.dim = t.dim();
   r.sizes = t.sizes().data();
   r.strides = t.strides().data();

@@ -73,7 +73,7 @@ inline TensorRef tref(const Tensor& t) {
   r.is_cuda = d.is_cuda();
   r.device_type = int(d.type());
   r.device_index = int(d.index());
-  r.device = device_name(d.type(), r.device_index);
+  r.name_device = [](int type, int index) { return device_name(torch::headeronly::DeviceType(type), index); };
   r.dim = t.dim();
   r.sizes = t.sizes().data();
   r.strides = t.strides().data();
