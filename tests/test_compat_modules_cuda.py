@@ -139,7 +139,7 @@ def test_bad_arguments_on_the_compiled_path_are_named(form, monkeypatch):
         (1, args[1][:, :, :-1], op_error, "delta must have shape"),
         (3, args[3][:, :, :4], op_error, "variable B must have shape"),
         (4, "C", op_error, "argument 'C'"),  # torch's parsing of the op's arguments
-        (7, args[7].cpu(), op_error, "delta_bias must be on u's device cuda:0, got cpu"),  # names built on failure
+        (7, args[7].cpu(), op_error, "delta_bias must be on u's device cuda:0, got cpu"),
     ]
     for i, value, error, match in cases:
         bad = list(args)
