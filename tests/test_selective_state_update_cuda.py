@@ -10,7 +10,8 @@ not touch is compared bitwise. GPU tests are marked ``gpu`` and skipped without 
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+import re
+from typing import Dict, List, Optional
 
 import pytest
 import torch
@@ -454,6 +455,47 @@ def test_row_and_lean_kernels_agree_bitwise(ops, state_dtype, case):
     lean_out = ops.update(lean_state, xs, dts, A, B, C, D, zs, dt_bias, softplus, idx)
     assert torch.equal(bits(row_out), bits(lean_out))
     assert torch.equal(bits(row_state), bits(lean_state))
+
+
+def _kernels_launched(fn) -> List[str]:
+    """The names of the CUDA kernels fn launches, as the profiler (CUPTI) records them."""
+    acts = [torch.profiler.ProfilerActivity.CUDA]
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=acts) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+@gpu
+@pytest.mark.parametrize("case, kernel", [
+    ("1x96", r"state_update_row<[^<>]*, true>"),  # Mamba-1's step, shape fixed at compile time
+    ("1x5120", r"state_update_row<[^<>]*, true>"),  # the decode bench's batch 1
+    ("64x5120", r"state_update_row<[^<>]*, true>"),  # its batch 64: the most rows the row kernel takes
+    ("7x100-linear", r"state_update_row<[^<>]*, false>"),  # no softplus: not Mamba-1's step
+    ("3x4x96-idx", r"state_update_row<[^<>]*, false>"),  # heads and slot indices
+    ("256x5120", r"state_update_lean<"),  # past the row kernel's rows
+    ("1x96-strided", r"state_update_lean<"),  # x, dt and z two elements apart along the channels
+    ("1x96-bf16-A", r"state_update_kernel<"),  # a model cast whole to bf16: the generic kernel
+])
+@pytest.mark.parametrize("state_dtype", DTYPES, ids=str)
+def test_each_step_takes_the_kernel_meant_for_it(ops, state_dtype, case, kernel):
+    # The bitwise tests above show the kernels agree; this shows which one each shape ran, so a
+    # change of the launcher's choice (and of what the decode bench measures) cannot pass unseen.
+    batch, nheads = {"3x4x96-idx": (3, 4)}.get(case, (int(case.split("x")[0]), None))
+    dim = int(case.split("x")[-1].split("-")[0])
+    dtypes = {n: torch.bfloat16 for n in (NAMES if case.endswith("bf16-A") else ACT)}
+    slots = batch + 3 if case.endswith("idx") else None
+    inputs = make_inputs(batch, nheads, dim, 16, 1, state_dtype, dtypes, slots=slots)
+    state, x, dt, A, B, C, D, z, dt_bias = inputs
+    idx = torch.randperm(slots, device="cuda")[:batch].to(torch.int32) if slots else None
+    if case.endswith("strided"):
+        x, dt, z = (_channel_stride_2(t) for t in (x, dt, z))
+    softplus = not case.endswith("linear")
+    names = _kernels_launched(lambda: ops.update(state, x, dt, A, B, C, D, z, dt_bias, softplus, idx))
+    steps = [n for n in names if "state_update" in n]
+    assert len(steps) == 1, f"expected one decode kernel, the profiler recorded {names} (is CUPTI available?)"
+    assert re.search(kernel, steps[0]), f"{case}: ran {steps[0]}, expected {kernel}"
 
 
 @gpu
