@@ -482,8 +482,8 @@ def _kernels_launched(fn) -> List[str]:
 def test_each_step_takes_the_kernel_meant_for_it(ops, state_dtype, case, kernel):
     # The bitwise tests above show the kernels agree; this shows which one each shape ran, so a
     # change of the launcher's choice (and of what the decode bench measures) cannot pass unseen.
-    batch, nheads = {"3x4x96-idx": (3, 4)}.get(case, (int(case.split("x")[0]), None))
-    dim = int(case.split("x")[-1].split("-")[0])
+    sizes = [int(v) for v in case.split("-")[0].split("x")]  # batch[ x heads] x dim
+    batch, nheads, dim = sizes[0], sizes[1] if len(sizes) == 3 else None, sizes[-1]
     dtypes = {n: torch.bfloat16 for n in (NAMES if case.endswith("bf16-A") else ACT)}
     slots = batch + 3 if case.endswith("idx") else None
     inputs = make_inputs(batch, nheads, dim, 16, 1, state_dtype, dtypes, slots=slots)
