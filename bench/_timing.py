@@ -80,41 +80,12 @@ def time_ms(
     Each repetition runs ``inner`` calls, cycling over the ``n_sets`` input sets so that a
     set is not still in L2 when it is used again (given sets larger than L2 together).
     """
-    if graph and device != "cuda":
-        raise RuntimeError("CUDA graphs need a CUDA device")
     fn(0)  # the first call compiles, autotunes and allocates: not a sample
     first = _one_call_ms(fn, device)
     reps, inner = _counts(first, reps, inner, budget_ms)
-
-    def loop() -> None:
-        for j in range(inner):
-            fn(j % n_sets)
-
-    for _ in range(warmup if first * inner < budget_ms / 4 else 0):
-        loop()
-    synchronize(device)
-    run = loop
-    g = None
-    if graph:
-        g = capture_graph(loop)
-        run = g.replay
-        run()
-        synchronize(device)
-    times: List[float] = []
-    for _ in range(reps):
-        if device == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            run()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) / inner)
-        else:
-            t = time.perf_counter()
-            run()
-            times.append(1e3 * (time.perf_counter() - t) / inner)
-    del g
-    return statistics.median(times)
+    timer = loop_timer(fn, n_sets, inner, device=device, graph=graph,
+                       warmup=warmup if first * inner < budget_ms / 4 else 0)
+    return statistics.median([timer() for _ in range(reps)])
 
 
 def paired_rounds(timers: Dict[str, Callable[[], float]], rounds: int) -> Dict[str, List[float]]:
@@ -130,31 +101,42 @@ def paired_rounds(timers: Dict[str, Callable[[], float]], rounds: int) -> Dict[s
     return out
 
 
-def graph_timer(fn: Callable[[int], None], n_sets: int, inner: int) -> Callable[[], float]:
-    """A timer for paired_rounds: ``inner`` calls of ``fn`` (cycling over the input sets),
-    warmed up and captured in a CUDA graph; each call of the timer replays it once and returns
-    CUDA-event milliseconds per call."""
-    fn(0)
+def loop_timer(fn: Callable[[int], None], n_sets: int, inner: int, *, device: str = "cuda",
+               graph: bool = False, warmup: int = 1) -> Callable[[], float]:
+    """A timer of ``inner`` calls of ``fn`` (cycling over the input sets), run ``warmup`` times
+    first; with ``graph`` the calls are captured in a CUDA graph, which the timer replays. Each
+    call of the timer is one sample: milliseconds per call, by CUDA events on CUDA (else the
+    host clock). What time_ms takes the median of, and what paired_rounds pairs."""
+    if graph and device != "cuda":
+        raise RuntimeError("CUDA graphs need a CUDA device")
 
     def loop() -> None:
         for j in range(inner):
             fn(j % n_sets)
 
-    loop()
-    g = capture_graph(loop)
-    g.replay()
-    torch.cuda.synchronize()
+    for _ in range(warmup):
+        loop()
+    synchronize(device)
+    run = loop
+    if graph:
+        g = capture_graph(loop)  # (warms once more on its own stream)
+        run = g.replay
+        run()
+        synchronize(device)
 
     def timer() -> float:
+        if device != "cuda":
+            t = time.perf_counter()
+            run()
+            return 1e3 * (time.perf_counter() - t) / inner
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        g.replay()
+        run()
         b.record()
         b.synchronize()
         return a.elapsed_time(b) / inner
 
-    timer.graph = g  # kept alive as long as the timer
-    return timer
+    return timer  # its closure keeps the graph alive
 
 
 def wall_ms(fn: Callable[[int], None], n_sets: int, *, calls: int = 200, reps: int = 5,

@@ -452,8 +452,8 @@ def decode_section(batches: Sequence[int], dim: int, impls: List[Impl], opt: Opt
                 call = T.safe(partial(T.wall_ms, fn, n_sets, calls=calls, reps=reps, device=opt.device),
                               notes, f"{what} call")
                 if opt.device == "cuda" and call is not None:
-                    timers[impl.name] = T.safe(partial(T.graph_timer, fn, n_sets, DECODE_GRAPH_INNER), notes,
-                                               f"{what} CUDA graph")
+                    graph_timer = partial(T.loop_timer, fn, n_sets, DECODE_GRAPH_INNER, graph=True)
+                    timers[impl.name] = T.safe(graph_timer, notes, f"{what} CUDA graph")
                 res[impl.name] = (call, None)  # the graph time: _paired_graphs
             paired = _paired_graphs(timers, opt, res)
         floor = []
