@@ -46,7 +46,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ci import platforms
 from ci.platforms.base import CellError, log, sh
@@ -81,8 +81,27 @@ TORCH_PTH = "mamba_kernels_ci_torch.pth"
 # cibuildwheel copies its whole working directory into the Linux container ("the working
 # directory is the project", its --help says; cibuildwheel 4.3.5 tars it with no exclusions), so
 # `cibuildwheel` runs it from this clean copy (docs/RELEASING.md, "Disk").
-COPY_EXCLUDES = (".git", ".sccache", ".venv", "build", "dist", "wheelhouse", "ci-work", "*.egg-info",
-                 "__pycache__", ".pytest_cache", ".ruff_cache", "*.so", "*.pyd", ".whl", ".device")
+# Output folders are left out at the project's top only: a name like build/ is also a package
+# of ours (mamba_kernels/build), which a copy without it cannot build.
+COPY_EXCLUDES_TOP = (".sccache", ".venv", "build", "dist", "wheelhouse", "ci-work", ".device")
+COPY_EXCLUDES_ANYWHERE = (".git", "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache", "*.so",
+                          "*.pyd", "*.whl")
+COPY_EXCLUDES = COPY_EXCLUDES_TOP + COPY_EXCLUDES_ANYWHERE
+
+
+def copy_ignore(root: Path) -> Callable[[str, List[str]], Set[str]]:
+    """shutil.copytree's ``ignore`` for a copy of ``root``: COPY_EXCLUDES_TOP in ``root`` itself,
+    COPY_EXCLUDES_ANYWHERE at every depth."""
+    top = os.path.realpath(root)
+    anywhere = shutil.ignore_patterns(*COPY_EXCLUDES_ANYWHERE)
+
+    def ignore(folder: str, names: List[str]) -> Set[str]:
+        skip = set(anywhere(folder, names))
+        if os.path.realpath(folder) == top:
+            skip |= {n for n in names if any(fnmatch.fnmatch(n, p) for p in COPY_EXCLUDES_TOP)}
+        return skip
+
+    return ignore
 
 
 # What check-installed needs of the project, copied into a folder of their own where it runs
@@ -97,7 +116,7 @@ def stage_check_sources(dest: Path, root: Path = ROOT) -> Path:
     ``python -m ci.build_cell check-installed`` from."""
     shutil.rmtree(dest, ignore_errors=True)
     for name in CHECK_SOURCES:
-        shutil.copytree(root / name, dest / name, ignore=shutil.ignore_patterns(*COPY_EXCLUDES))
+        shutil.copytree(root / name, dest / name, ignore=copy_ignore(root / name))
     return dest
 
 
@@ -105,7 +124,7 @@ def stage_project(dest: Path, root: Path = ROOT) -> Path:
     """A copy of the project at ``dest`` without COPY_EXCLUDES, with the source revision written
     in (the copy has no .git to read it from)."""
     shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(root, dest, ignore=shutil.ignore_patterns(*COPY_EXCLUDES))
+    shutil.copytree(root, dest, ignore=copy_ignore(root))
     (dest / build.REVISION_FILE).write_text(build.source_revision(str(root)) + "\n")
     return dest
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
+import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -594,3 +596,23 @@ def test_the_build_runs_from_a_copy_without_git_cache_or_outputs(tmp_path):
     dest = build_cell.stage_project(tmp_path / "stage", root)
     got = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
     assert got == ["SOURCE_REVISION", "ci/build_cell.py", "pkg/m.py", "setup.py"]
+
+
+def test_the_staged_copy_of_this_checkout_holds_every_tracked_file(tmp_path):
+    """The copy a cell builds from, made of this very checkout: every file git tracks is in it
+    (mamba_kernels/build/ once went missing with the top-level build/ output folder), and no
+    output folder, cache or compiled module is."""
+    root = build_cell.ROOT
+    tracked = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True, check=True)
+    names = {n for n in tracked.stdout.decode().split("\0") if n and (root / n).is_file()}
+    if not names:
+        pytest.skip("not a git checkout")
+    dest = build_cell.stage_project(tmp_path / "stage", root)
+    got = {str(p.relative_to(dest)).replace(os.sep, "/") for p in dest.rglob("*") if p.is_file()}
+    missing = sorted(names - got)
+    assert not missing, f"the staged copy lacks {len(missing)} tracked files, e.g. {missing[:5]}"
+    assert any(n.startswith("mamba_kernels/build/") for n in got)
+    leaked = sorted(n for n in got - names - {"SOURCE_REVISION"}
+                    if "__pycache__" in n or n.endswith((".so", ".pyd", ".whl")) or n.split("/")[0] in
+                    build_cell.COPY_EXCLUDES_TOP)
+    assert not leaked, leaked
