@@ -99,7 +99,8 @@ NVCC_MSVC_REFUSES: Dict[str, int] = dict(support.NVCC_MSVC_REFUSES)
 RUNNER_MSVC: Dict[str, int] = dict(support.RUNNER_MSVC)
 MSVC_OVERRIDE_DEFINE = support.MSVC_OVERRIDE_DEFINE
 # The GCC on PATH in each manylinux image that cibuildwheel 4.3.5 pins (its 2026.10.26 images):
-# manylinux2014 has devtoolset-10; manylinux_2_28 moved from gcc-toolset-14 to 15 in 2026-01.
+# manylinux2014 has devtoolset-10, manylinux_2_28 gcc-toolset-14 (pypa/manylinux moved it to 15 on
+# 2026-01-03 and reverted that the same day; docs/COMPAT.md §7.2).
 IMAGE_GCC: Dict[str, int] = dict(support.IMAGE_GCC)
 
 # Free disk of GitHub's standard Linux and Windows runners, as GitHub states it: 14 GB.

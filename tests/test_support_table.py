@@ -331,7 +331,7 @@ def test_every_fact_in_the_module_comes_from_the_data_file():
     assert support.WINDOWS_TOOLKITS["13.0"] == "13.0.2"
     # The gcc-toolset a CUDA release needs in manylinux_2_28 (docs/COMPAT.md §7.2): newest GCC it
     # accepts, where the image's own GCC is newer.
-    assert support.HOST_GCC == {"11.8": 11, "12.1": 12, "12.4": 13, "12.6": 13, "12.8": 14, "12.9": 14}
+    assert support.HOST_GCC == {"11.8": 11, "12.1": 12, "12.4": 13, "12.6": 13}
     assert {k for k in data if not k.startswith("_")} <= set(data["_about"])
 
 
@@ -425,3 +425,25 @@ def test_component_names_that_do_not_match_their_cuda_are_refused(tmp_path):
     data["windows_components"]["12.6"] = ["nvcc_12.8"]
     with pytest.raises(support.DataError, match="windows_components.12.6"):
         support.write_data(data, tmp_path / "support.json")
+
+
+def test_manylinux_2_28_has_gcc_14_and_every_linux_cell_meets_a_gcc_its_nvcc_accepts():
+    # pypa/manylinux builds manylinux_2_28 with gcc-toolset-14 (its switch to 15 was reverted);
+    # NVIDIA's host compiler tables: 11.8 up to GCC 11, 12.1 up to 12, 12.4/12.6 up to 13,
+    # 12.8/12.9 up to 14, 13.0/13.2 up to 15 (docs/COMPAT.md §7.2).
+    assert support.IMAGE_GCC == {"manylinux2014": 10, "manylinux_2_28": 14}
+    nvidia = {"11.8": 11, "12.1": 12, "12.4": 13, "12.6": 13, "12.8": 14, "12.9": 14, "13.0": 15, "13.2": 15}
+    assert {c: support.NVCC_MAX_GCC[c] for c in nvidia} == nvidia
+    seen = set()
+    for cell in support.cells():
+        if cell.platform == "win_amd64":
+            continue
+        image = "manylinux2014" if cell.manylinux == "manylinux_2_17" else cell.manylinux
+        toolset = support.HOST_GCC.get(cell.cuda) if image == "manylinux_2_28" else None
+        gcc = toolset or support.IMAGE_GCC[image]
+        assert gcc <= support.NVCC_MAX_GCC[cell.cuda], (cell, gcc)
+        if image == "manylinux_2_28":
+            seen.add((cell.cuda, toolset))
+    # CUDA 12.8, 12.9 and 13.0 (every 13.x cell) take the image's own GCC 14; older ones a gcc-toolset
+    assert {cu for cu, ts in seen if ts is None} == {"12.8", "12.9", "13.0"}
+    assert {(cu, ts) for cu, ts in seen if ts} == {("11.8", 11), ("12.4", 13), ("12.6", 13)}
