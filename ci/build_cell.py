@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ci import platforms
-from ci.platforms.base import CellError, log, sh
+from ci.platforms.base import PIP_RETRIES, PIP_TIMEOUT_S, CellError, log, pip_install, sh
 from mamba_kernels.build import plan as build
 from mamba_kernels.facts import support, variant, versions
 from mamba_kernels.facts.version import __version__
@@ -267,7 +267,7 @@ def install_shared_torch(
         log(f"{torch_dir} holds torch {held}; replacing it with torch {want}")
         shutil.rmtree(torch_dir)
     sh(
-        [python, "-m", "pip", "install", "--quiet", "--no-cache-dir", "--target", str(torch_dir)]
+        pip_install(python) + ["--quiet", "--no-cache-dir", "--target", str(torch_dir)]
         + torch_install_args(cell, torch_index, which),
         env=torch_env(),
     )
@@ -288,7 +288,7 @@ def provision(
     """Build environment: build tools, the cell's build torch (shared with the test of a
     classic cell), the toolkit."""
     tools = ["setuptools>=77", "wheel", "packaging>=23", "ninja"] + platforms.for_cell(cell).build_tools()
-    sh([python, "-m", "pip", "install", "--quiet", "--no-cache-dir"] + tools)
+    sh(pip_install(python) + ["--quiet", "--no-cache-dir"] + tools)
     torch_dir = torch_dir or shared_torch_dir(cell)
     install_shared_torch(cell, python, torch_dir, torch_index)
     link_torch(python, torch_dir)
@@ -528,8 +528,10 @@ def cibuildwheel_env(cell: support.Cell, sccache_dir: Optional[str] = None) -> D
     # would only hold a second copy of several GB on a runner with about 14 GB free.
     # The binding is forced, not left to the build's automatic choice, so a cell can only
     # produce the kind of wheel its label promises.
+    # pip's retries and timeout (base.pip_install's) also for the installs cibuildwheel runs itself
+    # (the build frontend, the repaired wheel into the test environment).
     extra = {"MAMBA_KERNELS_RELEASE": "1", matrix.BINDING_VAR: f["binding"], "CUDA_HOME": home,
-             "PIP_NO_CACHE_DIR": "1"}
+             "PIP_NO_CACHE_DIR": "1", "PIP_RETRIES": str(PIP_RETRIES), "PIP_TIMEOUT": str(PIP_TIMEOUT_S)}
     host_cache = sccache_dir or str(ROOT / ".sccache")
     env.update(platforms.for_cell(cell).cibuildwheel_env(cell, extra, compiler_env(cell), host_cache))
     return env
@@ -554,13 +556,10 @@ def local(cell: support.Cell, args: argparse.Namespace) -> Path:
     if not (venv / "bin" / "python").exists():
         sh([py, "-m", "venv", str(venv)])
     vpy = str(venv / "bin" / "python")
-    sh([vpy, "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
+    sh(pip_install(vpy) + ["--quiet", "--upgrade", "pip"])
     sh(
-        [
-            vpy,
-            "-m",
-            "pip",
-            "install",
+        pip_install(vpy)
+        + [
             "--quiet",
             "setuptools>=77",
             "wheel",
@@ -581,7 +580,7 @@ def local(cell: support.Cell, args: argparse.Namespace) -> Path:
     log(f"CUDA_HOME={home}")
     if find_cuobjdump(home) is None:  # the verify step lists the binary's archs with it
         tools = work / "tools"
-        sh([vpy, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(tools), PYPI_CUOBJDUMP])
+        sh(pip_install(vpy) + ["--quiet", "--no-deps", "--target", str(tools), PYPI_CUOBJDUMP])
         os.environ["CUOBJDUMP"] = str(tools / "nvidia" / "cu13" / "bin" / "cuobjdump")
     env = dict(os.environ, CUDA_HOME=home, PATH=f"{home}/bin:{os.environ['PATH']}", MAMBA_KERNELS_RELEASE="1")
     env[matrix.BINDING_VAR] = matrix.binding(cell)
@@ -640,11 +639,11 @@ def _finish_local(
         # has one CUDA build per torch release); the build torch then stands in for it
         which = BUILD if args.test_torch == "build" else TEST
         sh(
-            [tpy, "-m", "pip", "install", "--quiet"] + torch_install_args(cell, args.torch_index, which),
+            pip_install(tpy) + ["--quiet"] + torch_install_args(cell, args.torch_index, which),
             env=torch_env(),
         )
         check_torch(cell, tpy, which)
-        sh([tpy, "-m", "pip", "install", "--quiet", str(wheel)])
+        sh(pip_install(tpy) + ["--quiet", str(wheel)])
         check = [tpy, "-m", "ci.build_cell", "check-installed", matrix.cell_id(cell)]
         if which == BUILD:
             check += ["--torch", torch_of(cell, BUILD)[0]]

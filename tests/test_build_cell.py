@@ -5,8 +5,12 @@ how often a cell installs torch."""
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
+import re
+import threading
 import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -323,12 +327,10 @@ def test_build_cell_has_no_platform_name_branches():
 
 
 def test_windows_installer_is_asked_for_the_components_of_its_release(monkeypatch, tmp_path):
-    import urllib.request
-
     for cuda in ("11.8", "12.8", "13.0"):
         cell = matrix.select(platform="win_amd64", cuda=cuda)[0]
         calls = _captured_sh(monkeypatch)
-        monkeypatch.setattr(urllib.request, "urlretrieve", lambda url, dest: None)  # nothing downloaded
+        monkeypatch.setattr(platforms.base, "download", lambda url, dest, **kw: dest)  # nothing downloaded
         monkeypatch.setattr(windows.WINDOWS, "toolkit_home", lambda c: str(tmp_path / "none"))
         with pytest.raises(CellError, match="did not create"):
             windows.install_windows_toolkit(cell)
@@ -354,8 +356,6 @@ def _redist_archive(folder: Path, name: str, version: str, files: dict) -> Path:
 
 def test_redist_toolkit_is_checked_and_shaped_like_a_toolkit(monkeypatch, tmp_path):
     import hashlib
-    import shutil
-    import urllib.request
 
     src = tmp_path / "src"
     src.mkdir()
@@ -366,8 +366,10 @@ def test_redist_toolkit_is_checked_and_shaped_like_a_toolkit(monkeypatch, tmp_pa
     }
     tk = support.LinuxToolkit("12.4", "redist", release="12.4.1", archives={
         n: (p.name.split("-")[3], hashlib.sha256(p.read_bytes()).hexdigest()) for n, p in made.items()})
-    monkeypatch.setattr(urllib.request, "urlretrieve",
-                        lambda url, dest: shutil.copy(src / url.rsplit("/", 1)[1], dest))
+    # the real download (its sha256 check included), from the archives here instead of NVIDIA's
+    real = platforms.base.download
+    monkeypatch.setattr(platforms.base, "download", lambda url, dest, **kw: real(
+        (src / url.rsplit("/", 1)[1]).as_uri(), dest, **kw))
     calls = _captured_sh(monkeypatch)
     cell = matrix.select(torch="2.5", cuda="12.4", platform="linux_x86_64")[0]
     home = linux.install_redist_toolkit(cell, tk, tmp_path / "cuda-12.4")
@@ -379,3 +381,173 @@ def test_redist_toolkit_is_checked_and_shaped_like_a_toolkit(monkeypatch, tmp_pa
     with pytest.raises(CellError, match="sha256"):
         linux.install_redist_toolkit(cell, support.LinuxToolkit("12.4", "redist", release="12.4.1",
                                                                 archives=bad), tmp_path / "other")
+
+
+# ----------------------------------------------------------------------------- downloads and pip
+
+
+class _Scripted(BaseHTTPRequestHandler):
+    """Answers the n-th GET with ``steps[n]`` (the last step repeats): ("status", code, headers),
+    ("file", body), ("serve",) (the file ``files`` holds for the path), ("cut", body) (the
+    headers promise the whole body, half of it comes, then the connection closes) or ("drop",)
+    (the connection closes without an answer)."""
+
+    steps: list = []
+    files: dict = {}
+    seen: list = []
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        step = self.steps[min(len(self.seen), len(self.steps) - 1)]
+        self.seen.append(self.path)
+        kind = step[0]
+        if kind == "drop":
+            self.close_connection = True
+            return
+        if kind == "status":
+            self.send_response(step[1])
+            for k, v in step[2].items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        body = self.files[self.path.rsplit("/", 1)[-1]] if kind == "serve" else step[1]
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body[: len(body) // 2] if kind == "cut" else body)
+        if kind == "cut":
+            self.wfile.flush()
+            self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def scripted():
+    """A real HTTP server on 127.0.0.1 answering as _Scripted.steps says; yields its base URL."""
+    _Scripted.steps, _Scripted.files, _Scripted.seen = [], {}, []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Scripted)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+BODY = bytes(range(256)) * 64  # 16 KiB
+BODY_SHA = hashlib.sha256(BODY).hexdigest()
+
+
+def _left(folder: Path):
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_download_retries_http_503_honouring_retry_after(scripted, tmp_path, capsys):
+    _Scripted.steps = [("status", 503, {"Retry-After": "7"}), ("status", 503, {}), ("file", BODY)]
+    waits = []
+    dest = tmp_path / "out" / "archive.tar.xz"
+    got = platforms.base.download(f"{scripted}/a/archive.tar.xz", dest, sha256=BODY_SHA, backoff=0.01,
+                                  sleep=waits.append)
+    assert got == dest and dest.read_bytes() == BODY
+    assert len(_Scripted.seen) == 3
+    assert waits == [7.0, 0.02]  # the server's Retry-After, then the backoff (doubled for the second retry)
+    retries = [ln for ln in capsys.readouterr().err.splitlines() if "retrying" in ln]
+    assert len(retries) == 2
+    assert all("HTTP 503" in ln and f"{scripted}/a/archive.tar.xz" in ln for ln in retries)
+    assert _left(dest.parent) == ["archive.tar.xz"]  # no .part
+
+
+def test_download_retries_a_connection_closed_early_or_without_an_answer(scripted, tmp_path, capsys):
+    _Scripted.steps = [("cut", BODY), ("drop",), ("file", BODY)]
+    waits = []
+    dest = platforms.base.download(f"{scripted}/f.bin", tmp_path / "f.bin", sha256=BODY_SHA, backoff=0.001,
+                                   sleep=waits.append)
+    assert dest.read_bytes() == BODY and len(_Scripted.seen) == 3 and len(waits) == 2
+    err = capsys.readouterr().err
+    assert f"closed after {len(BODY) // 2} of {len(BODY)} bytes" in err
+    assert "RemoteDisconnected" in err
+    assert _left(tmp_path) == ["f.bin"]
+
+
+def test_download_with_a_wrong_sha256_leaves_nothing(scripted, tmp_path):
+    _Scripted.steps = [("file", BODY)]
+    with pytest.raises(CellError) as e:
+        platforms.base.download(f"{scripted}/f.bin", tmp_path / "f.bin", sha256="0" * 64,
+                                sleep=lambda s: None)
+    msg = str(e.value)
+    assert "\n" not in msg and f"{scripted}/f.bin" in msg
+    assert f"sha256 {BODY_SHA} is not the expected {'0' * 64}" in msg
+    assert len(_Scripted.seen) == 1  # a pinned file that changed is not fetched again
+    assert _left(tmp_path) == []
+
+
+def test_download_that_always_fails_stops_with_one_line(scripted, tmp_path, capsys):
+    _Scripted.steps = [("status", 500, {})]
+    waits = []
+    with pytest.raises(CellError) as e:
+        platforms.base.download(f"{scripted}/f.bin", tmp_path / "f.bin", attempts=4, backoff=0.001,
+                                sleep=waits.append)
+    assert str(e.value) == (f"download {scripted}/f.bin failed after 4 attempts: "
+                            "HTTP 500 Internal Server Error")
+    assert len(_Scripted.seen) == 4 and waits == [0.001, 0.002, 0.004]
+    assert len([ln for ln in capsys.readouterr().err.splitlines() if "retrying" in ln]) == 3
+    assert _left(tmp_path) == []
+
+
+def test_download_does_not_retry_a_missing_file_and_is_bounded_when_nothing_answers(scripted, tmp_path):
+    _Scripted.steps = [("status", 404, {})]
+    with pytest.raises(CellError, match=r"HTTP 404 Not Found \(attempt 1 of 5; not retried\)"):
+        platforms.base.download(f"{scripted}/f.bin", tmp_path / "f.bin", sleep=lambda s: None)
+    assert len(_Scripted.seen) == 1
+    waits = []
+    with pytest.raises(CellError) as e:  # the discard port: connection refused, every attempt
+        platforms.base.download("http://127.0.0.1:9/f.bin", tmp_path / "f.bin", attempts=3, backoff=0.001,
+                                sleep=waits.append)
+    assert "\n" not in str(e.value) and "http://127.0.0.1:9/f.bin failed after 3 attempts" in str(e.value)
+    assert len(waits) == 2 and _left(tmp_path) == []
+
+
+def test_redist_archives_are_downloaded_with_retries(scripted, monkeypatch, tmp_path):
+    import hashlib
+
+    src = tmp_path / "src"
+    src.mkdir()
+    nvcc = _redist_archive(src, "cuda_nvcc", "12.4.131", {"bin/nvcc": b"#!/bin/sh\n"})
+    _Scripted.files = {nvcc.name: nvcc.read_bytes()}
+    _Scripted.steps = [("status", 503, {}), ("drop",), ("serve",)]
+    monkeypatch.setattr(support, "REDIST_URL", scripted)  # NVIDIA's server, here
+    monkeypatch.setattr(platforms.base, "DOWNLOAD_BACKOFF_S", 0.001, raising=False)
+    _captured_sh(monkeypatch)
+    tk = support.LinuxToolkit("12.4", "redist", release="12.4.1", archives={
+        "cuda_nvcc": ("12.4.131", hashlib.sha256(nvcc.read_bytes()).hexdigest())})
+    cell = matrix.select(torch="2.5", cuda="12.4", platform="linux_x86_64")[0]
+    home = linux.install_redist_toolkit(cell, tk, tmp_path / "cuda-12.4")
+    assert (home / "bin" / "nvcc").is_file() and len(_Scripted.seen) == 3
+
+
+def test_every_pip_install_of_the_cell_drivers_has_retries_and_a_timeout(monkeypatch, tmp_path):
+    # pip install is spelled in one place only: base.pip_install
+    spelled = []
+    for path in [ROOT / "ci" / "build_cell.py", *sorted((ROOT / "ci" / "platforms").glob("*.py"))]:
+        text = path.read_text()
+        spelled += [f"{path.name}:{text[:m.start()].count(chr(10)) + 1}"
+                    for m in re.finditer(r'"pip",\s*"install"', text)]
+    assert len(spelled) == 1 and spelled[0].startswith("base.py:"), spelled
+    flags = ["--retries", str(platforms.base.PIP_RETRIES), "--timeout", str(platforms.base.PIP_TIMEOUT_S)]
+    assert platforms.base.pip_install("py")[4:] == flags
+    # and the installs a Linux cell's provision runs all carry them (torch, tools, PyPI's CUDA)
+    (cell,) = matrix.select(torch="2.9", cuda="13.0", python="3.12", platform="linux_x86_64")
+    calls = _captured_sh(monkeypatch)
+    monkeypatch.setattr(build_cell, "check_torch", lambda cell, python, which="build": None)
+    monkeypatch.setattr(build_cell, "site_packages", lambda python: str(tmp_path))
+    monkeypatch.setattr(linux, "CONTAINER_TOOLKIT", str(tmp_path / "cuda"))
+    with pytest.raises(CellError, match="nvcc"):  # nothing really installed
+        build_cell.provision(cell, "build-python", torch_dir=tmp_path / "torch")
+    pips = [c for c in calls if c[1:4] == ["-m", "pip", "install"]]
+    assert len(pips) >= 4 and all(c[4:8] == flags for c in pips), pips
+    # cibuildwheel's own pip calls (the build frontend, the wheel into the test environment)
+    for c in (cell, matrix.select(platform="win_amd64")[0]):
+        env = build_cell.cibuildwheel_env(c, "/tmp/cache")
+        got = _parsed(env.get("CIBW_ENVIRONMENT_LINUX") or env["CIBW_ENVIRONMENT_WINDOWS"], LINUX_PATH)
+        assert (got["PIP_RETRIES"], got["PIP_TIMEOUT"]) == (flags[1], flags[3])

@@ -1,12 +1,20 @@
 """What every platform's cell builder shares: the error type, logging and running commands,
-the CIBW_ENVIRONMENT quoting, and the interface each platform module implements."""
+pip's install command and the one download function (both retrying on network failures), the
+CIBW_ENVIRONMENT quoting, and the interface each platform module implements."""
 
 from __future__ import annotations
 
+import email.utils
+import hashlib
+import http.client
+import os
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from mamba_kernels.facts import support
 
@@ -24,6 +32,155 @@ def sh(cmd: List[str], env: Optional[Dict[str, str]] = None, cwd: Optional[Path]
     r = subprocess.run(cmd, env=env, cwd=cwd)
     if r.returncode != 0:
         raise CellError(f"command failed with exit status {r.returncode}: {' '.join(cmd)}")
+
+
+# pip's own retries, for every install a cell driver runs (torch with its CUDA wheels is several
+# GB from download.pytorch.org): attempts per connection and seconds without data before one
+# counts as failed. The command line carries them (pip_install); the cibuildwheel environment
+# carries them as PIP_RETRIES / PIP_TIMEOUT for the installs cibuildwheel runs itself.
+PIP_RETRIES = 10
+PIP_TIMEOUT_S = 60
+
+
+def pip_install(python: str) -> List[str]:
+    """The start of every ``pip install`` a cell driver runs, with pip's retries and timeout."""
+    return [python, "-m", "pip", "install", "--retries", str(PIP_RETRIES), "--timeout", str(PIP_TIMEOUT_S)]
+
+
+# download(): attempts in all, the first wait (doubled after each failed attempt), the longest
+# wait (a server's Retry-After included), and seconds without data before an attempt fails.
+DOWNLOAD_ATTEMPTS = 5
+DOWNLOAD_BACKOFF_S = 2.0
+DOWNLOAD_MAX_WAIT_S = 120.0
+DOWNLOAD_TIMEOUT_S = 60.0
+
+
+class _Transient(Exception):
+    """A failed attempt worth repeating: connection error, timeout, HTTP 5xx or 429."""
+
+    def __init__(self, cause: str, retry_after: Optional[float] = None) -> None:
+        super().__init__(cause)
+        self.cause = cause
+        self.retry_after = retry_after
+
+
+class _Permanent(Exception):
+    """A failed attempt a repeat cannot cure (HTTP 404, a file that cannot be written)."""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split()) or "no reason given"
+
+
+def _retry_after(value: Optional[str]) -> Optional[float]:
+    """Seconds a Retry-After header asks for (delta-seconds or an HTTP date), None without one."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _fetch(url: str, part: Path, timeout: float) -> None:
+    """One attempt: ``url`` into ``part``. _Transient for what a retry may cure, _Permanent else."""
+    try:
+        out = open(part, "wb")
+    except OSError as e:
+        raise _Permanent(f"cannot write {part}: {_one_line(e)}") from None
+    with out:
+        try:
+            req = urllib.request.Request(url, headers={"User-Agent": "mamba-kernels-ci"})
+            with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 (fixed https URLs)
+                length = r.headers.get("Content-Length")
+                got = 0
+                while True:
+                    chunk = r.read(1 << 20)
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    got += len(chunk)
+        except urllib.error.HTTPError as e:
+            cause = _one_line(f"HTTP {e.code} {e.reason}")
+            if e.code == 429 or 500 <= e.code < 600:
+                after = _retry_after(e.headers.get("Retry-After")) if e.headers else None
+                raise _Transient(cause, after) from None
+            raise _Permanent(cause) from None
+        except urllib.error.URLError as e:  # DNS, refused, TLS: urlopen wraps them
+            raise _Transient(_one_line(getattr(e, "reason", e))) from None
+        except (http.client.HTTPException, OSError) as e:  # reset, closed early, timed out
+            raise _Transient(_one_line(f"{type(e).__name__}: {e}")) from None
+    if length is not None and length.isdigit() and got != int(length):
+        raise _Transient(f"connection closed after {got} of {length} bytes")
+
+
+def download(
+    url: str,
+    dest: Path,
+    sha256: Optional[str] = None,
+    attempts: Optional[int] = None,
+    backoff: Optional[float] = None,
+    max_wait: Optional[float] = None,
+    timeout: Optional[float] = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Path:
+    """Download ``url`` to ``dest`` and return ``dest``: the one way a cell driver downloads a file.
+
+    Connection errors, timeouts, a body shorter than its Content-Length, HTTP 5xx and 429 are
+    retried, up to ``attempts`` in all, waiting ``backoff`` seconds and twice as long after each
+    further failure (a Retry-After header instead, when the server sends one), at most
+    ``max_wait``; each retry is one log line. Other HTTP errors (404) are not retried. The file is
+    written to ``dest.part`` and renamed to ``dest`` only when complete and, with ``sha256``, only
+    when its digest is that (a mismatch is not retried: a pinned file that changed stays changed).
+    A failure is one CellError line naming the URL, the last cause and the attempts; it leaves no
+    ``.part`` and nothing under ``dest``. Defaults: the DOWNLOAD_* constants."""
+    attempts = DOWNLOAD_ATTEMPTS if attempts is None else attempts
+    backoff = DOWNLOAD_BACKOFF_S if backoff is None else backoff
+    max_wait = DOWNLOAD_MAX_WAIT_S if max_wait is None else max_wait
+    timeout = DOWNLOAD_TIMEOUT_S if timeout is None else timeout
+    if attempts < 1:
+        raise ValueError(f"attempts must be at least 1, got {attempts}")
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    cause = ""
+    try:
+        for attempt in range(1, attempts + 1):
+            try:
+                _fetch(url, part, timeout)
+            except _Permanent as e:
+                raise CellError(f"download {url} failed: {e} (attempt {attempt} of {attempts}; "
+                                "not retried)") from None
+            except _Transient as e:
+                cause = e.cause
+                if attempt == attempts:
+                    break
+                wait = backoff * 2 ** (attempt - 1) if e.retry_after is None else e.retry_after
+                wait = min(max_wait, max(0.0, wait))
+                log(f"download {url}: {cause}; attempt {attempt} of {attempts} failed, "
+                    f"retrying in {wait:.1f} s")
+                sleep(wait)
+                continue
+            if sha256 is not None:
+                h = hashlib.sha256()
+                with open(part, "rb") as f:
+                    for block in iter(lambda: f.read(1 << 20), b""):
+                        h.update(block)
+                if h.hexdigest() != sha256.lower():
+                    raise CellError(f"download {url}: sha256 {h.hexdigest()} is not the expected {sha256} "
+                                    f"(attempt {attempt} of {attempts}; not retried)")
+            os.replace(part, dest)
+            return dest
+    finally:
+        if part.exists():
+            part.unlink()
+    raise CellError(f"download {url} failed after {attempts} attempts: {cause}")
 
 
 def _bash_double_quoted(value: str) -> str:

@@ -40,14 +40,14 @@ def assemble_pypi_toolkit(cell: support.Cell, dest: Path, python: str = sys.exec
     pkgs = dest / "pkgs"
     if not (pkgs / "nvidia" / f"cu{major}" / "bin").is_dir():
         base.sh(
-            [python, "-m", "pip", "install", "--quiet", "--no-cache-dir", "--no-deps", "--target", str(pkgs)]
+            base.pip_install(python) + ["--quiet", "--no-cache-dir", "--no-deps", "--target", str(pkgs)]
             + support.pypi_toolkit(cell.cuda).requirements()
         )
     home = pkgs / "nvidia" / f"cu{major}"
     tools = dest / "tools"
     if not (tools / "nvidia" / "cu13" / "bin" / "cuobjdump").is_file():
         base.sh(
-            [python, "-m", "pip", "install", "--quiet", "--no-cache-dir", "--no-deps", "--target", str(tools)]
+            base.pip_install(python) + ["--quiet", "--no-cache-dir", "--no-deps", "--target", str(tools)]
             + [PYPI_CUOBJDUMP]
         )
     if not (home / "bin" / "cuobjdump").exists() and (home / "bin").is_dir():
@@ -115,13 +115,11 @@ def install_repo_toolkit(cell: support.Cell) -> Path:
 def install_redist_toolkit(
     cell: support.Cell, tk: support.LinuxToolkit, home: Path, python: str = sys.executable
 ) -> Path:
-    """Unpack NVIDIA's redistributable archives of ``tk`` (each checked against its sha256) into
-    ``home``, shaped as torch expects (lib64 beside lib, the targets/ folder nvcc's profile
-    names), with cuobjdump from PyPI."""
-    import hashlib
+    """Unpack NVIDIA's redistributable archives of ``tk`` (each downloaded with retries and
+    checked against its sha256 by base.download) into ``home``, shaped as torch expects (lib64
+    beside lib, the targets/ folder nvcc's profile names), with cuobjdump from PyPI."""
     import tarfile
     import tempfile
-    import urllib.request
 
     home.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="mamba-kernels-redist-") as tmp:
@@ -129,10 +127,7 @@ def install_redist_toolkit(
             url = support.redist_url(name, version, tk.arch)
             dest = Path(tmp) / url.rsplit("/", 1)[1]
             base.log(f"downloading {url}")
-            urllib.request.urlretrieve(url, dest)  # noqa: S310 (fixed https URL)
-            got = hashlib.sha256(dest.read_bytes()).hexdigest()
-            if got != sha256:
-                raise CellError(f"{dest.name}: sha256 {got}, support.json pins {sha256}")
+            base.download(url, dest, sha256=sha256)  # the sha256 support.json pins
             with tarfile.open(dest) as tar:
                 top = f"{name}-{tk.arch}-{version}-archive"
                 for member in tar.getmembers():
@@ -153,8 +148,8 @@ def install_redist_toolkit(
         if not (target / sub).exists():
             (target / sub).symlink_to(Path("..", "..", sub))
     tools = home / "tools"
-    base.sh([python, "-m", "pip", "install", "--quiet", "--no-cache-dir", "--no-deps", "--target", str(tools),
-             PYPI_CUOBJDUMP])
+    base.sh(base.pip_install(python) + ["--quiet", "--no-cache-dir", "--no-deps", "--target", str(tools),
+                                        PYPI_CUOBJDUMP])
     if not (home / "bin" / "cuobjdump").exists():
         (home / "bin" / "cuobjdump").symlink_to(tools / "nvidia" / "cu13" / "bin" / "cuobjdump")
     if not (home / "bin" / "nvcc").is_file():

@@ -63,10 +63,8 @@ def install_windows_toolkit(cell: support.Cell) -> Path:
         f"cuda_{full}_windows_network.exe"
     )
     exe = Path(tempfile.gettempdir()) / f"cuda_{full}.exe"
-    import urllib.request
-
     base.log(f"downloading {url}")
-    urllib.request.urlretrieve(url, exe)  # noqa: S310 (fixed https URL)
+    base.download(url, exe)  # retried on network failures (base.download)
     # The subpackage names differ per release (crt and nvvm are their own from 13.0 on, and an
     # older installer stops at a name it does not know): data, docs/COMPAT.md §6.2.
     base.sh([str(exe), "-s"] + list(support.windows_components(cell.cuda)) + ["-n"])
