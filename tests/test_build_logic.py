@@ -460,3 +460,21 @@ def test_checkout_root_is_the_tree_holding_csrc():
     root = Path(build.checkout_root())
     assert (root / "csrc" / "selective_scan").is_dir(), root
     assert (root / "mamba_kernels" / "build" / "plan.py").resolve() == Path(build.__file__).resolve()
+
+
+def test_stable_flags_define_py_limited_api_at_the_abi3_floor_and_classic_flags_do_not():
+    # The stable wheel is tagged cp310-abi3: every translation unit of its build (C++ and CUDA)
+    # sees Python.h's limited API of 3.10 only; the classic build's Python.h is the full one.
+    from mamba_kernels.facts import support, variant
+
+    assert build.limited_api_macro("3.10") == "0x030A0000" == build.LIMITED_API
+    assert build.limited_api_macro("3.12") == "0x030C0000"
+    assert variant.python_tag(support.STABLE_ABI_PYTHON) == "cp310"
+    define = "-DPy_LIMITED_API=0x030A0000"
+    for platform in ("linux_x86_64", "linux_aarch64", "win_amd64"):
+        for binding in ("stable", "classic"):
+            f = build.compile_flags(platform=platform, cxx_std=20, nvcc_version="13.0", arch_plan=plan90(),
+                                    nvcc_threads=1, release=True, cxx11_abi=True, binding=binding)
+            for kind in ("cxx", "nvcc"):
+                limited = [x for x in f[kind] if "Py_LIMITED_API" in x]
+                assert limited == ([define] if binding == "stable" else []), (platform, binding, kind)

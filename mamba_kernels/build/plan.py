@@ -218,14 +218,31 @@ def target_version_macro(target: str) -> str:
     return f"0x{major:02x}{minor_:02x}000000000000"
 
 
+def limited_api_macro(python: str) -> str:
+    """Py_LIMITED_API for the oldest CPython ``python`` an abi3 module serves ("3.10" ->
+    0x030A0000): PY_VERSION_HEX's layout, major and minor in the top two bytes, the rest zero."""
+    major, minor_ = versions.minor_key(python, "Python")
+    return f"0x{major:02X}{minor_:02X}0000"
+
+
+# The stable wheel's abi3 floor (tagged cp310-abi3, support.STABLE_ABI_PYTHON) as the define that
+# makes Python.h show only the limited API of that CPython.
+LIMITED_API = limited_api_macro(support.STABLE_ABI_PYTHON)
+
+
 def binding_defines(binding: str) -> List[str]:
-    """Defines of a binding's compile (cxx and nvcc alike). Stable: the target version, so every
-    stable API newer than STABLE_TARGET is compiled out (and the non-stable torch headers
-    refuse to compile), and USE_CUDA, under which the stable shim declares its CUDA entry
-    points (the current stream)."""
+    """Defines of a binding's compile (cxx and nvcc alike, every translation unit). Stable: the
+    target version, so every stable API newer than STABLE_TARGET is compiled out (and the
+    non-stable torch headers refuse to compile); USE_CUDA, under which the stable shim declares
+    its CUDA entry points (the current stream); and Py_LIMITED_API at the wheel's abi3 floor, so
+    whatever includes Python.h (the module object, the error hook) sees only the limited API
+    the cp310-abi3 tag promises (docs/COMPAT.md §11). torch >= 2.7 adds the same define to a
+    ``py_limited_api`` extension itself; ours does not depend on that (setup_kwargs makes
+    torch's value ours)."""
     if binding != STABLE:
         return []
-    return [f"-DTORCH_TARGET_VERSION={target_version_macro(STABLE_TARGET)}", "-DUSE_CUDA"]
+    return [f"-DTORCH_TARGET_VERSION={target_version_macro(STABLE_TARGET)}", "-DUSE_CUDA",
+            f"-DPy_LIMITED_API={LIMITED_API}"]
 
 
 # ----------------------------------------------------------------------------- jobs and flags
@@ -713,6 +730,11 @@ def setup_kwargs(root: str, environ: Optional[Mapping[str, str]] = None) -> Dict
     if plan.force_cxx11_abi:
         torch._C._GLIBCXX_USE_CXX11_ABI = True  # BuildExtension reads it for -D_GLIBCXX_USE_CXX11_ABI
     stable = plan.binding == STABLE
+    if stable and hasattr(cpp_extension, "min_supported_cpython"):
+        # torch >= 2.7 defines Py_LIMITED_API=<min_supported_cpython> for a py_limited_api
+        # extension after our flags (torch's documented way to pick another floor is to set this
+        # name): the same value as ours, so the last definition is still the wheel's cp310 floor.
+        cpp_extension.min_supported_cpython = LIMITED_API
     ext_modules = [
         cpp_extension.CUDAExtension(
             name=f"{kernel}._cuda",
@@ -769,9 +791,7 @@ def compile_binding(root: str, binding: str, environ: Mapping[str, str]) -> int:
     includes = plan.include_dirs + cpp_extension.include_paths(device_type="cuda")
     includes.append(sysconfig.get_paths()["include"])
     flags = list(plan.flags["cxx"]) + ["-fPIC", "-DTORCH_API_INCLUDE_EXTENSION_H"]
-    flags.append("-DTORCH_EXTENSION_NAME=_cuda")
-    if binding == STABLE:
-        flags.append("-DPy_LIMITED_API=0x030A0000")
+    flags.append("-DTORCH_EXTENSION_NAME=_cuda")  # the stable binding's Py_LIMITED_API is in plan.flags
     failed = 0
     for src in binding_only_sources(root, binding):
         cmd = [cxx, "-fsyntax-only", *flags, *(f"-I{d}" for d in includes), src]

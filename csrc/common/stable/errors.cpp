@@ -3,7 +3,10 @@
 // has no way to raise torch's TypeError, so a wrong dtype is a RuntimeError here. The message is
 // thrown as built, not through STD_TORCH_CHECK, whose location suffix is formatted with
 // iostreams (see check_msg.h for why numbers avoid them).
-#include <Python.h>  // limited API (Py_LIMITED_API is set for the stable build)
+// Python.h with the limited API only: the stable build's flags define Py_LIMITED_API=0x030A0000
+// for every translation unit (build.binding_defines, mamba_kernels/build/plan.py), the floor of
+// the cp310-abi3 wheel tag, so Python.h declares only what CPython 3.10's limited API has.
+#include <Python.h>
 
 #include <stdexcept>
 #include <string>
