@@ -1,7 +1,7 @@
 """The plan step of .github/workflows/release.yml: which cells a run builds, handed to the build
 jobs as one GitHub job matrix per platform.
 
-  python -m ci.plan [--event EVENT] [--torch T] [--cuda C] [--python P] [--os O]
+  python -m ci.plan [--event EVENT] [--torch T] [--cuda C] [--python P] [--os O] [--platform PL]
                     [--github-output FILE] [--summary FILE]
 
 - A tag push or a dispatch builds the matrix (``python -m mamba_kernels matrix``), filtered by the
@@ -98,11 +98,13 @@ def output_bytes(out: Dict[str, str]) -> int:
 
 
 def select(event: str, torch: Optional[str] = None, cuda: Optional[str] = None,
-           python: Optional[str] = None, os: Optional[str] = None) -> List[support.Cell]:
+           python: Optional[str] = None, os: Optional[str] = None,
+           platform: Optional[str] = None) -> List[support.Cell]:
     """The cells of a run: the smoke selection for a pull request, else the filtered matrix."""
     if event == "pull_request":
         return smoke_cells(matrix.select())
-    filters = {"torch": torch or None, "cuda": cuda or None, "python": python or None, "os": os or None}
+    filters = {"torch": torch or None, "cuda": cuda or None, "python": python or None, "os": os or None,
+               "platform": platform or None}
     try:
         cells = matrix.select(**filters)
     except ValueError as e:
@@ -117,13 +119,13 @@ def select(event: str, torch: Optional[str] = None, cuda: Optional[str] = None,
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ci.plan", description=__doc__.split("\n\n")[0])
     p.add_argument("--event", default="workflow_dispatch", help="github.event_name")
-    for name in ("torch", "cuda", "python", "os"):
+    for name in ("torch", "cuda", "python", "os", "platform"):
         p.add_argument(f"--{name}", default="", help=f"the dispatch's {name} filter (empty: all)")
     p.add_argument("--github-output", help="append the outputs to this file ($GITHUB_OUTPUT)")
     p.add_argument("--summary", help="append a summary to this file ($GITHUB_STEP_SUMMARY)")
     args = p.parse_args(argv)
     try:
-        cells = select(args.event, args.torch, args.cuda, args.python, args.os)
+        cells = select(args.event, args.torch, args.cuda, args.python, args.os, args.platform)
         out = outputs(cells)
     except PlanError as e:
         print(f"::error title=plan::{e}")

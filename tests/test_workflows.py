@@ -154,11 +154,36 @@ def test_no_default_permissions_and_every_job_has_a_time_limit(wf):
 
 
 def _pip_requirements(script: str):
+    """Every requirement a step's pip installs: its arguments, and the lines of a ``-r`` file."""
     for line in script.replace("\\\n", " ").splitlines():
         if "pip install" in line:
-            for tok in line.split("pip install", 1)[1].split():
-                if not tok.startswith("-") and tok != '"${tools[@]}"':
+            toks = line.split("pip install", 1)[1].split()
+            for i, tok in enumerate(toks):
+                if i and toks[i - 1] == "-r":
+                    for req in (ROOT / tok).read_text().splitlines():
+                        if req.strip() and not req.startswith("#"):
+                            assert "--hash=sha256:" in req, f"{tok}: {req} carries no hash"
+                            yield req.split()[0]
+                elif not tok.startswith("-") and tok != '"${tools[@]}"':
                     yield tok
+
+
+def test_every_job_that_imports_the_checkout_installs_its_requirements_first():
+    """setup-python's interpreter holds pip only: a job that runs ``python -m ci.*`` or ``python -m
+    mamba_kernels`` from the checkout must install ci/jobs-requirements.txt before (packaging)."""
+    install = "python -m pip install --require-hashes -r ci/jobs-requirements.txt"
+    seen = 0
+    for wf in WORKFLOWS:
+        for name, job in workflow(wf.name)["jobs"].items():
+            runs = [s.get("run", "") for s in job.get("steps", [])]
+            users = [i for i, r in enumerate(runs) if re.search(r"(^|\s)python -m (ci\.|mamba_kernels)", r)]
+            if not users:
+                continue
+            seen += 1
+            first = next((i for i, r in enumerate(runs) if install in r), None)
+            assert first is not None and first <= users[0], f"{wf.name} job {name} imports the checkout " \
+                f"before installing ci/jobs-requirements.txt"
+    assert seen >= 8
 
 
 def test_every_tool_a_workflow_installs_is_pinned():
@@ -420,7 +445,16 @@ def site_server(tmp_path):
     class Handler(http.server.SimpleHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 (http.server's name)
             state["paths"].append(self.path)
-            if state["status"]:
+            api = re.fullmatch(r"/api/(\w+)/repos/owner/repo/pages", self.path)
+            if api:  # GitHub's Pages API, as _merge_step points GITHUB_API_URL here
+                body = json.dumps({"html_url": f"http://127.0.0.1:{self.server.server_address[1]}/",
+                                   "build_type": api.group(1)}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            elif state["status"]:
                 self.send_error(state["status"])
             else:
                 super().do_GET()
@@ -436,19 +470,14 @@ def site_server(tmp_path):
     server.server_close()
 
 
-def _gh_stub(url: str, build_type: str = "workflow") -> str:
-    pages = json.dumps({"html_url": url, "build_type": build_type})
-    return f'[ "$1 $2" = "api repos/owner/repo/pages" ] || exit 9\necho \'{pages}\'\n'
-
-
 ASSET = "https://github.com/owner/repo/releases/download/{tag}/{{filename}}"
 
 
 def _merge_step(tmp_path, url, build_type="workflow", tag="v0.2.0", prerelease="false"):
     s = step(workflow("release.yml"), "pages", "index")
     env = {"REPO": "owner/repo", "GH_TOKEN": "x", "ASSET_URL": ASSET.format(tag=tag), "NONCE": "7-1",
-           "PRERELEASE": prerelease}
-    return run_step(s, tmp_path, env, {"gh": _gh_stub(url, build_type)})
+           "PRERELEASE": prerelease, "GITHUB_API_URL": f"{url}api/{build_type}"}
+    return run_step(s, tmp_path, env)
 
 
 def _manifest(site: Path) -> Dict[str, str]:
