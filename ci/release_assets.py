@@ -98,6 +98,18 @@ def _one_line(text: str, limit: int = 300) -> str:
     return " ".join(text.split())[:limit]
 
 
+def _cause(answer: str) -> str:
+    """An error answer in one line: GitHub's JSON ``message`` (and ``errors``), else the text."""
+    try:
+        data = json.loads(answer)
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("message"), str):
+        errors = data.get("errors")
+        return _one_line(data["message"] + (f" {json.dumps(errors)}" if errors else ""))
+    return _one_line(answer)
+
+
 def check_url(url: str) -> str:
     """``url`` if requests may go there (https, or http to this machine), else ReleaseError."""
     parts = urllib.parse.urlsplit(url)
@@ -272,7 +284,7 @@ class GitHubClient:
                     answer = e.read().decode(errors="replace")
                 except (OSError, http.client.HTTPException):
                     answer = ""
-                status, headers, cause = e.code, e.headers, _one_line(answer)
+                status, headers, cause = e.code, e.headers, _cause(answer)
             except (OSError, http.client.HTTPException) as e:
                 if not _retriable_os_error(e):
                     raise ApiError(f"{method} {url}: {_one_line(str(e)) or type(e).__name__}") from None

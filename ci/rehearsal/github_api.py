@@ -718,7 +718,8 @@ class GitHubStandIn:
     def start(self) -> GitHubStandIn:
         """Serve in a background thread; returns self (``.url`` then says where)."""
         server = self._bind()
-        self._thread = threading.Thread(target=server.serve_forever, name="github-standin", daemon=True)
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="github-standin", daemon=True)
         self._thread.start()
         return self
 
