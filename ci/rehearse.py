@@ -168,6 +168,24 @@ def cut_archs(origin: Path) -> None:
     commit_in_clone(origin, f"rehearsal (quick): CUDA 13.0 x86_64 architectures cut to {QUICK_ARCH}")
 
 
+def host_floor(origin: Path) -> str:
+    """Outside the manylinux container this machine's glibc is the wheel's floor (auditwheel
+    refuses an older tag for a binary built here), so the clone's Linux cells take the manylinux
+    tag of this glibc: the build, the verify steps and the index then agree on it."""
+    libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    m = re.fullmatch(r"glibc (\d+)\.(\d+)", libc)
+    if not m:
+        raise RehearsalError(f"this machine's C library is {libc!r}, not glibc: no manylinux build here")
+    tag = f"manylinux_{m.group(1)}_{m.group(2)}"
+    path = origin / "mamba_kernels" / "facts" / "support.json"
+    data = json.loads(path.read_text())
+    for rel in data["releases"]:
+        rel["manylinux"] = tag
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    commit_in_clone(origin, f"rehearsal: Linux cells tagged {tag}, this machine's glibc")
+    return tag
+
+
 def add_step(origin: Path, spec: str) -> Tuple[str, str]:
     """JOB=COMMAND: a step named 'Added by the rehearsal' at the end of release.yml's JOB."""
     import yaml
@@ -254,7 +272,7 @@ def read_log(path: Path) -> Dict[str, Job]:
             e = json.loads(line)
         except ValueError:
             continue
-        name = e.get("job")
+        name = (e.get("job") or "").strip()
         if not name:
             continue
         job = jobs.setdefault(name, Job(name))
@@ -528,12 +546,13 @@ def check_release(api: github_api.GitHubStandIn, tag: str, wheels: Sequence[Path
 
 def rehearse_release(args: argparse.Namespace, work: Path, tools: Path) -> int:
     origin, commit, version = clone(work, args.ref)
+    floor = host_floor(origin)
     if not args.full:
         cut_archs(origin)
     added = add_step(origin, args.add_step) if args.add_step else None
     tag = f"v{version}"
     run(["git", "-C", str(origin), "tag", "-f", tag], capture_output=True)
-    say(f"rehearsing {tag} of {commit[:12]} ({'full' if args.full else 'quick'}) in {origin}")
+    say(f"rehearsing {tag} of {commit[:12]} ({'full' if args.full else 'quick'}, {floor}) in {origin}")
 
     state = work / "github"
     shutil.rmtree(state, ignore_errors=True)
@@ -545,7 +564,7 @@ def rehearse_release(args: argparse.Namespace, work: Path, tools: Path) -> int:
         from mamba_kernels.release import matrix
 
         cell = matrix.find_cell(CELL)
-        expected = variant.wheel_name(version, cell)
+        expected = re.sub(r"manylinux_\d+_\d+", floor, variant.wheel_name(version, cell))
         # a half-done publish of an earlier attempt: the draft holds this wheel's name, half-uploaded
         api.seed_release(REPO, tag, [(expected, b"half", "starter")])
         api.set_faults(

@@ -435,10 +435,24 @@ def pypi_publish() -> None:
         raise StandInError(f"pypi-publish: no distributions in {inp('packages-dir', 'dist')}")
     py = need_env("REHEARSAL_PYTHON")
     subprocess.run([py, "-m", "twine", "check", "--strict", *dists], check=True)
+    if flag("skip-existing"):  # twine's own --skip-existing knows only PyPI's answers
+        import urllib.error
+        import urllib.request
+
+        kept = []
+        for d in dists:
+            try:
+                with urllib.request.urlopen(f"{local.rstrip('/')}/packages/{Path(d).name}", timeout=30):
+                    print(f"skipping {Path(d).name}: already on {local}")
+            except urllib.error.HTTPError as e:
+                if e.code != 404:
+                    raise StandInError(f"pypi-publish: {local} answered HTTP {e.code}") from None
+                kept.append(d)
+        dists = kept
+        if not dists:
+            return
     cmd = [py, "-m", "twine", "upload", "--non-interactive", "--repository-url", local, "-u", "rehearsal",
            "-p", "rehearsal", *dists]
-    if flag("skip-existing"):
-        cmd.insert(4, "--skip-existing")
     r = subprocess.run(cmd)
     if r.returncode != 0:
         raise StandInError(f"pypi-publish: twine upload to {local} (standing in for {url}) failed")
