@@ -34,6 +34,7 @@ with the Pythons this package supports (>= 3.9).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -146,8 +147,10 @@ def release_from_data(entry: Mapping[str, Any], platforms: Optional[Tuple[str, .
         raise DataError(f"{where}.linux_pre_cxx11: {pre!r} not all among the Linux x86_64 variants")
     if entry["pypi_cuda"] not in x86:
         raise DataError(f"{where}.pypi_cuda: {entry['pypi_cuda']!r} is not a Linux x86_64 variant")
-    if entry["manylinux"] not in ("manylinux_2_17", "manylinux_2_28"):
-        raise DataError(f"{where}.manylinux: {entry['manylinux']!r}")
+    # A PEP 600 glibc floor; the release builds in the cibuildwheel image of that name
+    # (manylinux_2_17 or manylinux_2_28, ci/preflight.py checks), the rehearsal on its own glibc.
+    if not re.fullmatch(r"manylinux_2_\d+", str(entry["manylinux"])):
+        raise DataError(f"{where}.manylinux: {entry['manylinux']!r} is not a manylinux_2_NN tag")
     if entry["cxx_std"] not in (17, 20):
         raise DataError(f"{where}.cxx_std: {entry['cxx_std']!r}")
     per_platform = entry["platform_pythons"]
@@ -184,6 +187,10 @@ def _check(data: Mapping[str, Any]) -> None:
         unknown = [s for s in sources if s not in tks or s == "sources"]
         if unknown:
             raise DataError(f"linux_toolkits.sources.{ml}: no such source {', '.join(unknown)}")
+    msvc = data["msvc"]
+    for cuda, name in msvc["cuda_toolset"].items():
+        if name not in msvc["toolsets"]:
+            raise DataError(f"msvc.cuda_toolset.{cuda}: no toolset {name!r} in msvc.toolsets")
     order = None
     for cuda, tk in data["pypi_toolkits"].items():
         if order is None:
@@ -563,13 +570,45 @@ def pypi_toolkit(cuda: str) -> PypiToolkit:
     return PypiToolkit(mm, release, dict(zip(_PYPI_TOOLKIT_ORDER, versions)))
 
 
-# MSVC (docs/COMPAT.md §7.1). The first nvcc that accepts the runners' MSVC 19.4x; the first
-# _MSC_VER each nvcc refuses; the _MSC_VER of each Windows runner image; the define that makes
-# MSVC's STL accept an older nvcc.
-NVCC_FIRST_ACCEPTING_MSVC_19_4: str = _DATA["msvc"]["nvcc_first_accepting_19_4"]
+# MSVC (docs/COMPAT.md §7.1). nvcc accepts _MSC_VER from NVCC_MSVC_OLDEST (known for the releases
+# that build with an older toolset) up to, not including, NVCC_MSVC_REFUSES; each Windows runner
+# image's default MSVC, and the oldest CUDA that MSVC's STL accepts (error STL1002 below it).
 NVCC_MSVC_REFUSES: Dict[str, int] = dict(_DATA["msvc"]["nvcc_refuses"])
+NVCC_MSVC_OLDEST: Dict[str, int] = dict(_DATA["msvc"]["nvcc_oldest"])
 RUNNER_MSVC: Dict[str, int] = dict(_DATA["msvc"]["runner_msvc"])
-MSVC_OVERRIDE_DEFINE: str = _DATA["msvc"]["override_define"]
+RUNNER_STL_MIN_CUDA: Dict[str, str] = dict(_DATA["msvc"]["runner_stl_min_cuda"])
+
+
+@dataclass(frozen=True)
+class MsvcToolset:
+    """An MSVC toolset older than the runner's default, which the runner's Visual Studio
+    installer adds (``component``) and ``vcvars64.bat -vcvars_ver=<version>`` selects."""
+
+    version: str  # "14.29": the vcvars_ver, and the start of VCToolsVersion ("14.29.30133")
+    msc_ver: int  # its _MSC_VER, 1929
+    visual_studio: str  # the release it shipped with, "2019 16.11"
+    component: str  # the installer's component id
+    stl_min_cuda: str  # the oldest nvcc its STL accepts
+
+    @property
+    def vcvars_arg(self) -> str:
+        return f"-vcvars_ver={self.version}"
+
+
+MSVC_TOOLSETS: Dict[str, MsvcToolset] = {
+    v: MsvcToolset(v, t["msc_ver"], t["visual_studio"], t["component"], t["stl_min_cuda"])
+    for v, t in _DATA["msvc"]["toolsets"].items()
+}
+# The CUDA releases whose nvcc refuses the runner's MSVC (and whose nvcc the runner's STL
+# refuses), and the toolset each builds with instead.
+CUDA_MSVC_TOOLSET: Dict[str, str] = dict(_DATA["msvc"]["cuda_toolset"])
+
+
+def msvc_toolset(cuda: str) -> Optional[MsvcToolset]:
+    """The older MSVC toolset a Windows build with CUDA ``cuda`` selects, None for the runner's
+    default one."""
+    name = CUDA_MSVC_TOOLSET.get(cuda_major_minor(cuda))
+    return None if name is None else MSVC_TOOLSETS[name]
 
 # GCC (docs/COMPAT.md §7.2). The newest GCC each nvcc accepts; the oldest GCC that compiles
 # torch's C++20 headers with nvcc; the default GCC of each manylinux image cibuildwheel pins.
@@ -598,8 +637,10 @@ MSVC_RUNTIME_EXCLUDES: Tuple[str, ...] = tuple(_DATA["wheel_excludes"]["msvc_run
 
 
 def nvcc_needs_msvc_override(cuda: str) -> bool:
-    """True when nvcc of CUDA ``cuda`` must be told to accept the runners' MSVC 19.4x."""
-    return versions.key(cuda_major_minor(cuda)) < versions.key(NVCC_FIRST_ACCEPTING_MSVC_19_4)
+    """True when nvcc of CUDA ``cuda`` cannot build with the runners' default MSVC 19.4x (nvcc
+    refuses it, its STL refuses that nvcc): the build selects an older toolset instead
+    (:func:`msvc_toolset`), no flag overrides either check."""
+    return msvc_toolset(cuda) is not None
 
 
 # The oldest NVIDIA driver that runs code built with each CUDA major, through CUDA's minor

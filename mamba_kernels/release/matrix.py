@@ -26,8 +26,9 @@ GITHUB_MATRIX_LIMIT = 256
 RUNNERS = {"linux_x86_64": "ubuntu-24.04", "linux_aarch64": "ubuntu-24.04-arm", "win_amd64": "windows-2022"}
 _CIBW_PLATFORM = {"linux_x86_64": "linux", "linux_aarch64": "linux", "win_amd64": "windows"}
 _CIBW_ARCH = {"linux_x86_64": "x86_64", "linux_aarch64": "aarch64", "win_amd64": "AMD64"}
-# cibuildwheel's names for the manylinux images of each glibc baseline torch used.
-_CIBW_IMAGE = {"manylinux_2_17": "manylinux2014", "manylinux_2_28": "manylinux_2_28"}
+# cibuildwheel's names for the manylinux images of each glibc baseline torch used: the tag's own
+# name from manylinux_2_28 on, the legacy alias for 2_17.
+_CIBW_IMAGE = {"manylinux_2_17": "manylinux2014"}
 OS_NAMES = {"linux": ("linux_x86_64", "linux_aarch64"), "windows": ("win_amd64",)}
 ARCH_NAMES = {"x86_64": ("linux_x86_64", "win_amd64"), "aarch64": ("linux_aarch64",),
               "amd64": ("win_amd64",)}
@@ -127,7 +128,7 @@ def ci_fields(cell: support.Cell, version: str = __version__) -> Dict[str, Any]:
         "cibw_platform": _CIBW_PLATFORM[cell.platform],
         "cibw_archs": _CIBW_ARCH[cell.platform],
         "cibw_build": cibuildwheel_identifier(cell),
-        "cibw_image": _CIBW_IMAGE[cell.manylinux] if cell.manylinux else None,
+        "cibw_image": _CIBW_IMAGE.get(cell.manylinux, cell.manylinux) if cell.manylinux else None,
         "timeout_minutes": JOB_TIMEOUT_MINUTES,
         "build_timeout_minutes": BUILD_TIMEOUT_MINUTES,
     }
