@@ -559,82 +559,78 @@ def test_the_first_pre_release_writes_no_live_index(tmp_path, site_server):
 # ------------------------------------------------------------------ the Release (ci/release_assets.py)
 
 
-class FakeGitHub:
-    """GitHub's releases API as release_assets.py uses it, in memory."""
+@pytest.fixture
+def github(tmp_path):
+    """The GitHub API stand-in (ci/rehearsal/github_api.py) on 127.0.0.1, state in tmp_path/gh."""
+    from ci.rehearsal.github_api import GitHubStandIn
 
-    def __init__(self, releases=None):
-        self.releases = releases or []
-        self.calls = []
+    with GitHubStandIn(tmp_path / "gh") as standin:
+        yield standin
 
-    def __call__(self, method, url, body=None, upload=None):
-        self.calls.append((method, url.split("?")[0].replace("https://uploads.github.com", "")))
-        if method == "GET":
-            return [dict(r) for r in self.releases] if "page=1" in url else []
-        if method == "POST" and url.endswith("/releases"):
-            rel = dict(body, id=len(self.releases) + 1, assets=[],
-                       upload_url=f"https://uploads.github.com/repos/o/r/releases/{len(self.releases) + 1}"
-                                  "/assets{?name,label}")
-            self.releases.append(rel)
-            return rel
-        if method == "POST":  # an asset upload
-            rel = next(r for r in self.releases if f"/releases/{r['id']}/" in url)
-            assert rel["draft"], "an asset uploaded to a published release"
-            name = urllib.parse.unquote(url.split("name=")[1])
-            digest = "sha256:" + hashlib.sha256(upload.read_bytes()).hexdigest()
-            rel["assets"].append({"id": 100 + len(rel["assets"]), "name": name, "digest": digest})
-            return rel["assets"][-1]
-        if method == "DELETE":
-            for r in self.releases:
-                r["assets"] = [a for a in r["assets"] if not url.endswith(f"/assets/{a['id']}")]
-            return None
-        if method == "PATCH":
-            rel = next(r for r in self.releases if url.endswith(f"/releases/{r['id']}"))
-            rel.update(body)
-            return rel
-        raise AssertionError((method, url))
+
+def _publish_step(tmp_path, github, tag="v0.2.0", prerelease="false"):
+    """The publish job's release step, as GitHub runs it, against the stand-in."""
+    (s,) = [s for s in workflow("release.yml")["jobs"]["publish"]["steps"]
+            if "python -m ci.release_assets --repo" in s.get("run", "")]
+    env = {"REPO": "owner/repo", "TAG": tag, "PRERELEASE": prerelease, "GH_TOKEN": "x",
+           "GITHUB_API_URL": github.url, "GITHUB_REPOSITORY_OWNER": "owner"}
+    return run_step(s, tmp_path, env)
 
 
 def _two_wheels(tmp_path):
-    return [_wheel(tmp_path / "w", "cu130torch2.14"), _wheel(tmp_path / "w", "cu126torch2.13")]
+    return [_wheel(tmp_path / "wheels", "cu130torch2.14"), _wheel(tmp_path / "wheels", "cu126torch2.13")]
+
+
+def _release(github, tag="v0.2.0"):
+    (rel,) = [r for r in github.state()["repos"]["owner/repo"]["releases"] if r["tag_name"] == tag]
+    return rel
 
 
 @pytest.mark.parametrize("pre", [True, False])
-def test_wheels_go_to_a_draft_that_is_published_last(tmp_path, pre):
-    gh = FakeGitHub()
+def test_wheels_go_to_a_draft_that_is_published_last(tmp_path, github, pre):
     wheels = _two_wheels(tmp_path)
-    msg = release_assets.attach(gh, "o/r", "v0.2.0rc1" if pre else "v0.2.0", wheels, pre, "notes")
-    (rel,) = gh.releases
-    assert [c[0] for c in gh.calls] == ["GET", "POST", "POST", "POST", "PATCH"]
+    tag = "v0.2.0rc1" if pre else "v0.2.0"
+    r = _publish_step(tmp_path, github, tag, "true" if pre else "false")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ("pre-release" in r.stdout) is pre and "(2 uploaded, 0 kept, 0 replaced)" in r.stdout
+    assert [m for m, _, _ in github.requests()] == ["GET", "POST", "POST", "POST", "GET", "PATCH"]
+    uploads = [p for m, p, _ in github.requests() if "/assets?" in p]
+    assert sorted(p.split("?", 1)[1] for p in uploads) == sorted(f"name={urllib.parse.quote(w.name)}"
+                                                                  for w in wheels)
+    rel = _release(github, tag)
     assert rel["draft"] is False and rel["prerelease"] is pre
     assert rel["make_latest"] == ("false" if pre else "true")
-    assert sorted(a["name"] for a in rel["assets"]) == sorted(w.name for w in wheels)
-    assert ("pre-release" in msg) is pre
+    assert rel["body"] == f"Wheels per variant; index: https://owner.github.io/repo/{'pre/' if pre else ''}"
+    assert {a["name"]: a["digest"] for a in rel["assets"]} == {
+        w.name: "sha256:" + hashlib.sha256(w.read_bytes()).hexdigest() for w in wheels}
 
 
-def test_a_rerun_completes_a_draft_and_accepts_a_published_release_with_the_same_wheels(tmp_path):
-    gh = FakeGitHub()
+def test_a_rerun_completes_a_draft_and_accepts_a_published_release_with_the_same_wheels(tmp_path, github):
     wheels = _two_wheels(tmp_path)
-    release_assets.attach(gh, "o/r", "v0.2.0", wheels[:1], False, "")
-    gh.releases[0]["draft"] = True  # a run that stopped before publishing
-    release_assets.attach(gh, "o/r", "v0.2.0", wheels, False, "")
-    assert sorted(a["name"] for a in gh.releases[0]["assets"]) == sorted(w.name for w in wheels)
-    assert ("DELETE", "/repos/o/r/releases/assets/100") in gh.calls  # the draft's asset replaced
-    n = len(gh.calls)
-    assert "already published" in release_assets.attach(gh, "o/r", "v0.2.0", wheels, False, "")
-    assert [c[0] for c in gh.calls[n:]] == ["GET"]  # nothing changed
+    github.seed_release("owner/repo", "v0.2.0", [(wheels[0].name, wheels[0].read_bytes())])  # a run cut short
+    r = _publish_step(tmp_path, github)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "(1 uploaded, 1 kept, 0 replaced)" in r.stdout
+    assert sorted(a["name"] for a in _release(github)["assets"]) == sorted(w.name for w in wheels)
+    n = len(github.requests())
+    api = release_assets.GitHubClient("x", github.url)
+    assert "already published" in release_assets.attach(api, "owner/repo", "v0.2.0", wheels, False, "")
+    assert [m for m, _, _ in github.requests()[n:]] == ["GET"]  # nothing changed
 
 
-def test_a_published_release_is_never_changed(tmp_path):
-    gh = FakeGitHub()
+def test_a_published_release_is_never_changed(tmp_path, github):
     wheels = _two_wheels(tmp_path)
-    release_assets.attach(gh, "o/r", "v0.2.0", wheels[:1], False, "")
-    with pytest.raises(release_assets.ReleaseError, match="is not on it: a new wheel needs a new tag"):
-        release_assets.attach(gh, "o/r", "v0.2.0", wheels, False, "")
+    api = release_assets.GitHubClient("x", github.url)
+    release_assets.attach(api, "owner/repo", "v0.2.0", wheels[:1], False, "")
+    n = len(github.requests())
+    r = _publish_step(tmp_path, github)
+    assert r.returncode == 1
+    assert f"::error title=publish::release v0.2.0 is published and final; {wheels[1].name} is not on it: " \
+           "a new wheel needs a new tag" in r.stdout
     wheels[0].write_bytes(wheels[0].read_bytes() + b"\0")  # rebuilt: same name, other bytes
     with pytest.raises(release_assets.ReleaseError, match="is not this run's"):
-        release_assets.attach(gh, "o/r", "v0.2.0", wheels[:1], False, "")
-    assert release_assets.main(["--repo", "o/r", "--tag", "v0.2.0", "--prerelease", "false",
-                                str(wheels[1])], api=gh) == 1
+        release_assets.attach(api, "owner/repo", "v0.2.0", wheels[:1], False, "")
+    assert [m for m, _, _ in github.requests()[n:]] == ["GET", "GET"]  # reads only
 
 
 def test_the_first_release_has_no_published_index(tmp_path, site_server):
