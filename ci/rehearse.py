@@ -145,6 +145,12 @@ def clone(work: Path, ref: str) -> Tuple[Path, str, str]:
     commit = run(
         ["git", "-C", str(ROOT), "rev-parse", f"{ref}^{{commit}}"], capture_output=True, text=True
     ).stdout.strip()
+    if subprocess.run(["git", "-C", str(origin), "cat-file", "-e", f"{commit}^{{commit}}"]).returncode:
+        # a commit no branch holds (`git stash create` makes one of the working tree)
+        run(
+            ["git", "-C", str(origin), "fetch", "--quiet", "--no-tags", str(ROOT), commit],
+            capture_output=True,
+        )
     run(["git", "-C", str(origin), "checkout", "--quiet", "--detach", commit], capture_output=True)
     run(["git", "-C", str(origin), "config", "uploadpack.allowAnySHA1InWant", "true"])
     for k, v in (("user.name", "rehearsal"), ("user.email", "rehearsal@localhost")):
