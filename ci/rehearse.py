@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ci import platforms
 from ci.rehearsal import github_api, standins
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -360,22 +361,9 @@ def cells_not_built(built: Sequence[str]) -> List[Tuple[str, str]]:
     rows = []
     for cell in matrix.select():
         cid = matrix.cell_id(cell)
-        if cid in built:
-            continue
-        if cell.platform == "win_amd64":
-            why = "Windows cell: needs a Windows runner (MSVC, NVIDIA's installer)"
-        elif cell.platform != "linux_x86_64":
-            why = f"{cell.platform} cell: this machine is linux_x86_64"
-        elif not cell.cuda.startswith("13."):
-            why = (
-                f"CUDA {cell.cuda}: PyPI's CUDA {cell.cuda.split('.')[0]}.x packages have no nvcc, NVIDIA's "
-                "archives are not reachable here"
-            )
-        elif not cell.stable:
-            why = f"torch {cell.torch} for CUDA {cell.cuda} is on PyTorch's index only, not reachable here"
-        else:
-            why = "another build of the same toolchain (one stable CUDA 13 cell stands for it)"
-        rows.append((cid, why))
+        if cid not in built:
+            why = platforms.for_cell(cell).why_not_built_here(cell)
+            rows.append((cid, why or "buildable here; one cell of this toolchain is built and stands for it"))
     return rows
 
 
@@ -638,7 +626,7 @@ def rehearse_release(args: argparse.Namespace, work: Path, tools: Path) -> int:
                 "cuda": "13.0",
                 "python": "",
                 "os": "",
-                "platform": "linux_x86_64",
+                "platform": cell.platform,
                 "publish": "true",
                 "testpypi": "true",
             },

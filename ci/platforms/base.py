@@ -271,6 +271,12 @@ class Platform:
         """Whether this process runs on this platform."""
         raise NotImplementedError
 
+    def why_not_built_here(self, cell: support.Cell) -> Optional[str]:
+        """Why this machine, reaching only PyPI, cannot build the cell with ``python -m
+        ci.build_cell local --toolkit pypi --torch-index pypi`` (None: it can; python -m
+        ci.rehearse lists the reason of every cell it does not build)."""
+        raise NotImplementedError
+
     def executable_names(self, tool: str) -> List[str]:
         """The file names ``tool`` may have in a bin/ folder, preferred first."""
         raise NotImplementedError

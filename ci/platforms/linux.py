@@ -245,6 +245,19 @@ class Linux(Platform):
     def runs_here(self) -> bool:
         return sys.platform == "linux"
 
+    def why_not_built_here(self, cell: support.Cell) -> Optional[str]:
+        if not self.builds_locally(cell):
+            return f"a {cell.platform} cell: needs a runner of that platform"
+        try:
+            support.pypi_toolkit(cell.cuda)
+        except ValueError:
+            return (f"CUDA {cell.cuda}: PyPI has no nvcc of it (NVIDIA's repositories and archives, "
+                    "which CI uses, are not reachable here)")
+        torch, cuda = cell.build_with
+        if support.torch_release(torch).pypi_cuda != cuda:
+            return f"torch {torch} built for CUDA {cuda} is on PyTorch's index only, not on PyPI"
+        return None
+
     def executable_names(self, tool: str) -> List[str]:
         return [tool]
 

@@ -393,9 +393,6 @@ def upload_pages_artifact() -> None:
 
 
 def deploy_pages() -> None:
-    sys.path.insert(0, str(HERE.parent.parent))
-    from ci.rehearsal import github_api  # the tool's own tree, not the rehearsed one
-
     name = inp("artifact_name", "github-pages")
     tar_path = artifacts_dir() / name / "artifact.tar"
     if not tar_path.is_file():
@@ -407,7 +404,12 @@ def deploy_pages() -> None:
                 if m.name.startswith("/") or ".." in Path(m.name).parts or m.issym() or m.islnk():
                     raise StandInError(f"deploy-pages: unsafe member {m.name!r} in the artifact")
             tar.extractall(tmp)
-        github_api.deploy_site(Path(need_env("REHEARSAL_GITHUB_STATE")), repo, Path(tmp))
+        # the local GitHub's own deploy (the tool's tree, not the rehearsed one)
+        r = subprocess.run([sys.executable, "-m", "ci.rehearsal.github_api", "deploy", "--state",
+                            need_env("REHEARSAL_GITHUB_STATE"), "--repo", repo, tmp],
+                           cwd=HERE.parent.parent, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise StandInError(f"deploy-pages: {(r.stderr or r.stdout).strip()[-300:]}")
     url = f"{need_env('GITHUB_API_URL').rstrip('/')}/pages/{repo}/"
     out(page_url=url)
     print(f"deployed {name} to {url}")
