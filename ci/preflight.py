@@ -19,9 +19,10 @@ Checks, per cell:
 - ``stable`` (stable cells, docs/COMPAT.md §11): the cell targets the stable-ABI floor; its
   build torch is a release that ships a CUDA variant of the cell's major on the platform; its
   test torch ships a variant of that major with a minor not below the cell's.
-- ``compiler``: the host compiler nvcc will meet (the runner's MSVC; the image's GCC, or the
-  gcc-toolset CC/CXX/-ccbin name) is one that CUDA release accepts, or the environment carries
-  the flags that make it accept it.
+- ``compiler``: the host compiler nvcc will meet is one that CUDA release accepts: on Windows
+  the runner's MSVC, or the older toolset the cell's environment names (the prompt build_cell
+  loads), within the _MSC_VER range of that nvcc, and an MSVC whose STL accepts that nvcc; on
+  Linux the image's GCC, or the gcc-toolset CC/CXX/-ccbin name.
 - ``registry`` (online): every pinned package of the cell (the PyPI CUDA toolkit components
   and cuobjdump) exists on PyPI with a wheel for the cell's platform and Python; the cell's
   torch release has a wheel for that Python and platform on PyPI.
@@ -90,14 +91,19 @@ RUNNER_PATH = {
 # nvcc (build_toolchain: GCC >= 10).
 NVCC_MAX_GCC: Dict[str, int] = dict(support.NVCC_MAX_GCC)
 CXX20_MIN_GCC = support.CXX20_MIN_GCC
-# MSVC: the first _MSC_VER each nvcc refuses. Before 12.4 that is 1940 (19.4x, Visual Studio
-# 2022 17.10 and later), which nvcc accepts only with -allow-unsupported-compiler, and whose STL
-# then refuses the old nvcc unless MSVC_OVERRIDE_DEFINE is defined
-# (support.nvcc_needs_msvc_override). 12.4 to 13.0 refuse 1950 and later, 13.2 and 13.4 1960.
+# MSVC (docs/COMPAT.md §7.1): the first _MSC_VER each nvcc refuses (before 12.4: 1940, Visual
+# Studio 2022 17.10 and later; 12.4 to 13.0: 1950; 13.2 and 13.4: 1960), and the oldest it accepts
+# (11.8, 12.1: 1910). The _MSC_VER of each Windows runner image (windows-2022: Visual Studio 2022
+# 17.14, 19.44) and the oldest nvcc its STL accepts (12.4; error STL1002 below). The older
+# toolsets a cell may select instead (support.msvc_toolset: 14.29 for CUDA 11.8 and 12.1), each
+# with its _MSC_VER and its STL's oldest nvcc. No flag overrides either check.
 NVCC_MSVC_REFUSES: Dict[str, int] = dict(support.NVCC_MSVC_REFUSES)
-# The _MSC_VER of each Windows runner image (windows-2022: Visual Studio 2022 17.14, 19.44).
+NVCC_MSVC_OLDEST: Dict[str, int] = dict(support.NVCC_MSVC_OLDEST)
 RUNNER_MSVC: Dict[str, int] = dict(support.RUNNER_MSVC)
-MSVC_OVERRIDE_DEFINE = support.MSVC_OVERRIDE_DEFINE
+RUNNER_STL_MIN_CUDA: Dict[str, str] = dict(support.RUNNER_STL_MIN_CUDA)
+MSVC_TOOLSETS: Dict[str, support.MsvcToolset] = dict(support.MSVC_TOOLSETS)
+# The variable of a Windows cell's environment naming the toolset its prompt is loaded with.
+MSVC_TOOLSET_VAR = platforms.windows.MSVC_TOOLSET_VAR
 # The GCC on PATH in each manylinux image that cibuildwheel 4.3.5 pins (its 2026.10.26 images):
 # manylinux2014 has devtoolset-10, manylinux_2_28 gcc-toolset-14 (pypa/manylinux moved it to 15 on
 # 2026-01-03 and reverted that the same day; docs/COMPAT.md §7.2).
@@ -598,29 +604,53 @@ def host_compiler_of(args: Sequence[str]) -> Optional[str]:
     return found
 
 
+def _msc(ver: int) -> str:
+    return f"{ver // 100}.{ver % 100}"
+
+
+def check_msvc(cell: support.Cell, report: CellReport, env: Mapping[str, str]) -> None:
+    """The MSVC of a Windows cell's build (the older toolset its environment names, which
+    build_cell loads the prompt with, else the runner's default) is in its nvcc's _MSC_VER range,
+    and that MSVC's STL accepts the nvcc (error STL1002 otherwise). No flag overrides either."""
+    cuda = cell.cuda
+    runner = matrix.RUNNERS[cell.platform]
+    chosen = env.get(MSVC_TOOLSET_VAR, "")
+    if chosen:
+        toolset = MSVC_TOOLSETS.get(chosen)
+        if toolset is None:
+            report.fail("compiler", f"{MSVC_TOOLSET_VAR}={chosen!r} is no toolset of msvc.toolsets "
+                                    "in mamba_kernels/facts/support.json")
+            return
+        msvc, stl_min = toolset.msc_ver, toolset.stl_min_cuda
+        where = f"MSVC {_msc(msvc)} (toolset {chosen}, Visual Studio {toolset.visual_studio})"
+    else:
+        msvc, stl_min = RUNNER_MSVC.get(runner), RUNNER_STL_MIN_CUDA.get(runner)
+        where = f"{runner}'s MSVC {_msc(msvc)}" if msvc else runner
+    refuses = NVCC_MSVC_REFUSES.get(cuda)
+    oldest = NVCC_MSVC_OLDEST.get(cuda)
+    if msvc is None or stl_min is None or refuses is None or (chosen and oldest is None):
+        report.fail("compiler", f"no MSVC fact for {where} or nvcc {cuda}: add it to msvc in "
+                                "mamba_kernels/facts/support.json")
+        return
+    problems = []
+    if msvc >= refuses:
+        problems.append(f"nvcc {cuda} refuses {where} (it accepts MSVC below {_msc(refuses)})")
+    elif oldest is not None and msvc < oldest:
+        problems.append(f"nvcc {cuda} refuses {where} (it accepts MSVC {_msc(oldest)} and newer)")
+    if versions.key(cuda) < versions.key(stl_min):
+        problems.append(f"the STL of {where} refuses nvcc {cuda} (it needs CUDA {stl_min} or newer)")
+    if problems:
+        need = support.msvc_toolset(cuda)
+        hint = (f": the cell must build with toolset {need.version} ({MSVC_TOOLSET_VAR})"
+                if need is not None and need.version != chosen else "")
+        report.fail("compiler", "; ".join(problems) + hint)
+
+
 def check_compiler(cell: support.Cell, report: CellReport, env: Mapping[str, str]) -> None:
-    """The host compiler nvcc meets is one it accepts, or the flags to accept it are there."""
+    """The host compiler nvcc meets is one it accepts (check_msvc on Windows)."""
     cuda = cell.cuda
     if _msvc(cell):
-        runner = matrix.RUNNERS[cell.platform]
-        msvc = RUNNER_MSVC.get(runner)
-        refuses = NVCC_MSVC_REFUSES.get(cuda)
-        if msvc is None or refuses is None:
-            report.fail("compiler", f"no MSVC fact for runner {runner} or nvcc {cuda}: add it to "
-                                    "ci/preflight.py")
-            return
-        if msvc < refuses:
-            return
-        flags = shlex.split(env.get("NVCC_APPEND_FLAGS", "") + " " + env.get("NVCC_PREPEND_FLAGS", ""))
-        cl = env.get("CL", "").split()
-        missing = [f for f, ok in (
-            ("NVCC_APPEND_FLAGS -allow-unsupported-compiler", "-allow-unsupported-compiler" in flags),
-            (f"NVCC_APPEND_FLAGS -D{MSVC_OVERRIDE_DEFINE}", f"-D{MSVC_OVERRIDE_DEFINE}" in flags),
-            (f"CL /D{MSVC_OVERRIDE_DEFINE}", f"/D{MSVC_OVERRIDE_DEFINE}" in cl),
-        ) if not ok]
-        if missing:
-            report.fail("compiler", f"nvcc {cuda} refuses {runner}'s MSVC {msvc // 100}.{msvc % 100} "
-                                    f"without {', '.join(missing)}")
+        check_msvc(cell, report, env)
         return
     max_gcc = NVCC_MAX_GCC.get(cuda)
     if max_gcc is None:

@@ -54,22 +54,17 @@ def test_windows_environment_as_cibuildwheel_parses_it(cell):
     assert got["DISTUTILS_USE_SDK"] == "1"
     assert got["PIP_NO_CACHE_DIR"] == "1"
     old = cell.cuda in ("11.8", "12.1")
-    if old:
-        # nvcc < 12.4 refuses windows-2022's MSVC 19.4x, and its STL refuses nvcc < 12.4.
-        assert got["NVCC_APPEND_FLAGS"].split() == [
-            "-allow-unsupported-compiler",
-            "-D_ALLOW_COMPILER_AND_STL_VERSION_MISMATCH",
-        ]
-        assert got["CL"].split() == ["/D_ALLOW_COMPILER_AND_STL_VERSION_MISMATCH"]
-    else:
-        assert "NVCC_APPEND_FLAGS" not in got and "CL" not in got
+    # nvcc < 12.4 refuses windows-2022's MSVC 19.4x, and its STL refuses nvcc < 12.4: those cells
+    # build with the older toolset 14.29 (named here, loaded by runner_env), with no override flags.
+    assert got.get(windows.MSVC_TOOLSET_VAR) == ("14.29" if old else None)
+    assert "NVCC_APPEND_FLAGS" not in got and "CL" not in got
 
 
 def test_windows_cells_before_cuda_12_4_are_the_50_that_need_the_override():
     need = [c for c in matrix.select(platform="win_amd64") if support.nvcc_needs_msvc_override(c.cuda)]
     assert {c.cuda for c in need} == {"11.8", "12.1"}
     for c in need:
-        assert "NVCC_APPEND_FLAGS" in build_cell.cibuildwheel_env(c)["CIBW_ENVIRONMENT_WINDOWS"]
+        assert windows.MSVC_TOOLSET_VAR in build_cell.cibuildwheel_env(c)["CIBW_ENVIRONMENT_WINDOWS"]
 
 
 @pytest.mark.parametrize(
@@ -551,3 +546,125 @@ def test_every_pip_install_of_the_cell_drivers_has_retries_and_a_timeout(monkeyp
         env = build_cell.cibuildwheel_env(c, "/tmp/cache")
         got = _parsed(env.get("CIBW_ENVIRONMENT_LINUX") or env["CIBW_ENVIRONMENT_WINDOWS"], LINUX_PATH)
         assert (got["PIP_RETRIES"], got["PIP_TIMEOUT"]) == (flags[1], flags[3])
+
+
+# ----------------------------------------------------------------------------- MSVC toolset
+
+
+class _FakeRunner:
+    """subprocess.run of ci/platforms/windows.py on a runner whose Visual Studio at ``vs`` lacks
+    the older toolsets until the installer adds them; the prompt reports the toolset asked for."""
+
+    def __init__(self, vs: Path, installer_status: int = 0, default: str = "14.44.35207"):
+        self.vs, self.status, self.default = vs, installer_status, default
+        self.calls: list = []
+
+    def __call__(self, cmd, **kw):
+        import subprocess
+
+        self.calls.append(cmd)
+        if isinstance(cmd, list) and cmd[0].endswith("vs_installer.exe"):
+            if self.status in windows.VS_INSTALLER_OK:
+                cl = self.vs / "VC" / "Tools" / "MSVC" / "14.29.30133" / "bin" / "Hostx64" / "x64" / "cl.exe"
+                cl.parent.mkdir(parents=True, exist_ok=True)
+                cl.write_text("")
+            return subprocess.CompletedProcess(cmd, self.status)
+        assert "vcvars64.bat" in cmd
+        version = "14.29.30133" if "-vcvars_ver=14.29" in cmd else self.default
+        out = f"VCToolsVersion={version}\nPath=C:\\x\n"
+        return subprocess.CompletedProcess(cmd, 0, stdout=out, stderr="")
+
+    def installer_calls(self):
+        return [c for c in self.calls if isinstance(c, list)]
+
+    def vcvars_calls(self):
+        return [c for c in self.calls if isinstance(c, str)]
+
+
+def _fake_runner(monkeypatch, tmp_path, **kw) -> _FakeRunner:
+    fake = _FakeRunner(tmp_path, **kw)
+    monkeypatch.setattr(windows, "visual_studio", lambda: tmp_path)
+    monkeypatch.setattr(windows.subprocess, "run", fake)
+    return fake
+
+
+@pytest.mark.parametrize("cell", _one_per_cuda("win_amd64"), ids=matrix.cell_id)
+def test_windows_cells_before_cuda_12_4_install_and_load_the_14_29_toolset(monkeypatch, tmp_path, cell):
+    fake = _fake_runner(monkeypatch, tmp_path)
+    env = windows.WINDOWS.runner_env(cell)
+    if cell.cuda in ("11.8", "12.1"):
+        # the installer step first (the toolset is missing here), then the prompt of that toolset
+        assert fake.installer_calls() == [[
+            str(windows._installer_dir() / "vs_installer.exe"), "modify", "--installPath", str(tmp_path),
+            "--add", "Microsoft.VisualStudio.Component.VC.14.29.16.11.x86.x64", "--quiet", "--norestart",
+            "--nocache"]]
+        (vcvars,) = fake.vcvars_calls()
+        assert str(tmp_path / "VC" / "Auxiliary" / "Build" / "vcvars64.bat") in vcvars
+        assert " -vcvars_ver=14.29 " in vcvars
+        assert env["VCToolsVersion"].startswith("14.29.")
+    else:
+        assert fake.installer_calls() == []
+        (vcvars,) = fake.vcvars_calls()
+        assert "-vcvars_ver" not in vcvars and env["VCToolsVersion"] == "14.44.35207"
+
+
+def test_every_windows_cell_below_cuda_12_4_plans_the_toolset_and_no_other_does():
+    cells = matrix.select(platform="win_amd64")
+    old = [c for c in cells if c.cuda in ("11.8", "12.1")]
+    assert len(old) == 48  # 29 with CUDA 11.8, 19 with 12.1 (torch 2.1 to 2.5)
+    for c in cells:
+        toolset = windows.cell_msvc_toolset(c)
+        got = build_cell.cibuildwheel_env(c)["CIBW_ENVIRONMENT_WINDOWS"]
+        if c in old:
+            assert toolset is not None and toolset.vcvars_arg == "-vcvars_ver=14.29", matrix.cell_id(c)
+            assert f'{windows.MSVC_TOOLSET_VAR}="14.29"' in got
+        else:
+            assert toolset is None and windows.MSVC_TOOLSET_VAR not in got, matrix.cell_id(c)
+        assert "allow-unsupported-compiler" not in got and "_ALLOW_COMPILER_AND_STL" not in got
+    # a Linux cell of the same CUDA selects nothing
+    (linux_cell,) = matrix.select(torch="2.4", cuda="11.8", python="3.10", platform="linux_x86_64")
+    assert windows.cell_msvc_toolset(linux_cell) is None and windows.windows_compiler_env(linux_cell) == {}
+
+
+def test_an_installed_toolset_is_not_installed_again_and_installer_failures_stop(monkeypatch, tmp_path):
+    (cell,) = matrix.select(torch="2.4", cuda="12.1", python="3.11", platform="win_amd64")
+    fake = _fake_runner(monkeypatch, tmp_path)
+    windows.WINDOWS.runner_env(cell)
+    windows.WINDOWS.runner_env(cell)  # now present: only the prompt
+    assert len(fake.installer_calls()) == 1 and len(fake.vcvars_calls()) == 2
+    # 3010: done, a restart pending (the toolset is usable without one)
+    fake = _fake_runner(monkeypatch, tmp_path / "b", installer_status=3010)
+    assert windows.WINDOWS.runner_env(cell)["VCToolsVersion"].startswith("14.29.")
+    _fake_runner(monkeypatch, tmp_path / "c", installer_status=1)
+    with pytest.raises(CellError, match="Visual Studio installer failed"):
+        windows.WINDOWS.runner_env(cell)
+
+
+def test_a_prompt_of_another_toolset_is_refused_by_runner_env_and_by_provision(monkeypatch, tmp_path):
+    (cell,) = matrix.select(torch="2.1", cuda="11.8", python="3.10", platform="win_amd64")
+    fake = _fake_runner(monkeypatch, tmp_path)
+    # vcvars64 printing another toolset's environment than the one asked for
+    real = fake.__call__
+
+    def wrong(cmd, **kw):
+        r = real(cmd, **kw)
+        if isinstance(cmd, str):
+            r.stdout = "VCToolsVersion=14.44.35207\n"
+        return r
+
+    monkeypatch.setattr(windows.subprocess, "run", wrong)
+    with pytest.raises(CellError, match="VCToolsVersion 14.44.35207, the cell builds with toolset 14.29"):
+        windows.WINDOWS.runner_env(cell)
+    # provision (inside cibuildwheel) stops before the toolkit when the prompt is not 14.29's
+    installed = []
+    monkeypatch.setattr(windows, "install_windows_toolkit", lambda c: installed.append(c))
+    monkeypatch.setenv("VCToolsVersion", "14.44.35207")
+    with pytest.raises(CellError, match="load vcvars64.bat -vcvars_ver=14.29"):
+        windows.WINDOWS.provision_toolkit(cell, "python")
+    assert installed == []
+    monkeypatch.setenv("VCToolsVersion", "14.29.30133")
+    windows.WINDOWS.provision_toolkit(cell, "python")
+    (new,) = matrix.select(torch="2.9", cuda="13.0", python="3.12", platform="win_amd64")
+    monkeypatch.setenv("VCToolsVersion", "14.44.35207")
+    windows.WINDOWS.provision_toolkit(new, "python")  # the runner's default serves CUDA 13.0
+    assert installed == [cell, new]

@@ -129,7 +129,7 @@ def test_one_line_per_failing_cell_and_a_summary(monkeypatch):
         if cell == bad_env:  # two problems, still one line
             env = dict(env, CIBW_BUILD="cp39-win_amd64")
             env["CIBW_ENVIRONMENT_WINDOWS"] = env["CIBW_ENVIRONMENT_WINDOWS"].replace(
-                "-allow-unsupported-compiler ", "")
+                'MAMBA_KERNELS_CI_MSVC_TOOLSET="14.29"', "")
         return env
 
     rc, lines = _run([bad_py, good, bad_env], env_of=env_of)
@@ -214,7 +214,8 @@ def test_windows_old_nvcc_without_the_msvc_override_fails(monkeypatch):
     rep = pf.CellReport("x")
     pf.check_compiler(cell, rep, pf.cibw_environment(cell))
     assert len(rep.problems) == 1 and "nvcc 12.1 refuses windows-2022's MSVC 19.44" in rep.problems[0]
-    assert "-allow-unsupported-compiler" in rep.problems[0] and "CL /D_ALLOW" in rep.problems[0]
+    assert "the STL of windows-2022's MSVC 19.44 refuses nvcc 12.1" in rep.problems[0]
+    assert "must build with toolset 14.29" in rep.problems[0]
 
 
 def test_windows_new_nvcc_needs_no_flags_until_its_msvc_limit(monkeypatch):
@@ -618,3 +619,59 @@ def test_the_staged_copy_of_this_checkout_holds_every_tracked_file(tmp_path):
                     if "__pycache__" in n or n.endswith((".so", ".pyd", ".whl")) or n.split("/")[0] in
                     build_cell.COPY_EXCLUDES_TOP)
     assert not leaked, leaked
+
+
+# ----------------------------------------------------------------------------- MSVC toolset rule
+
+
+def test_every_windows_cell_builds_with_an_msvc_its_nvcc_and_its_stl_accept():
+    cells = matrix.select(platform="win_amd64")
+    for cell in cells:
+        env = pf.cibw_environment(cell)
+        rep = pf.CellReport(matrix.cell_id(cell))
+        pf.check_msvc(cell, rep, env)
+        assert rep.problems == [], rep.problems
+        chosen = env.get(windows.MSVC_TOOLSET_VAR)
+        msvc = pf.MSVC_TOOLSETS[chosen].msc_ver if chosen else pf.RUNNER_MSVC["windows-2022"]
+        assert msvc < pf.NVCC_MSVC_REFUSES[cell.cuda], matrix.cell_id(cell)
+        assert (chosen == "14.29") == (cell.cuda in ("11.8", "12.1")), matrix.cell_id(cell)
+    assert sum(1 for c in cells if c.cuda in ("11.8", "12.1")) == 48
+
+
+def _toolset(monkeypatch, **changes):
+    monkeypatch.setitem(pf.MSVC_TOOLSETS, "14.29", dataclasses.replace(pf.MSVC_TOOLSETS["14.29"], **changes))
+
+
+def test_a_toolset_outside_nvccs_range_or_whose_stl_refuses_nvcc_fails(monkeypatch):
+    cell = _cell(WIN_OLD)  # CUDA 12.1: accepts MSVC 19.10 to 19.39
+    env = pf.cibw_environment(cell)
+    _toolset(monkeypatch, msc_ver=1940)  # as if 14.29 were a 19.40 compiler
+    rep = pf.CellReport("x")
+    pf.check_msvc(cell, rep, env)
+    assert rep.problems == ["compiler: nvcc 12.1 refuses MSVC 19.40 (toolset 14.29, Visual Studio 2019 "
+                            "16.11) (it accepts MSVC below 19.40)"]
+    _toolset(monkeypatch, msc_ver=1900)
+    rep = pf.CellReport("x")
+    pf.check_msvc(cell, rep, env)
+    assert rep.problems and "it accepts MSVC 19.10 and newer" in rep.problems[0]
+    _toolset(monkeypatch, msc_ver=1929, stl_min_cuda="12.4")  # an STL that wants CUDA 12.4
+    rep = pf.CellReport("x")
+    pf.check_msvc(cell, rep, env)
+    assert rep.problems and "the STL of MSVC 19.29 (toolset 14.29" in rep.problems[0]
+    assert "refuses nvcc 12.1 (it needs CUDA 12.4 or newer)" in rep.problems[0]
+
+
+def test_an_unknown_toolset_or_a_missing_fact_fails(monkeypatch):
+    cell = _cell(WIN_OLD)
+    env = dict(pf.cibw_environment(cell))
+    rep = pf.CellReport("x")
+    pf.check_msvc(cell, rep, dict(env, **{windows.MSVC_TOOLSET_VAR: "14.16"}))
+    assert rep.problems and "'14.16' is no toolset of msvc.toolsets" in rep.problems[0]
+    monkeypatch.delitem(pf.NVCC_MSVC_OLDEST, "12.1")
+    rep = pf.CellReport("x")
+    pf.check_msvc(cell, rep, env)
+    assert rep.problems and "no MSVC fact" in rep.problems[0]
+    # a newer cell needs no toolset and no oldest-MSVC fact: the runner's default serves it
+    rep = pf.CellReport("x")
+    pf.check_msvc(_cell(WIN_NEW), rep, pf.cibw_environment(_cell(WIN_NEW)))
+    assert rep.problems == []

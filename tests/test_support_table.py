@@ -447,3 +447,25 @@ def test_manylinux_2_28_has_gcc_14_and_every_linux_cell_meets_a_gcc_its_nvcc_acc
     # CUDA 12.8, 12.9 and 13.0 (every 13.x cell) take the image's own GCC 14; older ones a gcc-toolset
     assert {cu for cu, ts in seen if ts is None} == {"12.8", "12.9", "13.0"}
     assert {(cu, ts) for cu, ts in seen if ts} == {("11.8", 11), ("12.4", 13), ("12.6", 13)}
+
+
+def test_windows_cells_before_cuda_12_4_build_with_the_14_29_toolset_both_checks_accept():
+    # windows-2022 has MSVC 19.44 (Visual Studio 2022 17.14), whose STL wants CUDA 12.4 or newer and
+    # which nvcc before 12.4 refuses (it accepts 19.10 to 19.39): those cells select the VS 2019
+    # 16.11 toolset (19.29), which the runner's Visual Studio installer adds (docs/COMPAT.md §7.1).
+    toolset = support.msvc_toolset("11.8")
+    assert toolset == support.msvc_toolset("12.1.1") == support.MSVC_TOOLSETS["14.29"]
+    assert (toolset.version, toolset.msc_ver, toolset.vcvars_arg) == ("14.29", 1929, "-vcvars_ver=14.29")
+    assert toolset.component == "Microsoft.VisualStudio.Component.VC.14.29.16.11.x86.x64"
+    assert support.RUNNER_MSVC == {"windows-2022": 1944}
+    assert support.RUNNER_STL_MIN_CUDA == {"windows-2022": "12.4"}
+    windows_cudas = {c.cuda for c in support.cells(platform="win_amd64")}
+    for cuda in windows_cudas:
+        chosen = support.msvc_toolset(cuda)
+        msvc = chosen.msc_ver if chosen else support.RUNNER_MSVC["windows-2022"]
+        stl_min = chosen.stl_min_cuda if chosen else support.RUNNER_STL_MIN_CUDA["windows-2022"]
+        assert support.NVCC_MSVC_OLDEST.get(cuda, 0) <= msvc < support.NVCC_MSVC_REFUSES[cuda], cuda
+        assert support.versions.key(stl_min) <= support.versions.key(cuda), cuda
+        assert (chosen is not None) == (cuda in ("11.8", "12.1")) == support.nvcc_needs_msvc_override(cuda)
+    # the runner's default is no choice for those two: both checks would stop the compile
+    assert all(support.RUNNER_MSVC["windows-2022"] >= support.NVCC_MSVC_REFUSES[c] for c in ("11.8", "12.1"))

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -27,11 +28,36 @@ WINDOWS_EXCLUDES = WINDOWS_TORCH_CUDA_EXCLUDES + MSVC_RUNTIME_EXCLUDES
 WINDOWS_CUDA = support.WINDOWS_TOOLKITS
 
 
-def msvc_env() -> Dict[str, str]:
-    """The environment of the MSVC x64 developer prompt (vcvars64.bat), found with vswhere."""
-    vswhere = Path(os.environ.get("ProgramFiles(x86)", r"C:\Program Files (x86)")) / (
-        r"Microsoft Visual Studio\Installer\vswhere.exe"
-    )
+# MSVC (docs/COMPAT.md §7.1). nvcc before 12.4 refuses the runner's MSVC 19.4x and that MSVC's STL
+# refuses nvcc before 12.4, so those cells build with an older toolset (support.msvc_toolset):
+# build_cell loads the developer prompt with `vcvars64.bat -vcvars_ver=<toolset>` (runner_env),
+# after the runner's Visual Studio installer has added the toolset where it is missing. The
+# cell's environment names the toolset (MSVC_TOOLSET_VAR), so that provision can check the
+# prompt it runs in is that one, and ci/preflight.py that nvcc accepts it.
+MSVC_TOOLSET_VAR = "MAMBA_KERNELS_CI_MSVC_TOOLSET"
+# The Visual Studio installer's exit statuses that mean done (3010: done, a restart is pending).
+VS_INSTALLER_OK = (0, 3010)
+# How long to wait for the toolset's compiler after the installer returns (it may return before
+# its setup process is done), in seconds.
+VS_INSTALL_WAIT_S = 1800
+
+
+def cell_msvc_toolset(cell: support.Cell) -> Optional[support.MsvcToolset]:
+    """The older MSVC toolset the cell builds with; None for one that builds with the runner's
+    default MSVC, and for a Linux cell."""
+    if not WINDOWS.handles(cell):
+        return None
+    return support.msvc_toolset(cell.cuda)
+
+
+def _installer_dir() -> Path:
+    root = Path(os.environ.get("ProgramFiles(x86)", r"C:\Program Files (x86)"))
+    return root / "Microsoft Visual Studio" / "Installer"
+
+
+def visual_studio() -> Path:
+    """The installation folder of the newest Visual Studio (vswhere)."""
+    vswhere = _installer_dir() / "vswhere.exe"
     if not vswhere.is_file():
         raise CellError(f"{vswhere} not found: install Visual Studio 2022 Build Tools")
     vs = subprocess.run(
@@ -40,11 +66,88 @@ def msvc_env() -> Dict[str, str]:
         text=True,
         check=True,
     ).stdout.strip()
-    bat = Path(vs) / "VC" / "Auxiliary" / "Build" / "vcvars64.bat"
-    out = subprocess.run(f'cmd /s /c ""{bat}" >nul && set"', capture_output=True, text=True, shell=True)
+    return Path(vs)
+
+
+def toolset_installed(vs: Path, toolset: support.MsvcToolset) -> bool:
+    """Whether Visual Studio at ``vs`` holds the x64 compiler of ``toolset`` (VC/Tools/MSVC/14.29.*)."""
+    found = (vs / "VC" / "Tools" / "MSVC").glob(toolset.version + ".*")
+    return any((d / "bin" / "Hostx64" / "x64" / "cl.exe").is_file() for d in found)
+
+
+def toolset_install_command(vs: Path, toolset: support.MsvcToolset) -> List[str]:
+    """The Visual Studio installer adding ``toolset``'s component to the installation at ``vs``,
+    silently (the runner's Visual Studio is an administrator install; the job runs elevated)."""
+    return [str(_installer_dir() / "vs_installer.exe"), "modify", "--installPath", str(vs),
+            "--add", toolset.component, "--quiet", "--norestart", "--nocache"]
+
+
+def install_msvc_toolset(vs: Path, toolset: support.MsvcToolset) -> None:
+    """Add ``toolset`` to Visual Studio at ``vs`` unless it is there; wait for its compiler."""
+    if toolset_installed(vs, toolset):
+        base.log(f"MSVC toolset {toolset.version} is installed in {vs}")
+        return
+    cmd = toolset_install_command(vs, toolset)
+    base.log("$ " + " ".join(cmd))
+    # started from another folder than the installer's own, as the installer requires
+    r = subprocess.run(cmd, cwd=tempfile.gettempdir())
+    if r.returncode not in VS_INSTALLER_OK:
+        raise CellError(f"the Visual Studio installer failed (exit status {r.returncode}): {' '.join(cmd)}")
+    deadline = time.monotonic() + VS_INSTALL_WAIT_S
+    while not toolset_installed(vs, toolset):
+        if time.monotonic() > deadline:
+            raise CellError(f"the Visual Studio installer did not add MSVC {toolset.version} "
+                            f"({toolset.component}) to {vs} within {VS_INSTALL_WAIT_S} s")
+        time.sleep(10)
+
+
+def vcvars_command(bat: Path, toolset: Optional[support.MsvcToolset] = None) -> str:
+    """The cmd line printing the environment of the x64 developer prompt, of ``toolset`` if given
+    (else Visual Studio's default toolset)."""
+    arg = f" {toolset.vcvars_arg}" if toolset else ""
+    return f'cmd /s /c ""{bat}"{arg} >nul && set"'
+
+
+def msvc_env(toolset: Optional[support.MsvcToolset] = None) -> Dict[str, str]:
+    """The environment of the MSVC x64 developer prompt (vcvars64.bat of the Visual Studio vswhere
+    finds), of ``toolset`` if given: installed first where it is missing, and checked to be the
+    one the prompt loaded (VCToolsVersion)."""
+    vs = visual_studio()
+    if toolset is not None:
+        install_msvc_toolset(vs, toolset)
+    bat = vs / "VC" / "Auxiliary" / "Build" / "vcvars64.bat"
+    out = subprocess.run(vcvars_command(bat, toolset), capture_output=True, text=True, shell=True)
     if out.returncode != 0:
-        raise CellError(f"{bat} failed: {out.stderr.strip()[:200]}")
-    return dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+        raise CellError(f"{bat} failed: {(out.stderr.strip() or out.stdout.strip())[:300]}")
+    env = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+    if toolset is not None:
+        problem = msvc_environment_problem(toolset, env)
+        if problem:
+            raise CellError(f"{bat} {toolset.vcvars_arg}: {problem}")
+    return env
+
+
+def _tools_version(environ: Dict[str, str]) -> str:
+    # Windows' environment names are case-insensitive; the prompt spells it VCToolsVersion
+    for k, v in environ.items():
+        if k.lower() == "vctoolsversion":
+            return v.strip()
+    return ""
+
+
+def msvc_environment_problem(
+    toolset: Optional[support.MsvcToolset], environ: Dict[str, str]
+) -> Optional[str]:
+    """Why ``environ`` is not the developer prompt of ``toolset`` (None: it is, or no toolset is
+    asked for and the runner's default serves)."""
+    if toolset is None:
+        return None
+    have = _tools_version(environ)
+    if not have.startswith(toolset.version + "."):
+        return (f"the MSVC environment is VCToolsVersion {have or '(none)'}, the cell builds with toolset "
+                f"{toolset.version} (Visual Studio {toolset.visual_studio}): load vcvars64.bat "
+                f"{toolset.vcvars_arg} (ci/platforms/windows.py runner_env)")
+    return None
 
 
 def install_windows_toolkit(cell: support.Cell) -> Path:
@@ -74,14 +177,12 @@ def install_windows_toolkit(cell: support.Cell) -> Path:
 
 
 def windows_compiler_env(cell: support.Cell) -> Dict[str, str]:
-    """Flags that make an nvcc older than 12.4 accept the runners' MSVC 19.4x (support.py);
-    {} for every other cell, a Linux one included. nvcc reads NVCC_APPEND_FLAGS itself; cl.exe
-    reads CL itself, for the C++ files and for the host side of every nvcc compile, so no build
-    script has to pass them on."""
-    if not WINDOWS.handles(cell) or not support.nvcc_needs_msvc_override(cell.cuda):
-        return {}
-    define = support.MSVC_OVERRIDE_DEFINE
-    return {"NVCC_APPEND_FLAGS": f"-allow-unsupported-compiler -D{define}", "CL": f"/D{define}"}
+    """The MSVC toolset a cell older than CUDA 12.4 builds with, named for provision's check and
+    the preflight's (the prompt itself comes from runner_env); {} for every other cell, a Linux
+    one included. No flag silences nvcc's check of the host compiler or the STL's check of nvcc:
+    the toolset is one both accept (docs/COMPAT.md §7.1)."""
+    toolset = cell_msvc_toolset(cell)
+    return {} if toolset is None else {MSVC_TOOLSET_VAR: toolset.version}
 
 
 class Windows(Platform):
@@ -95,6 +196,11 @@ class Windows(Platform):
         return rf"C:\Program Files\NVIDIA GPU Computing Toolkit\CUDA\v{cell.cuda}"
 
     def provision_toolkit(self, cell: support.Cell, python: str) -> None:
+        # The build inherits the developer prompt cibuildwheel was started in: stop here, not an
+        # hour into the compile, when it is not the toolset the cell needs.
+        problem = msvc_environment_problem(cell_msvc_toolset(cell), dict(os.environ))
+        if problem:
+            raise CellError(problem)
         install_windows_toolkit(cell)
 
     def compiler_env(self, cell: support.Cell) -> Dict[str, str]:
@@ -124,8 +230,10 @@ class Windows(Platform):
             cmd += ["--add-path", torch_lib]
         return cmd + [str(wheel)], None
 
-    def runner_env(self) -> Dict[str, str]:
-        return msvc_env()
+    def runner_env(self, cell: Optional[support.Cell] = None) -> Dict[str, str]:
+        """The developer prompt for ``cell``: its older toolset where it has one (installed by the
+        runner's Visual Studio installer first where missing), else Visual Studio's default."""
+        return msvc_env(None if cell is None else cell_msvc_toolset(cell))
 
     def builds_locally(self, cell: support.Cell) -> bool:
         return False
@@ -140,8 +248,13 @@ class Windows(Platform):
         return home + "\\bin"
 
     def intended_environment(self, cell: support.Cell, home: str) -> Dict[str, str]:
-        # CUDA_PATH is what NVIDIA's installer sets; DISTUTILS_USE_SDK: MSVC from the prompt's environment
-        return {"CUDA_PATH": home, "DISTUTILS_USE_SDK": "1"}
+        # CUDA_PATH is what NVIDIA's installer sets; DISTUTILS_USE_SDK: MSVC from the prompt's
+        # environment, which is the older toolset's where the cell has one (support.msvc_toolset)
+        want = {"CUDA_PATH": home, "DISTUTILS_USE_SDK": "1"}
+        toolset = support.msvc_toolset(cell.cuda)
+        if toolset is not None:
+            want[MSVC_TOOLSET_VAR] = toolset.version
+        return want
 
     def container_arch(self, cell: support.Cell) -> Optional[str]:
         return None
