@@ -99,6 +99,17 @@ def free_port() -> int:
 # ----------------------------------------------------------------------------- tools and clone
 
 
+def load_yaml(text: str) -> dict:
+    """A workflow file's data: PyYAML (the rehearsal's tools), else ruamel.yaml (the test extra)."""
+    try:
+        import yaml
+    except ImportError:
+        from ruamel.yaml import YAML
+
+        return YAML(typ="safe").load(text)
+    return yaml.safe_load(text)
+
+
 def install_tools(work: Path) -> Path:
     """WORK/tools: a venv of this interpreter with ci/rehearsal/tools.txt (hash-checked)."""
     venv = work / "tools"
@@ -195,12 +206,10 @@ def host_floor(origin: Path) -> str:
 
 def add_step(origin: Path, spec: str) -> Tuple[str, str]:
     """JOB=COMMAND: a step named 'Added by the rehearsal' at the end of release.yml's JOB."""
-    import yaml
-
     job, _, command = spec.partition("=")
     path = origin / WORKFLOWS[0]
     text = path.read_text()
-    data = yaml.safe_load(text)
+    data = load_yaml(text)
     if job not in data["jobs"] or "steps" not in data["jobs"][job]:
         raise RehearsalError(f"--add-step: release.yml has no job {job!r} with steps")
     name = "Added by the rehearsal"
@@ -222,11 +231,9 @@ def add_step(origin: Path, spec: str) -> Tuple[str, str]:
 
 def action_refs(origin: Path) -> Dict[str, List[str]]:
     """{owner/repo@ref: [where it is used]} of every remote ``uses:`` in the workflows."""
-    import yaml
-
     refs: Dict[str, List[str]] = {}
     for wf in WORKFLOWS:
-        data = yaml.safe_load((origin / wf).read_text())
+        data = load_yaml((origin / wf).read_text())
         for job_name, job in data.get("jobs", {}).items():
             uses = [job.get("uses")] + [s.get("uses") for s in job.get("steps", [])]
             for u in filter(None, uses):
