@@ -157,7 +157,9 @@ def clone(work: Path, ref: str) -> Tuple[Path, str, str]:
     commit = run(
         ["git", "-C", str(ROOT), "rev-parse", f"{ref}^{{commit}}"], capture_output=True, text=True
     ).stdout.strip()
-    if subprocess.run(["git", "-C", str(origin), "cat-file", "-e", f"{commit}^{{commit}}"]).returncode:
+    if subprocess.run(
+        ["git", "-C", str(origin), "cat-file", "-e", f"{commit}^{{commit}}"], stderr=subprocess.DEVNULL
+    ).returncode:
         # a commit no branch holds (`git stash create` makes one of the working tree)
         run(
             ["git", "-C", str(origin), "fetch", "--quiet", "--no-tags", str(ROOT), commit],
@@ -735,6 +737,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--event", choices=("release", "pull_request"), default="release")
     p.add_argument("--add-step", metavar="JOB=COMMAND", help="append a step to a job of release.yml")
     p.add_argument("--job", help="run only this job of release.yml (act -j)")
+    p.add_argument(
+        "--clean", action="store_true", help="remove the work folder after a pass (kept on failure)"
+    )
     args = p.parse_args(argv)
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -756,6 +761,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"rehearse: error: {e}")
         return 1
     print(f"rehearse: {time.time() - t0:.0f} s in all")
+    if rc == 0 and args.clean:
+        shutil.rmtree(work, ignore_errors=True)
+    elif rc:
+        print(f"rehearse: logs and the clone kept in {work}")
     return rc
 
 
