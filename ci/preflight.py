@@ -1,8 +1,9 @@
 """Preflight: check every cell of the release matrix for what can be known without a GPU or a
 runner, before a tag spends hours of runner time finding out.
 
-  python -m ci.preflight            every check, the registry (PyPI) included
-  python -m ci.preflight --offline  every check but the registry's
+  python -m ci.preflight            every check, the registries (PyPI, PyTorch's index) included
+  python -m ci.preflight --offline  every check but the registries'
+  python -m ci.preflight --no-torch-index  every check but PyTorch's index
   python -m ci.preflight -v         also one line per cell with its disk estimate
 
 Output: one line per failing cell (``FAIL <cell id>: <check>: <reason>; ...``), one line per
@@ -26,6 +27,12 @@ Checks, per cell:
 - ``registry`` (online): every pinned package of the cell (the PyPI CUDA toolkit components
   and cuobjdump) exists on PyPI with a wheel for the cell's platform and Python; the cell's
   torch release has a wheel for that Python and platform on PyPI.
+- ``torch-index`` (online): the exact build of the cell's build torch and of its test torch
+  (``torch==X.Y.Z+cuXYZ``, the newest patch: build_cell.newest_torch_build, the rule the cell
+  drivers pin by) is on PyTorch's index of its CUDA variant, with a wheel for the cell's Python
+  and platform. Where that index cannot be read (the development machine), the summary says so,
+  and the ``registry`` check of PyPI's wheel stands in (the very build only for the Linux x86_64
+  cells of a release's PyPI variant).
 - ``disk``: an estimate of the disk a cell uses at its peak, against the runner's free disk.
 
 and per job matrix (release.yml runs one build job, with one matrix, per platform): at most
@@ -272,13 +279,19 @@ class Registry:
             with ThreadPoolExecutor(max_workers=max(1, min(self._workers, len(todo)))) as ex:
                 list(ex.map(self._get, todo))
 
-    def releases(self, name: str) -> Optional[Dict[str, List[dict]]]:
-        """version -> files of project ``name``; None when the registry has no such project.
-        Raises RegistryError when the registry could not be read."""
+    def doc(self, name: str) -> object:
+        """What the fetcher answered for ``name`` (None: no such project or page). Raises
+        RegistryError when it could not be read."""
         doc = self._docs[name] if name in self._docs else self._get(name)
         if isinstance(doc, RegistryError):
             raise doc
-        return None if doc is None else doc["releases"]
+        return doc
+
+    def releases(self, name: str) -> Optional[Dict[str, List[dict]]]:
+        """version -> files of project ``name``; None when the registry has no such project.
+        Raises RegistryError when the registry could not be read."""
+        doc = self.doc(name)
+        return None if doc is None else doc["releases"]  # type: ignore[index]
 
     def errors(self) -> List[str]:
         return sorted(str(d) for d in self._docs.values() if isinstance(d, RegistryError))
@@ -294,11 +307,7 @@ def supported_tags(python: str, platform: str, glibc: Optional[Tuple[int, int]])
     return set(cpython_tags(py, abis=[interp], platforms=plats)) | set(compatible_tags(py, interp, plats))
 
 
-def cell_glibc(cell: support.Cell) -> Optional[Tuple[int, int]]:
-    if not cell.manylinux:
-        return None
-    m = re.fullmatch(r"manylinux_(\d+)_(\d+)", cell.manylinux)
-    return (int(m.group(1)), int(m.group(2))) if m else (2, 17)
+cell_glibc = build_cell.cell_glibc
 
 
 def _wheel_fits(files: Sequence[dict], tags: Set[Tag]) -> bool:
@@ -324,6 +333,8 @@ class CellReport:
     problems: List[str] = field(default_factory=list)
     disk_gb: float = 0.0
     disk_parts: Dict[str, float] = field(default_factory=dict)
+    # Whether PyTorch's index pages of the cell's torches were read (the torch-index check made).
+    exact_torch_checked: bool = False
 
     def fail(self, check: str, reason: str) -> None:
         self.problems.append(f"{check}: {reason}")
@@ -764,6 +775,66 @@ def check_registry(cell: support.Cell, report: CellReport, registry: Registry) -
         report.fail("registry", unreadable[0] + more)
 
 
+# A fetcher of PyTorch's index: an index URL (https://download.pytorch.org/whl/cu128) -> the file
+# names its torch page lists, None when it has no such page; RegistryError when it cannot tell.
+IndexFetcher = Callable[[str], Optional[List[str]]]
+
+
+def torch_index_fetcher(timeout: float = 15.0, tries: int = 2) -> IndexFetcher:
+    """Reads ``<index URL>/torch/`` (a PEP 503 page, build_cell.simple_page_files), retrying once."""
+
+    def fetch(index_url: str) -> Optional[List[str]]:
+        url = f"{index_url.rstrip('/')}/torch/"
+        reason = ""
+        for attempt in range(tries):
+            if attempt:
+                time.sleep(1.0)
+            try:
+                with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 (https or test URL)
+                    page = r.read().decode("utf-8", errors="replace")
+            except urllib.error.HTTPError as e:
+                if e.code == 404:
+                    return None
+                reason = f"HTTP {e.code}"
+                continue
+            except (urllib.error.URLError, OSError) as e:
+                reason = str(getattr(e, "reason", e)) or type(e).__name__
+                continue
+            return build_cell.simple_page_files(page)
+        raise RegistryError(f"could not read {url}: {reason} ({tries} tries)")
+
+    return fetch
+
+
+def torch_index_urls(cell: support.Cell) -> List[str]:
+    """PyTorch's indexes the cell's torches come from (its build torch's and its test torch's)."""
+    return list(dict.fromkeys(build_cell.torch_index_url(cell, None, which)
+                              for which in (build_cell.BUILD, build_cell.TEST)))
+
+
+def check_torch_index(cell: support.Cell, report: CellReport, index: Registry) -> bool:
+    """The exact build of each of the cell's torches is on PyTorch's index of its CUDA variant;
+    True when every page it needs was read (else that torch is left to check_registry)."""
+    checked = True
+    where = f"{cell.platform} cp{cell.python.replace('.', '')}"
+    for which in (build_cell.BUILD, build_cell.TEST):
+        torch, cuda = build_cell.torch_of(cell, which)
+        if which == build_cell.TEST and (torch, cuda) == build_cell.torch_of(cell, build_cell.BUILD):
+            continue
+        url = build_cell.torch_index_url(cell, None, which)
+        try:
+            files = index.doc(url)
+        except RegistryError:
+            checked = False
+            continue
+        want = f"torch {torch}.*+{matrix.cuda_tag(cuda)}"
+        if files is None:
+            report.fail("torch-index", f"PyTorch has no index {url} (HTTP 404), so no {want} for {where}")
+        elif build_cell.newest_torch_build(cell, which, files) is None:  # type: ignore[arg-type]
+            report.fail("torch-index", f"{url} has no {want} wheel for {where}")
+    return checked
+
+
 def disk_estimate(cell: support.Cell, env: Mapping[str, str]) -> Dict[str, float]:
     """The cell's peak disk use per part, in GB (DISK_GB)."""
     plat = platforms.for_cell(cell)
@@ -824,8 +895,9 @@ def check_disk(cell: support.Cell, report: CellReport, env: Mapping[str, str],
 
 
 def check_cell(cell: support.Cell, registry: Optional[Registry] = None,
-               env: Optional[Mapping[str, str]] = None, free_gb: float = RUNNER_FREE_DISK_GB) -> CellReport:
-    """Every check of one cell; ``registry`` None skips the registry's."""
+               env: Optional[Mapping[str, str]] = None, free_gb: float = RUNNER_FREE_DISK_GB,
+               torch_index: Optional[Registry] = None) -> CellReport:
+    """Every check of one cell; ``registry`` None skips PyPI's, ``torch_index`` None PyTorch's index."""
     report = CellReport(matrix.cell_id(cell))
     parsed = check_environment(cell, report, env)
     check_python(cell, report)
@@ -836,6 +908,8 @@ def check_cell(cell: support.Cell, registry: Optional[Registry] = None,
         check_disk(cell, report, parsed, free_gb)
     if registry is not None:
         check_registry(cell, report, registry)
+    if torch_index is not None:
+        report.exact_torch_checked = check_torch_index(cell, report, torch_index)
     return report
 
 
@@ -874,8 +948,10 @@ def preflight(
     free_gb: float = RUNNER_FREE_DISK_GB,
     limit: int = MATRIX_LIMIT,
     workflow: Path = RELEASE_WORKFLOW,
+    torch_index: Optional[Registry] = None,
 ) -> int:
-    """Check ``cells`` (default: the whole matrix), print the report, return the exit status."""
+    """Check ``cells`` (default: the whole matrix), print the report, return the exit status.
+    ``registry``: PyPI's projects; ``torch_index``: PyTorch's index pages (None: not checked)."""
     out = out or sys.stdout
     start = time.monotonic()
     cells = list(support.cells() if cells is None else cells)
@@ -883,10 +959,12 @@ def preflight(
     if registry is not None:
         names = {r.name for c in cells for r in toolkit_pins(c)} | {"torch"}
         registry.prefetch(names)
+    if torch_index is not None:
+        torch_index.prefetch({u for c in cells for u in torch_index_urls(c)})
     reports = []
     for cell in cells:
         try:
-            rep = check_cell(cell, registry, env_of(cell) if env_of else None, free_gb)
+            rep = check_cell(cell, registry, env_of(cell) if env_of else None, free_gb, torch_index)
         except Exception as e:  # one line per cell, never a traceback
             rep = CellReport(matrix.cell_id(cell))
             rep.fail("preflight", f"{type(e).__name__}: {e}")
@@ -914,6 +992,19 @@ def preflight(
                   f"PyPI's wheel of the same release, Python and platform checked instead, the very "
                   f"build for {same})" if registry is not None else
                   f"torch from download.pytorch.org for {from_index} cells (not checked)")
+    if torch_index is not None:
+        exact = [c for c, r in zip(cells, reports) if r.exact_torch_checked]
+        rest = [c for c, r in zip(cells, reports) if not r.exact_torch_checked]
+        errs = torch_index.errors()
+        torch_note = (f"torch: the exact build (torch==X.Y.Z+cuXYZ) looked up on PyTorch's index for "
+                      f"{len(exact)} of {len(cells)} cells ({torch_index.requests} index pages read")
+        if errs:
+            same = sum(1 for c in rest if torch_on_pypi_is_same_build(c))
+            torch_note += (f", {len(errs)} unreadable: {errs[0]}); for the other {len(rest)}, "
+                           + ("PyPI's wheel of the same release, Python and platform checked instead, the "
+                              f"very build for {same}" if registry is not None else "nothing checked"))
+        else:
+            torch_note += ")"
     disk_max = max((r.disk_gb for r in reports), default=0.0)
     margins = []
     for plat in support.PLATFORMS:
@@ -932,9 +1023,12 @@ def preflight(
     return 1 if failed or matrix_problems else 0
 
 
-def main(argv: Optional[List[str]] = None, fetcher: Optional[Fetcher] = None) -> int:
+def main(argv: Optional[List[str]] = None, fetcher: Optional[Fetcher] = None,
+         torch_fetcher: Optional[IndexFetcher] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ci.preflight", description=__doc__.split("\n\n")[0])
-    p.add_argument("--offline", action="store_true", help="skip the registry (PyPI) checks")
+    p.add_argument("--offline", action="store_true", help="skip the registry checks (PyPI, PyTorch's index)")
+    p.add_argument("--no-torch-index", action="store_true",
+                   help="skip PyTorch's index (the exact torch build of every cell); PyPI is still read")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per cell with its disk estimate")
     p.add_argument("--registry-url", default=REGISTRY_URL, help=f"PyPI's JSON API (default {REGISTRY_URL})")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds per registry request (default 15)")
@@ -948,9 +1042,12 @@ def main(argv: Optional[List[str]] = None, fetcher: Optional[Fetcher] = None) ->
         print(f"preflight: error: {e}", file=sys.stderr)
         return 2
     registry = None
+    torch_index = None
     if not args.offline:
         registry = Registry(fetcher or http_fetcher(args.registry_url, timeout=args.timeout))
-    return preflight(cells, registry, verbose=args.verbose)
+        if not args.no_torch_index:
+            torch_index = Registry(torch_fetcher or torch_index_fetcher(timeout=args.timeout))
+    return preflight(cells, registry, verbose=args.verbose, torch_index=torch_index)
 
 
 if __name__ == "__main__":

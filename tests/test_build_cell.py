@@ -7,7 +7,9 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import os
 import re
+import sys
 import threading
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -117,6 +119,29 @@ def _captured_sh(monkeypatch):
     return calls
 
 
+def _pytorch_index(monkeypatch, patches=(0, 1, 2), drop=()):
+    """PyTorch's index as build_cell reads it (index_files), which this machine cannot reach: per
+    cuXYZ folder, every release of the table built for that variant, for each of its Pythons and
+    platforms, at ``patches``, less the file names in ``drop``. Returns the URLs read."""
+    read = []
+
+    def files(url, project="torch"):
+        read.append(url)
+        tag = url.rstrip("/").rsplit("/", 1)[-1]
+        names = []
+        for rel in support.RELEASES:
+            for plat, wheel_plat in (("linux_x86_64", f"{rel.manylinux}_x86_64"), ("win_amd64", "win_amd64"),
+                                     ("linux_aarch64", f"{rel.manylinux}_aarch64")):
+                if tag in {variant.cuda_tag(c) for c in rel.cuda[plat]}:
+                    for py in rel.pythons_on(plat):
+                        t = variant.python_tag(py)
+                        names += [f"torch-{rel.torch}.{p}+{tag}-{t}-{t}-{wheel_plat}.whl" for p in patches]
+        return [n for n in names if n not in drop]
+
+    monkeypatch.setattr(build_cell, "index_files", files)
+    return read
+
+
 @pytest.mark.parametrize("cuda", ["13.0", "13.2", "13.4"])
 def test_pypi_toolkit_installs_exact_existing_versions(cuda, monkeypatch, tmp_path):
     # 13.2 and 13.4 are no cell's toolkit since the stable cells (13.0 serves them); the local
@@ -186,6 +211,7 @@ def test_a_cell_installs_torch_once_without_a_pip_cache(monkeypatch, tmp_path):
     build_site.mkdir()
     test_site.mkdir()
     monkeypatch.setattr(build_cell, "site_packages", lambda python: str(build_site))
+    _pytorch_index(monkeypatch)
     build_cell.provision(cell, "build-python", torch_dir=shared)
     monkeypatch.setattr(build_cell, "site_packages", lambda python: str(test_site))
     (shared / "torch").mkdir(parents=True)  # what the first install left
@@ -205,6 +231,7 @@ def test_a_stable_cell_builds_on_the_newest_torch_and_tests_on_its_target(monkey
     monkeypatch.setattr(build_cell, "check_torch", lambda cell, python, which="build": checked.append(which))
     monkeypatch.setattr(build_cell, "provision_toolkit", lambda cell, python: None)
     monkeypatch.setattr(build_cell, "site_packages", lambda python: str(tmp_path))
+    _pytorch_index(monkeypatch)
     shared = tmp_path / "torch"
     build_cell.provision(cell, "build-python", torch_dir=shared)
     (shared / "torch").mkdir(parents=True)  # what the build's install left
@@ -212,12 +239,14 @@ def test_a_stable_cell_builds_on_the_newest_torch_and_tests_on_its_target(monkey
     build_cell.provision_test(cell, "test-python", torch_dir=shared)
     installs = [c for c in calls if any(a.startswith("torch==") for a in c)]
     # torch 2.11's cu128 build for the headers (the newest with a cu128 build), then torch
-    # 2.10's cu128 build for the smoke test, in place of the first.
+    # 2.10's cu128 build for the smoke test, in place of the first: each the newest patch the
+    # index has, from that index alone.
     got = [(c[c.index("--index-url") + 1], next(a for a in c if a.startswith("torch=="))) for c in installs]
     assert got == [
-        ("https://download.pytorch.org/whl/cu128", "torch==2.11.*"),
-        ("https://download.pytorch.org/whl/cu128", "torch==2.10.*"),
+        ("https://download.pytorch.org/whl/cu128", "torch==2.11.2+cu128"),
+        ("https://download.pytorch.org/whl/cu128", "torch==2.10.2+cu128"),
     ]
+    assert not any("--extra-index-url" in c for c in installs)
     assert not (shared / "stale-build-file").exists()
     assert (shared / build_cell.TORCH_STAMP).read_text().split() == ["2.10", "12.8"]
     assert checked == ["build", "test"]
@@ -537,6 +566,7 @@ def test_every_pip_install_of_the_cell_drivers_has_retries_and_a_timeout(monkeyp
     monkeypatch.setattr(build_cell, "check_torch", lambda cell, python, which="build": None)
     monkeypatch.setattr(build_cell, "site_packages", lambda python: str(tmp_path))
     monkeypatch.setattr(linux, "CONTAINER_TOOLKIT", str(tmp_path / "cuda"))
+    _pytorch_index(monkeypatch)
     with pytest.raises(CellError, match="nvcc"):  # nothing really installed
         build_cell.provision(cell, "build-python", torch_dir=tmp_path / "torch")
     pips = [c for c in calls if c[1:4] == ["-m", "pip", "install"]]
@@ -668,3 +698,132 @@ def test_a_prompt_of_another_toolset_is_refused_by_runner_env_and_by_provision(m
     monkeypatch.setenv("VCToolsVersion", "14.44.35207")
     windows.WINDOWS.provision_toolkit(new, "python")  # the runner's default serves CUDA 13.0
     assert installed == [cell, new]
+
+
+# ----------------------------------------------------------------------------- which torch
+
+
+def test_torch_comes_from_the_cells_pytorch_index_alone():
+    for cell in matrix.select():
+        for which in (build_cell.BUILD, build_cell.TEST):
+            torch, cuda = build_cell.torch_of(cell, which)
+            assert build_cell.torch_install_args(cell, None, which) == [
+                f"torch=={torch}.*", "--index-url", matrix.torch_index(cuda)], matrix.cell_id(cell)
+    (cell,) = matrix.select(torch="2.8", cuda="12.8", python="3.11", platform="linux_x86_64")
+    assert build_cell.torch_install_args(cell, None, version="2.8.1+cu128") == [
+        "torch==2.8.1+cu128", "--index-url", "https://download.pytorch.org/whl/cu128"]
+    assert build_cell.torch_install_args(cell, "http://mirror/cu128", version="2.8.1+cu128") == [
+        "torch==2.8.1+cu128", "--index-url", "http://mirror/cu128"]
+    for wrong in ("2.8.1", "2.8.1+cu126", "2.9.0+cu128", "2.8.1+cpu"):
+        with pytest.raises(ValueError, match="is not a build of torch 2.8 for CUDA 12.8"):
+            build_cell.torch_install_args(cell, None, version=wrong)
+    # a developer's machine that reaches only PyPI: the plain release from there
+    assert build_cell.torch_install_args(cell, "pypi") == ["torch==2.8.*"]
+
+
+def test_the_exact_torch_build_is_the_newest_patch_of_the_cells_variant_python_and_platform():
+    (cell,) = matrix.select(torch="2.8", cuda="12.8", python="3.11", platform="linux_x86_64")
+    ok = "cp311-cp311-manylinux_2_28_x86_64.whl"
+    names = [
+        f"torch-2.8.0+cu128-{ok}", f"torch-2.8.1+cu128-{ok}", f"torch-2.8.10+cu128-{ok}",
+        f"torch-2.8.20+cu126-{ok}",  # another CUDA variant
+        f"torch-2.8.21+cpu-{ok}",  # a CPU build
+        f"torch-2.8.22+cu128.with.pypi.cudnn-{ok}",  # not the plain cu128 build
+        f"torch-2.8.23rc1+cu128-{ok}",  # a pre-release
+        f"torch-2.9.24+cu128-{ok}",  # another release
+        "torch-2.8.25+cu128-cp313-cp313-manylinux_2_28_x86_64.whl",  # another Python
+        "torch-2.8.26+cu128-cp311-cp311t-manylinux_2_28_x86_64.whl",  # free-threaded
+        "torch-2.8.27+cu128-cp311-cp311-manylinux_2_28_aarch64.whl",  # another platform
+        "torch-2.8.28+cu128-cp311-cp311-win_amd64.whl",
+        "torch-2.8.29+cu128-cp311-cp311-manylinux_2_34_x86_64.whl",  # newer glibc than the image's
+        "torch-2.8.30+cu128-cp311-cp311-manylinux_2_28_x86_64.whl.metadata",
+    ]
+    assert build_cell.newest_torch_build(cell, build_cell.BUILD, names) == "2.8.10+cu128"
+    assert build_cell.newest_torch_build(cell, build_cell.BUILD, names[3:]) is None
+    # PyTorch's index tagged its older Linux wheels plain linux_x86_64, which pip takes on any glibc
+    (old,) = matrix.select(torch="2.1", cuda="12.1", python="3.11", platform="linux_x86_64")
+    assert build_cell.newest_torch_build(old, build_cell.BUILD, [
+        "torch-2.1.2+cu121-cp311-cp311-linux_x86_64.whl"]) == "2.1.2+cu121"
+    # a stable cell: its build torch and its test torch, each on its own variant's index
+    (stable,) = matrix.select(binding="stable", cuda="12.6", platform="win_amd64")
+    both = ["torch-2.14.1+cu126-cp310-cp310-win_amd64.whl", "torch-2.10.0+cu126-cp310-cp310-win_amd64.whl"]
+    assert build_cell.newest_torch_build(stable, build_cell.BUILD, both) == "2.14.1+cu126"
+    assert build_cell.newest_torch_build(stable, build_cell.TEST, both) == "2.10.0+cu126"
+
+
+SIMPLE_PAGE = """<!DOCTYPE html><html><body><h1>Links for torch</h1>
+<a href="/whl/cu128/torch-2.11.0%2Bcu128-cp310-cp310-manylinux_2_28_x86_64.whl#sha256=00">torch-2.11.0+cu128-cp310-cp310-manylinux_2_28_x86_64.whl</a><br/>
+<a href="/whl/cu128/torch-2.11.1%2Bcu128-cp310-cp310-manylinux_2_28_x86_64.whl#sha256=11" data-yanked="">torch-2.11.1+cu128-cp310-cp310-manylinux_2_28_x86_64.whl</a><br/>
+<a href="/whl/cu128/torch-2.11.2%2Bcu128-cp311-cp311-manylinux_2_28_x86_64.whl#sha256=22">torch-2.11.2+cu128-cp311-cp311-manylinux_2_28_x86_64.whl</a><br/>
+</body></html>
+"""  # noqa: E501 (one anchor per line, as PyTorch's index writes them)
+
+
+def test_provision_pins_the_exact_build_the_index_page_lists(scripted, monkeypatch, tmp_path, capsys):
+    (cell,) = matrix.select(binding="stable", cuda="12.8", platform="linux_x86_64")  # builds with 2.11
+    _Scripted.files = {"": SIMPLE_PAGE.encode()}
+    _Scripted.steps = [("status", 503, {}), ("serve",)]
+    monkeypatch.setattr(platforms.base, "DOWNLOAD_BACKOFF_S", 0.001)
+    calls = _captured_sh(monkeypatch)
+    monkeypatch.setattr(build_cell, "check_torch", lambda cell, python, which="build": None)
+    monkeypatch.setattr(build_cell, "provision_toolkit", lambda cell, python: None)
+    monkeypatch.setattr(build_cell, "site_packages", lambda python: str(tmp_path))
+    index = f"{scripted}/whl/cu128"
+    build_cell.provision(cell, "build-python", torch_index=index, torch_dir=tmp_path / "torch")
+    (install,) = [c for c in calls if any(a.startswith("torch==") for a in c)]
+    # the yanked 2.11.1 and the cp311 2.11.2 are not the cell's
+    assert install[-3:] == ["torch==2.11.0+cu128", "--index-url", index]
+    assert _Scripted.seen == ["/whl/cu128/torch/"] * 2  # the page, read again after a 503
+    assert f"torch torch==2.11.0+cu128 from {index} only" in capsys.readouterr().err
+
+
+def test_an_unreadable_index_page_pins_the_release_from_that_index_alone(monkeypatch, capsys):
+    (cell,) = matrix.select(torch="2.8", cuda="12.8", python="3.11", platform="linux_x86_64")
+
+    def down(url, project="torch"):
+        raise CellError(f"download {url}/{project}/ failed after 5 attempts: Name or service not known")
+
+    monkeypatch.setattr(build_cell, "index_files", down)
+    assert build_cell.torch_install(cell, None) == [
+        "torch==2.8.*", "--index-url", "https://download.pytorch.org/whl/cu128"]
+    assert "torch pinned to its release only, from https://download.pytorch.org/whl/cu128 alone" in \
+        capsys.readouterr().err
+
+
+def test_an_index_without_the_cells_build_fails_before_pip_runs(monkeypatch):
+    (cell,) = matrix.select(torch="2.8", cuda="12.8", python="3.11", platform="win_amd64")
+    _pytorch_index(monkeypatch, drop={"torch-2.8.0+cu128-cp311-cp311-win_amd64.whl",
+                                      "torch-2.8.1+cu128-cp311-cp311-win_amd64.whl",
+                                      "torch-2.8.2+cu128-cp311-cp311-win_amd64.whl"})
+    with pytest.raises(CellError, match=r"https://download.pytorch.org/whl/cu128 has no torch 2.8.\*\+cu128 "
+                                        r"wheel for CPython 3.11 on win_amd64"):
+        build_cell.torch_install(cell, None)
+
+
+def test_torch_index_pypi_installs_the_plain_release_from_pypi_and_says_so(monkeypatch, tmp_path, capsys):
+    (cell,) = matrix.select(torch="2.8", cuda="12.8", python="3.11", platform="linux_x86_64")
+    monkeypatch.setattr(build_cell, "index_files", lambda *a, **kw: pytest.fail("no index is read"))
+    assert build_cell.torch_install(cell, "pypi") == ["torch==2.8.*"]
+    assert "torch torch==2.8.* from PyPI (--torch-index pypi)" in capsys.readouterr().err
+    # the local driver: build tools from PyPI, then torch alone, from PyPI
+    calls = _captured_sh(monkeypatch)
+    for name in ("check_torch", "_finish_local"):
+        monkeypatch.setattr(build_cell, name, lambda *a, **kw: None)
+    monkeypatch.setattr(build_cell, "stage_project", lambda dest, root=ROOT: dest)
+    monkeypatch.setenv("PATH", os.environ["PATH"])  # the driver prepends its venv: restored after
+    monkeypatch.setenv("CUOBJDUMP", str(tmp_path / "none"))
+    args = build_cell.parser().parse_args(["local", matrix.cell_id(cell), "--torch-index", "pypi", "--python",
+                                           sys.executable, "--work", str(tmp_path), "--cuda-home",
+                                           str(tmp_path / "cuda"), "--wheelhouse", str(tmp_path / "w")])
+    build_cell.local(cell, args)
+    pips = [c[8:] for c in calls if c[1:4] == ["-m", "pip", "install"]]
+    torch = [c for c in pips if any(a.startswith("torch") for a in c)]
+    assert torch == [["--quiet", "torch==2.8.*"]], pips
+
+
+def test_torch_env_brings_no_other_index(monkeypatch):
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "https://pypi.org/simple")
+    monkeypatch.setenv("PIP_FIND_LINKS", "/opt/wheels")
+    env = build_cell.torch_env()
+    assert "PIP_EXTRA_INDEX_URL" not in env and "PIP_FIND_LINKS" not in env
+    assert env["PIP_CONFIG_FILE"] == os.devnull

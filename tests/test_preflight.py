@@ -675,3 +675,122 @@ def test_an_unknown_toolset_or_a_missing_fact_fails(monkeypatch):
     rep = pf.CellReport("x")
     pf.check_msvc(_cell(WIN_NEW), rep, pf.cibw_environment(_cell(WIN_NEW)))
     assert rep.problems == []
+
+
+# ----------------------------------------------------------------------------- PyTorch's index
+
+
+def _fake_torch_index(drop=(), unreadable=()):
+    """PyTorch's index as the preflight reads it (URL -> the torch page's file names): every
+    release of the table built for the URL's CUDA variant, each Python and platform, patch 0,
+    less the names in ``drop``; the URLs in ``unreadable`` raise RegistryError."""
+    read = []
+
+    def fetch(url):
+        read.append(url)
+        if url in unreadable:
+            raise pf.RegistryError(f"could not read {url}/torch/: timed out (2 tries)")
+        tag = url.rsplit("/", 1)[-1]
+        names = []
+        for rel in support.RELEASES:
+            for plat, wheel_plat in (("linux_x86_64", f"{rel.manylinux}_x86_64"), ("win_amd64", "win_amd64"),
+                                     ("linux_aarch64", f"{rel.manylinux}_aarch64")):
+                if tag in {matrix.cuda_tag(c) for c in rel.cuda[plat]}:
+                    for py in rel.pythons_on(plat):
+                        t = "cp" + py.replace(".", "")
+                        names.append(f"torch-{rel.torch}.0+{tag}-{t}-{t}-{wheel_plat}.whl")
+        return [n for n in names if n not in drop]
+
+    fetch.read = read
+    return fetch
+
+
+def test_every_cells_exact_torch_build_is_looked_up_on_pytorchs_index():
+    fetch = _fake_torch_index()
+    rc, lines = _run(None, pf.Registry(_fake_pypi()), torch_index=pf.Registry(fetch))
+    assert rc == 0, "\n".join(lines)
+    n = len(support.cells())
+    urls = {matrix.torch_index(cuda) for c in support.cells() for cuda in (c.build_with[1], c.test_with[1])}
+    assert sorted(fetch.read) == sorted(urls)  # one page per CUDA variant, however many cells need it
+    assert (f"torch: the exact build (torch==X.Y.Z+cuXYZ) looked up on PyTorch's index for {n} of {n} cells "
+            f"({len(urls)} index pages read)") in lines[-1]
+
+
+def test_a_cell_whose_exact_torch_build_pytorchs_index_lacks_fails():
+    # the one Windows cp313 build of torch 2.8 for CUDA 12.8, and the stable CUDA 13.0 aarch64
+    # cell's test torch (2.10 for CUDA 13.0, cp310)
+    fetch = _fake_torch_index(drop={"torch-2.8.0+cu128-cp313-cp313-win_amd64.whl",
+                                    "torch-2.10.0+cu130-cp310-cp310-manylinux_2_28_aarch64.whl"})
+    cells = [_cell(i) for i in ("cu128torch2.8-cp312-win_amd64", "cu128torch2.8-cp313-win_amd64",
+                                "cu130stable2.10-cp310-linux_x86_64", "cu130stable2.10-cp310-linux_aarch64")]
+    rc, lines = _run(cells, torch_index=pf.Registry(fetch))
+    assert rc == 1
+    assert [ln for ln in lines if ln.startswith("FAIL cu")] == [  # (a subset: the stable coverage fails too)
+        "FAIL cu128torch2.8-cp313-win_amd64: torch-index: https://download.pytorch.org/whl/cu128 has no "
+        "torch 2.8.*+cu128 wheel for win_amd64 cp313",
+        "FAIL cu130stable2.10-cp310-linux_aarch64: torch-index: https://download.pytorch.org/whl/cu130 "
+        "has no torch 2.10.*+cu130 wheel for linux_aarch64 cp310",
+    ]
+
+
+def test_an_unreadable_pytorch_index_is_said_and_pypi_stands_in():
+    unreadable = {"https://download.pytorch.org/whl/cu128"}
+    rc, lines = _run(None, pf.Registry(_fake_pypi()),
+                     torch_index=pf.Registry(_fake_torch_index(unreadable=unreadable)))
+    assert rc == 0, "\n".join(lines)
+    cells = support.cells()
+    rest = [c for c in cells if "12.8" in (c.build_with[1], c.test_with[1])]
+    same = sum(1 for c in rest if pf.torch_on_pypi_is_same_build(c))
+    assert (f"for {len(cells) - len(rest)} of {len(cells)} cells (7 index pages read, 1 unreadable: "
+            f"could not read https://download.pytorch.org/whl/cu128/torch/: timed out (2 tries)); for the "
+            f"other {len(rest)}, PyPI's wheel of the same release, Python and platform checked instead, "
+            f"the very build for {same}") in lines[-1]
+
+
+class _PageHandler(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        if self.path == "/whl/cu128/torch/":
+            body = (b'<a href="/whl/cu128/torch-2.8.0%2Bcu128-cp311-cp311-win_amd64.whl#sha256=00">x</a>\n'
+                    b'<a href="torch-2.8.1%2Bcu128-cp311-cp311-win_amd64.whl" data-yanked="">y</a>\n')
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        self.send_response(500 if "broken" in self.path else 404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_torch_index_fetcher_against_a_local_page(monkeypatch):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _PageHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}/whl"
+        fetch = pf.torch_index_fetcher(timeout=5)
+        assert fetch(f"{base}/cu128") == ["torch-2.8.0+cu128-cp311-cp311-win_amd64.whl"]  # yanked: left out
+        assert fetch(f"{base}/cu999") is None
+        with pytest.raises(pf.RegistryError, match=r"HTTP 500 \(2 tries\)"):
+            fetch(f"{base}/broken")
+        # the cells' indexes, as the preflight's main reads them, pointed at this server
+        monkeypatch.setattr(matrix, "TORCH_INDEX", base + "/{tag}")
+        rep = pf.check_cell(_cell("cu128torch2.8-cp311-win_amd64"), torch_index=pf.Registry(fetch))
+        assert rep.problems == [] and rep.exact_torch_checked
+        rep = pf.check_cell(_cell("cu126torch2.8-cp311-win_amd64"), torch_index=pf.Registry(fetch))
+        assert rep.problems == [f"torch-index: PyTorch has no index {base}/cu126 (HTTP 404), so no torch "
+                                "2.8.*+cu126 for win_amd64 cp311"]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_main_reads_pytorchs_index_unless_told_not_to(capsys):
+    fetch = _fake_torch_index()
+    assert pf.main(["--platform", "win_amd64"], fetcher=_fake_pypi(), torch_fetcher=fetch) == 0
+    assert "looked up on PyTorch's index for 109 of 109 cells" in capsys.readouterr().out
+    fetch.read.clear()
+    assert pf.main(["--platform", "win_amd64", "--no-torch-index"], fetcher=_fake_pypi(),
+                   torch_fetcher=fetch) == 0
+    assert fetch.read == [] and "PyPI's wheel of the same release" in capsys.readouterr().out
