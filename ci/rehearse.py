@@ -722,6 +722,17 @@ def rehearse_pull_request(args: argparse.Namespace, work: Path, tools: Path) -> 
     rc, log = run_act(tools, origin, work, "pull_request", event, WORKFLOWS[0], env, {}, "plan", "")
     jobs = read_log(log)
     print("\n".join(table(jobs)))
+    from ci import plan
+    from mamba_kernels.release import matrix
+
+    smoke = plan.select("pull_request")
+    print(f"\nthe pull request's smoke cells ({len(smoke)}, one per toolchain family; not built here):")
+    for cell in smoke:
+        why = (
+            platforms.for_cell(cell).why_not_built_here(cell)
+            or "buildable here (python -m ci.rehearse builds one)"
+        )
+        print(f"  {matrix.cell_id(cell):40s} {why}")
     problems = failures(jobs) or ([] if rc == 0 else [f"act exited {rc}"])
     for p in problems:
         print(f"FAIL {p}")

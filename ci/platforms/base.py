@@ -259,8 +259,9 @@ class Platform:
         ``wheel`` into ``dest`` with torch's and CUDA's libraries left out."""
         raise NotImplementedError
 
-    def runner_env(self) -> Dict[str, str]:
-        """Environment cibuildwheel itself needs on this machine (e.g. the MSVC prompt's)."""
+    def runner_env(self, cell: Optional[support.Cell] = None) -> Dict[str, str]:
+        """Environment cibuildwheel itself needs on this machine to build ``cell`` (e.g. the MSVC
+        prompt of the cell's toolset)."""
         raise NotImplementedError
 
     def builds_locally(self, cell: support.Cell) -> bool:

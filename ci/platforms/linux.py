@@ -236,7 +236,7 @@ class Linux(Platform):
             env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [torch_lib, env.get("LD_LIBRARY_PATH")]))
         return cmd + [str(wheel)], env
 
-    def runner_env(self) -> Dict[str, str]:
+    def runner_env(self, cell: Optional[support.Cell] = None) -> Dict[str, str]:
         return {}
 
     def builds_locally(self, cell: support.Cell) -> bool:
