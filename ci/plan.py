@@ -7,8 +7,9 @@ jobs as one GitHub job matrix per platform.
 - A tag push or a dispatch builds the matrix (``python -m mamba_kernels matrix``), filtered by the
   dispatch's inputs; a filter naming no known value, or matching no cell, is an error.
 - A pull request builds the smoke selection (:func:`smoke_cells`): one cell per toolchain family
-  the matrix contains, a family being (platform, manylinux image, CUDA major, classic or
-  stable). The filters are ignored.
+  the matrix contains, a family being (platform, manylinux image, CUDA major, classic or stable,
+  the CUDA toolkit's source, the host-compiler setting, the build torch of a stable cell):
+  :func:`family`. The filters are ignored.
 - Each platform's matrix holds only the fields build-cells.yml reads (:data:`BUILD_FIELDS`); the
   job re-derives everything else from the cell id. All outputs of the plan job together must fit
   GitHub's limit for one job's outputs (:data:`OUTPUT_LIMIT_BYTES`, counted as UTF-16), and each
@@ -22,7 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Dict, List, Optional, Sequence, Tuple
+import re
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ci import platforms
 from mamba_kernels.facts import support, versions
@@ -48,18 +50,67 @@ def _rank(cell: support.Cell) -> Tuple[Tuple[int, ...], ...]:
     return versions.key(cell.build_with[0]), versions.key(cell.cuda), versions.key(cell.python)
 
 
-def family(cell: support.Cell) -> Tuple[str, str, str, str]:
-    """The toolchain family of a cell: (platform, manylinux image or "windows", CUDA major, binding).
-    Cells of one family share the container or runner, the toolkit's source and layout, the host
-    compiler rules and the binding, so one built cell stands for them."""
+class Family(NamedTuple):
+    """A toolchain family (:func:`family`), each part a short text (the plan's summary joins them)."""
+
+    platform: str  # "linux_x86_64"
+    image: str  # the manylinux image, or "windows" (the runner itself)
+    cuda_major: str  # "12"
+    binding: str  # "classic" / "stable"
+    toolkit: str  # where the CUDA toolkit comes from: "pypi", "rhel7", "rhel8", "redist", "nvidia-installer"
+    host_compiler: str  # "gcc-toolset-13", "gcc of the image", "msvc (MAMBA_KERNELS_CI_MSVC_TOOLSET=14.29)"
+    build_torch: str  # a stable cell's build torch ("torch 2.11"); "its own torch" for a classic cell
+
+
+def toolkit_origin(cell: support.Cell) -> str:
+    """Where CI gets the cell's CUDA toolkit, as exactly as the facts tell: PyPI's packages,
+    NVIDIA's RPM repository of one RHEL release ("rhel7", "rhel8") or its redistributable archives
+    ("redist"), as support.json's linux_toolkits chooses for the image; NVIDIA's Windows installer.
+    matrix.toolkit_source where linux_toolkits knows no source for the cell (the build says why)."""
+    source = matrix.toolkit_source(cell)
+    if source == "nvidia-repo":
+        try:
+            return platforms.linux.cell_toolkit(cell).source
+        except platforms.base.CellError:
+            return source
+    return source
+
+
+_TOOLSET = re.compile(r"/opt/rh/((?:gcc-toolset|devtoolset)-\d+)/")
+
+
+def host_compiler_setting(cell: support.Cell) -> str:
+    """The host compiler the cell's build gives nvcc, as the platform's compiler_env sets it: the
+    image's or runner's own, a gcc-toolset (CC/CXX), or the variables that select another (the MSVC
+    toolset of a Windows cell below CUDA 12.4)."""
+    plat = platforms.for_cell(cell)
+    env = plat.compiler_env(cell)
+    if not env:
+        return f"{plat.host_compiler} of the {'image' if plat.in_container else 'runner'}"
+    toolsets = sorted({m.group(1) for v in env.values() for m in [_TOOLSET.search(v)] if m})
+    if toolsets:
+        return "+".join(toolsets)
+    return f"{plat.host_compiler} (" + " ".join(f"{k}={v}" for k, v in sorted(env.items())) + ")"
+
+
+def family(cell: support.Cell) -> Family:
+    """The toolchain family of a cell: its platform, manylinux image (or the Windows runner), CUDA
+    major and binding, where its CUDA toolkit comes from (:func:`toolkit_origin`), the host
+    compiler its build sets (:func:`host_compiler_setting`) and, for a stable cell, the torch it
+    builds with (the newest with a build of its CUDA: not the same for every stable cell). Cells of
+    one family share the container or runner, the toolkit's source and layout, the host compiler
+    and the binding (a classic cell builds with its own torch, which the family's smoke cell takes
+    newest), so one built cell stands for them."""
     image = cell.manylinux or platforms.for_cell(cell).name  # no image: the runner itself
-    return (cell.platform, image, cell.cuda.split(".")[0], matrix.binding(cell))
+    build_torch = f"torch {cell.build_with[0]}" if cell.stable else "its own torch"
+    return Family(cell.platform, image, cell.cuda.split(".")[0], matrix.binding(cell), toolkit_origin(cell),
+                  host_compiler_setting(cell), build_torch)
 
 
 def smoke_cells(cells: Sequence[support.Cell]) -> List[support.Cell]:
     """One cell per toolchain family present in ``cells``, in matrix order: the family's newest
     torch, then newest CUDA, then newest Python (so a pull request adding a release builds it)."""
-    best: Dict[Tuple[str, str, str, str], support.Cell] = {}
+    best: Dict[Family, support.Cell] = {}
     for cell in cells:
         key = family(cell)
         held = best.get(key)
@@ -137,9 +188,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     else:
         print("\n".join(lines))
     if args.summary:
-        kind = "smoke: one cell per toolchain family" if args.event == "pull_request" else "cells"
+        kind = "smoke cells, one per toolchain family" if args.event == "pull_request" else "cells"
         text = [f"{plat}: {out[f'n_{plat}']} {kind}" for plat in support.PLATFORMS]
         if args.event == "pull_request":
+            parts = ", ".join(f.replace("_", " ") for f in Family._fields)
+            text.append(f"a toolchain family: ({parts})")
             text += [f"- {matrix.cell_id(c)} ({', '.join(family(c))})" for c in cells]
         text.append(f"plan outputs: {output_bytes(out)} of {OUTPUT_LIMIT_BYTES} bytes (UTF-16)")
         with open(args.summary, "a", encoding="utf-8") as f:

@@ -29,7 +29,7 @@ import pytest
 from ruamel.yaml import YAML
 from wheel_files import write_wheel
 
-from ci import build_cell, plan, release_assets
+from ci import build_cell, plan, platforms, release_assets
 from mamba_kernels.facts import support
 from mamba_kernels.release import matrix
 
@@ -284,8 +284,29 @@ def _vkey(v: str):
     return tuple(int(x) for x in v.split("."))
 
 
+def _toolkit_source(c) -> str:
+    """Where the cell's CUDA toolkit comes from, read from the facts: matrix.toolkit_source, and for
+    NVIDIA's Linux toolkits the source support.json's linux_toolkits picks for the image (a RHEL
+    repository or the redistributable archives)."""
+    source = matrix.toolkit_source(c)
+    if source != "nvidia-repo":
+        return source
+    return support.linux_toolkit(c.cuda, c.manylinux, "linux-x86_64" if c.platform == "linux_x86_64"
+                                 else "linux-sbsa").source
+
+
+def _host_compiler(c) -> tuple:
+    """The host-compiler setting of the cell's build: what its platform module's compiler_env sets
+    (a gcc-toolset's CC/CXX, the MSVC toolset of an old CUDA on Windows; nothing: the image's or
+    runner's own)."""
+    return tuple(sorted(platforms.for_cell(c).compiler_env(c).items()))
+
+
 def _family(c) -> tuple:
-    return (c.platform, c.manylinux or "windows", c.cuda.split(".")[0], "stable" if c.stable else "classic")
+    """A toolchain family computed here from the facts (not with plan.family): platform, image, CUDA
+    major, binding, toolkit source, host-compiler setting, and a stable cell's build torch."""
+    return (c.platform, c.manylinux or "windows", c.cuda.split(".")[0], "stable" if c.stable else "classic",
+            _toolkit_source(c), _host_compiler(c), c.build_with[0] if c.stable else "")
 
 
 def test_pull_request_smoke_builds_one_cell_per_toolchain_family(tmp_path):
@@ -299,14 +320,14 @@ def test_pull_request_smoke_builds_one_cell_per_toolchain_family(tmp_path):
     got = [_family(cells[i]) for i in planned]
     # every family the matrix contains, each exactly once, and nothing else
     assert sorted(got) == sorted(families) and len(got) == len(set(got)) == int(out["total"])
-    # the families issue 15 names are among them
+    # the families issue 15 names (platform, image, CUDA major, binding) are among them
     for fam in [("linux_x86_64", "manylinux_2_17", "11", "classic"),
                 ("linux_x86_64", "manylinux_2_17", "12", "classic"),
                 ("linux_x86_64", "manylinux_2_28", "12", "classic"),
                 ("linux_aarch64", "manylinux_2_28", "12", "classic"),
                 ("win_amd64", "windows", "12", "classic"), ("win_amd64", "windows", "13", "classic"),
                 ("linux_x86_64", "manylinux_2_28", "13", "stable"), ("win_amd64", "windows", "12", "stable")]:
-        assert fam in got, fam
+        assert fam in {g[:4] for g in got}, fam
     # within a family, the newest torch (the build torch of a stable cell), then CUDA, then Python
     for i in planned:
         c = cells[i]
@@ -315,6 +336,21 @@ def test_pull_request_smoke_builds_one_cell_per_toolchain_family(tmp_path):
         assert key(c) == max(map(key, same)), i
     summary = (tmp_path / "_summary").read_text()
     assert all(f"- {i} (" in summary for i in planned) and "plan outputs:" in summary
+
+
+def test_every_cell_has_a_smoke_cell_of_its_toolkit_source_host_compiler_and_build_torch():
+    """Each cell's toolkit source (manylinux2014's CUDA 12.1 from NVIDIA's RHEL 7 repository, its
+    12.4 from the redistributable archives), host-compiler setting (a gcc-toolset or the image's GCC,
+    the MSVC toolset of Windows below CUDA 12.4) and build torch (the cu128 stable cells build with
+    torch 2.11, the others with 2.14) is built by some smoke cell of its platform, image, CUDA major
+    and binding."""
+    cells = matrix.select()
+    smoke = plan.smoke_cells(cells)
+    have = {_family(s) for s in smoke}
+    assert [matrix.cell_id(c) for c in cells if _family(c) not in have] == []
+    assert len(have) == len(smoke)  # and one smoke cell each
+    # plan.family tells the same families apart, no more, no fewer
+    assert len({plan.family(c) for c in cells}) == len({_family(c) for c in cells}) == len(smoke)
 
 
 def test_a_new_family_in_the_matrix_gets_its_own_smoke_cell():
