@@ -241,6 +241,9 @@ class Windows(Platform):
     def runs_here(self) -> bool:
         return sys.platform == "win32"
 
+    def why_not_built_here(self, cell: support.Cell) -> Optional[str]:
+        return "a Windows cell: needs a Windows runner (MSVC, NVIDIA's installer, delvewheel)"
+
     def executable_names(self, tool: str) -> List[str]:
         return [f"{tool}.exe", tool]
 
