@@ -519,7 +519,7 @@ def install_check(tools: Path, work: Path, origin: Path, site: str, torch_spec: 
         )
         (work / f"doctor-{tool}.txt").write_text(doc.stdout + doc.stderr)
         build = next((ln for ln in doc.stdout.splitlines() if ln.startswith("build")), "")
-        if doc.returncode != 0 or "problem" in doc.stdout.lower():
+        if doc.returncode != 0 or "no problems found" not in doc.stdout.splitlines():
             problems.append(f"{tool}: doctor exit {doc.returncode}: {doc.stdout.strip()[-400:]}")
         elif "stable" not in build:
             problems.append(f"{tool}: doctor does not report the release wheel: {build}")
