@@ -662,6 +662,17 @@ def rehearse_release(args: argparse.Namespace, work: Path, tools: Path) -> int:
             problems.append(f"the added step in job {added[0]} did not fail the rehearsal")
         if not problems and not args.job:
             problems += check_release(api, tag, wheels)
+            for w in (w for w in wheels if "-abi3-" in w.name):  # cibuildwheel's default audit
+                audit = subprocess.run(
+                    [str(tools / "bin" / "abi3audit"), "--strict", "--report", str(w)],
+                    capture_output=True,
+                    text=True,
+                )
+                (work / "abi3audit.json").write_text(audit.stdout)
+                if audit.returncode != 0:
+                    problems.append(f"abi3audit --strict: {w.name}: {(audit.stderr or audit.stdout)[-400:]}")
+                else:
+                    say(f"abi3audit --strict: {w.name}: no violations")
             manifest = state / "pages" / REPO / "manifest.json"
             listed = (
                 {w["filename"] for w in json.loads(manifest.read_text())["wheels"]}
