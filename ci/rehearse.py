@@ -271,9 +271,15 @@ def local_repositories(origin: Path) -> List[str]:
 class Job:
     name: str
     steps: List[Tuple[str, str]] = field(default_factory=list)
+    errors: Dict[str, str] = field(default_factory=dict)  # step -> its last error-like line
     result: str = "?"
     start: float = 0.0
     end: float = 0.0
+
+
+# A line of a failed step worth quoting: an exception, an error message, a workflow ::error.
+ERROR_LINE = re.compile(r"(Error\b|error:|::error|FAIL\b)")
+EXCEPTION = re.compile(r"[\w.]*(Error|Exception): ")
 
 
 def _ts(text: str) -> float:
@@ -303,6 +309,12 @@ def read_log(path: Path) -> Dict[str, Job]:
             job.steps.append((e["step"], e["stepResult"]))
         if "jobResult" in e:
             job.result = e["jobResult"]
+        msg = str(e.get("msg", "")).strip()
+        if e.get("step") and ERROR_LINE.search(msg) and not msg.startswith(("exit status", "❌")):
+            line = re.sub(r"\x1b\[[0-9;]*m", "", msg.splitlines()[-1])[:300]
+            # a Python exception says more than the driver's "command failed" after it
+            if EXCEPTION.match(line) or not EXCEPTION.match(job.errors.get(e["step"], "")):
+                job.errors[e["step"]] = line
     return jobs
 
 
@@ -391,11 +403,16 @@ def table(jobs: Dict[str, Job]) -> List[str]:
 
 
 def failures(jobs: Dict[str, Job]) -> List[str]:
+    """One line per failed job: the step that failed and the last error it printed."""
     lines = []
     for j in jobs.values():
         if j.result == "failure":
             bad = [s for s, r in j.steps if r == "failure"]
-            lines.append(f"job {j.name} failed at step {bad[0]!r}" if bad else f"job {j.name} failed")
+            if not bad:
+                lines.append(f"job {j.name} failed")
+                continue
+            why = j.errors.get(bad[0])
+            lines.append(f"job {j.name} failed at step {bad[0]!r}" + (f": {why}" if why else ""))
     return lines
 
 
