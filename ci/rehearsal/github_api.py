@@ -68,6 +68,7 @@ import os
 import re
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -533,6 +534,51 @@ class _Api:
             return _json(201, self.pull_json(repo, pr))
 
 
+# ------------------------------------------------------------------ git over HTTP
+
+# {url}/O/R.git/...: git's smart HTTP protocol on a bare repository DIR/git/O/R.git (init_git),
+# through git's own CGI program, so that `git push https://x-access-token:T@github.com/O/R.git`
+# has its stand-in in `git push {url}/O/R.git` (the token asked for and checked as GitHub does).
+GIT_PATH = re.compile(r"/([^/]+)/([^/]+)\.git(/.*)")
+
+
+def init_git(state_dir: Union[str, Path], repo: str, source: Union[str, Path]) -> Path:
+    """DIR/git/O/R.git: a bare clone of ``source`` that accepts pushes over HTTP."""
+    owner, name = _split_repo(repo)
+    bare = Path(state_dir) / "git" / owner / f"{name}.git"
+    shutil.rmtree(bare, ignore_errors=True)
+    bare.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "clone", "--quiet", "--bare", str(source), str(bare)], check=True,
+                   capture_output=True)
+    subprocess.run(["git", "-C", str(bare), "config", "http.receivepack", "true"], check=True)
+    subprocess.run(["git", "-C", str(bare), "config", "uploadpack.allowAnySHA1InWant", "true"], check=True)
+    return bare
+
+
+def _git_http(state_dir: Path, req: _Request, owner: str, name: str, rest: str) -> Response:
+    query = req.raw_path.partition("?")[2]
+    pushing = rest.endswith("git-receive-pack") or "service=git-receive-pack" in query
+    auth = req.headers.get("Authorization") or ""
+    if pushing and not auth.lower().startswith("basic "):
+        return 401, {"WWW-Authenticate": 'Basic realm="GitHub"', "Content-Type": "text/plain"}, b"auth\n"
+    if not (state_dir / "git" / owner / f"{name}.git").is_dir():
+        return _error(404, "Repository not found")
+    env = dict(os.environ, GIT_PROJECT_ROOT=str(state_dir / "git"), GIT_HTTP_EXPORT_ALL="1",
+               PATH_INFO=f"/{owner}/{name}.git{rest}", QUERY_STRING=query, REQUEST_METHOD=req.method,
+               CONTENT_TYPE=req.headers.get("Content-Type") or "", CONTENT_LENGTH=str(len(req.body)),
+               REMOTE_USER="x-access-token", REMOTE_ADDR="127.0.0.1")
+    out = subprocess.run(["git", "http-backend"], input=req.body, env=env, capture_output=True)
+    head, _, body = out.stdout.partition(b"\r\n\r\n")
+    status, headers = 200, {}
+    for line in head.decode("latin-1").split("\r\n"):
+        key, _, value = line.partition(":")
+        if key.lower() == "status":
+            status = int(value.split()[0])
+        elif key:
+            headers[key.strip()] = value.strip()
+    return status, headers, body
+
+
 # ------------------------------------------------------------------ the server
 
 
@@ -569,6 +615,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._send(req, answer)
 
     def _answer(self, req: _Request, standin: GitHubStandIn) -> Response:
+        git = GIT_PATH.fullmatch(req.path)
+        if git:
+            return _git_http(standin.state_dir, req, *git.groups())
         verb = "GET" if req.method == "HEAD" else req.method
         api = _Api(standin.state_dir, standin.url)
         path_matched = False
