@@ -39,11 +39,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import urllib.request
+import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
 from ci import platforms
+from ci.platforms import base
 from mamba_kernels.facts import support, variant, versions
 from mamba_kernels.release import matrix
 
@@ -206,6 +207,7 @@ def _github_output(path: Optional[str], **values: str) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--pypi-json", help="read this file instead of PyPI")
+    p.add_argument("--pypi-url", default=PYPI_URL, help="PyPI's JSON for torch (default: %(default)s)")
     p.add_argument("--apply", action="store_true", help="append the proposed entry to the data file")
     p.add_argument("--data", default=str(SUPPORT_DATA), help="the support data file (default: %(default)s)")
     p.add_argument("--body", help="write a pull-request body (Markdown) here")
@@ -216,8 +218,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.pypi_json:
         pypi = json.loads(Path(args.pypi_json).read_text())
     else:
-        with urllib.request.urlopen(PYPI_URL, timeout=60) as r:  # noqa: S310 (fixed https URL)
-            pypi = json.load(r)
+        with tempfile.TemporaryDirectory() as tmp:  # retried, one line when it gives up
+            try:
+                got = base.download(args.pypi_url, Path(tmp) / "torch.json")
+            except base.CellError as e:
+                print(f"::error title=torch-watch::{e}")
+                return 1
+            pypi = json.loads(got.read_text())
     data_file = Path(args.data).resolve()
     known = {str(e["torch"]) for e in support.read_data(data_file)["releases"]}
     version = newest_missing(pypi, known)

@@ -255,4 +255,29 @@ def test_the_pull_request_uses_the_app_token_when_configured():
     watch = step(wf, "watch", "watch")
     assert "--proposed" in watch["run"]
     listing = step(wf, "watch", "List earlier proposals")
-    assert "--state all" in listing["run"]
+    assert "python -m ci.pulls list" in listing["run"]  # every state: ci/pulls.py asks for state=all
+
+
+def test_pulls_lists_every_state_and_opens_a_draft_against_the_github_stand_in(tmp_path, monkeypatch):
+    """ci/pulls.py over HTTP against the rehearsal's GitHub stand-in, as the workflow calls it."""
+    from ci import pulls, release_assets
+    from ci.rehearsal import github_api
+
+    with github_api.GitHubStandIn(tmp_path / "gh") as gh:
+        monkeypatch.setenv("GITHUB_API_URL", gh.url)
+        api = release_assets.http_api("t")
+        assert pulls.list_pulls(api, "o/r") == []
+        body = tmp_path / "body.md"
+        body.write_text("the body")
+        monkeypatch.setenv("GH_TOKEN", "t")
+        assert pulls.main(["open", "--repo", "o/r", "--head", "torch-watch/torch-2.16", "--title", "T",
+                           "--body-file", str(body), "--draft"]) == 0
+        got = pulls.list_pulls(api, "o/r")
+        want = [(1, "OPEN", "torch-watch/torch-2.16")]
+        assert [(p["number"], p["state"], p["headRefName"]) for p in got] == want
+        stored = gh.state()["repos"]["o/r"]["pulls"][0]
+        assert stored["draft"] is True and stored["body"] == "the body" and stored["base"]["ref"] == "main"
+        assert torch_watch.earlier_proposal(got, "torch-watch/torch-2.16") is not None
+        monkeypatch.delenv("GH_TOKEN")
+        monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+        assert pulls.main(["list", "--repo", "o/r"]) == 1

@@ -279,6 +279,7 @@ class _Request:
 
 _ROUTES: List[Tuple[str, re.Pattern[str], str]] = [
     (m, re.compile(p), h) for m, p, h in [
+        ("GET", r"/repos/([^/]+)/([^/]+)", "get_repo"),
         ("GET", r"/repos/([^/]+)/([^/]+)/releases", "list_releases"),
         ("POST", r"/repos/([^/]+)/([^/]+)/releases", "create_release"),
         ("GET", r"/repos/([^/]+)/([^/]+)/releases/tags/(.+)", "release_by_tag"),
@@ -503,6 +504,10 @@ class _Api:
         return 200, {"Content-Type": ctype, "Cache-Control": "max-age=600"}, target.read_bytes()
 
     # -- pull requests
+    def get_repo(self, req: _Request, repo: str) -> Response:
+        return _json(200, {"full_name": repo, "name": repo.split("/")[1], "default_branch": "main",
+                           "html_url": f"{self.url}/{repo}", "clone_url": f"{self.url}/{repo}.git"})
+
     def list_pulls(self, req: _Request, repo: str) -> Response:
         want = req.query.get("state", "open")
         try:
