@@ -329,10 +329,12 @@ def run_act(
     variables: Dict[str, str],
     job: Optional[str],
     tag: str,
+    extra: Sequence[str] = (),
 ) -> Tuple[int, Path]:
-    ev = work / f"event-{event_name}.json"
+    name = f"{event_name}-{Path(workflow).stem}"
+    ev = work / f"event-{name}.json"
     ev.write_text(json.dumps(event))
-    log = work / f"act-{event_name}.jsonl"
+    log = work / f"act-{name}.jsonl"
     cmd = [
         str(tools / "bin" / "act"),
         event_name,
@@ -361,6 +363,7 @@ def run_act(
         cmd += ["--var", f"{k}={v}"]
     if job:
         cmd += ["-j", job]
+    cmd += list(extra)
     say(f"act {event_name} -W {workflow}{' -j ' + job if job else ''} (log: {log})")
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, cwd=origin, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
@@ -768,12 +771,143 @@ def rehearse_pull_request(args: argparse.Namespace, work: Path, tools: Path) -> 
     return 1 if problems else 0
 
 
+def pypi_answer(new: str = "2.16.0") -> dict:
+    """A stand-in for PyPI's JSON for torch: every release of the table, and ``new``, a release it
+    lacks, with CPython 3.11-3.14 wheels on each platform and CUDA 13.2 as its default."""
+    from mamba_kernels.facts import support
+
+    plats = {
+        "linux_x86_64": "manylinux_2_28_x86_64",
+        "linux_aarch64": "manylinux_2_28_aarch64",
+        "win_amd64": "win_amd64",
+    }
+    releases = {
+        f"{r.torch}.0": [{"filename": f"torch-{r.torch}.0-cp311-cp311-manylinux_2_28_x86_64.whl"}]
+        for r in support.RELEASES
+    }
+    releases[new] = [
+        {"filename": f"torch-{new}-cp3{m}-cp3{m}-{tag}.whl"}
+        for m in (11, 12, 13, 14)
+        for tag in (plats[p] for p in support.PLATFORMS if p in plats)
+    ]
+    return {
+        "info": {
+            "version": new,
+            "requires_python": ">=3.11",
+            "requires_dist": ["nvidia-cuda-runtime==13.2.51; platform_system == 'Linux'"],
+        },
+        "releases": releases,
+    }
+
+
+def serve_folder(folder: Path) -> Tuple[str, object]:
+    """A plain HTTP server of ``folder`` on 127.0.0.1 in a thread: (base URL, server)."""
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *a):  # noqa: D102
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder))
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}", server
+
+
+def rehearse_torch_watch(args: argparse.Namespace, work: Path, tools: Path) -> int:
+    """torch-watch.yml on a dispatch, PyPI answering with a torch release the table lacks: the
+    watch proposes it (the branch pushed to the local GitHub), the smoke and build jobs run
+    where they can, and the pull request is opened (a draft when one of them failed)."""
+    origin, commit, _ = clone(work, args.ref)
+    run(["git", "-C", str(origin), "branch", "-f", "main", commit], capture_output=True)
+    state = work / "github-tw"
+    shutil.rmtree(state, ignore_errors=True)
+    api = github_api.GitHubStandIn(state, token=TOKEN).start()
+    bare = github_api.init_git(state, REPO, origin)
+    pypi_dir = work / "pypi-answer"
+    pypi_dir.mkdir(exist_ok=True)
+    (pypi_dir / "torch.json").write_text(json.dumps(pypi_answer()))
+    pypi_url, pypi_server = serve_folder(pypi_dir)
+    try:
+        env = {
+            "GITHUB_SERVER_URL": api.url,
+            "GITHUB_API_URL": api.url,
+            "GITHUB_REPOSITORY": REPO,
+            "REHEARSAL_ORIGIN": str(bare),
+            "REHEARSAL_PYTHON": str(tools / "bin" / "python"),
+            "REHEARSAL_STANDINS": str(HERE / "standins.py"),
+            "REHEARSAL_ARTIFACTS": str(work / "artifacts-tw"),
+            "REHEARSAL_CACHE": str(work / "cache-tw"),
+            "REHEARSAL_UV": str(tools / "bin" / "uv"),
+            "REHEARSAL_GITHUB_STATE": str(state),
+        }
+        shutil.rmtree(work / "artifacts-tw", ignore_errors=True)
+        event = {"ref": "refs/heads/main", "repository": {"full_name": REPO, "default_branch": "main"}}
+        rc, log = run_act(
+            tools,
+            origin,
+            work,
+            "workflow_dispatch",
+            event,
+            WORKFLOWS[2],
+            env,
+            {"TORCH_WATCH_PYPI_URL": f"{pypi_url}/torch.json"},
+            args.job,
+            "",
+            extra=["--matrix", "platform:linux_x86_64"],
+        )
+        jobs = read_log(log)
+        print("\ntorch-watch.yml (workflow_dispatch), PyPI answering torch 2.16.0")
+        print("\n".join(table(jobs)))
+        problems = []
+        by_id = {j.name.split("/")[-1].strip(): j for j in jobs.values()}
+        for must in ("watch", "propose"):
+            job = next((j for n, j in by_id.items() if n == must), None)
+            if job is None or job.result != "success":
+                problems.append(f"job {must}: {job.result if job else 'did not run'}")
+        problems += [p for p in failures(jobs) if "/smoke" not in p and " smoke-" not in p]
+        branch = "torch-watch/torch-2.16"
+        shown = subprocess.run(
+            ["git", "-C", str(bare), "show", f"{branch}:mamba_kernels/facts/support.json"],
+            capture_output=True,
+            text=True,
+        )
+        if shown.returncode != 0 or '"torch": "2.16"' not in shown.stdout:
+            problems.append(f"the branch {branch} with torch 2.16 in support.json is not on the local GitHub")
+        pulls = api.state().get("repos", {}).get(REPO, {}).get("pulls", [])
+        if len(pulls) != 1 or pulls[0]["head"]["ref"] != branch:
+            problems.append(f"expected one pull request from {branch}, the local GitHub holds {len(pulls)}")
+        else:
+            pr = pulls[0]
+            print(f"\npull request #{pr['number']} {pr['title']!r}, draft: {pr['draft']}")
+            print("\n".join("  " + ln for ln in pr["body"].splitlines()[-4:]))
+            smoke_failed = any(j.result == "failure" for n, j in jobs.items() if "smoke" in n)
+            if smoke_failed and not pr["draft"]:
+                problems.append("a smoke test failed but the pull request is not a draft")
+        smoke = [j for n, j in jobs.items() if "smoke" in n]
+        if any(j.result == "failure" for j in smoke):
+            print(
+                "smoke jobs failed as expected here: they install the new torch from PyTorch's index,"
+                " which this machine cannot reach"
+            )
+        for p in problems:
+            print(f"FAIL {p}")
+        print("rehearsal (torch-watch): " + ("FAILED" if problems or rc not in (0, 1) else "OK"))
+        return 1 if problems else 0
+    finally:
+        api.stop()
+        pypi_server.shutdown()
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ci.rehearse", description=__doc__.split("\n\n")[0])
     p.add_argument("--full", action="store_true", help="build the cell for its whole architecture list")
     p.add_argument("--ref", default="HEAD", help="the commit of this checkout to rehearse (default HEAD)")
     p.add_argument("--work", default=str(ROOT / "ci-work" / "rehearsal"), help="the rehearsal's folder")
-    p.add_argument("--event", choices=("release", "pull_request"), default="release")
+    p.add_argument("--event", choices=("release", "pull_request", "torch-watch"), default="release")
     p.add_argument("--add-step", metavar="JOB=COMMAND", help="append a step to a job of release.yml")
     p.add_argument("--job", help="run only this job of release.yml (act -j)")
     p.add_argument(
@@ -795,7 +929,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                     *(sys.argv[1:] if argv is None else argv),
                 ],
             )
-        rc = (rehearse_release if args.event == "release" else rehearse_pull_request)(args, work, tools)
+        rehearsal = {
+            "release": rehearse_release,
+            "pull_request": rehearse_pull_request,
+            "torch-watch": rehearse_torch_watch,
+        }[args.event]
+        rc = rehearsal(args, work, tools)
     except RehearsalError as e:
         print(f"rehearse: error: {e}")
         return 1
