@@ -774,21 +774,16 @@ def rehearse_pull_request(args: argparse.Namespace, work: Path, tools: Path) -> 
 def pypi_answer(new: str = "2.16.0") -> dict:
     """A stand-in for PyPI's JSON for torch: every release of the table, and ``new``, a release it
     lacks, with CPython 3.11-3.13 wheels on each platform and CUDA 13.2 as its default."""
-    from mamba_kernels.facts import support
+    from mamba_kernels.facts import support, variant
 
-    plats = {
-        "linux_x86_64": "manylinux_2_28_x86_64",
-        "linux_aarch64": "manylinux_2_28_aarch64",
-        "win_amd64": "win_amd64",
-    }
+    # each platform's wheel tag, as a stable cell of it has it (manylinux_2_28_x86_64, win_amd64)
+    tags = sorted({variant.platform_tag(c).split(".")[0] for c in support.stable_cells()})
     releases = {
         f"{r.torch}.0": [{"filename": f"torch-{r.torch}.0-cp311-cp311-manylinux_2_28_x86_64.whl"}]
         for r in support.RELEASES
     }
     releases[new] = [
-        {"filename": f"torch-{new}-cp3{m}-cp3{m}-{tag}.whl"}
-        for m in (11, 12, 13)
-        for tag in (plats[p] for p in support.PLATFORMS if p in plats)
+        {"filename": f"torch-{new}-cp3{m}-cp3{m}-{tag}.whl"} for m in (11, 12, 13) for tag in tags
     ]
     return {
         "info": {
