@@ -52,6 +52,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ci import platforms
 from ci.rehearsal import github_api, standins
+from mamba_kernels.install import wheel_metadata
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = ROOT / "ci" / "rehearsal"
@@ -318,6 +319,23 @@ def read_log(path: Path) -> Dict[str, Job]:
     return jobs
 
 
+def stand_in_env(
+    tools: Path, origin: Path, work: Path, name: str, api: Optional[github_api.GitHubStandIn] = None
+) -> Dict[str, str]:
+    """What the stand-ins read (--env for every step): where the repository, the rehearsal's
+    interpreter, the run's artifacts and caches are, and the local GitHub when there is one."""
+    env = stand_in_env(tools, origin, work, "pr")
+    shutil.rmtree(work / f"artifacts-{name}", ignore_errors=True)
+    if api is not None:
+        env.update(
+            GITHUB_SERVER_URL=api.url,
+            GITHUB_API_URL=api.url,
+            GITHUB_REPOSITORY=REPO,
+            REHEARSAL_GITHUB_STATE=str(api.state_dir),
+        )
+    return env
+
+
 def run_act(
     tools: Path,
     origin: Path,
@@ -560,7 +578,7 @@ def check_release(api: github_api.GitHubStandIn, tag: str, wheels: Sequence[Path
         a = have.get(w.name)
         if (
             a is None
-            or a.get("digest") != f"sha256:{standins.sha256_file(w)}"
+            or a.get("digest") != f"sha256:{wheel_metadata.sha256_of(w)}"
             or a.get("state") != "uploaded"
         ):
             problems.append(f"release {tag}: {w.name} missing or not this run's ({a and a.get('digest')})")
@@ -606,9 +624,6 @@ def rehearse_release(args: argparse.Namespace, work: Path, tools: Path) -> int:
         pypi, p1 = start_pypi(tools, work / "pypi" / "packages", "pypi")
         testpypi, p2 = start_pypi(tools, work / "testpypi" / "packages", "testpypi")
         procs += [p1, p2]
-        artifacts, cache = work / "artifacts", work / "cache"
-        for d in (artifacts, cache):
-            shutil.rmtree(d, ignore_errors=True)
         py310 = standins.find_python(cell.python)
         driver = [
             "--toolkit",
@@ -622,24 +637,14 @@ def rehearse_release(args: argparse.Namespace, work: Path, tools: Path) -> int:
             "--work",
             str(work / "cells"),
         ]
-        env = {
-            "GITHUB_SERVER_URL": api.url,
-            "GITHUB_API_URL": api.url,
-            "GITHUB_REPOSITORY": REPO,
-            "REHEARSAL_ORIGIN": str(origin),
-            "REHEARSAL_PYTHON": str(tools / "bin" / "python"),
-            "REHEARSAL_STANDINS": str(HERE / "standins.py"),
-            "REHEARSAL_ARTIFACTS": str(artifacts),
-            "REHEARSAL_CACHE": str(cache),
-            "REHEARSAL_GITHUB_STATE": str(state),
-            "REHEARSAL_UV": str(tools / "bin" / "uv"),
-            "REHEARSAL_PYPI": json.dumps(
-                {
-                    "https://upload.pypi.org/legacy/": pypi + "/",
-                    "https://test.pypi.org/legacy/": testpypi + "/",
-                }
-            ),
-        }
+        env = stand_in_env(tools, origin, work, "release", api)
+        env["REHEARSAL_PYPI"] = json.dumps(
+            {
+                "https://upload.pypi.org/legacy/": pypi + "/",
+                "https://test.pypi.org/legacy/": testpypi + "/",
+            }
+        )
+        artifacts = Path(env["REHEARSAL_ARTIFACTS"])
         event = {
             "ref": f"refs/tags/{tag}",
             "ref_name": tag,
@@ -830,19 +835,7 @@ def rehearse_torch_watch(args: argparse.Namespace, work: Path, tools: Path) -> i
     (pypi_dir / "torch.json").write_text(json.dumps(pypi_answer()))
     pypi_url, pypi_server = serve_folder(pypi_dir)
     try:
-        env = {
-            "GITHUB_SERVER_URL": api.url,
-            "GITHUB_API_URL": api.url,
-            "GITHUB_REPOSITORY": REPO,
-            "REHEARSAL_ORIGIN": str(bare),
-            "REHEARSAL_PYTHON": str(tools / "bin" / "python"),
-            "REHEARSAL_STANDINS": str(HERE / "standins.py"),
-            "REHEARSAL_ARTIFACTS": str(work / "artifacts-tw"),
-            "REHEARSAL_CACHE": str(work / "cache-tw"),
-            "REHEARSAL_UV": str(tools / "bin" / "uv"),
-            "REHEARSAL_GITHUB_STATE": str(state),
-        }
-        shutil.rmtree(work / "artifacts-tw", ignore_errors=True)
+        env = stand_in_env(tools, bare, work, "torch-watch", api)
         event = {"ref": "refs/heads/main", "repository": {"full_name": REPO, "default_branch": "main"}}
         rc, log = run_act(
             tools,
