@@ -324,7 +324,14 @@ def stand_in_env(
 ) -> Dict[str, str]:
     """What the stand-ins read (--env for every step): where the repository, the rehearsal's
     interpreter, the run's artifacts and caches are, and the local GitHub when there is one."""
-    env = stand_in_env(tools, origin, work, "pr")
+    env = {
+        "REHEARSAL_ORIGIN": str(origin),
+        "REHEARSAL_PYTHON": str(tools / "bin" / "python"),
+        "REHEARSAL_STANDINS": str(HERE / "standins.py"),
+        "REHEARSAL_ARTIFACTS": str(work / f"artifacts-{name}"),
+        "REHEARSAL_CACHE": str(work / f"cache-{name}"),
+        "REHEARSAL_UV": str(tools / "bin" / "uv"),
+    }
     shutil.rmtree(work / f"artifacts-{name}", ignore_errors=True)
     if api is not None:
         env.update(
@@ -743,14 +750,7 @@ def rehearse_release(args: argparse.Namespace, work: Path, tools: Path) -> int:
 def rehearse_pull_request(args: argparse.Namespace, work: Path, tools: Path) -> int:
     """The pull-request path: plan one smoke cell per family; the build jobs are listed (-n)."""
     origin, commit, _ = clone(work, args.ref)
-    env = {
-        "REHEARSAL_ORIGIN": str(origin),
-        "REHEARSAL_PYTHON": str(tools / "bin" / "python"),
-        "REHEARSAL_STANDINS": str(HERE / "standins.py"),
-        "REHEARSAL_ARTIFACTS": str(work / "artifacts-pr"),
-        "REHEARSAL_CACHE": str(work / "cache-pr"),
-        "REHEARSAL_UV": str(tools / "bin" / "uv"),
-    }
+    env = stand_in_env(tools, origin, work, "pr")
     event = {
         "pull_request": {"number": 1, "head": {"ref": "topic", "sha": commit}, "base": {"ref": "main"}},
         "repository": {"full_name": REPO},
