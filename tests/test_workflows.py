@@ -143,6 +143,29 @@ def test_actions_pinned_by_commit_with_a_version_comment(wf):
         assert re.fullmatch(r"\s*# v\d+\.\d+\.\d+\s*", rest), f"{wf.name}: {ref} lacks its '# vX.Y.Z' comment"
 
 
+# The oldest major of each action known to run on Node 24 (Node 20 is retired on the runners), read
+# off the actions' action.yml (`runs.using`) at their tags on 2026-12-04; where an older major may
+# also, it is not claimed. Composite actions count by the actions they call: upload-pages-artifact
+# v5 calls upload-artifact v7, v4 calls v4.6.2 and v3 a floating upload-artifact@v4 (Node 20).
+NODE24_FROM = {
+    "actions/checkout": 5, "actions/setup-python": 6, "actions/upload-artifact": 6,
+    "actions/download-artifact": 7, "actions/cache": 5, "actions/deploy-pages": 5,
+    "actions/upload-pages-artifact": 5, "actions/create-github-app-token": 3,
+    "actions/attest-build-provenance": 4,
+}
+
+
+@pytest.mark.parametrize("wf", WORKFLOWS, ids=lambda p: p.name)
+def test_every_action_is_a_release_that_runs_on_node_24(wf):
+    for ref, rest in _USES.findall(wf.read_text()):
+        if ref.startswith("./") or ref.startswith("pypa/"):  # pypa's action is a container action
+            continue
+        name = "/".join(ref.split("@")[0].split("/")[:2])
+        major = int(re.search(r"# v(\d+)\.", rest).group(1))
+        assert name in NODE24_FROM, f"{wf.name}: {name}: add its first Node 24 release to NODE24_FROM"
+        assert major >= NODE24_FROM[name], f"{wf.name}: {ref} (v{major}) still runs on Node 20"
+
+
 @pytest.mark.parametrize("wf", WORKFLOWS, ids=lambda p: p.name)
 def test_no_default_permissions_and_every_job_has_a_time_limit(wf):
     data = workflow(wf.name)
