@@ -67,6 +67,9 @@ WORKFLOWS = (
 # The cell this machine builds (Linux x86_64, CUDA 13 from PyPI) and its quick architecture.
 CELL = "cu130stable2.10-cp310-linux_x86_64"
 QUICK_ARCH = "9.0"
+# Disk the release rehearsal needs at its peak, measured: the cell's build and test environments
+# (a torch each, 6 GB), its toolkit and the wheels of the install check, with room to spare.
+DISK_GB = 20
 # Every runner label the workflows use runs here (act's host executor: no container).
 RUNNER_LABELS = ("ubuntu-24.04", "ubuntu-24.04-arm", "windows-2022")
 
@@ -558,6 +561,7 @@ def install_check(tools: Path, work: Path, origin: Path, site: str, torch_spec: 
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=work)
         if r.returncode != 0:
             problems.append(f"{tool}: `{written}` failed: {(r.stderr or r.stdout).strip()[-400:]}")
+            shutil.rmtree(venv, ignore_errors=True)
             continue
         doc = subprocess.run(
             [str(venv / "bin" / "mamba-kernels"), "doctor"], capture_output=True, text=True, cwd=work
@@ -570,6 +574,9 @@ def install_check(tools: Path, work: Path, origin: Path, site: str, torch_spec: 
             problems.append(f"{tool}: doctor does not report the release wheel: {build}")
         else:
             say(f"{tool}: doctor: {build}")
+        shutil.rmtree(venv, ignore_errors=True)  # a torch each: one at a time on disk
+    for folder in (wheels, work / "uv-cache"):
+        shutil.rmtree(folder, ignore_errors=True)
     return problems
 
 
@@ -690,6 +697,7 @@ def rehearse_release(args: argparse.Namespace, work: Path, tools: Path) -> int:
         if rc != 0 and not problems:
             problems.append(f"act exited {rc} (log: {log})")
         wheels = sorted((artifacts).glob("wheel-*/*.whl"))
+        shutil.rmtree(work / "cells", ignore_errors=True)  # the cell's build and test environments
         if added and not problems:
             problems.append(f"the added step in job {added[0]} did not fail the rehearsal")
         if not problems and not args.job:
@@ -908,8 +916,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         "--clean", action="store_true", help="remove the work folder after a pass (kept on failure)"
     )
     args = p.parse_args(argv)
+    # A SIGTERM (CI stopping) unwinds like an interrupt: act's process group and the servers stop.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(work).free / 1e9
+    if args.event == "release" and free < DISK_GB:
+        print(
+            f"rehearse: error: {free:.0f} GB free on the filesystem of {work}; the release rehearsal "
+            f"needs about {DISK_GB} GB there (--work elsewhere, or free some space)"
+        )
+        return 1
     t0 = time.time()
     try:
         tools = install_tools(work)
