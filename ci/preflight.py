@@ -217,36 +217,47 @@ class RegistryError(RuntimeError):
 Fetcher = Callable[[str], Optional[dict]]
 
 
+def read_url(url: str, parse: Callable[[bytes], object], timeout: float, tries: int) -> Optional[object]:
+    """``parse`` of the body of ``url``, None on a 404; each of ``tries`` attempts a second apart,
+    a network error, another HTTP status or a body ``parse`` refuses (ValueError) retried; then
+    RegistryError naming the URL, the last cause and the count."""
+    reason = ""
+    for attempt in range(tries):
+        if attempt:
+            time.sleep(1.0)
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 (https or test URL)
+                data = r.read()
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            reason = f"HTTP {e.code}"
+            continue
+        except (urllib.error.URLError, OSError) as e:
+            reason = str(getattr(e, "reason", e)) or type(e).__name__
+            continue
+        try:
+            return parse(data)
+        except ValueError as e:
+            reason = str(e)
+    raise RegistryError(f"could not read {url}: {reason} ({tries} tries)")
+
+
+def _project_json(data: bytes) -> dict:
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        raise ValueError("the answer is not JSON") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("releases"), dict):
+        raise ValueError("the answer has no releases")
+    return doc
+
+
 def http_fetcher(base_url: str = REGISTRY_URL, timeout: float = 15.0, tries: int = 2) -> Fetcher:
     """Reads ``<base_url>/<name>/json`` (PyPI's JSON API, one request per project), retrying once."""
 
     def fetch(name: str) -> Optional[dict]:
-        url = f"{base_url.rstrip('/')}/{name}/json"
-        reason = ""
-        for attempt in range(tries):
-            if attempt:
-                time.sleep(1.0)
-            try:
-                with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 (https or test URL)
-                    data = r.read()
-            except urllib.error.HTTPError as e:
-                if e.code == 404:
-                    return None
-                reason = f"HTTP {e.code}"
-                continue
-            except (urllib.error.URLError, OSError) as e:
-                reason = str(getattr(e, "reason", e)) or type(e).__name__
-                continue
-            try:
-                doc = json.loads(data)
-            except ValueError:
-                reason = "the answer is not JSON"
-                continue
-            if not isinstance(doc, dict) or not isinstance(doc.get("releases"), dict):
-                reason = "the answer has no releases"
-                continue
-            return doc
-        raise RegistryError(f"could not read {url}: {reason} ({tries} tries)")
+        return read_url(f"{base_url.rstrip('/')}/{name}/json", _project_json, timeout, tries)  # type: ignore
 
     return fetch
 
@@ -784,24 +795,8 @@ def torch_index_fetcher(timeout: float = 15.0, tries: int = 2) -> IndexFetcher:
     """Reads ``<index URL>/torch/`` (a PEP 503 page, build_cell.simple_page_files), retrying once."""
 
     def fetch(index_url: str) -> Optional[List[str]]:
-        url = f"{index_url.rstrip('/')}/torch/"
-        reason = ""
-        for attempt in range(tries):
-            if attempt:
-                time.sleep(1.0)
-            try:
-                with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 (https or test URL)
-                    page = r.read().decode("utf-8", errors="replace")
-            except urllib.error.HTTPError as e:
-                if e.code == 404:
-                    return None
-                reason = f"HTTP {e.code}"
-                continue
-            except (urllib.error.URLError, OSError) as e:
-                reason = str(getattr(e, "reason", e)) or type(e).__name__
-                continue
-            return build_cell.simple_page_files(page)
-        raise RegistryError(f"could not read {url}: {reason} ({tries} tries)")
+        page = lambda data: build_cell.simple_page_files(data.decode("utf-8", errors="replace"))  # noqa: E731
+        return read_url(f"{index_url.rstrip('/')}/torch/", page, timeout, tries)  # type: ignore
 
     return fetch
 
