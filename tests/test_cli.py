@@ -128,3 +128,18 @@ def test_install_and_download_document_their_exit_codes():
 def test_download_needs_a_destination():
     r = _run("download", "--torch", "2.14.1")
     assert r.returncode == 2 and "--dest" in r.stderr
+
+
+def test_an_invalid_build_knob_is_named_by_info_and_doctor():
+    """MAMBA_KERNELS_BINDING is read only by a build; info and doctor still say it is wrong."""
+    env = {"MAMBA_KERNELS_BINDING": "fast"}
+    r = _run("info", env=env)
+    assert r.returncode == 0, r.stderr
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("build knobs")]
+    want = "MAMBA_KERNELS_BINDING='fast' is not a binding: use one of auto, stable, classic"
+    assert line and want in line[0], r.stdout
+    d = _run("doctor", "--json", env=env)
+    report = json.loads(d.stdout)
+    p = [p for p in report["problems"] if p["what"] == "a build knob is not valid"]
+    assert p and "MAMBA_KERNELS_BINDING='fast'" in p[0]["why"] and not p[0]["broken"], report["problems"]
+    assert "build knobs" not in _run("info").stdout  # a valid environment adds no line

@@ -138,3 +138,28 @@ def test_first_cuda_decision_inside_torch_compile_keeps_one_graph(fresh, monkeyp
     assert torch.equal(compiled(x), x + 1)
     assert torch.equal(compiled(x), x + 1)
     assert asked == [0]  # the GPU was checked once, while tracing
+
+
+def test_a_loaded_extension_with_no_gpu_visible_reports_what_runs(fresh, monkeypatch):
+    """``info`` on a CUDA torch with no GPU: the PyTorch path runs (no tensor can be on CUDA), and
+    the loaded kernel is named as ready; with the cuda backend forced every call is an error."""
+    dispatch.EXTENSIONS["causal_conv1d"] = _good_extension(fresh, "mk_test_nogpu")
+    report = dispatch.backends(gpus_visible=False)["causal_conv1d"]
+    assert report["backend"] == "reference", report
+    assert report["reason"].startswith(dispatch.NO_GPU_REASON) and "would run on a GPU" in report["reason"]
+    assert dispatch.backends(gpus_visible=True)["causal_conv1d"]["backend"] == "cuda"
+    monkeypatch.setenv(knobs.BACKEND_VAR, "cuda")
+    forced = dispatch.backends(gpus_visible=False)["causal_conv1d"]
+    assert forced["backend"] == "error"
+    assert "MAMBA_KERNELS_BACKEND=cuda and no GPU is visible" in forced["reason"]
+
+
+def test_info_reports_the_backend_for_the_gpus_it_sees(fresh):
+    """The snapshot ``info`` prints passes what it saw of the GPUs to the report."""
+    import torch
+
+    from mamba_kernels.install import environment
+
+    dispatch.EXTENSIONS["causal_conv1d"] = _good_extension(fresh, "mk_test_nogpu2")
+    got = environment.snapshot()["backends"]["causal_conv1d"]["backend"]
+    assert got == ("cuda" if torch.cuda.is_available() else "reference")

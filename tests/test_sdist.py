@@ -406,7 +406,10 @@ def check_pure(site: Path, transcript: str, *reasons: str) -> None:
     assert MARKER not in files
     assert not re.search(r"(?m)^Requires-Dist: torch", metadata)
     assert not list(site.glob("torch*"))
-    assert notices(transcript) == [record["line"]], transcript
+    # the terminal says where to read the line again; the record, which the doctor shows, does not
+    assert notices(transcript) == [record["line"] + ". `python -m mamba_kernels doctor` shows this again"], \
+        transcript
+    assert "doctor" not in record["line"], record["line"]
     for r in reasons:
         assert r in record["line"], (r, record["line"])
 
@@ -436,6 +439,7 @@ def test_path3_uv_when_the_index_is_unreachable(tmp_path, torch_site, wheelhouse
     doctor = subprocess.run([py, "-m", "mamba_kernels", "doctor"], capture_output=True, text=True,
                             env=clean_env(), cwd=tmp_path)
     assert f"installed     from the sdist: {record['line']}" in doctor.stdout.splitlines(), doctor.stdout
+    assert "shows this again" not in doctor.stdout, doctor.stdout  # the doctor does not quote itself
     code = "from mamba_kernels.runtime import install_record as s; print(s.install_note())"
     note = subprocess.run([py, "-c", code],
                           capture_output=True, text=True, env=clean_env(), cwd=tmp_path)

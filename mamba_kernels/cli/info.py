@@ -8,7 +8,7 @@ from typing import Any, Dict
 
 from ..facts import release_index, variant, versions
 from ..facts.version import __version__
-from ..install import environment, resolve
+from ..install import doctor, environment, resolve
 from ..install.environment import snapshot
 from ..release import matrix
 from ..runtime import installed
@@ -19,6 +19,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     info["build"] = installed.describe()
     info["mamba_kernels"] = info["build"]["version"]
     info["index"] = _serving_index(info["torch"])
+    info["build_knobs"] = doctor.build_knob_problem()  # None when a source build would accept them
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
         return 0
@@ -44,6 +45,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
         print(f"wheels here   {ix['why']}")
     print(f"backend mode  {info['backend_mode']}")
     print(f"scan states   {info['scan_states']}")
+    if info["build_knobs"]:
+        print(f"build knobs   not valid: {info['build_knobs']} (a source build would stop on it)")
     for kernel, b in info["backends"].items():
         print(f"{kernel:<15}{b['backend']}: {b['reason']}")
     return 0

@@ -26,6 +26,7 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Optional
 
+from ..build import plan
 from ..facts import support
 from ..runtime import buildinfo, dispatch, install_record, installed, knobs
 from . import environment
@@ -120,7 +121,7 @@ def _refused_title(info: Optional[buildinfo.BuildInfo], why: str) -> str:
 def _kernel(kernel: str, target: environment.Target) -> Dict[str, Any]:
     """One kernel: its backend, why, and its problems."""
     name = dispatch.EXTENSIONS[kernel]
-    report = dict(dispatch.backends()[kernel])
+    report = dict(dispatch.backends(gpus_visible=bool(target.gpus))[kernel])
     found: List[Dict[str, Any]] = []
     report["problems"] = found
     if knobs.backend_mode() == "reference":
@@ -267,6 +268,27 @@ def _nvcc(target: environment.Target) -> List[Dict[str, Any]]:
         broken=False)]
 
 
+def build_knob_problem() -> Optional[str]:
+    """Why the build knobs as set (MAMBA_KERNELS_BINDING, the booleans, TORCH_CUDA_ARCH_LIST,
+    MAX_JOBS, ...) would stop a source build here, or None. The installed kernels do not read
+    them, so a typo there shows up only at the next build, long after it was made."""
+    try:
+        plan.read_knobs(os.environ)
+    except ValueError as e:
+        return " ".join(str(e).split())
+    return None
+
+
+def _knob_problems() -> List[Dict[str, Any]]:
+    why = build_knob_problem()
+    if why is None:
+        return []
+    return [_problem("a build knob is not valid",
+                     f"{why}; the installed kernels do not read it, but a source build (from a checkout "
+                     "or the sdist) stops on it",
+                     "unset the variable or give it one of the values named", broken=False)]
+
+
 def diagnose(target: Optional[environment.Target] = None) -> Dict[str, Any]:
     """The doctor's report: environment, kernels (backend, reason, problems), problems, broken."""
     if target is None:
@@ -275,9 +297,11 @@ def diagnose(target: Optional[environment.Target] = None) -> Dict[str, Any]:
     found = [p for k in kernels.values() for p in k.pop("problems")]
     found += _shadowing()
     nvcc = _nvcc(target)
-    if nvcc and any(k["backend"] != "cuda" for k in kernels.values()):
+    if nvcc and any(k["backend"] != "cuda" and not k["reason"].startswith(dispatch.NO_GPU_REASON)
+                    for k in kernels.values()):
         nvcc[0]["broken"] = True  # the fix for the kernels is a build: it would fail
     found += nvcc
+    found += _knob_problems()
     build = installed.describe()
     return {
         "mamba_kernels": build["version"],

@@ -52,7 +52,7 @@ def snapshot() -> Dict[str, Any]:
         "scan_states": knobs.scan_states(),
     }
     if torch_facts.get("installed"):
-        info["backends"] = backends()
+        info["backends"] = backends(gpus_visible=bool(torch_facts["gpus"]))
     return info
 
 

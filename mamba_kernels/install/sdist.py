@@ -509,6 +509,9 @@ class Outcome:
         }
 
 
+DOCTOR_COMMAND = "python -m mamba_kernels doctor"
+
+
 def stop_line(problem: str, command: str) -> str:
     return (f"{PREFIX}error: cannot tell which torch this install is for: {problem}. Run it again naming "
             f"the interpreter that will import mamba_kernels: {TARGET_VAR}=/path/to/python {command}")
@@ -593,9 +596,11 @@ def build_wheel(root: str, wheel_directory: str, pure_build: Callable[[str], str
                               f"be built: {'; '.join(reasons)}")
         if out is None:
             line = (f"{PREFIX}installed without the CUDA extensions, the PyTorch path runs: "
-                    f"{'; '.join(reasons)}. `python -m mamba_kernels doctor` shows this again")
+                    f"{'; '.join(reasons)}")
             out = Outcome("pure", line, reasons, target=facts)
             pure = pure_build(os.path.join(tmp, "pure"))
             name = finish_wheel(pure, wheel_directory, version, out.record(found.how, version))
-    tell(out.line, environ)
+    # The record keeps the line as the doctor shows it; only the terminal is told where to find it
+    # again (the doctor quoting "run the doctor" would send its reader in a circle).
+    tell(out.line + (f". `{DOCTOR_COMMAND}` shows this again" if out.path == "pure" else ""), environ)
     return name

@@ -285,8 +285,14 @@ def __getattr__(name: str) -> Callable[[str, str], bool]:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def backends() -> Dict[str, Dict[str, str]]:
-    """Per kernel: the backend CUDA tensors would get now, and why."""
+NO_GPU_REASON = "no GPU is visible"  # how a report's reason starts when only the GPU is missing
+
+
+def backends(gpus_visible: Optional[bool] = None) -> Dict[str, Dict[str, str]]:
+    """Per kernel: the backend a call gets now, and why. With ``gpus_visible`` False (the caller
+    read the GPUs, e.g. through nvidia-smi, without initialising CUDA) no tensor can be on CUDA,
+    so a loaded extension is reported as what it is here: ready, while the PyTorch path runs.
+    None: not known; the report is for CUDA tensors."""
     mode = knobs.backend_mode()
     report: Dict[str, Dict[str, str]] = {}
     for kernel in EXTENSIONS:
@@ -297,7 +303,17 @@ def backends() -> Dict[str, Dict[str, str]]:
             }
             continue
         status = extension_status(kernel)
-        if status.module is not None:
+        if status.module is not None and gpus_visible is False:
+            ready = f"the compiled kernel would run on a GPU ({status.reason})"
+            if mode == "cuda":
+                report[kernel] = {"backend": "error", "reason": (
+                    f"{knobs.BACKEND_VAR}=cuda and no GPU is visible: every call raises, since its "
+                    f"tensors cannot be on CUDA; {ready}")}
+            else:
+                report[kernel] = {"backend": "reference", "reason": (
+                    f"{NO_GPU_REASON}, so tensors are on the CPU and the PyTorch implementation runs; "
+                    f"{ready}")}
+        elif status.module is not None:
             report[kernel] = {"backend": "cuda", "reason": status.reason}
         elif mode == "cuda":
             report[kernel] = {"backend": "error", "reason": f"{status.reason} ({knobs.BACKEND_VAR}=cuda)"}
