@@ -299,3 +299,17 @@ def test_an_unlabelled_install_keeps_the_plain_version(monkeypatch):
         assert "through the sdist" in installed.describe()["how"]
     finally:
         installed.cached_version.cache_clear()
+
+
+def test_the_compatibility_modules_are_found_as_a_new_process_imports_them(tmp_path):
+    """The doctor calls a compatibility module missing only when a new process cannot import it:
+    an editable install (scripts/setup.sh makes one) serves them through a finder after sys.path."""
+    import subprocess
+
+    code = "import causal_conv1d_cuda, selective_scan_cuda"
+    importable = subprocess.run([sys.executable, "-c", code], cwd=tmp_path).returncode == 0
+    r = subprocess.run([sys.executable, "-m", "mamba_kernels", "doctor", "--json"], cwd=tmp_path,
+                       capture_output=True, text=True)
+    missing = [p["what"] for p in json.loads(r.stdout)["problems"] if p["what"].endswith("is missing")
+               and "compatibility module" in p["what"]]
+    assert (missing == []) == importable, (importable, missing)

@@ -225,8 +225,9 @@ def _shadowing() -> List[Dict[str, Any]]:
             f"was installed last owns those files",
             f"pip uninstall -y {other} && pip install --no-deps --force-reinstall {DIST}"))
     for mod in COMPAT_MODULES:
-        try:  # the file a fresh process would import (sys.path order), whatever this one imported
-            spec = importlib.machinery.PathFinder.find_spec(mod)
+        try:  # the file a fresh process would import (sys.path order), whatever this one imported;
+            # then the finders after sys.path's (an editable install maps its modules there)
+            spec = importlib.machinery.PathFinder.find_spec(mod) or importlib.util.find_spec(mod)
         except (Exception, SystemExit):
             spec = None
         ours = _our_compat_file(mod)
