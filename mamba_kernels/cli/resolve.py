@@ -40,8 +40,7 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
     print(f"no wheel fits: {resolve.no_match_line(target, len(res.rejected))}")
     for line in resolve.no_match_lines(res.rejected, args.all):
         print(line)
-    print("no prebuilt wheel: build from source (pip install --no-build-isolation .) or use the "
-          "pure-PyTorch path")
+    print(f"no prebuilt wheel: {resolve.source_build_hint()}; or use the pure-PyTorch path")
     return resolve.EXIT_NO_MATCH
 
 

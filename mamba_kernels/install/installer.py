@@ -414,11 +414,12 @@ def _report_no_match(target: environment.Target, rejected: List[resolve.Verdict]
 
 
 def obtain(verb: str, sources: Sequence[str], target: environment.Target, dest: Optional[Path],
-           timeout: float, pin_torch: str, allow_unhashed: bool = False) -> Obtained:
+           timeout: float, pin_torch: str, allow_unhashed: bool = False, pip: str = "pip install"
+           ) -> Obtained:
     """Try each index in order: read it, choose, fetch into ``dest`` (None: a dry run, nothing is
     fetched) and check the wheel against ``pin_torch``. The first index that delivers a verified
     wheel wins; each failure is one line on stderr. Raises :class:`Failure` when none does (the
-    last failure, already shown)."""
+    last failure, already shown). ``pip``: how the source-build hint runs pip."""
     last: Optional[Failure] = None
     rejected: Dict[str, resolve.Verdict] = {}
     read_any = False
@@ -472,8 +473,8 @@ def obtain(verb: str, sources: Sequence[str], target: environment.Target, dest: 
         raise last
     if last is None:
         _report_no_match(target, list(rejected.values()))
-        raise Failure("no wheel fits; build from source (pip install --no-build-isolation .) or use the "
-                      "pure-PyTorch path", EXIT_NO_MATCH)
+        raise Failure(f"no wheel fits; {resolve.source_build_hint(pip)}; or use the pure-PyTorch path",
+                      EXIT_NO_MATCH)
     raise last
 
 
@@ -497,6 +498,12 @@ def installer_command(interp: Interpreter, wheel: Path) -> List[str]:
                       f"({interp.executable} -m ensurepip)", EXIT_TARGET)
     return [uv, "pip", "install", "--python", interp.executable, "--no-deps", "--no-index",
             "--reinstall-package", resolve.PROJECT, str(wheel)]
+
+
+def _pip_install(interp: Interpreter) -> str:
+    """The start of an install command into the target, for the hints (pip, else uv)."""
+    exe = shlex.quote(interp.executable)
+    return f"{exe} -m pip install" if interp.facts.get("pip") else f"uv pip install --python {exe}"
 
 
 def _run_installer(cmd: List[str]) -> int:
@@ -571,7 +578,7 @@ def run_install(args: argparse.Namespace) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="mamba-kernels-install-") as tmp:
             got = obtain("install", sources, target, None if args.dry_run else Path(tmp), args.timeout,
-                         installed_torch, args.allow_unhashed)
+                         installed_torch, args.allow_unhashed, _pip_install(interp))
             assert got.resolution.selected is not None
             name = got.resolution.selected.candidate.filename
             cmd = installer_command(interp, got.path or Path(name))

@@ -29,6 +29,7 @@ import argparse
 import html.parser
 import json
 import re
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -535,6 +536,45 @@ def local_sha256(path: str) -> Optional[str]:
         return sha256_of(Path(path))
     except OSError:
         return None
+
+
+_OUR_NAME = re.compile(r"""^\s*name\s*=\s*["']mamba[-_.]kernels["']""", re.MULTILINE | re.IGNORECASE)
+
+
+def source_root(folder: Path) -> Optional[Path]:
+    """The root of a mamba-kernels source tree (a checkout or an unpacked sdist) that ``folder``
+    is or lies in: the nearest folder up whose pyproject.toml names the project, or whose
+    setup.py is ours; None when there is none."""
+    for d in (folder, *folder.parents):
+        if _OUR_NAME.search(_text(d / "pyproject.toml")) or "mamba_kernels.build" in _text(d / "setup.py"):
+            return d
+    return None
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def source_build_hint(install: str = "pip install", cwd: Optional[Path] = None) -> str:
+    """How to build from source, as a command that works where the user is (``cwd``, default the
+    current folder): ``.`` in the root of a source tree, its path from inside or beside one,
+    else a path to a checkout or unpacked sdist still to be fetched (no sdist is installable by
+    name until the project is published on PyPI, so none is named). ``install`` is the install
+    command (``/path/to/python -m pip install`` for a target interpreter)."""
+    here = Path.cwd() if cwd is None else cwd
+    try:
+        root = source_root(here.resolve())
+    except OSError:
+        root = None
+    if root is not None:
+        where = "." if root == here.resolve() else shlex.quote(str(root))
+        return f"build from source: {install} --no-build-isolation {where}"
+    return (f"build from source: get the source (a git checkout, or the sdist unpacked) and run "
+            f"{install} --no-build-isolation /path/to/mamba-kernels (the folder with its "
+            f"pyproject.toml; {here} is not one)")
 
 
 def describe_target(t: Target) -> str:
