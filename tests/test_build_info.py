@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -293,3 +294,30 @@ def test_build_info_is_found_in_a_binary_whatever_its_key_order():
     found = buildinfo.find_in_binary(blob)
     assert found is not None and found.raw == info
     assert buildinfo.find_in_binary(b"\x00{\"a\": 1}\x00no info here\x00") is None
+
+
+def test_the_rebuild_hint_names_the_source_this_install_came_from(tmp_path):
+    """An editable or local-folder install is rebuilt from its checkout (direct_url.json, else the
+    folder the running package lives in), never from ``.``, which is wherever the reader stands;
+    an install from anything else, from the sdist. Asked from two folders: the answer is the same."""
+    import mamba_kernels
+
+    root = Path(mamba_kernels.__file__).resolve().parents[1]
+    from_checkout = (root / "pyproject.toml").is_file() and 'name = "mamba-kernels"' in (
+        root / "pyproject.toml").read_text()
+    answers = set()
+    for cwd in (tmp_path, root):
+        code = ("from mamba_kernels.runtime import buildinfo as b; "
+                "print(b.installed_source()[1]); print(b.rebuild_command('9.0'))")
+        r = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        answers.add(r.stdout)
+    (answer,) = answers
+    what, cmd = answer.splitlines()
+    assert cmd.startswith("TORCH_CUDA_ARCH_LIST=9.0 MAMBA_KERNELS_FORCE_BUILD=1 pip install "
+                          "--no-build-isolation --no-deps --force-reinstall ")
+    assert not cmd.endswith(" .")
+    if from_checkout:
+        assert what == f"the checkout {root}" and cmd.endswith(str(root)), answer
+    else:
+        assert what == "the sdist" and cmd.endswith(" mamba-kernels"), answer

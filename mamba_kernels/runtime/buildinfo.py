@@ -218,6 +218,49 @@ def find_in_file(path: str) -> Optional[BuildInfo]:
     return None
 
 
+def installed_source() -> Tuple[str, str]:
+    """(pip's argument that reinstalls this distribution from its source, what it is): the
+    checkout an editable or local-folder install came from (its direct_url.json), while that
+    folder still holds the project; else the project name, i.e. the sdist from PyPI. A hint that
+    names ``.`` would install whatever folder the reader stands in."""
+    from importlib import metadata
+    from urllib.parse import unquote, urlparse
+
+    try:
+        text = metadata.distribution(variant.PROJECT).read_text("direct_url.json") or ""
+        direct = json.loads(text) if text else {}
+        url = urlparse(direct.get("url", ""))
+        folder = unquote(url.path) if url.scheme == "file" and "dir_info" in direct else ""
+        if os.name == "nt" and re.match(r"^/[A-Za-z]:", folder):
+            folder = folder[1:]
+        editable = bool(direct.get("dir_info", {}).get("editable"))
+    except Exception:  # no metadata, or unreadable: the published source is the answer
+        folder, editable = "", False
+    if not folder:  # nothing recorded: the checkout the running package lives in, if it is one
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        folder, editable = os.path.dirname(root), True
+    if _is_our_project(folder):
+        return (f"-e {shlex.quote(folder)}" if editable else shlex.quote(folder)), f"the checkout {folder}"
+    return variant.PROJECT, "the sdist"
+
+
+def _is_our_project(folder: str) -> bool:
+    try:
+        with open(os.path.join(folder, "pyproject.toml"), encoding="utf-8") as f:
+            return re.search(r'(?m)^name\s*=\s*"mamba-kernels"', f.read()) is not None
+    except OSError:
+        return False
+
+
+def rebuild_command(arch_list: Optional[str] = None) -> str:
+    """The command that rebuilds the extensions against the running torch from this
+    distribution's own source (:func:`installed_source`), for ``arch_list`` when given."""
+    where, _ = installed_source()
+    archs = f"TORCH_CUDA_ARCH_LIST={arch_list} " if arch_list else ""
+    return (f"{archs}MAMBA_KERNELS_FORCE_BUILD=1 pip install --no-build-isolation --no-deps "
+            f"--force-reinstall {where}")
+
+
 def fix_command(
     torch_version: str,
     torch_cuda: Optional[str],
@@ -227,10 +270,7 @@ def fix_command(
 ) -> str:
     """The commands that get a binary matching the running torch (on a free-threaded CPython,
     which loads no abi3 wheel: a classic build)."""
-    rebuild = (
-        "MAMBA_KERNELS_FORCE_BUILD=1 pip install --no-build-isolation --no-deps --force-reinstall "
-        "mamba-kernels"
-    )
+    rebuild = rebuild_command()
     if is_free_threaded:
         return (
             "use a CPython build with the GIL (the stable-ABI wheels are abi3), or build the classic "
@@ -406,9 +446,7 @@ def arch_problem(name: str, info: BuildInfo, gpu: str, capability: str) -> Optio
     return (
         f"{name} holds no code for {gpu} (compute capability {capability}, {sm}): the binary has "
         f"SASS {' '.join(info.sass) or 'none'} and PTX {' '.join(info.ptx) or 'none'}, and none of them "
-        f"runs on {sm}. Fix: build it for this GPU: TORCH_CUDA_ARCH_LIST={capability} "
-        "MAMBA_KERNELS_FORCE_BUILD=1 pip install --no-build-isolation --no-deps --force-reinstall "
-        "mamba-kernels"
+        f"runs on {sm}. Fix: build it for this GPU: {rebuild_command(capability)}"
     )
 
 
