@@ -22,13 +22,15 @@
 # Exit status: 0 when every tool ran every case to its end with no error reported (and every
 # case reached its kinds); 1 otherwise; 2 for a setup problem (no compute-sanitizer, no build).
 # Each (tool, family) prints one line: tool, family, cases, errors, seconds; each tool its wall
-# time. compute-sanitizer: $COMPUTE_SANITIZER, PATH or /usr/local/cuda/bin.
+# time. compute-sanitizer: $COMPUTE_SANITIZER, PATH or /usr/local/cuda/bin. SANITIZE_BUDGET:
+# seconds for the whole script (build included); processes not started by then are reported as
+# not run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
 PY=${PYTHON:-python3}
 
-usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 
 LIST=0 VERIFY=1 ISOLATE=0 BUILD=1
 OUTDIR=${OUT:-sanitize-results}
@@ -106,6 +108,8 @@ else
 fi
 
 ARGS=(sanitize --out "$OUTDIR" --jobs "$JOBS" ${SEL[@]+"${SEL[@]}"})
+# SANITIZE_BUDGET: seconds for the whole script; the driver gets what the build left
+[ -n "${SANITIZE_BUDGET:-}" ] && ARGS+=(--budget "$((SANITIZE_BUDGET - ($(date +%s) - T0)))")
 [ $VERIFY = 0 ] && ARGS+=(--no-verify)
 [ $ISOLATE = 1 ] && ARGS+=(--isolate)
 "$PY" scripts/sanitize_cases.py "${ARGS[@]}"

@@ -923,6 +923,7 @@ def sanitize(args) -> int:
         print("sanitize: compute-sanitizer not found (PATH, /usr/local/cuda/bin, $COMPUTE_SANITIZER)",
               flush=True)
         return 2
+    _DEADLINE[0] = time.time() + args.budget
     help_text = sanitizer_output(sanitizer, "--help")
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
@@ -941,10 +942,9 @@ def sanitize(args) -> int:
     verified = None
     if args.verify:
         t0 = time.time()
-        verified = verify_step(logdir, cases, args.timeout)
+        verified = verify_step(logdir, cases, max(30.0, min(args.timeout, _DEADLINE[0] - time.time())))
         print(f"verify: {'ok' if verified[0] else 'FAILED'}: {verified[1]} ({time.time() - t0:.1f} s)",
               flush=True)
-    _DEADLINE[0] = time.time() + args.budget
     outcomes: List[Outcome] = []
     tool_secs: Dict[str, float] = {}
     for tool in tools:
@@ -1089,7 +1089,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p_san.add_argument("--timeout", type=float, default=float(os.environ.get("SANITIZE_CASE_TIMEOUT", "300")))
     p_san.add_argument("--isolate", action="store_true", help="one process per case for every tool")
     p_san.add_argument("--budget", type=float, default=float(os.environ.get("SANITIZE_BUDGET", "1e9")),
-                       help="seconds for all tools; processes not started by then are reported as not run")
+                       help="seconds for this command; processes not started by then are reported as not run")
     p_san.add_argument("--no-verify", dest="verify", action="store_false",
                        help="skip checking (torch.profiler, no sanitizer) that each case reaches its kinds")
     args = ap.parse_args(argv)
