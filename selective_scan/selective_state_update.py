@@ -41,7 +41,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from mamba_kernels.runtime import dispatch
+from mamba_kernels.runtime import argchecks, dispatch
 
 from . import _checks
 
@@ -105,11 +105,14 @@ def _check(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices) -> bool:
         nheads, dim, dstate = shape[1], shape[2], shape[3]
     else:
         nheads, dim, dstate = 1, shape[1], shape[2]
+    argchecks.require_dstate("dstate (state.shape[-1])", dstate)
     x_shape = x.shape
-    batch = x_shape[0] if len(x_shape) > 0 else -1
+    desc = "(batch, nheads, dim)" if heads else "(batch, dim)"
+    if len(x_shape) != len(shape) - 1:  # (batch is read from x: no shape to quote without it)
+        raise argchecks.error(ValueError, "x", f"must be {desc}, matching state", str(tuple(x_shape)))
+    batch = x_shape[0]
     lead = (batch, nheads, dim) if heads else (batch, dim)
     if x_shape != lead or dt.shape != lead or (z is not None and z.shape != lead):
-        desc = "(batch, nheads, dim)" if heads else "(batch, dim)"
         _checks.require_shape("x", x, lead, f"{desc}, matching state")
         _checks.require_shape("dt", dt, lead, f"same as x {desc}")
         _checks.require_shape("z", z, lead, f"same as x {desc}")
@@ -185,16 +188,23 @@ def _kernel_fits(state: Tensor, *tensors: Optional[Tensor]) -> bool:
     return _fits(state.shape[-1], wide)
 
 
-def _kernel_may_take(state) -> bool:
+def _kernel_may_take(state, x) -> bool:
     """Whether the compiled kernel may take a step on ``state`` (a CUDA tensor of a dtype and
-    dstate it covers); the op checks the rest."""
+    dstate it covers, argchecks.DSTATE_MIN at least) and x (not empty: an empty problem runs
+    the PyTorch path, argchecks.is_empty); the op checks the rest."""
     return (
         isinstance(state, Tensor)
         and state.is_cuda
         and state.dtype is not _FLOAT64
         and state.dim() >= 3
-        and state.shape[-1] <= KERNEL_MAX_DSTATE
+        and argchecks.DSTATE_MIN <= state.shape[-1] <= KERNEL_MAX_DSTATE
+        and isinstance(x, Tensor)
+        and not argchecks.is_empty(x)
     )
+
+
+def _shape(t: Tensor) -> str:
+    return f"shape {tuple(t.shape)}"
 
 
 def _requires_grad(*tensors: Optional[Tensor]) -> bool:
@@ -232,13 +242,18 @@ def selective_state_update(
     """One decode step; updates ``state`` in place and returns out (x's shape and dtype)."""
     # a flag must be a bool, as for selective_scan_fn: dt_softplus="no" would otherwise be true
     dt_softplus = _checks.require_bool("dt_softplus", dt_softplus)
+    if isinstance(state, Tensor):
+        # the in-place target's rule, shared with causal_conv1d_update's conv_state and checked
+        # before any dispatch: rows sharing memory would lose updates here and race on CUDA
+        argchecks.require_writable("state", state, seen=_shape)
     # A decode step is host-bound, and the op checks every rule the kernel relies on (naming the
     # argument, the rule and the value). So where the kernel may take the call the op goes
     # first, and our checks run only when it refuses: they then name a rule they own as on CPU
-    # (the same ValueError), re-raise the op's error for a rule only the kernel has (a state
-    # whose elements share memory), or send a call the kernel does not cover (a float64
-    # operand) on to the PyTorch path. A refused call leaves the state untouched.
-    if _kernel_may_take(state) and dispatch.use_cuda(KERNEL, "cuda"):
+    # (the same ValueError), re-raise the op's error for a rule only the kernel has, or send a
+    # call the kernel does not cover (a float64 operand) on to the PyTorch path. A refused call
+    # leaves the state untouched. (The state's overlap, above, and an empty problem or a dstate
+    # of 0, in _kernel_may_take, are decided before the op.)
+    if _kernel_may_take(state, x) and dispatch.use_cuda(KERNEL, "cuda"):
         args = (state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices)
         try:
             # no backward (nor has the original): out is explicitly not differentiable; no_grad

@@ -894,10 +894,11 @@ def test_public_function_rejects_bad_input_like_on_cpu(ops, kernel_calls):
         selective_state_update(state, x, dt, A, B, C, state_batch_indices=torch.zeros(2, device="cuda"))
     torch.cuda.synchronize()
     assert kernel_calls["n"] == 3 and torch.equal(state, before)  # refused, the state untouched
-    # a rule only the kernel has: its own error
+    # the in-place target's rule, shared with causal_conv1d_update: checked before the op
     shared = state[:, :, :1].expand(2, 4, 8, 16)
-    with pytest.raises(RuntimeError, match="no two of its elements may share memory"):
+    with pytest.raises(ValueError, match="state is written in place and must not overlap itself"):
         selective_state_update(shared, x, dt, A, B, C)
+    assert kernel_calls["n"] == 3
 
 
 # ---------------------------------------------------------------------------- CPU, everywhere

@@ -71,6 +71,7 @@ StateUpdateParams prepare_state_update(const TensorRef& state, const TensorRef& 
   p.nheads = heads ? state.size(1) : 1;
   p.dim = state.size(heads ? 2 : 1);
   p.dstate = state.size(heads ? 3 : 2);
+  MK_CHECK(p.dstate >= 1, SSU_FN "dstate (state.shape[-1]) must be >= 1, got ", p.dstate);
   MK_CHECK(p.dstate <= kStateUpdateMaxDstate, SSU_FN "dstate (state.shape[-1]) must be <= ", kStateUpdateMaxDstate,
            " on the CUDA kernel, got ", p.dstate);
   MK_CHECK(!has_internal_overlap(state),

@@ -158,8 +158,14 @@ def require_one_device(named: Dict[str, object]) -> None:
 
 
 def overlaps_itself(t: torch.Tensor) -> bool:
-    """Some two elements of t share memory (an expanded or otherwise self-overlapping view)."""
-    if t.is_contiguous() and t.numel() > 0:  # the usual case, answered without sorting strides
+    """Some two elements of t may share memory (an expanded or otherwise self-overlapping view).
+
+    Conservative: axes sorted by stride, each stride must reach past the span of the smaller
+    ones; a layout that interleaves two axes without a shared element is reported too. An
+    empty tensor has no elements to share."""
+    if t.is_contiguous():  # the usual case, answered without sorting strides
+        return False
+    if t.numel() == 0:
         return False
     dims = sorted((s, n) for s, n in zip(t.stride(), t.shape) if n > 1)
     span = 1
@@ -170,14 +176,57 @@ def overlaps_itself(t: torch.Tensor) -> bool:
     return False
 
 
+def with_strides(t: object) -> str:
+    """A tensor's shape and strides: ``shape (2, 3) with strides (0, 1)``."""
+    return f"shape {tuple(t.shape)} with strides {t.stride()}"  # type: ignore[attr-defined]
+
+
+WRITTEN_OVERLAP = (
+    "is written in place and must not overlap itself (no two elements may share memory, e.g. expand)"
+)
+
+
 def require_writable(
     arg: str, t: torch.Tensor, *, fn: Optional[str] = None, seen: Seen = describe
 ) -> None:
     """ValueError unless t, written in place, neither overlaps itself nor is a leaf that
-    requires grad."""
+    requires grad. The one check of every in-place target (a buffer, a decode state): a
+    state whose rows share memory would lose all but one row's update on the PyTorch path,
+    race on CUDA, and otherwise fail inside torch with a message that names no argument."""
     if overlaps_itself(t):
-        rule = "is written in place and must not overlap itself (e.g. expand)"
-        raise error(ValueError, arg, rule, seen(t), fn)
+        raise error(ValueError, arg, WRITTEN_OVERLAP, f"{seen(t)} with strides {t.stride()}", fn)
     if t.requires_grad and t.is_leaf:
         rule = "is written in place and must not be a leaf that requires grad"
         raise error(ValueError, arg, rule, seen(t), fn)
+
+
+# --- sizes -------------------------------------------------------------------------------------
+#
+# Empty data is fine: batch 0, dim 0 and seqlen 0 (total_tokens 0 for packed sequences) are
+# accepted by every op, which returns results of the shapes those sizes give, and gradients
+# likewise (a gradient that sums over nothing is zeros; a state carried over zero steps is the
+# state it started from). The structural sizes of a model are not data and must be >= 1:
+# dstate, ngroups, the conv's width and a state's length. docs/KERNELS.md, "Argument rules".
+
+
+def is_empty(*tensors: Optional[torch.Tensor]) -> bool:
+    """Whether some given tensor has no elements: an empty problem, which never goes to a
+    compiled kernel (an empty launch grid is an error on CUDA) but to the PyTorch path."""
+    for t in tensors:
+        if t is not None and t.numel() == 0:
+            return True
+    return False
+
+
+DSTATE_MIN = 1
+
+
+def require_dstate(
+    arg: str, dstate: int, upper: Optional[int] = None, *, fn: Optional[str] = None
+) -> None:
+    """ValueError unless ``DSTATE_MIN <= dstate`` (and ``<= upper`` when given): a scan with no
+    state has no recurrence (its output is D * u alone), which is a mistaken axis rather than a
+    model, and the kernels' loops over the state assume one element at least."""
+    if dstate < DSTATE_MIN or (upper is not None and dstate > upper):
+        rule = f"must be >= {DSTATE_MIN}" if upper is None else f"must be between {DSTATE_MIN} and {upper}"
+        raise error(ValueError, arg, rule, str(dstate), fn)
