@@ -55,10 +55,11 @@ class Kind:
     kernel: str  # a regex on the demangled name of the kernel that this kind launches
     what: str
     sites: Tuple[str, ...]  # the dispatch sites in csrc it stands for (test_sanitize_script.py)
+    launches: Tuple[int, int] = (1, 1 << 30)  # how many launches of `kernel` a case of it makes
 
 
-def _k(family: str, kernel: str, what: str, *sites: str) -> Kind:
-    return Kind(family, kernel, what, sites)
+def _k(family: str, kernel: str, what: str, *sites: str, launches: Tuple[int, int] = (1, 1 << 30)) -> Kind:
+    return Kind(family, kernel, what, sites, launches)
 
 
 CC, SS = "causal_conv1d/", "selective_scan/"
@@ -99,9 +100,11 @@ KINDS: Dict[str, Kind] = {
     "conv_bwd_reduce": _k("conv_bwd", r"::reduce_partials\b", "deterministic dweight/dbias reduction",
                           CC + "bwd.cu:reduce_partials"),
     # causal_conv1d update (update.cu, update_launch)
-    "conv_update_shift_wm1": _k("conv_update", r"::update_shift_kernel<", "lean, state_len W-1",
+    "conv_update_shift_wm1": _k("conv_update", r"::update_shift_kernel<[^<>]*, (?:2, 1|3, 2|4, 3)>",
+                                "lean, state_len W-1",
                                 CC + "update.cu:update_shift_kernel<T, W, W - 1>"),
-    "conv_update_shift_w": _k("conv_update", r"::update_shift_kernel<", "lean, state_len W",
+    "conv_update_shift_w": _k("conv_update", r"::update_shift_kernel<[^<>]*, (?:2, 2|3, 3|4, 4)>",
+                              "lean, state_len W",
                               CC + "update.cu:update_shift_kernel<T, W, W>"),
     "conv_update_general": _k("conv_update", r"::update_kernel<", "general (circular cache, longer state)",
                               CC + "update.cu:update_kernel<T, W>"),
@@ -124,7 +127,7 @@ KINDS: Dict[str, Kind] = {
                                 SS + "fwd.cu:kernel#2"),
     "scan_fwd_classic_complex": _k("scan_fwd", r"::fwd_kernel<[^<>]*, true>", "classic, complex A"),
     "scan_fwd_classic_segments": _k("scan_fwd", r"::fwd_kernel<", "classic, the sequence cut into segments",
-                                    SS + "fwd.cu:kernel#1"),
+                                    SS + "fwd.cu:kernel#1", launches=(2, 2)),  # states pass, full pass
     # selective scan backward (bwd_lanes.cu launch_bwd_lanes_for; bwd.cu launch_bwd; sum_partials.cu)
     "scan_bwd_lanes": _k("scan_bwd", r"::bwd_lanes_kernel<[^<>]*, true, false>",
                          "lanes, variable B/C, a row a block",
@@ -136,8 +139,10 @@ KINDS: Dict[str, Kind] = {
     "scan_bwd_cluster8": _k("scan_bwd", r"::bwd_lanes_kernel<[^<>]*, true, true>",
                             "cluster of 8, the exchange",
                             "cluster:8"),
-    "scan_bwd_spaced": _k("scan_bwd", r"::bwd_lanes_kernel<", "states 1024 steps apart in pairs, one pass"),
-    "scan_bwd_windows": _k("scan_bwd", r"::bwd_lanes_kernel<", "states 1024 steps apart, in windows (carry)"),
+    "scan_bwd_spaced": _k("scan_bwd", r"::bwd_lanes_kernel<", "states 1024 steps apart in pairs, one pass",
+                          launches=(1, 1)),
+    "scan_bwd_windows": _k("scan_bwd", r"::bwd_lanes_kernel<", "states 1024 steps apart, in windows (carry)",
+                           launches=(2, 1 << 30)),  # a launch a window
     "scan_bwd_classic_real": _k("scan_bwd", r"::bwd_kernel<[^<>]*, false>", "classic, real A, dstate > 16",
                                 SS + "bwd.cu:kernel#1"),
     "scan_bwd_classic_complex": _k("scan_bwd", r"::bwd_kernel<[^<>]*, true>", "classic, complex A"),
@@ -739,9 +744,15 @@ def verify_cases(cases: Sequence[Case]) -> int:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             RUNNERS[c.family](c, gen)
             torch.cuda.synchronize()
-        names = sorted({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA})
-        ours = [n for n in names if "mamba_kernels" in n]
-        missing = [k for k in c.kinds if not any(re.search(KINDS[k].kernel, n) for n in ours)]
+        launched = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        ours = [n for n in launched if "mamba_kernels" in n]
+        missing = []
+        for k in c.kinds:
+            lo, hi = KINDS[k].launches
+            n = sum(bool(re.search(KINDS[k].kernel, name)) for name in ours)
+            if not lo <= n <= hi:
+                missing.append(f"{k} ({n} launches)")
+        ours = sorted(set(ours))
         verdict = "ok" if not missing else "MISSING " + ",".join(missing)
         print(f"verify {c.name}: {verdict}: {'; '.join(ours)}",
               flush=True)

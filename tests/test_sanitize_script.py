@@ -217,6 +217,29 @@ def test_our_kernels_are_in_namespace_mamba_kernels():
     assert "--kernel-name" not in sc.sanitizer_args("memcheck", help_text="--tool --print-limit")
 
 
+def test_kind_patterns_tell_instantiations_apart():
+    # verify (on the GPU) matches these on the profiler's demangled names
+    ns = "void mamba_kernels::causal_conv1d::(anonymous namespace)::"
+    wm1, w = ns + "update_shift_kernel<float, 4, 3>(P)", ns + "update_shift_kernel<__half, 3, 3>(P)"
+    k = sc.KINDS
+    assert re.search(k["conv_update_shift_wm1"].kernel,
+                     wm1) and not re.search(k["conv_update_shift_w"].kernel, wm1)
+    assert re.search(k["conv_update_shift_w"].kernel, w) and not re.search(k["conv_update_shift_wm1"].kernel,
+                                                                           w)
+    assert not re.search(k["conv_update_general"].kernel, ns + "state_update_kernel<float, float>(P)")
+    ss = "void mamba_kernels::selective_scan::(anonymous namespace)::"
+    any_dtype = "mamba_kernels::selective_scan::(anonymous namespace)::AnyDtype"
+    generic = ss + f"state_update_kernel<float, {any_dtype}>(P)"
+    typed = ss + "state_update_kernel<float, __nv_bfloat16>(P)"
+    assert re.search(k["decode_generic_one"].kernel, generic) and not re.search(k["decode_typed_one"].kernel,
+                                                                                generic)
+    assert re.search(k["decode_typed_one"].kernel, typed) and not re.search(k["decode_generic_one"].kernel,
+                                                                            typed)
+    lanes = ss + "fwd_lanes_kernel<__nv_bfloat16, 4, true>(P, A)"
+    assert [n for n in k if re.search(k[n].kernel, lanes)] == ["scan_fwd_lanes_s4"]
+    assert not re.search(k["scan_fwd_classic_real"].kernel, ss + "bwd_kernel<float, false>(P)")
+
+
 def test_parse_counts():
     assert sc.parse_counts("case a ran\n========= ERROR SUMMARY: 0 errors\n") == (0, 0, 0)
     assert sc.parse_counts("Fatal Python error: Aborted\n") == (-1, 0, 0)
