@@ -4,7 +4,8 @@ Every public entry point validates here before anything runs, so both backends (
 compiled kernel and reference.py) may rely on what these checks guarantee:
 
 - x is ``(batch, dim, seqlen)`` (3-D; update's 2-D form is unsqueezed by the caller),
-  floating (fp32/fp16/bf16, or fp64 which only the PyTorch path runs), all sizes >= 1;
+  floating (fp32/fp16/bf16, or fp64 which only the PyTorch path runs); any of its sizes may
+  be 0 (an empty problem, which runs the PyTorch path: argchecks' rule on sizes);
 - weight is ``(dim, width)`` with 2 <= width <= 4, floating, any of the float dtypes,
   independent of x; bias is ``(dim,)`` in weight's dtype;
 - states, buffers and gradients that share x's role (initial_states, final_states_out,
@@ -141,8 +142,6 @@ def _x_weight_bias(fn: str, x: object, weight: object, bias: object) -> int:
         raise error(ValueError, "x", "must have shape (batch, dim, seqlen)", describe(x), fn)
     if x.dtype not in FLOAT_DTYPES:
         raise error(TypeError, "x", _FLOAT, describe(x), fn)
-    if 0 in shape:
-        raise error(ValueError, "x", "must have batch, dim and seqlen all >= 1", describe(x), fn)
     if not isinstance(weight, torch.Tensor):
         raise error(TypeError, "weight", TENSOR, describe(weight), fn)
     device = x.device

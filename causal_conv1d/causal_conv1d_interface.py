@@ -223,7 +223,10 @@ def causal_conv1d_ref(
         xp = F.pad(x, (width - 1, 0))
     else:
         xp = torch.cat([initial_states.to(weight.dtype), x], dim=-1)
-    if seq_idx is None:
+    if x.numel() == 0:  # empty batch, dim or seqlen: F.conv1d takes neither groups=0 nor L=0
+        out = xp.new_zeros(x.shape)
+        tags = seq_idx.new_zeros((x.shape[0], width - 1 + seqlen)) if seq_idx is not None else None
+    elif seq_idx is None:
         out = F.conv1d(xp, weight.unsqueeze(1), bias, padding=0, groups=dim)
     else:
         tags = torch.cat([seq_idx[:, :1].expand(-1, width - 1), seq_idx], dim=1)
@@ -241,7 +244,7 @@ def causal_conv1d_ref(
     if not return_final_states:
         return out
     final_states = xp[..., seqlen:]
-    if seq_idx is not None:
+    if seq_idx is not None and seqlen > 0:  # (no token: the states carry over unchanged)
         tail = tags[:, seqlen:]
         final_states = final_states.masked_fill(~((tail == seq_idx[:, -1:]) & (tail >= 0)).unsqueeze(1), 0)
     final_states = final_states.to(dtype_in)
@@ -287,7 +290,10 @@ def causal_conv1d_update_ref(
         for i in range(seqlen):  # in order, so later tokens win when seqlen > state_len
             pos = ((start[:, 0] + i) % state_len)[:, None, None].expand(-1, dim, 1)
             conv_state.scatter_(2, pos, x[:, :, i:i + 1])
-    out = F.conv1d(xp, weight.unsqueeze(1), bias, padding=0, groups=dim)[..., -seqlen:]
+    if x.numel() == 0:  # empty batch, dim or seqlen: F.conv1d takes neither groups=0 nor L=0
+        out = xp.new_zeros(x.shape)
+    else:
+        out = F.conv1d(xp, weight.unsqueeze(1), bias, padding=0, groups=dim)[..., -seqlen:]
     if silu:
         out = F.silu(out)
     out = out.to(dtype_in)

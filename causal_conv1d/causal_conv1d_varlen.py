@@ -26,6 +26,8 @@ def causal_conv1d_varlen_states(x: Tensor, cu_seqlens: Tensor, state_len: int) -
     # source token of column j of row b: end_b - state_len + j, kept when inside sequence b
     src = cu[1:, None] - state_len + torch.arange(state_len, device=x.device)
     inside = src >= cu[:-1, None]
+    if x.shape[0] == 0:  # no token at all (every sequence empty): nothing to gather, zeros
+        return x.new_zeros((batch, state_len, x.shape[1])).transpose(1, 2)
     gathered = x[src.clamp(min=0)]  # (batch, state_len, dim)
     states = torch.empty((batch, state_len, x.shape[1]), dtype=x.dtype, device=x.device)
     torch.where(inside.unsqueeze(-1), gathered, torch.zeros((), dtype=x.dtype, device=x.device), out=states)

@@ -22,6 +22,7 @@ from typing import Optional, Tuple
 import torch
 
 from mamba_kernels.runtime import dispatch
+from mamba_kernels.runtime.argchecks import is_empty
 
 from . import _checks, reference
 from ._checks import KERNEL_DTYPES
@@ -36,7 +37,9 @@ def _contiguous(t: Optional[Tensor]) -> Optional[Tensor]:
 
 
 def _compiled(x: Tensor, weight: Tensor) -> bool:
-    if x.dtype not in KERNEL_DTYPES or weight.dtype not in KERNEL_DTYPES:
+    # an empty problem (batch, dim or seqlen of 0) runs the PyTorch path on any device
+    # (argchecks.is_empty: no launch on an empty grid)
+    if x.dtype not in KERNEL_DTYPES or weight.dtype not in KERNEL_DTYPES or is_empty(x):
         return False
     # x.is_cuda is a flag read; x.device.type builds a device object and a string
     return dispatch.use_cuda(KERNEL, "cuda" if x.is_cuda else x.device.type)

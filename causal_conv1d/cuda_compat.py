@@ -39,6 +39,8 @@ from typing import List, Optional
 
 import torch
 
+from mamba_kernels.runtime.argchecks import require_writable
+
 from .cpp_functions import (
     causal_conv1d_bwd_function,
     causal_conv1d_fwd_function,
@@ -82,13 +84,23 @@ def _form(name: str, args: tuple) -> int:
     return len(args)
 
 
-def _write(name: str, what: str, dest: Tensor, value: Tensor, add: bool = False) -> None:
-    if not isinstance(dest, Tensor) or dest.shape != value.shape or dest.device != value.device:
+def _check_dest(name: str, what: str, dest: object, like: object) -> None:
+    """A buffer the call writes (``what``) has ``like``'s shape and device and does not overlap
+    itself; checked before anything runs, so a refused call changes nothing (a state neither).
+    When ``like`` is not a tensor the function's own checks name it first."""
+    if not isinstance(like, Tensor):
+        return
+    if not isinstance(dest, Tensor) or dest.shape != like.shape or dest.device != like.device:
         got = f"shape {tuple(dest.shape)}, device {dest.device}" if isinstance(dest, Tensor) else repr(dest)
         raise ValueError(
-            f"causal_conv1d_cuda.{name}: {what} must be a tensor of shape {tuple(value.shape)} on "
-            f"{value.device}, got {got}"
+            f"causal_conv1d_cuda.{name}: {what} must be a tensor of shape {tuple(like.shape)} on "
+            f"{like.device}, got {got}"
         )
+    require_writable(what, dest, fn=f"causal_conv1d_cuda.{name}")
+
+
+def _write(name: str, what: str, dest: Tensor, value: Tensor, add: bool = False) -> None:
+    _check_dest(name, what, dest, value)
     if add:
         dest.add_(value.to(dest.dtype))
     else:
@@ -107,6 +119,7 @@ def causal_conv1d_fwd(*args) -> Optional[Tensor]:
     if n == 7:
         return causal_conv1d_fwd_function(*args)
     x, weight, bias, seq_idx, initial_states, out, final_states_out, silu = args
+    _check_dest("causal_conv1d_fwd", "out", out, x)
     result = causal_conv1d_fwd_function(x, weight, bias, seq_idx, initial_states, final_states_out, silu)
     _write("causal_conv1d_fwd", "out", out, result)
     return None
@@ -130,6 +143,11 @@ def causal_conv1d_bwd(*args) -> Optional[List[Optional[Tensor]]]:
         raise ValueError(
             "causal_conv1d_cuda.causal_conv1d_bwd: dx must be a tensor in the 12-argument form, got None"
         )
+    _check_dest("causal_conv1d_bwd", "dweight", dweight, weight)
+    if bias is not None and dbias is not None:
+        _check_dest("causal_conv1d_bwd", "dbias", dbias, bias)
+    if dinit is not None:
+        _check_dest("causal_conv1d_bwd", "dinitial_states", dinit, initial_states)
     _, gw, gb, gi = causal_conv1d_bwd_function(
         x, weight, bias, dout, seq_idx, initial_states, dfinal_states, dx, dinit is not None, silu
     )
@@ -151,6 +169,8 @@ def causal_conv1d_update(*args) -> Optional[Tensor]:
         x, conv_state, weight, bias, silu = args[:5]
         cache_seqlens = args[5] if n >= 6 else None
         indices = args[6] if n == 7 else None
+    if n == 8:
+        _check_dest("causal_conv1d_update", "out", out, x)
     two_d = isinstance(x, Tensor) and x.dim() == 2
     result = causal_conv1d_update_function(
         x.unsqueeze(-1) if two_d else x, conv_state, weight, bias, silu, cache_seqlens, indices

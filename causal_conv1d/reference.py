@@ -50,7 +50,10 @@ def _padded(x: Tensor, initial_states: Optional[Tensor], width: int, dtype: torc
 
 
 def _padded_tags(seq_idx: Tensor, width: int) -> Tensor:
-    """seq_idx with the W - 1 head columns tagged as the first segment: (b, W - 1 + L)."""
+    """seq_idx with the W - 1 head columns tagged as the first segment: (b, W - 1 + L); with no
+    token (L = 0) the head columns are tagged 0, one segment that the final state keeps."""
+    if seq_idx.shape[1] == 0:
+        return seq_idx.new_zeros((seq_idx.shape[0], width - 1))
     return torch.cat([seq_idx[:, :1].expand(-1, width - 1), seq_idx], dim=1)
 
 
@@ -66,6 +69,8 @@ def _tap_masks(seq_idx: Optional[Tensor], width: int) -> Optional[List[Tensor]]:
 def _final_keep(seq_idx: Tensor, width: int) -> Tensor:
     """(b, 1, W - 1) bool: which final-state columns are in the last token's segment."""
     tags = _padded_tags(seq_idx, width)[:, -(width - 1):]
+    if seq_idx.shape[1] == 0:  # no token: the state carries over unchanged
+        return (tags >= 0).unsqueeze(1)
     return ((tags == seq_idx[:, -1:]) & (tags >= 0)).unsqueeze(1)
 
 

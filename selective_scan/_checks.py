@@ -19,6 +19,7 @@ from mamba_kernels.runtime.argchecks import (
 
 Tensor = torch.Tensor
 
+CONV_MIN_WIDTH, CONV_MAX_WIDTH = 2, 4  # causal_conv1d's widths (its _checks: MIN_WIDTH, MAX_WIDTH)
 MAX_DSTATE = 256  # the compiled anchor's limit (state-spaces/mamba#120); kept for drop-in parity
 INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 REAL_WEIGHT_DTYPES = (torch.float32, torch.float64)
@@ -103,7 +104,7 @@ def _quick_groups(u, delta, A, B, C, D, z, delta_bias, reference: bool) -> int:
         return 0
     batch, dim, L = shape
     dt = u.dtype
-    if L < 1 or dt not in INPUT_DTYPES or delta.dtype != dt or delta.shape != shape:
+    if dt not in INPUT_DTYPES or delta.dtype != dt or delta.shape != shape:
         return 0
     dev = u.device
     if delta.device != dev or A.device != dev or B.device != dev or C.device != dev:
@@ -113,7 +114,7 @@ def _quick_groups(u, delta, A, B, C, D, z, delta_bias, reference: bool) -> int:
         return 0
     n = ashape[1]
     adt = A.dtype
-    if not 1 <= n <= MAX_DSTATE:
+    if not argchecks.DSTATE_MIN <= n <= MAX_DSTATE:
         return 0
     narrow = adt == torch.float32 or adt == torch.complex64
     if not narrow and not ((dt == torch.float64 or reference) and adt in _WIDE_A):
@@ -194,8 +195,6 @@ def check_selective_scan_full(
     if u.dim() != 3:
         raise error(ValueError, "u", "must be 3-D (batch, dim, L)", f"{u.dim()}-D {tuple(u.shape)}")
     batch, dim, seqlen = u.shape
-    if seqlen < 1:
-        raise error(ValueError, "u", "must have a sequence length L >= 1", f"shape {tuple(u.shape)}")
     rule = "must be float32, float16, bfloat16 or float64"
     argchecks.require_dtype_in("u", u, INPUT_DTYPES, rule, seen=dtype_of)
     require_shape("delta", delta, u.shape, "same as u: (batch, dim, L)")
@@ -203,8 +202,7 @@ def check_selective_scan_full(
     if A.dim() != 2 or A.shape[0] != dim:
         raise error(ValueError, "A", f"must have shape (dim, dstate) with dim={dim}", shape_of(A))
     dstate = A.shape[1]
-    if not 1 <= dstate <= MAX_DSTATE:
-        raise error(ValueError, "dstate (A.shape[1])", f"must be between 1 and {MAX_DSTATE}", str(dstate))
+    argchecks.require_dstate("dstate (A.shape[1])", dstate, MAX_DSTATE)
     wide = u.dtype == torch.float64 or reference
     allowed_a = (torch.float32, torch.complex64) + ((torch.float64, torch.complex128) if wide else ())
     if A.dtype not in allowed_a:
@@ -244,8 +242,16 @@ def check_mamba_inner(
     C: Optional[Tensor],
     checkpoint_lvl: int,
     rms_weights: dict,
+    biases: Optional[dict] = None,
+    eps: object = 1e-6,
+    autocast: bool = False,
 ) -> None:
-    """Validate mamba_inner_fn's own arguments (the conv and the scan check the rest)."""
+    """Validate mamba_inner_fn's own arguments (the scan checks D, delta_bias and the rest).
+
+    ``biases``: conv1d_bias, out_proj_bias, B_proj_bias, C_proj_bias by name. Without
+    ``autocast`` the projections run in xz's dtype, so their weights (and out_proj_bias) must
+    have it; under autocast they are cast to the autocast dtype first."""
+    biases = biases or {}
     for name, t in (
         ("xz", xz),
         ("conv1d_weight", conv1d_weight),
@@ -255,13 +261,30 @@ def check_mamba_inner(
         ("A", A),
     ):
         require_tensor(name, t)
+    named = {
+        "xz": xz, "conv1d_weight": conv1d_weight, "x_proj_weight": x_proj_weight,
+        "delta_proj_weight": delta_proj_weight, "out_proj_weight": out_proj_weight, "A": A, "B": B, "C": C,
+    }
+    require_same_device({**named, **rms_weights, **biases})
     if xz.dim() != 3 or xz.shape[1] % 2 != 0:
         rule = "must be 3-D (batch, 2*d_inner, L) with an even channel count"
         raise error(ValueError, "xz", rule, shape_of(xz))
+    argchecks.require_dtype_in("xz", xz, INPUT_DTYPES, "must be float32, float16, bfloat16 or float64",
+                               seen=dtype_of)
     d_inner = xz.shape[1] // 2
     if conv1d_weight.dim() != 3 or conv1d_weight.shape[:2] != (d_inner, 1):
         rule = f"must have shape (d_inner, 1, width) with d_inner={d_inner}"
         raise error(ValueError, "conv1d_weight", rule, shape_of(conv1d_weight))
+    if not CONV_MIN_WIDTH <= conv1d_weight.shape[2] <= CONV_MAX_WIDTH:
+        rule = f"width (its last size) must be between {CONV_MIN_WIDTH} and {CONV_MAX_WIDTH}"
+        raise error(ValueError, "conv1d_weight", rule, shape_of(conv1d_weight))
+    argchecks.require_dtype_in("conv1d_weight", conv1d_weight, INPUT_DTYPES,
+                               "must be float32, float16, bfloat16 or float64", seen=dtype_of)
+    conv1d_bias = biases.get("conv1d_bias")
+    require_tensor("conv1d_bias", conv1d_bias, optional=True)
+    if conv1d_bias is not None:
+        require_shape("conv1d_bias", conv1d_bias, (d_inner,), "(d_inner,)")
+        _require_dtype("conv1d_bias", conv1d_bias, conv1d_weight.dtype, "conv1d_weight's")
     if A.dim() != 2 or A.shape[0] != d_inner:
         raise error(ValueError, "A", f"must have shape (d_inner, dstate) with d_inner={d_inner}", shape_of(A))
     if delta_proj_weight.dim() != 2 or delta_proj_weight.shape[0] != d_inner:
@@ -280,6 +303,21 @@ def check_mamba_inner(
     if out_proj_weight.dim() != 2 or out_proj_weight.shape[1] != d_inner:
         rule = f"must have shape (d_model, d_inner) with d_inner={d_inner}"
         raise error(ValueError, "out_proj_weight", rule, shape_of(out_proj_weight))
+    d_model = out_proj_weight.shape[0]
+    for name, size in (("out_proj_bias", d_model), ("B_proj_bias", d_state), ("C_proj_bias", d_state)):
+        t = biases.get(name)
+        require_tensor(name, t, optional=True)
+        if t is not None:
+            require_shape(name, t, (size,), "(d_model,)" if name == "out_proj_bias" else "(d_state,)")
+    if not autocast:
+        for name, t in (("x_proj_weight", x_proj_weight), ("delta_proj_weight", delta_proj_weight),
+                        ("out_proj_weight", out_proj_weight), ("out_proj_bias", biases.get("out_proj_bias"))):
+            if t is not None and t.dtype != xz.dtype:
+                rule = f"must have xz's dtype {xz.dtype} (the projections run in it outside autocast)"
+                raise error(TypeError, name, rule, dtype_of(t))
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
+        raise error(TypeError if not isinstance(eps, (int, float)) else ValueError, "b_c_dt_rms_eps",
+                    "must be a number >= 0", repr(eps))
     if checkpoint_lvl not in (0, 1):
         raise error(ValueError, "checkpoint_lvl", "must be 0 or 1", repr(checkpoint_lvl))
     sizes = {"b_rms_weight": d_state, "c_rms_weight": d_state, "dt_rms_weight": d_inner}

@@ -43,7 +43,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from mamba_kernels.runtime import dispatch, knobs
+from mamba_kernels.runtime import argchecks, dispatch, knobs
 from mamba_kernels.runtime.library import pick
 
 from . import _checks, chunked, pytorch_scan
@@ -65,7 +65,8 @@ Tensor = torch.Tensor
 
 
 def _compiled(u: Tensor, A: Tensor) -> bool:
-    kernel_dtypes = u.dtype in _CUDA_INPUT_DTYPES and A.dtype in _CUDA_A_DTYPES
+    # an empty problem (batch, dim or L of 0) runs the PyTorch path on any device
+    kernel_dtypes = u.dtype in _CUDA_INPUT_DTYPES and A.dtype in _CUDA_A_DTYPES and not argchecks.is_empty(u)
     # u.is_cuda is a flag read; u.device.type builds a device object and a string
     return kernel_dtypes and dispatch.use_cuda(KERNEL, "cuda" if u.is_cuda else u.device.type)
 
@@ -114,11 +115,17 @@ def _unpack(x: Tensor, count: int) -> Tensor:
     return states
 
 
+def _original_rows(L: int) -> int:
+    """Rows of the original's x: one per ORIGINAL_CHUNK steps, and one for L = 0 (which holds
+    the state after no step, zeros), so that x[:, :, -1, 1::2] is always the last state."""
+    return max(1, -(-L // ORIGINAL_CHUNK))
+
+
 def _original_shape(last: Tensor, L: int) -> Tensor:
     """The original's shape, (batch, dim, ceil(L / 2048), 2 * dstate): the last state in the last
     row's odd slots, zeros elsewhere."""
     b, d, n = last.shape
-    rows = -(-L // ORIGINAL_CHUNK)
+    rows = _original_rows(L)
     x = last.new_zeros((b, d, rows, 2 * n))
     # the last row's odd slots as one strided view: a third of the host time of x[:, :, -1, 1::2]
     x.as_strided((b, d, n), (x.stride(0), x.stride(1), 2), (rows - 1) * x.stride(2) + 1).copy_(last)
@@ -140,7 +147,7 @@ def _state_dtype(u: Tensor, A: Tensor) -> torch.dtype:
 
 def _expected_x(u: Tensor, A: Tensor, compiled: bool, form: str):
     batch, dim, L = u.shape
-    rows = -(-L // ORIGINAL_CHUNK) if form == "recompute" else -(-_state_count(L, compiled) // 2)
+    rows = _original_rows(L) if form == "recompute" else -(-_state_count(L, compiled) // 2)
     dtype = A.dtype if compiled else _state_dtype(u, A)
     return (batch, dim, rows, 2 * A.shape[1]), dtype
 
@@ -229,11 +236,17 @@ def _check_like_z(name: str, t: Tensor, z: Tensor) -> None:
         )
 
 
+def _dz_shape(t: object) -> str:
+    return f"shape {tuple(t.shape)}"  # type: ignore[attr-defined]
+
+
 def bwd(
     u, delta, A, B, C, D, z, delta_bias, dout, x, out, dz, delta_softplus, recompute_out_z
 ) -> List[Optional[Tensor]]:
     """[du, ddelta, dA, dB, dC, dD, ddelta_bias] (+ [dz] with z) (+ [out_z] if recompute_out_z)."""
     compiled = isinstance(recompute_out_z, bool) and isinstance(dout, Tensor) and _fast(u, A, delta_softplus)
+    if z is not None and isinstance(dz, Tensor):  # written in place: the in-place targets' rule
+        argchecks.require_writable("dz", dz, fn="selective_scan_cuda.bwd", seen=_dz_shape)
     if not compiled:  # our checks, then the PyTorch path (arguments they pass went through _fast)
         groups = _check(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
         _checks.require_bool("recompute_out_z", recompute_out_z)

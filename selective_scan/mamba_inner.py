@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from causal_conv1d import causal_conv1d_fn
 from causal_conv1d.cpp_functions import causal_conv1d_bwd_function, causal_conv1d_fwd_function
-from mamba_kernels.runtime import dispatch, knobs
+from mamba_kernels.runtime import argchecks, dispatch, knobs
 
 from . import _amp, _checks, pytorch_scan
 from .rms_norm import rms_norm_backward, rms_norm_forward
@@ -52,22 +52,24 @@ def _cols(t: Tensor) -> Tensor:
     return t.transpose(0, 1).reshape(t.shape[1], -1)
 
 
-def _uncols(t: Tensor, batch: int) -> Tensor:
+# (batch and L are passed, not inferred from batch*L: with an empty batch that product says nothing)
+
+
+def _uncols(t: Tensor, batch: int, L: int) -> Tensor:
     """(d, batch*L) -> (batch, d, L), a view with d the slowest axis."""
-    return t.view(t.shape[0], batch, -1).transpose(0, 1)
+    return t.view(t.shape[0], batch, L).transpose(0, 1)
 
 
-def _unrows(t: Tensor, batch: int) -> Tensor:
+def _unrows(t: Tensor, batch: int, L: int) -> Tensor:
     """(batch*L, d) -> (batch, d, L), a transposed view."""
-    return t.view(batch, -1, t.shape[-1]).transpose(1, 2)
+    return t.view(batch, L, t.shape[-1]).transpose(1, 2)
 
 
-def _var_bc(rows: Tensor, batch: int, is_complex: bool) -> Tensor:
+def _var_bc(rows: Tensor, batch: int, L: int, is_complex: bool) -> Tensor:
     """(batch*L, d_state) slice of x_dbl -> (batch, 1, dstate, L) (``2L`` interleaved if complex)."""
     if not is_complex:
-        return _unrows(rows, batch).unsqueeze(1).contiguous()
-    L = rows.shape[0] // batch
-    t = rows.reshape(batch, L, -1, 2).permute(0, 2, 1, 3)  # (b, n, L, 2)
+        return _unrows(rows, batch, L).unsqueeze(1).contiguous()
+    t = rows.reshape(batch, L, rows.shape[1] // 2, 2).permute(0, 2, 1, 3)  # (b, n, L, 2)
     return t.reshape(batch, 1, t.shape[1], 2 * L)
 
 
@@ -108,16 +110,17 @@ class _Projected:
         dt_rms_weight,
         eps,
         batch,
+        L,
     ):
         dt_rank = delta_proj_weight.shape[1]
         d_state = A.shape[1] * (2 if A.is_complex() else 1)
         delta_cols = delta_proj_weight @ x_dbl[:, :dt_rank].t()  # (d_inner, b*L)
         self.delta_pre = delta_cols.t()  # (b*L, d_inner): what the dt norm sees
         if dt_rms_weight is None:
-            self.delta = _uncols(delta_cols, batch)
+            self.delta = _uncols(delta_cols, batch, L)
         else:
             rows = rms_norm_forward(self.delta_pre.contiguous(), dt_rms_weight, None, eps)
-            self.delta = _unrows(rows, batch).contiguous()
+            self.delta = _unrows(rows, batch, L).contiguous()
         self.B_pre = self.C_pre = None
         self.B, self.C = B, C
         if B is None:
@@ -127,7 +130,7 @@ class _Projected:
             rows = (
                 self.B_pre if b_rms_weight is None else rms_norm_forward(self.B_pre, b_rms_weight, None, eps)
             )
-            self.B = _var_bc(rows, batch, A.is_complex())
+            self.B = _var_bc(rows, batch, L, A.is_complex())
         if C is None:
             self.C_pre = x_dbl[:, -d_state:]
             if C_proj_bias is not None:
@@ -135,7 +138,7 @@ class _Projected:
             rows = (
                 self.C_pre if c_rms_weight is None else rms_norm_forward(self.C_pre, c_rms_weight, None, eps)
             )
-            self.C = _var_bc(rows, batch, A.is_complex())
+            self.C = _var_bc(rows, batch, L, A.is_complex())
 
 
 def _through_norm(pre: Tensor, weight: Optional[Tensor], eps: float, grad_rows: Tensor) -> Tensor:
@@ -188,12 +191,12 @@ def _delta_grads(ddelta, delta_pre, dt_rms_weight, eps, x_dbl, delta_proj_weight
     return ddelta_proj_weight
 
 
-def _through_x_proj(dx_dbl, dconv1d_out, conv1d_out, x_proj_weight, batch):
+def _through_x_proj(dx_dbl, dconv1d_out, conv1d_out, x_proj_weight, batch, L):
     """(x_proj_weight's gradient, the conv output's gradient with x_dbl's added)."""
     dconv_cols = _cols(dconv1d_out).to(dx_dbl.dtype)
     dx_proj_weight = torch.einsum("Br,Bd->rd", dx_dbl, _rows(conv1d_out).to(dx_dbl.dtype))
     dconv_cols = torch.addmm(dconv_cols, x_proj_weight.t(), dx_dbl.t(), out=dconv_cols)
-    return dx_proj_weight, _uncols(dconv_cols, batch)
+    return dx_proj_weight, _uncols(dconv_cols, batch, L)
 
 
 class MambaInnerFn(torch.autograd.Function):
@@ -224,11 +227,15 @@ class MambaInnerFn(torch.autograd.Function):
     ):
         delta_softplus = _checks.require_bool("delta_softplus", delta_softplus)
         rms = {"b_rms_weight": b_rms_weight, "c_rms_weight": c_rms_weight, "dt_rms_weight": dt_rms_weight}
-        _checks.check_mamba_inner(
-            xz, conv1d_weight, x_proj_weight, delta_proj_weight, out_proj_weight, A, B, C, checkpoint_lvl, rms
-        )
-        use_cuda = dispatch.use_cuda(KERNEL, xz.device.type)
         cast = _amp.autocast_dtype()
+        biases = {"conv1d_bias": conv1d_bias, "out_proj_bias": out_proj_bias, "B_proj_bias": B_proj_bias,
+                  "C_proj_bias": C_proj_bias}
+        _checks.check_mamba_inner(
+            xz, conv1d_weight, x_proj_weight, delta_proj_weight, out_proj_weight, A, B, C, checkpoint_lvl,
+            rms, biases, b_c_dt_rms_eps, cast is not None,
+        )
+        # an empty problem (batch, d_inner or L of 0) runs the PyTorch path on any device
+        use_cuda = not argchecks.is_empty(xz) and dispatch.use_cuda(KERNEL, xz.device.type)
         if cast is not None:
             x_proj_weight = x_proj_weight.to(cast)
             delta_proj_weight = delta_proj_weight.to(cast)
@@ -254,6 +261,7 @@ class MambaInnerFn(torch.autograd.Function):
             dt_rms_weight,
             b_c_dt_rms_eps,
             batch,
+            xz.shape[-1],
         )
         groups = _checks.check_selective_scan(conv1d_out, proj.delta, A, proj.B, proj.C, D, z, delta_bias)
         use_cuda = use_cuda and conv1d_out.dtype in _CUDA_INPUT_DTYPES and A.dtype in _CUDA_A_DTYPES
@@ -359,6 +367,7 @@ class MambaInnerFn(torch.autograd.Function):
             dt_rms_weight,
             eps,
             batch,
+            xz.shape[-1],
         )
         if delta is None:
             delta = proj.delta
@@ -367,7 +376,7 @@ class MambaInnerFn(torch.autograd.Function):
         if dout.stride(-1) != 1:
             dout = dout.contiguous()
         dout_cols = dout.reshape(-1, dout.shape[-1]).t()  # (d_model, b*L)
-        dout_y = _uncols(out_proj_weight.t().to(dout_cols.dtype) @ dout_cols, batch)
+        dout_y = _uncols(out_proj_weight.t().to(dout_cols.dtype) @ dout_cols, batch, xz.shape[-1])
         # dz is written in place into its view of dxz
         dconv1d_out, ddelta, dA, dB, dC, dD, ddelta_bias, out_z = _scan_backward(
             ctx, proj, conv1d_out, delta, A, D, z, delta_bias, dout_y, dz, ckpt, y
@@ -386,7 +395,8 @@ class MambaInnerFn(torch.autograd.Function):
             dx_dbl[:, x_dbl.shape[1] - d_state :] = dpre
         ddelta_proj_weight = _delta_grads(ddelta, proj.delta_pre, dt_rms_weight, eps, x_dbl,
                                           delta_proj_weight, dx_dbl)
-        dx_proj_weight, dconv1d_out = _through_x_proj(dx_dbl, dconv1d_out, conv1d_out, x_proj_weight, batch)
+        dx_proj_weight, dconv1d_out = _through_x_proj(dx_dbl, dconv1d_out, conv1d_out, x_proj_weight, batch,
+                                                         xz.shape[-1])
         # dx is written in place into its view of dxz
         _, dweight, dconv1d_bias, _ = causal_conv1d_bwd_function(
             x, weight, conv1d_bias, dconv1d_out, None, None, None, dx, False, True
@@ -489,18 +499,25 @@ def mamba_inner_ref(
     Like mamba_ssm's, it always applies the softplus: ``delta_softplus`` (a bool) is ignored.
     """
     _checks.require_bool("delta_softplus", delta_softplus)
+    biases = {"conv1d_bias": conv1d_bias, "out_proj_bias": out_proj_bias, "B_proj_bias": B_proj_bias,
+              "C_proj_bias": C_proj_bias}
+    _checks.check_mamba_inner(
+        xz, conv1d_weight, x_proj_weight, delta_proj_weight, out_proj_weight, A, B, C, 1, {}, biases,
+        autocast=_amp.autocast_dtype() is not None,
+    )
     batch = xz.shape[0]
     dt_rank = delta_proj_weight.shape[1]
     d_state = A.shape[-1] * (2 if A.is_complex() else 1)
     x, z = xz.chunk(2, dim=1)
     x = causal_conv1d_fn(x, conv1d_weight[:, 0], conv1d_bias, activation="silu")
     x_dbl = F.linear(_rows(x), x_proj_weight)
-    delta = _uncols(delta_proj_weight @ x_dbl[:, :dt_rank].t(), batch)
+    L = xz.shape[-1]
+    delta = _uncols(delta_proj_weight @ x_dbl[:, :dt_rank].t(), batch, L)
 
     def variable(rows: Tensor, bias: Optional[Tensor]) -> Tensor:
         if bias is not None:
             rows = rows + bias.to(rows.dtype)
-        return _var_bc(rows, batch, A.is_complex())[:, 0]
+        return _var_bc(rows, batch, L, A.is_complex())[:, 0]
 
     if B is None:
         B = variable(x_dbl[:, dt_rank : dt_rank + d_state], B_proj_bias)

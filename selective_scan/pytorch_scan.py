@@ -249,10 +249,12 @@ def forward(p: _Problem, return_last_state: bool, checkpoints: bool = False) -> 
     batch, dim, _ = p.u.shape
     out = torch.empty_like(p.delta)
     out_z = torch.empty_like(p.delta) if p.z is not None else None
-    last = p.u.new_empty((batch, dim, p.A.shape[1]), dtype=p.cplx) if return_last_state else None
+    empty = p.u.numel() == 0  # no step at all (or nothing to scan): the last state is h0 = 0
+    new = p.u.new_zeros if empty else p.u.new_empty
+    last = new((batch, dim, p.A.shape[1]), dtype=p.cplx) if return_last_state else None
     ckpt = checkpoints_like(p) if checkpoints else None
     result = (out, out_z, last, ckpt) if checkpoints else (out, out_z, last)
-    if p.u.numel() == 0:
+    if empty:
         return result
     limit = _block_limit(p, 2, reserved=_nbytes(p.Bt, p.Ct, last, ckpt))
     bufs = _Buffers(p, big=2, small=1, limit=limit)

@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from mamba_kernels.runtime import dispatch, knobs
+from mamba_kernels.runtime import argchecks, dispatch, knobs
 from mamba_kernels.runtime.library import pick
 
 from . import _checks, pytorch_scan
@@ -102,9 +102,11 @@ def final_state(ckpt: Tensor, paired: bool) -> Tensor:
 
 
 def _use_cuda(u: Tensor, A: Tensor) -> bool:
-    # u.is_cuda is a flag read; u.device.type builds a device object and a string
+    # u.is_cuda is a flag read; u.device.type builds a device object and a string. An empty
+    # problem (batch, dim or L of 0) runs the PyTorch path, on any device (argchecks.is_empty).
     return (
-        dispatch.use_cuda(KERNEL, "cuda" if u.is_cuda else u.device.type)
+        not argchecks.is_empty(u)
+        and dispatch.use_cuda(KERNEL, "cuda" if u.is_cuda else u.device.type)
         and u.dtype in _CUDA_INPUT_DTYPES
         and A.dtype in _CUDA_A_DTYPES
     )
@@ -287,7 +289,7 @@ def selective_scan_ref(
         h = decay[:, :, t] * h + (dt[:, :, t] * uf[:, :, t]).unsqueeze(-1) * Bt
         yt = (h * Ct).sum(-1)
         ys.append(2 * yt.real if A.is_complex() else yt)
-    y = torch.stack(ys, dim=-1)
+    y = torch.stack(ys, dim=-1) if ys else uf.new_zeros((batch, dim, 0))  # L = 0: no step
     if D is not None:
         y = y + uf * D.to(real)[:, None]
     if z is not None:

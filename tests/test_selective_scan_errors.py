@@ -93,16 +93,10 @@ CASES = [
     ("z shape", dict(z=torch.randn(2, 4, 8)), ValueError, r"z must have shape \(2, 4, 7\)"),
     ("z dtype", dict(z=torch.randn(2, 4, 7, dtype=F16)), TypeError, "z must have u's dtype"),
     (
-        "L = 0",
-        dict(
-            u=torch.randn(2, 4, 0),
-            delta=torch.rand(2, 4, 0),
-            B=torch.randn(2, 3, 0),
-            C=torch.randn(2, 3, 0),
-            z=None,
-        ),
+        "dstate 0",
+        dict(A=-torch.rand(4, 0), B=torch.randn(2, 0, 7), C=torch.randn(2, 0, 7)),
         ValueError,
-        "L >= 1",
+        r"dstate \(A.shape\[1\]\) must be between 1 and 256, got 0",
     ),
     (
         "mixed devices",
