@@ -1,11 +1,12 @@
 """The install commands users are given, run as written against an index served on 127.0.0.1.
 
-Single source: the commands are read from README.md's "Installing a wheel" block (the one after
-the ``<!-- install-commands`` marker); docs/RELEASING.md "Installing" must carry the same lines.
+Single source: the commands are read from README.md's "After the first release" block (the one
+after the ``<!-- install-commands`` marker); docs/RELEASING.md "Installing" points there instead of
+repeating them.
 Each line runs as a shell would run it, in a new virtual environment, with only two strings
 replaced (the label, ``cu130stable2.10``, stays: the stable wheel serves the torch used here):
 
-- ``https://<owner>.github.io/<repo>/`` -> the index this test writes with
+- the release index (``release_index.RELEASE_INDEX``) -> the index this test writes with
   ``python -m mamba_kernels index`` and serves over HTTP;
 - ``https://download.pytorch.org/whl/cu130`` -> a stand-in for PyTorch's index, served alongside:
   torch 2.13.0+cpu and its dependencies, as ``pip download`` finds them with this machine's pip
@@ -63,7 +64,7 @@ import pytest
 from wheel_files import write_wheel
 
 from mamba_kernels.build import plan as build
-from mamba_kernels.facts import support, variant
+from mamba_kernels.facts import release_index, support, variant
 from mamba_kernels.facts.version import __version__
 from mamba_kernels.install import environment, resolve
 from mamba_kernels.release import matrix
@@ -71,7 +72,7 @@ from mamba_kernels.release import matrix
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 MARKER = "<!-- install-commands:"
-DOC_SITE = "https://<owner>.github.io/<repo>/"
+DOC_SITE = release_index.RELEASE_INDEX  # the one name of the release index
 DOC_LABEL = "cu130stable2.10"
 DOC_TORCH_INDEX = "https://download.pytorch.org/whl/cu130"
 TEST_TORCH = "2.13.0+cpu"  # the stable wheel's requirement (torch>=2.10) accepts it
@@ -129,8 +130,13 @@ def command(case: str, installer: str) -> str:
     return lines[0]
 
 
-def test_readme_and_releasing_give_the_same_commands():
-    assert documented_commands(ROOT / "docs" / "RELEASING.md") == README_COMMANDS
+def test_the_commands_are_written_once():
+    """README.md holds the commands; the other documents point there instead of copying them."""
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        text = doc.read_text(encoding="utf-8")
+        assert MARKER not in text, f"{doc.name} repeats README's install commands"
+        for line in (ln for c in README_COMMANDS.values() for ln in c):
+            assert line not in text, f"{doc.name} repeats {line!r}"
 
 
 def test_documented_commands_have_the_expected_shape():
@@ -166,7 +172,7 @@ def documented_choices() -> List[tuple]:
     """(example torch versions, label, requirement) of each row of README's table of which index
     to take, e.g. ((``2.14.1+cu130``, ...), ``cu130stable2.10``, ``torch>=2.10``)."""
     rows = []
-    for line in _doc_section(ROOT / "README.md", "### Installing a wheel").splitlines():
+    for line in _doc_section(ROOT / "README.md", "## After the first release").splitlines():
         cols = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
         if len(cols) == 3 and not cols[0].startswith(("---", "your torch")):
             examples = tuple(re.findall(r"`(\d+\.\d+\.\d+\+cu\d+)`", cols[0]))

@@ -258,8 +258,6 @@ def test_releasing_shows_the_generated_table_and_readme_the_counts():
 
     root = Path(__file__).resolve().parent.parent
     assert matrix.markdown_table(matrix.select()) in (root / "docs" / "RELEASING.md").read_text()
-    readme = (root / "README.md").read_text()
+    readme = " ".join((root / "README.md").read_text().split())
     n = matrix.counts(matrix.select())
-    assert (f"| **total** | linux_x86_64 {n['linux_x86_64']}, linux_aarch64 {n['linux_aarch64']}, "
-            f"win_amd64 {n['win_amd64']} | **{n['total']}** |") in readme
-    assert "| **2.10 and newer** | linux_x86_64, linux_aarch64, win_amd64 | 3 + 3 + 3 |" in readme
+    assert f"the release builds {n['total']} wheels in all" in readme
