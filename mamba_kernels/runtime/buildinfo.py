@@ -21,8 +21,10 @@ import shlex
 import sys
 import sysconfig
 from dataclasses import dataclass
+from importlib import metadata
 from types import ModuleType
 from typing import Any, Dict, List, Optional, Tuple
+from urllib.parse import unquote, urlparse
 
 from ..facts import release_index, support, variant, versions
 from ..facts.archs import Arch
@@ -223,9 +225,6 @@ def installed_source() -> Tuple[str, str]:
     checkout an editable or local-folder install came from (its direct_url.json), while that
     folder still holds the project; else the project name, i.e. the sdist from PyPI. A hint that
     names ``.`` would install whatever folder the reader stands in."""
-    from importlib import metadata
-    from urllib.parse import unquote, urlparse
-
     try:
         text = metadata.distribution(variant.PROJECT).read_text("direct_url.json") or ""
         direct = json.loads(text) if text else {}
