@@ -7,6 +7,7 @@ import json
 import sys
 from dataclasses import replace
 
+from ..facts import release_index
 from ..install import fetching, resolve
 from ..install.environment import detect
 from . import target_options
@@ -17,8 +18,8 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
         print(f"mamba-kernels resolve: {text}", file=sys.stderr)
 
     target = detect(**resolve.target_overrides(args), toolchain=False)
-    sources = args.index or resolve.default_sources()
-    candidates, n_read = resolve.read_each(sources, args.timeout, warn)
+    sources, origin = (args.index, "--index") if args.index else release_index.default_indexes()
+    candidates, n_read = resolve.read_each(sources, args.timeout, warn, origin)
     if n_read == 0:
         if len(sources) > 1:
             warn(f"none of the {len(sources)} indexes could be read")

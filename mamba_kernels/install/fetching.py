@@ -8,6 +8,10 @@ sdist backend take from outside: an http(s) URL or a local file, each with
 - a size limit: the index's recorded size when it gives one, else :data:`MAX_WHEEL_BYTES` for
   a wheel and :data:`MAX_PAGE_BYTES` for an index page or manifest;
 - redirects that stay on http(s), at most :data:`MAX_REDIRECTS`;
+- retries, within that deadline, of what is often over in a moment: a refused, reset or dropped
+  connection and HTTP 429, 500, 502, 503 and 504 (at most :data:`RETRY_DELAYS` more attempts,
+  waiting 0.5, 1 and 2 s; a 429 or 503's ``Retry-After`` of up to :data:`MAX_RETRY_AFTER` s
+  instead). A connection that keeps being refused is given up after about 3.5 s;
 - local files that are regular files (not ``/dev/zero``, a FIFO or a folder), named by a path
   or a ``file:`` URL of this host (``file:///p`` or ``file://localhost/p``).
 
@@ -35,6 +39,9 @@ MAX_REDIRECTS = 10
 MAX_TIMEOUT = 86400.0  # a day: larger values are typos, and sockets refuse infinity
 CHUNK = 1 << 16
 USER_AGENT = "mamba-kernels"
+RETRY_DELAYS = (0.5, 1.0, 2.0)  # the waits before the 2nd, 3rd and 4th attempt to connect
+RETRY_STATUS = (429, 500, 502, 503, 504)  # a server busy or restarting, or a proxy before it
+MAX_RETRY_AFTER = 30.0  # a longer Retry-After is not waited for: the failure is reported at once
 
 
 class FetchError(Exception):
@@ -171,14 +178,28 @@ class Stream:
         headers = {"User-Agent": USER_AGENT}
         if accept:
             headers["Accept"] = accept
-        try:
-            r = _opener(watch).open(urllib.request.Request(url, headers=headers), timeout=watch.remaining())
-        except FetchError:
-            self.close()
-            raise
-        except BaseException as e:
-            self.close()
-            raise _as_fetch_error(e, watch) from None
+        start = time.monotonic()
+        for attempt in range(len(RETRY_DELAYS) + 1):
+            try:
+                r = _opener(watch).open(urllib.request.Request(url, headers=headers),
+                                        timeout=watch.remaining())
+                break
+            except FetchError:
+                self.close()
+                raise
+            except BaseException as e:
+                err = _as_fetch_error(e, watch)
+                wait = _retry_wait(e, err, attempt)
+                if isinstance(e, urllib.error.HTTPError):
+                    e.close()
+                if wait is None or wait >= watch.deadline - time.monotonic():
+                    self.close()
+                    if attempt and isinstance(err, FetchError):
+                        took = time.monotonic() - start
+                        err = FetchError(f"{err} ({attempt + 1} attempts in {took:.1f} s)", err.kind,
+                                         err.status)
+                    raise err from None
+                time.sleep(wait)
         self._src = r
         self.content_type = r.headers.get("Content-Type", "") or ""
         self.final = r.geturl()
@@ -234,6 +255,30 @@ class Stream:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _retry_wait(e: BaseException, err: BaseException, attempt: int) -> Optional[float]:
+    """Seconds to wait before trying again after ``e`` (``err`` as a FetchError), or None: the
+    failure is not a passing one, or the attempts are used up."""
+    if not isinstance(err, FetchError) or err.kind == "timeout" or attempt >= len(RETRY_DELAYS):
+        return None
+    if isinstance(e, urllib.error.HTTPError):
+        if e.code not in RETRY_STATUS:
+            return None
+        after = (e.headers.get("Retry-After") or "").strip() if e.headers is not None else ""
+        if e.code in (429, 503) and after:
+            try:
+                seconds = float(after)
+            except ValueError:  # an HTTP date: waited for as the usual backoff
+                return RETRY_DELAYS[attempt]
+            return max(seconds, 0.0) if math.isfinite(seconds) and seconds <= MAX_RETRY_AFTER else None
+        return RETRY_DELAYS[attempt]
+    reason = e.reason if isinstance(e, urllib.error.URLError) else e
+    if isinstance(reason, (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine)):
+        return RETRY_DELAYS[attempt]
+    if isinstance(reason, socket.gaierror) and reason.errno == getattr(socket, "EAI_AGAIN", None):
+        return RETRY_DELAYS[attempt]  # "temporary failure in name resolution"
+    return None
 
 
 def _as_fetch_error(e: BaseException, watch: Optional[_Watch], done: int = 0,

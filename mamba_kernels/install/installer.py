@@ -164,10 +164,16 @@ def fetch(c: Candidate, dest: Path, timeout: float, stream: IO[str] = sys.stderr
             _receive(c, fd, tmp, timeout, limit, stream, box)
         except OSError as e:  # raised by the buffered file's last write, when it closes
             raise _fs_failure(f"{tmp} cannot be written", e) from None
-        done, digest, progress = box
+        done, digest, progress, announced = box
         if c.size is not None and done != c.size:
             raise Failure(f"{c.url}: {done} bytes arrived, the index lists {c.size}", EXIT_VERIFY)
         if expected is not None and digest != expected:
+            if c.size is None:  # nothing said how long it is: a short file reads as a changed one
+                got = "the server announced that size" if announced == done else "neither the index nor " \
+                    "the server gave a size"
+                raise Failure(f"{c.filename}: sha256 mismatch: received {done} bytes ({got}), whose sha256 "
+                              f"is {digest}, not the {expected} the index lists: the download may be "
+                              f"truncated or altered (from {c.url})", EXIT_VERIFY)
             raise Failure(f"{c.filename}: sha256 mismatch: the index lists {expected}, the file "
                           f"from {c.url} has {digest}", EXIT_VERIFY)
         try:
@@ -218,7 +224,7 @@ def _receive(c: Candidate, fd: int, tmp: Path, timeout: float, limit: int, strea
                                   code) from None
             out.flush()
             os.fsync(out.fileno())
-        box.extend([done, h.hexdigest(), progress])
+        box.extend([done, h.hexdigest(), progress, src.total])
     except BaseException:
         if progress is not None:
             progress.close(done, False)
@@ -414,19 +420,20 @@ def _report_no_match(target: environment.Target, rejected: List[resolve.Verdict]
 
 
 def obtain(verb: str, sources: Sequence[str], target: environment.Target, dest: Optional[Path],
-           timeout: float, pin_torch: str, allow_unhashed: bool = False, pip: str = "pip install"
-           ) -> Obtained:
+           timeout: float, pin_torch: str, allow_unhashed: bool = False, pip: str = "pip install",
+           origin: Optional[str] = None) -> Obtained:
     """Try each index in order: read it, choose, fetch into ``dest`` (None: a dry run, nothing is
     fetched) and check the wheel against ``pin_torch``. The first index that delivers a verified
     wheel wins; each failure is one line on stderr. Raises :class:`Failure` when none does (the
-    last failure, already shown). ``pip``: how the source-build hint runs pip."""
+    last failure, already shown). ``pip``: how the source-build hint runs pip; ``origin``: where
+    the sources come from (resolve.read_source)."""
     last: Optional[Failure] = None
     rejected: Dict[str, resolve.Verdict] = {}
     read_any = False
     for i, source in enumerate(sources):
         more = "; trying the next index" if i + 1 < len(sources) else ""
         try:
-            candidates = resolve.read_source(source, timeout=timeout)
+            candidates = resolve.read_source(source, timeout, origin)
         except SourceError as e:
             last = _shown(verb, Failure(str(e), EXIT_FETCH), more)
             continue
@@ -578,7 +585,7 @@ def run_install(args: argparse.Namespace) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="mamba-kernels-install-") as tmp:
             got = obtain("install", sources, target, None if args.dry_run else Path(tmp), args.timeout,
-                         installed_torch, args.allow_unhashed, _pip_install(interp))
+                         installed_torch, args.allow_unhashed, _pip_install(interp), origin)
             assert got.resolution.selected is not None
             name = got.resolution.selected.candidate.filename
             cmd = installer_command(interp, got.path or Path(name))
@@ -632,7 +639,7 @@ def run_download(args: argparse.Namespace) -> int:
                 raise Failure(f"--dest {dest}: {p} is not writable", EXIT_FS)
             break
     got = obtain("download", sources, target, None if args.dry_run else dest, args.timeout, target.torch,
-                 args.allow_unhashed)
+                 args.allow_unhashed, origin=origin)
     assert got.resolution.selected is not None
     name = got.resolution.selected.candidate.filename
     if args.dry_run:

@@ -52,7 +52,12 @@ _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 class SourceError(ValueError):
-    """A source cannot be read; the message is one line naming it."""
+    """A source cannot be read; the message is one line naming it. ``kind``: "fetch" (network,
+    HTTP), "timeout", "notindex" (a page that is no index) or "content" (a malformed index)."""
+
+    def __init__(self, line: str, kind: str = "content") -> None:
+        super().__init__(line)
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -107,13 +112,14 @@ def _fetch(url: str, source: str, deadline: float) -> Tuple[bytes, str, str]:
         return fetching.read_all(url, _left(source, deadline), fetching.MAX_PAGE_BYTES, _ACCEPT)
     except fetching.FetchError as e:
         shown = source if url == source else f"{source} ({url})"
-        raise SourceError(f"--index {shown}: {e}") from None
+        kind = "timeout" if e.kind == "timeout" else "fetch" if e.kind in ("network", "http") else "content"
+        raise SourceError(f"--index {shown}: {e}", kind) from None
 
 
 def _left(source: str, deadline: float) -> float:
     left = deadline - time.monotonic()
     if left <= 0:
-        raise SourceError(f"--index {source}: timed out: reading it took longer than --timeout")
+        raise SourceError(f"--index {source}: timed out: reading it took longer than --timeout", "timeout")
     return left
 
 
@@ -199,15 +205,23 @@ def _from_html(text: str, base: str, source: str, deadline: float, depth: int, r
         sha = frag[len("sha256="):] if frag.startswith("sha256=") else None
         out.append(Candidate(check_plain_filename(name, source), _join(base, href, source, remote),
                              _sha(sha, name, source), None, source, remote))
-    if out or depth >= _MAX_FOLLOW:
+    if out:
         return out
     # A page without wheels: our site's root (-> manifest.json) or a PEP 503 root (-> project).
-    for href, label in parser.links:
+    for href, label in parser.links if depth < _MAX_FOLLOW else ():
         target = href.split("#", 1)[0].rstrip("/").rsplit("/", 1)[-1]
         if target == "manifest.json" or label.rstrip("/") in (PROJECT, variant.DIST_NAME) or target in (
                 PROJECT, variant.DIST_NAME):
             return _read(_join(base, href, source, remote), source, deadline, depth + 1, remote)
-    return out
+    if _DIST_FILE.search(text) or "pypi:repository-version" in text:
+        return out  # an index, of other projects' files (or other projects)
+    where = "" if base == source else f" ({base})"
+    raise SourceError(f"--index {source}: the page{where} lists no wheel and links no manifest.json or "
+                      f"{PROJECT} page: not an index (a web server's welcome page?)", "notindex")
+
+
+_DIST_FILE = re.compile(r"""href\s*=\s*["']?[^"'>\s]*\.(whl|tar\.gz|zip|tar\.bz2|egg)(#[^"'>\s]*)?["'\s>]""",
+                        re.IGNORECASE)  # a link to a distribution file: an index with no wheel of ours
 
 
 def _sha(value: Any, name: str, source: str) -> Optional[str]:
@@ -316,6 +330,8 @@ def _read(where: str, source: str, deadline: float, depth: int = 0, remote: bool
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise SourceError(f"--index {where}: not UTF-8 text (expected a manifest or an index page)") from None
+    if not text.strip():
+        raise SourceError(f"--index {where}: an empty page (0 bytes of text): not an index", "notindex")
     if "json" in ctype or text.lstrip().startswith(("{", "[")):
         try:
             data = json.loads(text)
@@ -327,9 +343,51 @@ def _read(where: str, source: str, deadline: float, depth: int = 0, remote: bool
     return _from_html(text, base, source, deadline, depth, remote)
 
 
-def read_source(source: str, timeout: float = DEFAULT_TIMEOUT) -> List[Candidate]:
+def read_source(source: str, timeout: float = DEFAULT_TIMEOUT, origin: Optional[str] = None
+                ) -> List[Candidate]:
     """Every candidate one source lists; ``timeout`` bounds reading it as a whole (with the
-    pages it links), or a one-line SourceError."""
+    pages it links), or a one-line SourceError. ``origin`` (``--index``, ``MAMBA_KERNELS_INDEX``
+    or ``the release index``), when given, names where the source came from in that line, and an
+    index that cannot be fetched or is no index ends it with the ways forward from there."""
+    try:
+        return _read_source(source, timeout)
+    except SourceError as e:
+        if origin is None:
+            raise
+        raise SourceError(_named(str(e), origin) + ways_forward(e.kind, origin), e.kind) from None
+
+
+def _named(line: str, origin: str) -> str:
+    """``line`` ("--index SOURCE: ...") with the source named as the user gave it."""
+    if origin == "--index" or not line.startswith("--index "):
+        return line
+    name = f"{release_index.ENV_VAR} entry" if origin == release_index.ENV_VAR else origin
+    return f"{name} {line[len('--index '):]}"
+
+
+def ways_forward(kind: str, origin: str) -> str:
+    """What to do about an index of ``origin`` that failed as ``kind`` (SourceError.kind), as
+    the end of its one line; "" for a malformed index (its line says what is wrong)."""
+    if kind not in ("fetch", "timeout", "notindex"):
+        return ""
+    folder = "a folder of wheels (one `download --dest DIR` filled where there is network)"
+    if origin == release_index.ENV_VAR:
+        other = (f"set {release_index.ENV_VAR} to another index or to {folder}, or give --index URL|DIR, "
+                 "which overrides it")
+    elif origin == "--index":
+        other = f"give another --index: a mirror's URL, or {folder} as --index /path/to/wheels"
+    else:
+        other = (f"give --index (or set {release_index.ENV_VAR}): a mirror's URL, or {folder} as "
+                 "--index /path/to/wheels")
+    if kind == "timeout":
+        return f"; --timeout N waits N seconds (default {DEFAULT_TIMEOUT:g}), or {other}"
+    if kind == "notindex":
+        return (f"; is this the index's address? (a manifest.json, a PEP 503/691 page or a find-links page); "
+                f"else {other}")
+    return f"; check the address and the network, or {other}"
+
+
+def _read_source(source: str, timeout: float) -> List[Candidate]:
     if not source.strip():
         raise SourceError(f"--index {source!r}: must be a path or a URL, not empty")
     if "://" in source and not fetching.is_url(source) and not source.startswith("file://"):
@@ -606,14 +664,15 @@ def no_match_line(t: Target, n: int) -> str:
 NEAREST_SHOWN = 5  # candidates a no-fit answer lists without --all
 
 
-def read_each(sources: Sequence[str], timeout: float, warn: Any) -> Tuple[List[Candidate], int]:
+def read_each(sources: Sequence[str], timeout: float, warn: Any, origin: Optional[str] = None
+              ) -> Tuple[List[Candidate], int]:
     """(every candidate of the sources that could be read, how many could be read): a source
     that cannot be read is one line through ``warn`` and the others still count."""
     seen: Dict[str, Candidate] = {}
     n_read = 0
     for s in sources:
         try:
-            found = read_source(s, timeout)
+            found = read_source(s, timeout, origin)
         except SourceError as e:
             warn(str(e) + ("; reading the other indexes" if len(sources) > 1 else ""))
             continue
