@@ -10,9 +10,13 @@ Indexes are served on 127.0.0.1 and the wheels are the small real ones of tests/
 
 from __future__ import annotations
 
+import errno
 import functools
 import http.server
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -218,3 +222,68 @@ def test_a_truncated_file_without_a_listed_size_says_so(flaky, site, tmp_path, c
     size = (site["root"] / "wheels" / site["here"]).stat().st_size
     assert rc == install.EXIT_VERIFY and f"received {size // 2} bytes" in line, line
     assert "may be truncated or altered" in line and list(house.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- 5. one install at a time
+
+def test_two_installs_at_once_leave_one_version(site, tmp_path, torch_env, flaky):  # noqa: F811
+    python = _venv(tmp_path / "venv", torch_env, pip=True)
+    argv = [sys.executable, "-m", "mamba_kernels", "install", "--index", f"{flaky['url']}/", "--python-exe",
+            str(python)]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    site_dir = next(python.parent.parent.glob("lib/python*/site-packages"))
+    assert len(list(site_dir.glob("mamba_kernels-*.dist-info"))) == 1 and _ours(python) == _installed(site)
+    assert not list(site_dir.glob("~*"))
+
+
+def test_a_held_lock_is_waited_for_with_a_line(site, tmp_path, torch_env, flaky, monkeypatch, capsys):  # noqa: F811
+    python = _venv(tmp_path / "venv", torch_env, pip=False)
+    purelib = next(python.parent.parent.glob("lib/python*/site-packages"))
+    monkeypatch.setattr(install, "LOCK_WAIT", 0.5)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time; "
+                               "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+                               "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(30)",
+                               str(purelib / install.LOCK_NAME)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        rc, out, err = _cli(["install", "--index", f"{flaky['url']}/", "--python-exe", str(python)], capsys)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "waiting for another install into" in out, out
+    assert rc == install.EXIT_TARGET and "still holds" in err.strip().splitlines()[-1] and _ours(python) == []
+
+
+# ----------------------------------------------------------------------------- 7. a read-only site-packages
+
+def test_an_undo_that_cannot_write_is_one_line_exit_7(site, tmp_path, torch_env, flaky, monkeypatch,  # noqa: F811
+                                                       capsys):
+    python = _venv(tmp_path / "venv", torch_env, pip=False)
+    monkeypatch.setattr(install, "_run_installer", lambda cmd, fd=None: 1)  # the installer fails...
+
+    def read_only(self):  # ...and nothing can be put back
+        raise OSError(errno.EROFS, "Read-only file system", str(purelib))
+
+    purelib = next(python.parent.parent.glob("lib/python*/site-packages"))
+    monkeypatch.setattr(install.site_snapshot.Snapshot, "restore", read_only)
+    rc, _, err = _cli(["install", "--index", f"{flaky['url']}/", "--python-exe", str(python)], capsys)
+    line = err.strip().splitlines()[-1]
+    assert rc == install.EXIT_FS and "Traceback" not in err, err
+    assert "could not be put back as it was: Read-only file system" in line and "is kept in" in line
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_site_packages_is_one_line_exit_7(site, tmp_path, torch_env, flaky, capsys):  # noqa: F811
+    python = _venv(tmp_path / "venv", torch_env, pip=True)
+    purelib = next(python.parent.parent.glob("lib/python*/site-packages"))
+    purelib.chmod(0o555)
+    try:
+        rc, _, err = _cli(["install", "--index", f"{flaky['url']}/", "--python-exe", str(python)], capsys)
+    finally:
+        purelib.chmod(0o755)
+    assert rc == install.EXIT_FS and "Traceback" not in err, err
+    assert "cannot be written" in err.strip().splitlines()[-1] and _ours(python) == []

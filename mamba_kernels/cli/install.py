@@ -25,6 +25,10 @@ def _verb(name: str, body: Verb, interrupted: str) -> Verb:
         except KeyboardInterrupt as e:
             installer.warn(name, interrupted)
             return getattr(e, "exit_status", installer.EXIT_INTERRUPTED)
+        except OSError as e:  # a file-system error no step foresaw: still one line, exit 7
+            installer.warn(name, f"a file could not be written or read: {e.strerror or e}"
+                           + (f" ({e.filename})" if e.filename else ""))
+            return installer.EXIT_FS
 
     return run
 

@@ -46,6 +46,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
+try:
+    import fcntl  # POSIX: the environment lock
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
+try:
+    import msvcrt  # Windows: the environment lock
+except ImportError:
+    msvcrt = None  # type: ignore[assignment]
+
 from ..facts import release_index, variant
 from . import environment, fetching, resolve, site_snapshot, target_probe, wheel_contents, wheel_metadata
 from .resolve import Candidate, Resolution, SourceError
@@ -60,6 +69,8 @@ EXIT_FS = 7  # a file could not be written: disk full, read-only, not a folder, 
 EXIT_INTERRUPTED = 130
 PROBE_TIMEOUT = 300.0  # importing a CUDA torch from a cold disk can take a while
 _CHUNK = 1 << 16
+LOCK_NAME = ".mamba-kernels-install.lock"  # in the target's site-packages: one install at a time
+LOCK_WAIT = 600.0  # seconds an install waits for another one into the same environment
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -513,24 +524,63 @@ def _pip_install(interp: Interpreter) -> str:
     return f"{exe} -m pip install" if interp.facts.get("pip") else f"uv pip install --python {exe}"
 
 
-def _run_installer(cmd: List[str]) -> int:
-    """Run the installer in a process group of its own (a Ctrl-C at the terminal reaches only
-    us); on an interrupt, stop it and wait for it, then let the interrupt go on."""
-    if os.name == "posix":
-        p = subprocess.Popen(cmd, start_new_session=True)
+def _try_lock(fd: int) -> bool:
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        elif msvcrt is not None:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]
+        return True
+    except OSError:  # held by another process (BlockingIOError, or EACCES / EDEADLK on Windows)
+        return False
+
+
+@contextlib.contextmanager
+def environment_lock(site: str, prefix: str) -> Iterator[int]:
+    """One install at a time into an environment: a lock on ``site/.mamba-kernels-install.lock``
+    (flock on POSIX, msvcrt.locking on Windows), waited for up to :data:`LOCK_WAIT` s with a
+    line saying so. Yields the lock file's descriptor (the installer inherits it, so that an
+    installer left running by a killed command still holds the lock). A site folder that cannot
+    be written is a Failure (exit 7) before anything is changed."""
+    path = Path(site) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise _fs_failure(f"{site} cannot be written (the install's lock file); nothing was changed", e
+                          ) from None
+    try:
+        if not _try_lock(fd):
+            _say(f"waiting for another install into {prefix} to finish (the lock {path}; at most "
+                 f"{LOCK_WAIT:.0f} s)")
+            deadline = time.monotonic() + LOCK_WAIT
+            while not _try_lock(fd):
+                if time.monotonic() > deadline:
+                    raise Failure(f"another install into {prefix} still holds {path} after "
+                                  f"{LOCK_WAIT:.0f} s; nothing was changed (try again when it has finished)",
+                                  EXIT_TARGET)
+                time.sleep(0.2)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _run_installer(cmd: List[str], keep_fd: Optional[int] = None) -> int:
+    """Run the installer in our own process group: a kill of the group (a terminal's Ctrl-C, a
+    job control or service manager's kill) reaches it too, so it never goes on alone. It
+    inherits ``keep_fd`` (the environment lock). On an interrupt, stop it and wait for it, then
+    let the interrupt go on."""
+    if os.name == "posix" and keep_fd is not None:
+        p = subprocess.Popen(cmd, pass_fds=(keep_fd,))
     else:
-        p = subprocess.Popen(cmd, creationflags=subprocess.CREATE_NEW_PROCESS_GROUP)  # type: ignore[attr-defined]
+        p = subprocess.Popen(cmd)
     try:
         return p.wait()
     except BaseException:
         with _signals_held():
-            if os.name == "posix":
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                except OSError:
-                    pass
-            else:
+            try:
                 p.terminate()
+            except OSError:
+                pass
             try:
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -564,9 +614,17 @@ def _signals_held() -> Iterator[None]:
 
 
 def _undo(snap: site_snapshot.Snapshot) -> None:
+    """Put the environment back; a path that cannot be put back (a read-only folder, a full
+    disk) is one Failure line, exit 7, and the copy is kept for a hand to put back."""
     with _signals_held():
         _say("putting the environment back as it was before the installer ran")
-        snap.restore()
+        try:
+            snap.restore()
+        except OSError as e:
+            snap.keep = True
+            raise Failure(f"the environment could not be put back as it was: {e.strerror or e}"
+                          + (f" ({e.filename})" if e.filename else "")
+                          + f"; the copy of what was there is kept in {snap.backup}", EXIT_FS) from None
 
 
 def _sources(args: argparse.Namespace) -> Tuple[Tuple[str, ...], str]:
@@ -593,31 +651,46 @@ def run_install(args: argparse.Namespace) -> int:
                 _say(f"dry run: would download and verify {name}, then run:")
                 _say("  " + shlex.join(cmd))
                 return EXIT_OK
-            _say("running " + shlex.join(cmd))
             f = interp.facts
-            snap = site_snapshot.take(got.path, wheel_metadata.dist_info_name(name),
-                                      [f["purelib"], f["platlib"]], f["scripts"], f["prefix"])
-            try:
-                try:
-                    rc = _run_installer(cmd)
-                    # The outcome is decided: from here to the return an interrupt is ignored,
-                    # so that no "as it was before" is reported over a finished install (one
-                    # that lands before this line is undone, and so is as reported).
-                    held = _hold_signals()
-                except BaseException:
-                    _undo(snap)
-                    raise
-                if rc != 0:
-                    _undo(snap)
-                    raise Failure(f"the installer exited with status {rc}; the environment was put back as "
-                                  "it was before", EXIT_TARGET)
-            finally:
-                snap.discard()
+            with contextlib.ExitStack() as locked:
+                lock_fd = locked.enter_context(environment_lock(f["purelib"], f["prefix"]))
+                _say("running " + shlex.join(cmd))
+                held = _install_locked(got, name, cmd, f, lock_fd)
         _say(f"installed {name} into {interp.facts.get('prefix', interp.executable)}; torch "
              f"{installed_torch} untouched (--no-deps)")
         return EXIT_OK
     finally:
         _release_signals(held)
+
+
+def _install_locked(got: Obtained, name: str, cmd: List[str], f: Dict[str, Any], lock_fd: int
+                    ) -> Dict[int, Any]:
+    """The pip (or uv) step, all or nothing, under the environment lock. Returns the signal
+    handlers to put back: once the outcome is decided, an interrupt is ignored, so that no "as it
+    was before" is reported over a finished install (one that lands before is undone, and so is
+    as reported)."""
+    assert got.path is not None
+    try:
+        snap = site_snapshot.take(got.path, wheel_metadata.dist_info_name(name),
+                                  [f["purelib"], f["platlib"]], f["scripts"], f["prefix"])
+    except OSError as e:
+        raise _fs_failure("the copy of what the install may change could not be made; nothing was changed",
+                          e) from None
+    try:
+        try:
+            rc = _run_installer(cmd, lock_fd)
+            held = _hold_signals()
+        except BaseException:
+            _undo(snap)
+            raise
+        if rc != 0:
+            _release_signals(held)
+            _undo(snap)
+            raise Failure(f"the installer exited with status {rc}; the environment was put back as it was "
+                          "before", EXIT_TARGET)
+        return held
+    finally:
+        snap.discard()
 
 
 def run_download(args: argparse.Namespace) -> int:

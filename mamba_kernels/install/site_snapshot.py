@@ -40,6 +40,7 @@ class Snapshot:
         self.globs = sorted(set(globs))  # pattern paths ("<site>/__pycache__/mod.*.pyc")
         self.backup = Path(tempfile.mkdtemp(prefix="mamba-kernels-undo-"))
         self.saved: Dict[Path, Path] = {}
+        self.keep = False  # set when a restore failed: the copy stays for a hand to put back
         try:
             for i, p in enumerate(self._all_now()):
                 if os.path.lexists(p):
@@ -65,7 +66,8 @@ class Snapshot:
             _copy(copy, p)
 
     def discard(self) -> None:
-        shutil.rmtree(self.backup, ignore_errors=True)
+        if not self.keep:
+            shutil.rmtree(self.backup, ignore_errors=True)
 
 
 def _outermost(paths: Iterable[Path]) -> List[Path]:
