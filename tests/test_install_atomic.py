@@ -144,3 +144,30 @@ def test_a_failing_installer_leaves_the_environment_as_it_was(target, tmp_path):
     assert p.returncode == 6 and "put back as it was before" in err, out + err
     assert _state(python) == before
     assert _pip_check_ours(python)
+
+
+def test_a_sigkilled_install_is_tidied_by_the_next_one(target):
+    """SIGKILL to the command's process group (the installer is in it) at several points of an
+    install; the next install finds what was left by name, puts it back or removes it, and the
+    environment ends with one version and no folder of ours or pip's left behind."""
+    python, old, new_dir = target
+    r = _pip(python, "install", "--no-deps", "--no-index", "--force-reinstall", str(old))
+    assert r.returncode == 0, r.stderr
+    site = next(python.parent.parent.glob("lib/python*/site-packages"))
+    for delay in (0.3, 1.5):  # while the copy is made / pip runs
+        p = _install(python, new_dir)
+        line = ""
+        while not line.startswith("running "):
+            line = p.stdout.readline()
+            if not line:
+                break
+        time.sleep(delay)
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate(timeout=60)
+        p = _install(python, old.parent)  # the next run tidies, then installs the old version
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, out + err
+        assert not (site / ".mamba-kernels-install").exists() and not list(site.glob("~*")), delay
+        assert [d.name for d in site.glob("mamba_kernels-*.dist-info")] == \
+            [f"mamba_kernels-0.1.0+{LABEL}.dist-info"]
+        assert _pip_check_ours(python)

@@ -670,9 +670,17 @@ def _install_locked(got: Obtained, name: str, cmd: List[str], f: Dict[str, Any],
     was before" is reported over a finished install (one that lands before is undone, and so is
     as reported)."""
     assert got.path is not None
+    sites = [f["purelib"], f["platlib"]]
+    work = Path(f["purelib"]) / site_snapshot.WORK
     try:
-        snap = site_snapshot.take(got.path, wheel_metadata.dist_info_name(name),
-                                  [f["purelib"], f["platlib"]], f["scripts"], f["prefix"])
+        with _signals_held():
+            for line in site_snapshot.tidy(work, sites):
+                _say(line)
+    except OSError as e:
+        raise _fs_failure(f"what an earlier install left in {work} could not be tidied", e) from None
+    try:
+        snap = site_snapshot.take(got.path, wheel_metadata.dist_info_name(name), sites, f["scripts"],
+                                  f["prefix"], work=work)
     except OSError as e:
         raise _fs_failure("the copy of what the install may change could not be made; nothing was changed",
                           e) from None
@@ -680,6 +688,8 @@ def _install_locked(got: Obtained, name: str, cmd: List[str], f: Dict[str, Any],
         try:
             rc = _run_installer(cmd, lock_fd)
             held = _hold_signals()
+            if rc == 0:
+                snap.mark_done()
         except BaseException:
             _undo(snap)
             raise
@@ -691,6 +701,8 @@ def _install_locked(got: Obtained, name: str, cmd: List[str], f: Dict[str, Any],
         return held
     finally:
         snap.discard()
+        with contextlib.suppress(OSError):
+            work.rmdir()  # when empty
 
 
 def run_download(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import configparser
 import csv
 import io
+import json
 import os
 import shutil
 import tempfile
@@ -29,16 +30,21 @@ import zipfile
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Set
 
+RECORD = "record.json"  # in a snapshot's folder: what it holds, written once it is complete
+DONE = "done"  # beside it once the install it guards finished
+WORK = ".mamba-kernels-install"  # the install's folder in site-packages (snapshots, under the lock)
 _SCRIPT_SUFFIXES = ("", ".exe", "-script.py", ".cmd")  # how installers write a console script
 
 
 class Snapshot:
     """The saved state of the paths an install may change; :meth:`restore` or :meth:`discard`."""
 
-    def __init__(self, paths: Iterable[Path], globs: Iterable[Path]) -> None:
+    def __init__(self, paths: Iterable[Path], globs: Iterable[Path], work: Optional[Path] = None) -> None:
         self.paths = _outermost(paths)
         self.globs = sorted(set(globs))  # pattern paths ("<site>/__pycache__/mod.*.pyc")
-        self.backup = Path(tempfile.mkdtemp(prefix="mamba-kernels-undo-"))
+        if work is not None:
+            work.mkdir(exist_ok=True)
+        self.backup = Path(tempfile.mkdtemp(prefix="undo-" if work else "mamba-kernels-undo-", dir=work))
         self.saved: Dict[Path, Path] = {}
         self.keep = False  # set when a restore failed: the copy stays for a hand to put back
         try:
@@ -47,9 +53,28 @@ class Snapshot:
                     copy = self.backup / str(i)
                     _copy(p, copy)
                     self.saved[p] = copy
+            record = {"paths": [str(p) for p in self.paths], "globs": [str(g) for g in self.globs],
+                      "saved": {str(p): c.name for p, c in self.saved.items()}}
+            (self.backup / "record.tmp").write_text(json.dumps(record), encoding="utf-8")
+            os.replace(self.backup / "record.tmp", self.backup / RECORD)  # complete: a later run may undo
         except BaseException:
             self.discard()
             raise
+
+    @classmethod
+    def load(cls, backup: Path) -> Snapshot:
+        """The snapshot an earlier run left in ``backup`` (its record)."""
+        record = json.loads((backup / RECORD).read_text(encoding="utf-8"))
+        snap = cls.__new__(cls)
+        snap.paths = [Path(p) for p in record["paths"]]
+        snap.globs = [Path(g) for g in record["globs"]]
+        snap.backup, snap.keep = backup, False
+        snap.saved = {Path(p): backup / c for p, c in record["saved"].items()}
+        return snap
+
+    def mark_done(self) -> None:
+        """The install finished: a later run must not undo it."""
+        (self.backup / DONE).write_text("", encoding="utf-8")
 
     def _all_now(self) -> List[Path]:
         found = list(self.paths)
@@ -68,6 +93,26 @@ class Snapshot:
     def discard(self) -> None:
         if not self.keep:
             shutil.rmtree(self.backup, ignore_errors=True)
+
+
+def tidy(work: Path, sites: Sequence[str]) -> List[str]:
+    """What an earlier install killed part way (SIGKILL, a power cut) left in ``work``, the
+    install's folder in site-packages, finished: a snapshot whose install did not finish is put
+    back, every folder there removed, and pip's ``~amba_kernels*`` stash folders in the site
+    folders removed. Run under the environment lock. Returns a line per thing done."""
+    done: List[str] = []
+    if work.is_dir():
+        for d in sorted(work.iterdir()):
+            if d.name.startswith("undo-") and (d / RECORD).is_file() and not (d / DONE).exists():
+                Snapshot.load(d).restore()
+                done.append(f"put back what an install killed part way had changed ({d})")
+            _remove(d)
+        work.rmdir()
+    for s in dict.fromkeys(sites):
+        for stash in sorted(Path(s).glob("~amba_kernels*")):
+            _remove(stash)
+            done.append(f"removed {stash}, left by an installer that was stopped")
+    return done
 
 
 def _outermost(paths: Iterable[Path]) -> List[Path]:
@@ -125,7 +170,7 @@ def _console_scripts(zf: zipfile.ZipFile, dist_info: str) -> List[str]:
 
 
 def take(wheel: Path, dist_info: str, sites: Sequence[str], scripts: Optional[str], prefix: str,
-         project_prefix: str = "mamba_kernels-") -> Snapshot:
+         project_prefix: str = "mamba_kernels-", work: Optional[Path] = None) -> Snapshot:
     """The snapshot of what installing ``wheel`` (vetted; its dist-info folder ``dist_info``)
     into the environment at ``prefix`` may change."""
     with zipfile.ZipFile(wheel) as zf:
@@ -146,4 +191,4 @@ def take(wheel: Path, dist_info: str, sites: Sequence[str], scripts: Optional[st
                     paths += _record_paths(d, site, Path(prefix))
     if scripts:
         paths += [Path(scripts) / f"{n}{suffix}" for n in script_names for suffix in _SCRIPT_SUFFIXES]
-    return Snapshot(paths, globs)
+    return Snapshot(paths, globs, work)
