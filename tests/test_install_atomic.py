@@ -17,6 +17,7 @@ import sys
 import time
 import zipfile
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from test_install import LABEL, MACHINE, PY, TORCH_MM, _venv, scratch, torch_env  # noqa: F401 (fixtures)
@@ -69,10 +70,11 @@ def _pip_check_ours(python: Path) -> bool:
     return "mamba-kernels" not in (r.stdout + r.stderr).lower() and "mamba_kernels" not in r.stdout + r.stderr
 
 
-def _install(python: Path, wheels: Path) -> subprocess.Popen:
+def _install(python: Path, wheels: Path, tmpdir: Optional[Path] = None) -> subprocess.Popen:
+    env = dict(os.environ, **({"TMPDIR": str(tmpdir)} if tmpdir else {}))
     return subprocess.Popen([sys.executable, "-m", "mamba_kernels", "install", "--index", str(wheels),
                              "--python-exe", str(python)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)  # its own group, as a terminal's job
+                            text=True, start_new_session=True, env=env)  # its own group, as a terminal's job
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +148,7 @@ def test_a_failing_installer_leaves_the_environment_as_it_was(target, tmp_path):
     assert _pip_check_ours(python)
 
 
-def test_a_sigkilled_install_is_tidied_by_the_next_one(target):
+def test_a_sigkilled_install_is_tidied_by_the_next_one(target, tmp_path):
     """SIGKILL to the command's process group (the installer is in it) at several points of an
     install; the next install finds what was left by name, puts it back or removes it, and the
     environment ends with one version and no folder of ours or pip's left behind."""
@@ -154,8 +156,10 @@ def test_a_sigkilled_install_is_tidied_by_the_next_one(target):
     r = _pip(python, "install", "--no-deps", "--no-index", "--force-reinstall", str(old))
     assert r.returncode == 0, r.stderr
     site = next(python.parent.parent.glob("lib/python*/site-packages"))
+    temp = tmp_path / "temp"  # the commands' temporary directory: the download folders go there
+    temp.mkdir()
     for delay in (0.3, 1.5):  # while the copy is made / pip runs
-        p = _install(python, new_dir)
+        p = _install(python, new_dir, temp)
         line = ""
         while not line.startswith("running "):
             line = p.stdout.readline()
@@ -164,9 +168,13 @@ def test_a_sigkilled_install_is_tidied_by_the_next_one(target):
         time.sleep(delay)
         os.killpg(p.pid, signal.SIGKILL)
         p.communicate(timeout=60)
-        p = _install(python, old.parent)  # the next run tidies, then installs the old version
+        left = [d.name for d in temp.iterdir()]
+        assert any(n.startswith("mamba-kernels-install-") for n in left), left  # the kill left one
+        p = _install(python, old.parent, temp)  # the next run tidies, then installs the old version
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, out + err
+        assert list(temp.iterdir()) == [], list(temp.iterdir())
+        assert "the download folder of an install that was stopped" in out + err, out + err
         assert not (site / ".mamba-kernels-install").exists() and not list(site.glob("~*")), delay
         assert [d.name for d in site.glob("mamba_kernels-*.dist-info")] == \
             [f"mamba_kernels-0.1.0+{LABEL}.dist-info"]

@@ -633,7 +633,43 @@ def _sources(args: argparse.Namespace) -> Tuple[Tuple[str, ...], str]:
     return release_index.default_indexes()
 
 
+TEMP_PREFIX = "mamba-kernels-install-"  # the download folder of one install, in the temp directory
+OWNER_FILE = "owner.pid"  # in it: the process that made it
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # alive, owned by someone else
+        return True
+    return True
+
+
+def tidy_temp(base: Optional[str] = None) -> List[str]:
+    """Download folders of installs killed part way (their process is gone): removed, a line each.
+    POSIX only: on Windows a signal-0 probe is not a liveness test, and the folder's open files
+    could not be removed anyway while their process lived."""
+    if os.name != "posix":
+        return []
+    done = []
+    for d in sorted(Path(base or tempfile.gettempdir()).glob(TEMP_PREFIX + "*")):
+        try:
+            if not d.is_dir() or d.is_symlink() or d.stat().st_uid != os.getuid():
+                continue
+            pid = int((d / OWNER_FILE).read_text().strip())
+        except (OSError, ValueError):
+            continue  # not one of ours (or still being made): leave it
+        if not _pid_alive(pid):
+            shutil.rmtree(d, ignore_errors=True)
+            done.append(f"removed {d}, the download folder of an install that was stopped")
+    return done
+
+
 def run_install(args: argparse.Namespace) -> int:
+    for line in tidy_temp():
+        _say(line)
     sources, origin = _sources(args)
     interp = probe(args.python_exe)
     target, installed_torch = install_target(args, interp)
@@ -641,7 +677,8 @@ def run_install(args: argparse.Namespace) -> int:
     _say(f"index   {' '.join(sources)} ({origin})")
     held: Dict[int, Any] = {}
     try:
-        with tempfile.TemporaryDirectory(prefix="mamba-kernels-install-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=TEMP_PREFIX) as tmp:
+            (Path(tmp) / OWNER_FILE).write_text(str(os.getpid()))  # what tidy_temp reads
             got = obtain("install", sources, target, None if args.dry_run else Path(tmp), args.timeout,
                          installed_torch, args.allow_unhashed, _pip_install(interp), origin)
             assert got.resolution.selected is not None
