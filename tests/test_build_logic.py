@@ -320,6 +320,20 @@ def test_kernel_sources_glob(tmp_path):
     }
 
 
+def test_kernel_sources_of_a_family_built_into_another_module(tmp_path):
+    """csrc/ssd/ ships inside selective_scan._cuda (KERNEL_FOLDERS): its kernels and its own
+    binding's files join the scan's, the other binding's stay out."""
+    for f in ("selective_scan/fwd.cu", "selective_scan/stable/binding.cpp", "ssd/chunk.cu", "ssd/host.cpp",
+              "ssd/stable/binding.cpp", "ssd/classic/binding.cpp", "common/stable/errors.cpp"):
+        (tmp_path / "csrc" / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "csrc" / f).write_text("")
+    assert build.kernel_sources(str(tmp_path), "stable") == {"selective_scan": [
+        "csrc/common/stable/errors.cpp", "csrc/selective_scan/fwd.cu", "csrc/selective_scan/stable/binding.cpp",
+        "csrc/ssd/chunk.cu", "csrc/ssd/host.cpp", "csrc/ssd/stable/binding.cpp"]}
+    assert str(tmp_path / "csrc" / "ssd" / "classic" / "binding.cpp") in build.binding_only_sources(
+        str(tmp_path), "classic")
+
+
 # ----------------------------------------------------------------------------- toolchain detection
 
 

@@ -53,7 +53,14 @@ MAX_JOBS_VAR = "MAX_JOBS"
 FROM_SDIST_VAR = "MAMBA_KERNELS_BUILD_FROM_SDIST"
 NVCC_THREADS_VAR = "NVCC_THREADS"
 
-KERNELS: Tuple[str, ...] = ("causal_conv1d", "selective_scan")  # csrc/<kernel>/ -> <kernel>._cuda
+KERNELS: Tuple[str, ...] = ("causal_conv1d", "selective_scan")  # the extensions: <kernel>._cuda
+# The csrc/ folders each extension is built from: a kernel family (its kernels, host code and
+# bindings/) that ships inside another family's module, as the Mamba-2 ops do inside the
+# selective scan's, is listed after that family's own folder.
+KERNEL_FOLDERS: Dict[str, Tuple[str, ...]] = {
+    "causal_conv1d": ("causal_conv1d",),
+    "selective_scan": ("selective_scan", "ssd", "layernorm_gated"),
+}
 GENERATED_DIR = os.path.join("build", "mamba_kernels_generated")
 BUILD_INFO_HEADER = "mamba_kernels_build_info.h"
 REVISION_FILE = "SOURCE_REVISION"  # written into the sdist, read when there is no git
@@ -409,18 +416,22 @@ def write_if_changed(path: str, text: str) -> None:
 
 
 def kernel_sources(root: str, binding: str = CLASSIC) -> Dict[str, List[str]]:
-    """kernel -> its sources relative to ``root`` (kernels without sources omitted): the
-    kernels and the host code both bindings share (csrc/<kernel>/*.cu, *.cpp), the binding's
-    own files (csrc/<kernel>/<binding>/*.cpp) and its error hook (csrc/common/<binding>/*.cpp)."""
+    """kernel -> its sources relative to ``root`` (kernels without sources omitted): for each of
+    its folders (``KERNEL_FOLDERS``) the kernels and the host code both bindings share
+    (csrc/<folder>/*.cu, *.cpp) and the binding's own files (csrc/<folder>/<binding>/*.cpp), then
+    the binding's error hook (csrc/common/<binding>/*.cpp)."""
     found: Dict[str, List[str]] = {}
     common = glob.glob(os.path.join(root, "csrc", "common", binding, "*.cpp"))
     for kernel in KERNELS:
         files = []
-        for ext in ("*.cpp", "*.cu"):
-            files += glob.glob(os.path.join(root, "csrc", kernel, ext))
+        for folder in KERNEL_FOLDERS[kernel]:
+            shared = []
+            for ext in ("*.cpp", "*.cu"):
+                shared += glob.glob(os.path.join(root, "csrc", folder, ext))
+            if shared:
+                files += shared + glob.glob(os.path.join(root, "csrc", folder, binding, "*.cpp"))
         if files:
-            files += glob.glob(os.path.join(root, "csrc", kernel, binding, "*.cpp")) + common
-            found[kernel] = sorted(os.path.relpath(f, root).replace(os.sep, "/") for f in files)
+            found[kernel] = sorted(os.path.relpath(f, root).replace(os.sep, "/") for f in files + common)
     return found
 
 
@@ -763,7 +774,8 @@ def binding_only_sources(root: str, binding: str) -> List[str]:
     code are the same for both bindings)."""
     files = glob.glob(os.path.join(root, "csrc", "common", binding, "*.cpp"))
     for kernel in KERNELS:
-        files += glob.glob(os.path.join(root, "csrc", kernel, binding, "*.cpp"))
+        for folder in KERNEL_FOLDERS[kernel]:
+            files += glob.glob(os.path.join(root, "csrc", folder, binding, "*.cpp"))
     return sorted(files)
 
 
