@@ -328,8 +328,9 @@ def test_kernel_sources_of_a_family_built_into_another_module(tmp_path):
         (tmp_path / "csrc" / f).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "csrc" / f).write_text("")
     assert build.kernel_sources(str(tmp_path), "stable") == {"selective_scan": [
-        "csrc/common/stable/errors.cpp", "csrc/selective_scan/fwd.cu", "csrc/selective_scan/stable/binding.cpp",
-        "csrc/ssd/chunk.cu", "csrc/ssd/host.cpp", "csrc/ssd/stable/binding.cpp"]}
+        "csrc/common/stable/errors.cpp", "csrc/selective_scan/fwd.cu",
+        "csrc/selective_scan/stable/binding.cpp", "csrc/ssd/chunk.cu", "csrc/ssd/host.cpp",
+        "csrc/ssd/stable/binding.cpp"]}
     assert str(tmp_path / "csrc" / "ssd" / "classic" / "binding.cpp") in build.binding_only_sources(
         str(tmp_path), "classic")
 
