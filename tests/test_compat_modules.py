@@ -9,10 +9,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tarfile
 import types
-from pathlib import Path
 
+import peer_sources
 import pytest
 import torch
 import torch.nn.functional as F
@@ -22,24 +21,6 @@ import causal_conv1d_cuda
 import selective_scan_cuda
 from causal_conv1d.causal_conv1d_interface import causal_conv1d_ref, causal_conv1d_update_ref
 from selective_scan import mamba_inner_fn, selective_scan_ref
-
-ROOT = Path(__file__).resolve().parent.parent
-SDIST_NAME = "mamba_ssm-2.3.2.post1.tar.gz"
-SDIST_DIR = ROOT / "build" / "peer-sdists"
-
-
-def _sdist() -> Path:
-    """MAMBA_SSM_SDIST, else the sdist from PyPI (the registry is reachable where CI runs);
-    metadata only: its setup.py is told to skip its CUDA build and its wheel download."""
-    if os.environ.get("MAMBA_SSM_SDIST"):
-        return Path(os.environ["MAMBA_SSM_SDIST"])
-    path = SDIST_DIR / SDIST_NAME
-    if not path.is_file():
-        env = dict(os.environ, MAMBA_SKIP_CUDA_BUILD="TRUE", MAMBA_FORCE_BUILD="TRUE")
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-build-isolation",
-                        "--no-binary", ":all:", "mamba-ssm==2.3.2.post1", "-d", str(SDIST_DIR)],
-                       env=env, capture_output=True, timeout=120)
-    return path
 
 
 @pytest.fixture(autouse=True)
@@ -78,7 +59,7 @@ def test_imports_as_mamba_ssm_does():
         "from causal_conv1d.causal_conv1d_varlen import causal_conv1d_varlen_states\n"
         "print(selective_scan_cuda.fwd.__module__, causal_conv1d_cuda.causal_conv1d_fwd.__module__)\n"
     )
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(peer_sources.ROOT))
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd="/")
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["selective_scan.cuda_compat", "causal_conv1d.cuda_compat"]
@@ -347,16 +328,12 @@ def test_conv_bad_arities_and_arguments():
 def _mamba_ssm(tmp_path_factory):
     """mamba_ssm's ops package from its sdist (its Python only; the package __init__, which pulls
     in every model and huggingface_hub, is skipped)."""
-    sdist = _sdist()
-    if not sdist.is_file():
-        pytest.skip(f"the mamba_ssm 2.3.2 sdist is not at {sdist} and could not be downloaded")
     pytest.importorskip("einops")
     pytest.importorskip("triton")
-    root = tmp_path_factory.mktemp("mamba_ssm_src")
-    with tarfile.open(sdist) as t:
-        members = [m for m in t.getmembers() if "/mamba_ssm/" in m.name and m.name.endswith(".py")]
-        t.extractall(root, members=members)
-    src = next(root.glob("*/mamba_ssm"))
+    top = peer_sources.unpack_mamba_ssm(tmp_path_factory.mktemp("mamba_ssm_src"))
+    if top is None:
+        pytest.skip(f"no mamba_ssm sdist at {peer_sources.mamba_ssm_sdist()}, and it could not be fetched")
+    src = top / "mamba_ssm"
     saved = {k: v for k, v in sys.modules.items() if k == "mamba_ssm" or k.startswith("mamba_ssm.")}
     pkg = types.ModuleType("mamba_ssm")
     pkg.__path__ = [str(src)]
