@@ -19,8 +19,8 @@ is ours: the LayerNorm counterpart of ``rms_norm_ref``.
 
 On CUDA tensors the compiled kernels (csrc/layernorm_gated/) run when the extension is
 available, x and z are float32, float16 or bfloat16 of one dtype (weight and bias any of the
-three), and a group holds at most 64 KiB of x (the original's limit too); anything else runs
-the PyTorch path, on any device.
+three), and a group holds at most 16 KiB of x (8192 16-bit channels; the original's Triton
+takes up to 64 KiB); anything else runs the PyTorch path, on any device.
 """
 
 from __future__ import annotations
@@ -34,13 +34,13 @@ import torch
 import torch.nn.functional as F
 
 from mamba_kernels.runtime import argchecks, dispatch
-from mamba_kernels.runtime.library import is_compiling
+from mamba_kernels.runtime.library import is_compiling, pick
 
 from . import _checks
 
 Tensor = torch.Tensor
 KERNEL = "selective_scan"  # the extension family (selective_scan._cuda) the norm kernels ship in
-KERNEL_GROUP_BYTES = 65536  # the largest group the kernels hold (csrc/layernorm_gated/norm_policy.h)
+KERNEL_GROUP_BYTES = 16384  # the largest group the kernels hold (csrc/layernorm_gated/norm_gated.h)
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 _KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -277,7 +277,7 @@ def _fwd_cuda(x, weight, bias, z, out, eps, g, norm_before_gate, is_rms_norm):
     rows = (n // g) * m
     mean = None if is_rms_norm else x.new_empty((rows,), dtype=torch.float32)
     rstd = x.new_empty((rows,), dtype=torch.float32)
-    ops.fwd(
+    pick(ops.fwd, ops.fwd_entry)(
         x,
         weight.contiguous(),
         bias.contiguous() if bias is not None else None,
@@ -403,7 +403,7 @@ def _bwd_cuda(
         out_t = out if unit(out) else torch.empty_like(x)
     dw = torch.empty_like(weight, memory_format=torch.contiguous_format)
     db = torch.empty_like(bias, memory_format=torch.contiguous_format) if bias is not None else None
-    ops.bwd(
+    pick(ops.bwd, ops.bwd_entry)(
         dy,
         x,
         weight.contiguous(),
