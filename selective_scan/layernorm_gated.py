@@ -259,7 +259,7 @@ def _layer_norm_fwd(
         _checks.require_tensor("out", out)
         _require_2d_rows("out", out, x)
         argchecks.require_writable("out", out, seen=argchecks.with_strides)
-    if _use_cuda(x, weight, bias, z, g):
+    if (out is None or out.dtype == x.dtype) and _use_cuda(x, weight, bias, z, g):
         return _fwd_cuda(x, weight, bias, z, out, eps, g, norm_before_gate, is_rms_norm)
     y, mean, rstd = _fwd_torch(x, weight, bias, z, eps, g, norm_before_gate, is_rms_norm)
     if out is None:
@@ -346,6 +346,8 @@ def _layer_norm_bwd(
     if (
         _use_cuda(x, weight, bias, z, g)
         and dy.dtype == x.dtype
+        and (dz is None or dz.dtype == x.dtype)
+        and (out is None or out.dtype == x.dtype)
         and rstd.dtype == torch.float32
         and (mean is None or is_rms_norm or mean.dtype == torch.float32)
     ):

@@ -23,7 +23,8 @@ struct PackOf {
   static constexpr int kPerThread = kBytes / (kElems * int(sizeof(T)));  // packs a thread holds
 };
 
-// Where a thread sits: its team (one group of one row at a time) and its lane in the team.
+// Where a thread sits: its team (one group of one row at a time) and its lane in the team. A
+// team of one warp may share its block with others; a larger team is the whole block.
 struct TeamPos {
   int lane;        // 0 .. team - 1
   int team_id;     // the team's index in the block
@@ -133,7 +134,9 @@ inline TeamShape team_shape(int64_t group_size, int elem_bytes, bool vec, int th
   TeamShape s;
   s.vec = vec;
   s.team = team_for(group_size, elem_bytes, vec ? kVectorBytes / elem_bytes : 1, thread_bytes, max_team);
-  s.block = s.team > kMinBlock ? s.team : kMinBlock;
+  // a team of several warps is the whole block (its sums pass block barriers); one-warp teams
+  // share a block of kMinBlock threads
+  s.block = s.team > kMinTeam ? s.team : kMinBlock;
   return s;
 }
 

@@ -19,8 +19,9 @@ namespace layernorm_gated {
 // A group is normalised by one team of threads (a power of two, kMinTeam and up), each
 // thread holding a fixed share of the group in registers as whole packs of 16 bytes (one
 // vector access; one element when the operands do not allow vectors), so every operand is read
-// once. Teams smaller than a block share it (kMinBlock threads at least). The largest group a
-// team holds, kMaxGroupBytes, is the kernels' limit (both passes); a larger one runs in PyTorch.
+// once. One-warp teams share blocks of kMinBlock threads; a larger team is its own block. The
+// largest group a team holds, kMaxGroupBytes, is the kernels' limit (both passes); a larger one
+// runs in PyTorch.
 //   forward:  64 bytes a thread, teams up to 256 (x and z packs only: ~100 registers)
 //   backward: 32 bytes a thread, teams up to 512 (x, z, dy packs and fp32 dw, db sums per
 //             channel; at 64 bytes it needed 200 registers, 8 warps per SM)
@@ -38,7 +39,7 @@ static_assert(int64_t(kBwdMaxTeam) * kBwdThreadBytes == kMaxGroupBytes, "both pa
 // gradients in registers: chunks of kBwdThreadsPerSm threads per SM (about what stays resident
 // at its register use) keep the GPU busy; a second kernel adds the per-chunk partial sums in
 // chunk order, so the result does not depend on scheduling.
-constexpr int kBwdThreadsPerSm = 1024;
+constexpr int kBwdThreadsPerSm = 512;  // what stays resident at 128 registers a thread
 constexpr int kReduceThreads = 128;
 
 // A row-major operand of (rows, n): element (r, c) at ptr + r * row + c.
