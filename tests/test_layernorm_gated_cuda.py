@@ -372,3 +372,20 @@ def test_modules_on_gpu(ops, calls):
         rms_norm_ref(x.double(), m.weight.double(), None, z=z.double(), eps=1e-5, group_size=128),
         _TOL[torch.bfloat16],
     )
+
+
+def test_fake_impls_on_meta_tensors():
+    """The ops' fake implementations (what torch.compile traces) take the schemas' arguments;
+    runs wherever the extension imports, GPU or not."""
+    try:
+        from selective_scan import _norm_ops
+    except Exception as e:  # no built extension here
+        pytest.skip(f"selective_scan._cuda does not import: {type(e).__name__}")
+    meta = {"device": "meta"}
+    x = torch.empty(4, 64, dtype=torch.bfloat16, **meta)
+    w = torch.empty(64, **meta)
+    rstd = torch.empty(8, **meta)
+    assert _norm_ops.fwd(x, w, None, x, torch.empty_like(x), None, rstd, 1e-5, 32, True, True) is None
+    mean = torch.empty(8, **meta)
+    dx, dz, dw, db = torch.empty_like(x), torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)
+    assert _norm_ops.bwd(x, x, w, w, x, mean, rstd, dx, dz, None, dw, db, 1e-5, 32, False, False) is None
