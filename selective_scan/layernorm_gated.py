@@ -26,6 +26,7 @@ takes up to 64 KiB); anything else runs the PyTorch path, on any device.
 from __future__ import annotations
 
 import math
+import operator
 import sys
 from types import ModuleType
 from typing import Optional
@@ -120,10 +121,14 @@ def _check(x, weight, bias, z, eps, group_size) -> int:
         raise argchecks.error(ValueError, "eps", "must be finite and >= 0", repr(eps))
     if group_size is None:
         return n
-    if isinstance(group_size, bool) or not isinstance(group_size, int):
+    try:  # an int, or what indexes like one (numpy's); not a bool, which would read as 0 or 1
+        if isinstance(group_size, bool):
+            raise TypeError
+        group_size = operator.index(group_size)
+    except TypeError:
         raise argchecks.error(
             TypeError, "group_size", "must be None or an int", argchecks.typed_repr(group_size)
-        )
+        ) from None
     if group_size < 1 or n % group_size != 0:
         raise argchecks.error(
             ValueError, "group_size", f"must be >= 1 and divide x.shape[-1] = {n}", repr(group_size)
