@@ -1,0 +1,146 @@
+"""Argument validation for the Mamba-2 SSD functions (``ssd_combined``): every rule is
+checked before anything runs, each error naming the argument, the rule and the value seen, in
+the scan's wording (``_checks``: ``name rule, got <what broke it>``)."""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Tuple
+
+import torch
+
+from mamba_kernels.runtime import argchecks
+from mamba_kernels.runtime.argchecks import dtype_of, error, shape_of
+
+from ._checks import INPUT_DTYPES, require_bool, require_same_device, require_shape, require_tensor
+
+Tensor = torch.Tensor
+
+FLOAT_RULE = "must be float32, float16, bfloat16 or float64"
+INDEX_DTYPES = (torch.int32, torch.int64)
+INDEX_RULE = "must be int32 or int64"
+
+
+def require_float(name: str, t: Tensor) -> None:
+    argchecks.require_dtype_in(name, t, INPUT_DTYPES, FLOAT_RULE, seen=dtype_of)
+
+
+def require_index(name: str, t: Tensor) -> None:
+    argchecks.require_dtype_in(name, t, INDEX_DTYPES, INDEX_RULE, seen=dtype_of)
+
+
+def chunk_size_of(chunk_size: object) -> int:
+    """chunk_size as an int >= 1 (an int or numpy integer, not a bool)."""
+    if isinstance(chunk_size, bool):
+        raise error(TypeError, "chunk_size", "must be an int", argchecks.typed_repr(chunk_size))
+    try:
+        value = operator.index(chunk_size)  # type: ignore[arg-type]
+    except TypeError:
+        raise error(TypeError, "chunk_size", "must be an int", argchecks.typed_repr(chunk_size)) from None
+    if value < 1:
+        raise error(ValueError, "chunk_size", "must be >= 1", repr(value))
+    return value
+
+
+def dt_limit_of(dt_limit: object) -> Tuple[float, float]:
+    """dt_limit as a pair of floats (lo, hi), lo <= hi, neither NaN."""
+    rule = "must be a pair (min, max) of numbers with min <= max"
+    if not isinstance(dt_limit, (tuple, list)) or len(dt_limit) != 2:
+        raise error(TypeError, "dt_limit", rule, repr(dt_limit))
+    for v in dt_limit:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise error(TypeError, "dt_limit", rule, repr(dt_limit))
+    lo, hi = float(dt_limit[0]), float(dt_limit[1])
+    if math.isnan(lo) or math.isnan(hi) or lo > hi:
+        raise error(ValueError, "dt_limit", rule, repr(dt_limit))
+    return lo, hi
+
+
+def _optional_float(name: str, t: object) -> None:
+    require_tensor(name, t, optional=True)
+    if t is not None:
+        require_float(name, t)  # type: ignore[arg-type]
+
+
+def check_chunk_scan(
+    x: object, dt: object, A: object, B: object, C: object, chunk_size: object,
+    D: object = None, z: object = None, dt_bias: object = None, initial_states: object = None,
+    seq_idx: object = None, dt_softplus: object = False, dt_limit: object = (0.0, math.inf),
+) -> Tuple[int, Tuple[float, float], bool]:
+    """Validate mamba_chunk_scan_combined's arguments (cu_seqlens apart: ``check_cu_seqlens``);
+    return (chunk_size, dt_limit, dt_softplus) normalised."""
+    for name, t in (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C)):
+        require_tensor(name, t)
+    for name, t in (("D", D), ("z", z), ("dt_bias", dt_bias), ("initial_states", initial_states)):
+        _optional_float(name, t)
+    require_tensor("seq_idx", seq_idx, optional=True)
+    require_same_device({"x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "z": z, "dt_bias": dt_bias,
+                         "initial_states": initial_states, "seq_idx": seq_idx})
+    assert isinstance(x, Tensor) and isinstance(dt, Tensor) and isinstance(A, Tensor)
+    assert isinstance(B, Tensor) and isinstance(C, Tensor)
+    if x.dim() != 4:
+        raise error(ValueError, "x", "must be 4-D (batch, seqlen, nheads, headdim)", f"{x.dim()}-D {shape_of(x)}")
+    require_float("x", x)
+    batch, seqlen, nheads, headdim = x.shape
+    require_shape("dt", dt, (batch, seqlen, nheads), "(batch, seqlen, nheads)")
+    require_float("dt", dt)
+    require_shape("A", A, (nheads,), "(nheads,)")
+    require_float("A", A)
+    if B.dim() != 4 or B.shape[:2] != (batch, seqlen):
+        rule = f"must have shape (batch, seqlen, ngroups, dstate) with batch={batch}, seqlen={seqlen}"
+        raise error(ValueError, "B", rule, shape_of(B))
+    require_float("B", B)
+    ngroups, dstate = B.shape[2], B.shape[3]
+    if ngroups < 1:
+        raise error(ValueError, "ngroups (B.shape[2])", "must be >= 1", str(ngroups))
+    argchecks.require_dstate("dstate (B.shape[3])", dstate)
+    if nheads % ngroups:
+        raise error(ValueError, "ngroups (B.shape[2])", f"must divide nheads={nheads}", str(ngroups))
+    require_shape("C", C, B.shape, "same as B: (batch, seqlen, ngroups, dstate)")
+    require_float("C", C)
+    size = chunk_size_of(chunk_size)
+    if D is not None:
+        assert isinstance(D, Tensor)
+        if D.shape != (nheads,) and D.shape != (nheads, headdim):
+            rule = f"must have shape (nheads,) = ({nheads},) or (nheads, headdim) = ({nheads}, {headdim})"
+            raise error(ValueError, "D", rule, shape_of(D))
+    if z is not None:
+        require_shape("z", z, x.shape, "same as x: (batch, seqlen, nheads, headdim)")  # type: ignore[arg-type]
+    if dt_bias is not None:
+        require_shape("dt_bias", dt_bias, (nheads,), "(nheads,)")  # type: ignore[arg-type]
+    if initial_states is not None:
+        require_shape("initial_states", initial_states, (batch, nheads, headdim, dstate),  # type: ignore[arg-type]
+                      "(batch, nheads, headdim, dstate)")
+    if seq_idx is not None:
+        require_shape("seq_idx", seq_idx, (batch, seqlen), "(batch, seqlen)")  # type: ignore[arg-type]
+        require_index("seq_idx", seq_idx)  # type: ignore[arg-type]
+    softplus = require_bool("dt_softplus", dt_softplus)
+    return size, dt_limit_of(dt_limit), softplus
+
+
+def check_cu_seqlens(cu_seqlens: object, x: Tensor) -> None:
+    """cu_seqlens for the varlen states: 1-D int32/int64 on x's device, starting at 0,
+    non-decreasing, ending at seqlen; x's batch must be 1."""
+    if cu_seqlens is None:
+        raise error(ValueError, "cu_seqlens", "must be given when return_varlen_states is True", "None")
+    require_tensor("cu_seqlens", cu_seqlens)
+    assert isinstance(cu_seqlens, Tensor)
+    require_same_device({"x": x, "cu_seqlens": cu_seqlens})
+    require_index("cu_seqlens", cu_seqlens)
+    if cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 1:
+        raise error(ValueError, "cu_seqlens", "must be 1-D (num_seqs + 1,)", shape_of(cu_seqlens))
+    batch, seqlen = x.shape[0], x.shape[1]
+    if batch != 1:
+        raise error(ValueError, "x", "must have batch 1 with cu_seqlens (the sequences are packed along seqlen)",
+                    shape_of(x))
+    values = cu_seqlens.tolist()
+    if values[0] != 0 or values[-1] != seqlen or any(a > b for a, b in zip(values, values[1:])):
+        rule = f"must be non-decreasing from 0 to seqlen={seqlen}"
+        shown = values if len(values) <= 8 else values[:4] + ["..."] + values[-3:]
+        raise error(ValueError, "cu_seqlens", rule, repr(shown))
+
+
+def check_flags(**flags: object) -> Tuple[bool, ...]:
+    """Each flag a bool (numpy's too); returned in order."""
+    return tuple(require_bool(name, value) for name, value in flags.items())
