@@ -80,7 +80,8 @@ def check_chunk_scan(
     assert isinstance(x, Tensor) and isinstance(dt, Tensor) and isinstance(A, Tensor)
     assert isinstance(B, Tensor) and isinstance(C, Tensor)
     if x.dim() != 4:
-        raise error(ValueError, "x", "must be 4-D (batch, seqlen, nheads, headdim)", f"{x.dim()}-D {shape_of(x)}")
+        rule = "must be 4-D (batch, seqlen, nheads, headdim)"
+        raise error(ValueError, "x", rule, f"{x.dim()}-D {shape_of(x)}")
     require_float("x", x)
     batch, seqlen, nheads, headdim = x.shape
     require_shape("dt", dt, (batch, seqlen, nheads), "(batch, seqlen, nheads)")
@@ -132,8 +133,8 @@ def check_cu_seqlens(cu_seqlens: object, x: Tensor) -> None:
         raise error(ValueError, "cu_seqlens", "must be 1-D (num_seqs + 1,)", shape_of(cu_seqlens))
     batch, seqlen = x.shape[0], x.shape[1]
     if batch != 1:
-        raise error(ValueError, "x", "must have batch 1 with cu_seqlens (the sequences are packed along seqlen)",
-                    shape_of(x))
+        rule = "must have batch 1 with cu_seqlens (the sequences are packed along seqlen)"
+        raise error(ValueError, "x", rule, shape_of(x))
     values = cu_seqlens.tolist()
     if values[0] != 0 or values[-1] != seqlen or any(a > b for a, b in zip(values, values[1:])):
         rule = f"must be non-decreasing from 0 to seqlen={seqlen}"

@@ -172,7 +172,8 @@ def ssd_selective_scan(
 
 def _activation_flag(activation: object) -> bool:
     if activation not in (None, "silu", "swish"):
-        raise error(NotImplementedError, "activation", 'must be None, "silu" or "swish"', typed_repr(activation))
+        rule = 'must be None, "silu" or "swish"'
+        raise error(NotImplementedError, "activation", rule, typed_repr(activation))
     return activation is not None
 
 
@@ -198,7 +199,8 @@ def mamba_conv1d_scan_ref(
     elif headdim is None:
         raise error(ValueError, "headdim", "must be given when neither z nor a 2-D D is", "None")
     dim = nheads * int(headdim)
-    conv = causal_conv1d_fn(xBC.transpose(1, 2), conv1d_weight, conv1d_bias, activation=activation).transpose(1, 2)
+    conv = causal_conv1d_fn(xBC.transpose(1, 2), conv1d_weight, conv1d_bias, activation=activation)
+    conv = conv.transpose(1, 2)
     dstate = (conv.shape[-1] - dim) // ngroups // 2
     x, B, C = torch.split(conv, [dim, ngroups * dstate, ngroups * dstate], dim=-1)
     x = x.unflatten(-1, (nheads, -1))

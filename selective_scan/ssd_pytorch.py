@@ -96,6 +96,10 @@ def process_dt(
     return dt
 
 
+def _neg_inf(like: Tensor) -> Tensor:
+    return torch.full((), -math.inf, dtype=like.dtype, device=like.device)
+
+
 def _pad_time(t: Tensor, total: int) -> Tensor:
     """t (batch, seqlen, ...) padded with zeros along time to ``total`` steps."""
     pad = total - t.shape[1]
@@ -122,7 +126,7 @@ class _Segments:
         self.with_prev = ids == prev[:, :, None]  # continues the state entering the chunk
         self.carry = last == prev  # (batch, nchunks): the chunk's end state continues the entering one
 
-    def rows(self, b0: int, b1: int) -> "_Segments":
+    def rows(self, b0: int, b1: int) -> _Segments:
         part = object.__new__(_Segments)
         for name in ("ids", "same", "with_last", "with_prev", "carry"):
             setattr(part, name, getattr(self, name)[b0:b1])
@@ -158,7 +162,7 @@ def _chunk_states(
     expo = dA[..., -1:] - dA
     if seg is not None:
         keep = seg.with_last[:, None]
-        expo = torch.where(keep, expo, torch.full((), -math.inf, dtype=expo.dtype, device=expo.device))
+        expo = torch.where(keep, expo, _neg_inf(expo))
         w = torch.where(keep, torch.exp(expo) * dt, dt.new_zeros(()))
     else:
         w = torch.exp(expo) * dt
@@ -185,7 +189,7 @@ def _block_outputs(
     causal = torch.ones(Q, Q, dtype=torch.bool, device=dA.device).tril()
     mask = causal if seg is None else causal & seg.same[:, None]  # (Q, Q) or (b, 1, c, Q, Q)
     expo = dA[..., :, None] - dA[..., None, :]
-    expo = torch.where(mask, expo, torch.full((), -math.inf, dtype=expo.dtype, device=expo.device))
+    expo = torch.where(mask, expo, _neg_inf(expo))
     M = CB[:, None] * torch.exp(expo) * dt[..., None, :]
     M = torch.where(mask, M, M.new_zeros(()))
     y = _causal_matmul(M, xb, exact)
@@ -216,7 +220,7 @@ def _varlen_states(
         j = torch.arange(Q, device=dA.device)
         ids = seg.ids[0][ck]  # (S, Q)
         mine = (j[None, :] <= pos[:, None]) & (ids == ids.gather(1, pos[:, None]))
-        expo = torch.where(mine, a[..., None] - dAc, torch.full((), -math.inf, dtype=a.dtype, device=a.device))
+        expo = torch.where(mine, a[..., None] - dAc, _neg_inf(a))
         w = torch.where(mine, torch.exp(expo) * dtc, dtc.new_zeros(()))
         own = torch.matmul((xb[0][:, ck] * w[..., None]).transpose(-1, -2), Bg[0][ck][None])  # (hb, S, p, n)
         carried = enter[0][:, ck] * torch.exp(a)[..., None, None]
