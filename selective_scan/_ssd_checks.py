@@ -145,3 +145,92 @@ def check_cu_seqlens(cu_seqlens: object, x: Tensor) -> None:
 def check_flags(**flags: object) -> Tuple[bool, ...]:
     """Each flag a bool (numpy's too); returned in order."""
     return tuple(require_bool(name, value) for name, value in flags.items())
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool):
+        raise error(TypeError, name, "must be an int", argchecks.typed_repr(value))
+    try:
+        number = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise error(TypeError, name, "must be an int", argchecks.typed_repr(value)) from None
+    if number < 1:
+        raise error(ValueError, name, "must be >= 1", repr(number))
+    return number
+
+
+def check_split(
+    zxbcdt: object, conv1d_weight: object, conv1d_bias: object, dt_bias: object, A: object, D: object,
+    activation: object, rmsnorm_weight: object, rmsnorm_eps: object, outproj_weight: object,
+    outproj_bias: object, headdim: object, ngroups: object, nonssm: bool = True,
+) -> Tuple[int, int, int, int, int]:
+    """Validate mamba_split_conv1d_scan_combined's own arguments (the scan's are checked by
+    ``check_chunk_scan`` on the parts); return (nheads, headdim, ngroups, dstate, d_nonssm).
+    Without ``nonssm`` (the reference), zxbcdt has no leading non-SSM channels."""
+    if activation not in (None, "silu", "swish"):
+        rule = 'must be None, "silu" or "swish"'
+        raise error(NotImplementedError, "activation", rule, argchecks.typed_repr(activation))
+    for name, t in (("zxbcdt", zxbcdt), ("conv1d_weight", conv1d_weight), ("dt_bias", dt_bias), ("A", A),
+                    ("D", D)):
+        require_tensor(name, t)
+    for name, t in (("conv1d_bias", conv1d_bias), ("rmsnorm_weight", rmsnorm_weight),
+                    ("outproj_weight", outproj_weight), ("outproj_bias", outproj_bias)):
+        _optional_float(name, t)
+    require_same_device({"zxbcdt": zxbcdt, "conv1d_weight": conv1d_weight, "conv1d_bias": conv1d_bias,
+                         "dt_bias": dt_bias, "A": A, "D": D, "rmsnorm_weight": rmsnorm_weight,
+                         "outproj_weight": outproj_weight, "outproj_bias": outproj_bias})
+    assert isinstance(zxbcdt, Tensor) and isinstance(conv1d_weight, Tensor) and isinstance(D, Tensor)
+    if zxbcdt.dim() != 3:
+        raise error(ValueError, "zxbcdt", "must be 3-D (batch, seqlen, channels)", shape_of(zxbcdt))
+    require_float("zxbcdt", zxbcdt)
+    for name, t in (("conv1d_weight", conv1d_weight), ("dt_bias", dt_bias), ("A", A), ("D", D)):
+        require_float(name, t)  # type: ignore[arg-type]
+    if D.dim() == 1:
+        if headdim is None:
+            raise error(ValueError, "headdim", "must be given when D is (nheads,)", "None")
+        nheads, hd = D.shape[0], _positive_int("headdim", headdim)
+    elif D.dim() == 2:
+        nheads, hd = D.shape
+    else:
+        raise error(ValueError, "D", "must be (nheads,) or (nheads, headdim)", shape_of(D))
+    groups = _positive_int("ngroups", ngroups)
+    if nheads % groups:
+        raise error(ValueError, "ngroups", f"must divide nheads={nheads}", repr(groups))
+    dim = nheads * hd
+    if conv1d_weight.dim() != 2:
+        raise error(ValueError, "conv1d_weight", "must be 2-D (dim + 2 * ngroups * dstate, width)",
+                    shape_of(conv1d_weight))
+    conv_dim = conv1d_weight.shape[0]
+    if conv_dim <= dim or (conv_dim - dim) % (2 * groups):
+        rule = (f"must have dim + 2 * ngroups * dstate rows with dim={dim}, ngroups={groups} and "
+                "dstate >= 1")
+        raise error(ValueError, "conv1d_weight", rule, shape_of(conv1d_weight))
+    dstate = (conv_dim - dim) // (2 * groups)
+    channels = zxbcdt.shape[-1]
+    extra = channels - 2 * dim - 2 * groups * dstate - nheads
+    if extra < 0 or extra % 2 or (extra and not nonssm):
+        what = "2 * d_nonssm + " if nonssm else ""
+        rule = (f"must have {what}2 * dim + 2 * ngroups * dstate + nheads channels with dim={dim}, "
+                f"ngroups={groups}, dstate={dstate}, nheads={nheads}")
+        raise error(ValueError, "zxbcdt", rule, shape_of(zxbcdt))
+    if conv1d_bias is not None:
+        require_shape("conv1d_bias", conv1d_bias, (conv_dim,), "(dim + 2 * ngroups * dstate,)")  # type: ignore
+    require_shape("dt_bias", dt_bias, (nheads,), "(nheads,)")  # type: ignore[arg-type]
+    require_shape("A", A, (nheads,), "(nheads,)")  # type: ignore[arg-type]
+    if rmsnorm_weight is not None:
+        require_shape("rmsnorm_weight", rmsnorm_weight, (dim,), "(dim,)")  # type: ignore[arg-type]
+    if isinstance(rmsnorm_eps, bool) or not isinstance(rmsnorm_eps, (int, float)):
+        raise error(TypeError, "rmsnorm_eps", "must be a number >= 0", repr(rmsnorm_eps))
+    if not rmsnorm_eps >= 0:
+        raise error(ValueError, "rmsnorm_eps", "must be a number >= 0", repr(rmsnorm_eps))
+    d_nonssm = extra // 2
+    if outproj_weight is not None:
+        assert isinstance(outproj_weight, Tensor)
+        if outproj_weight.dim() != 2 or outproj_weight.shape[1] != d_nonssm + dim:
+            rule = f"must have shape (out_dim, d_nonssm + dim) with d_nonssm + dim={d_nonssm + dim}"
+            raise error(ValueError, "outproj_weight", rule, shape_of(outproj_weight))
+        if outproj_bias is not None:
+            require_shape("outproj_bias", outproj_bias, (outproj_weight.shape[0],), "(out_dim,)")  # type: ignore
+    elif outproj_bias is not None:
+        raise error(ValueError, "outproj_bias", "must be None without outproj_weight", shape_of(outproj_bias))
+    return nheads, hd, groups, dstate, d_nonssm

@@ -29,7 +29,8 @@ import torch.nn.functional as F
 from causal_conv1d import causal_conv1d_fn
 from mamba_kernels.runtime.argchecks import error, shape_of, typed_repr
 
-from . import _ssd_checks
+from . import _amp, _ssd_checks
+from .layernorm_gated import rmsnorm_fn
 from .scan_fn import selective_scan_fn
 from .ssd_pytorch import NO_LIMIT, compute_dtype, process_dt, ssd_forward
 
@@ -42,6 +43,8 @@ __all__ = [
     "ssd_chunk_scan_combined_ref",
     "ssd_selective_scan",
     "mamba_conv1d_scan_ref",
+    "mamba_split_conv1d_scan_combined",
+    "mamba_split_conv1d_scan_ref",
     "ssd_forward",
 ]
 
@@ -209,3 +212,110 @@ def mamba_conv1d_scan_ref(
     out = ssd_selective_scan(x, dt.to(x.dtype), A, B, C, D=D.float() if D is not None else None, z=zz,
                              dt_bias=dt_bias, dt_softplus=dt_softplus, dt_limit=dt_limit)
     return out.flatten(-2)
+
+
+def _split_parts(zxbcdt, conv1d_weight, conv1d_bias, seq_idx, activation, nheads, headdim, ngroups, dstate,
+                 d_nonssm):
+    """zxbcdt's parts: (zx0, z, x, B, C, dt), x/B/C out of the causal conv, in the scan's shapes."""
+    dim = nheads * headdim
+    zx0, z, xBC, dt = torch.split(zxbcdt, [2 * d_nonssm, dim, dim + 2 * ngroups * dstate, nheads], dim=-1)
+    conv = causal_conv1d_fn(xBC.transpose(1, 2), conv1d_weight, conv1d_bias, seq_idx=seq_idx,
+                            activation="silu" if activation is not None else None)
+    x, B, C = torch.split(conv.transpose(1, 2), [dim, ngroups * dstate, ngroups * dstate], dim=-1)
+    return (zx0, z.unflatten(-1, (nheads, headdim)), x.unflatten(-1, (nheads, headdim)),
+            B.unflatten(-1, (ngroups, dstate)), C.unflatten(-1, (ngroups, dstate)), dt)
+
+
+def _swiglu(zx0: Tensor) -> Tensor:
+    """silu(first half) * second half, in float32, zx0's dtype."""
+    x0, x1 = zx0.chunk(2, dim=-1)
+    return (F.silu(x0.float()) * x1.float()).to(zx0.dtype)
+
+
+def _out_proj(out: Tensor, weight: Optional[Tensor], bias: Optional[Tensor]) -> Tensor:
+    """The out projection, in the CUDA autocast dtype when autocast is on (as the original)."""
+    if weight is None:
+        return out
+    dtype = _amp.autocast_dtype()
+    if dtype is not None:
+        out, weight = out.to(dtype), weight.to(dtype)
+        bias = bias.to(dtype) if bias is not None else None
+    else:
+        for name, t in (("outproj_weight", weight), ("outproj_bias", bias)):
+            if t is not None and t.dtype != out.dtype:
+                rule = f"must have zxbcdt's dtype {out.dtype} outside autocast"
+                raise error(TypeError, name, rule, str(t.dtype))
+    return F.linear(out, weight, bias)
+
+
+def mamba_split_conv1d_scan_combined(
+    zxbcdt: Tensor, conv1d_weight: Tensor, conv1d_bias: Optional[Tensor], dt_bias: Tensor, A: Tensor,
+    D: Tensor, chunk_size: int, initial_states: Optional[Tensor] = None, seq_idx: Optional[Tensor] = None,
+    dt_limit: Tuple[float, float] = NO_LIMIT, return_final_states: bool = False,
+    activation: Optional[str] = "silu", rmsnorm_weight: Optional[Tensor] = None, rmsnorm_eps: float = 1e-6,
+    outproj_weight: Optional[Tensor] = None, outproj_bias: Optional[Tensor] = None,
+    headdim: Optional[int] = None, ngroups: int = 1, norm_before_gate: bool = True,
+) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """Mamba-2's fused layer body. zxbcdt (batch, seqlen, 2 * d_nonssm + 2 * dim + 2 * ngroups *
+    dstate + nheads) is split into zx0 (swiglu'd, put before the SSM output when d_nonssm > 0),
+    z, xBC (through the causal conv with ``conv1d_weight`` (dim + 2 * ngroups * dstate, width),
+    ``conv1d_bias`` and ``activation``, seq_idx restarting it) and dt; the scan runs with
+    dt_softplus and dt_bias, A, D ((nheads,) with ``headdim``, or (nheads, headdim)),
+    initial_states, seq_idx and dt_limit; then the gated RMSNorm with ``rmsnorm_weight`` (dim,)
+    over groups of dim / ngroups channels (``norm_before_gate``: norm(y) * silu(z), else
+    norm(y * silu(z))), or y * silu(z) without it; then the out projection (out_dim, d_nonssm +
+    dim) when given. Returns out, and ``(out, final_states)`` with return_final_states."""
+    nheads, hd, groups, dstate, d_nonssm = _ssd_checks.check_split(
+        zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, activation, rmsnorm_weight, rmsnorm_eps,
+        outproj_weight, outproj_bias, headdim, ngroups)
+    return_final_states, norm_before_gate = _ssd_checks.check_flags(
+        return_final_states=return_final_states, norm_before_gate=norm_before_gate)
+    batch, seqlen = zxbcdt.shape[:2]
+    _ssd_checks.require_tensor("initial_states", initial_states, optional=True)
+    _ssd_checks.require_tensor("seq_idx", seq_idx, optional=True)
+    if seq_idx is not None:  # checked before the conv uses it
+        _ssd_checks.require_shape("seq_idx", seq_idx, (batch, seqlen), "(batch, seqlen)")
+        _ssd_checks.require_index("seq_idx", seq_idx)
+    with torch.autocast(device_type=zxbcdt.device.type, enabled=False):
+        zx0, z, x, B, C, dt = _split_parts(zxbcdt, conv1d_weight, conv1d_bias, seq_idx, activation,
+                                           nheads, hd, groups, dstate, d_nonssm)
+        size, limit, _ = _ssd_checks.check_chunk_scan(x, dt, A, B, C, chunk_size, D, None, dt_bias,
+                                                      initial_states, seq_idx, True, dt_limit)
+        gate = z if rmsnorm_weight is None else None
+        out, _, _, _, _, final_states, _ = ssd_forward(x, dt, A, B, C, size, D, gate, dt_bias, initial_states,
+                                                       seq_idx, None, True, limit)
+        out = out.flatten(-2)
+        if rmsnorm_weight is not None:
+            out = rmsnorm_fn(out, rmsnorm_weight, None, z=z.flatten(-2), eps=rmsnorm_eps,
+                             group_size=nheads * hd // groups, norm_before_gate=norm_before_gate)
+        if d_nonssm:
+            out = torch.cat([_swiglu(zx0).to(out.dtype), out], dim=-1)
+    out = _out_proj(out, outproj_weight, outproj_bias)
+    return (out, final_states) if return_final_states else out
+
+
+def mamba_split_conv1d_scan_ref(
+    zxbcdt: Tensor, conv1d_weight: Tensor, conv1d_bias: Optional[Tensor], dt_bias: Tensor, A: Tensor,
+    D: Tensor, chunk_size: int, dt_limit: Tuple[float, float] = NO_LIMIT, activation: Optional[str] = "silu",
+    rmsnorm_weight: Optional[Tensor] = None, rmsnorm_eps: float = 1e-6,
+    outproj_weight: Optional[Tensor] = None, outproj_bias: Optional[Tensor] = None,
+    headdim: Optional[int] = None, ngroups: int = 1, norm_before_gate: bool = True,
+) -> Tensor:
+    """Reference of the fused layer (no d_nonssm, seq_idx or initial states): the conv, the
+    Mamba-1 scan (``ssd_selective_scan``), the gated RMSNorm over dim / ngroups channels, the
+    out projection."""
+    nheads, hd, groups, dstate, _ = _ssd_checks.check_split(
+        zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, activation, rmsnorm_weight, rmsnorm_eps,
+        outproj_weight, outproj_bias, headdim, ngroups, nonssm=False)
+    norm_before_gate = _ssd_checks.require_bool("norm_before_gate", norm_before_gate)
+    _ssd_checks.chunk_size_of(chunk_size)
+    _, z, x, B, C, dt = _split_parts(zxbcdt, conv1d_weight, conv1d_bias, None, activation, nheads, hd, groups,
+                                     dstate, 0)
+    out = ssd_selective_scan(x, dt.to(x.dtype), A, B, C, D=D.float(), z=z if rmsnorm_weight is None else None,
+                             dt_bias=dt_bias, dt_softplus=True, dt_limit=dt_limit).flatten(-2)
+    if rmsnorm_weight is not None:
+        out = rmsnorm_fn(out, rmsnorm_weight, None, z=z.flatten(-2), eps=rmsnorm_eps,
+                         group_size=nheads * hd // groups, norm_before_gate=norm_before_gate)
+    if outproj_weight is not None:
+        out = F.linear(out, outproj_weight, outproj_bias)
+    return out
