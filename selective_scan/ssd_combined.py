@@ -227,9 +227,9 @@ def _split_parts(zxbcdt, conv1d_weight, conv1d_bias, seq_idx, activation, nheads
 
 
 def _swiglu(zx0: Tensor) -> Tensor:
-    """silu(first half) * second half, in float32, zx0's dtype."""
-    x0, x1 = zx0.chunk(2, dim=-1)
-    return (F.silu(x0.float()) * x1.float()).to(zx0.dtype)
+    """silu(first half) * second half, in float32 (float64 for float64), zx0's dtype."""
+    x0, x1 = (t.to(compute_dtype(zx0)) for t in zx0.chunk(2, dim=-1))
+    return (F.silu(x0) * x1).to(zx0.dtype)
 
 
 def _out_proj(out: Tensor, weight: Optional[Tensor], bias: Optional[Tensor]) -> Tensor:
