@@ -117,7 +117,7 @@ class _Segments:
         ids = ids.to(torch.int64)
         if nchunks * Q > seqlen and seqlen:  # the padding belongs to the last sequence
             ids = torch.cat([ids, ids[:, -1:].expand(batch, nchunks * Q - seqlen)], dim=1)
-        ids = ids.view(batch, nchunks, Q)
+        ids = ids.reshape(batch, nchunks, Q)
         last = ids[:, :, -1]  # (batch, nchunks): the sequence at each chunk's end
         prev = torch.cat([last.new_zeros(batch, 1), last[:, :-1]], dim=1)  # ... at the previous end
         self.ids = ids
@@ -283,11 +283,11 @@ def _forward(x, dt, A, B, C, Q, D, z, dt_bias, initial_states, seq_idx, cu_seqle
     total = nchunks * Q
 
     dt = process_dt(dt, dt_bias, dt_softplus, dt_limit, real)
-    dt_out = _pad_time(dt, total).view(batch, nchunks, Q, nheads).permute(0, 3, 1, 2)  # (b, h, c, Q)
+    dt_out = _pad_time(dt, total).reshape(batch, nchunks, Q, nheads).permute(0, 3, 1, 2)  # (b, h, c, Q)
     dA_cumsum = torch.cumsum(dt_out * A.to(real)[:, None, None], dim=-1)
-    xq = _pad_time(x, total).view(batch, nchunks, Q, nheads, headdim)
-    Bq = _pad_time(B.to(real), total).view(batch, nchunks, Q, ngroups, dstate)
-    Cq = _pad_time(C.to(real), total).view(batch, nchunks, Q, ngroups, dstate)
+    xq = _pad_time(x, total).reshape(batch, nchunks, Q, nheads, headdim)
+    Bq = _pad_time(B.to(real), total).reshape(batch, nchunks, Q, ngroups, dstate)
+    Cq = _pad_time(C.to(real), total).reshape(batch, nchunks, Q, ngroups, dstate)
     init = initial_states.to(real) if initial_states is not None else None
     seg = _Segments(seq_idx, nchunks, Q) if seq_idx is not None else None
     exact = not bool(torch.isfinite(x).all())

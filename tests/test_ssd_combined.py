@@ -163,8 +163,9 @@ def test_low_precision_inputs(dtype, tol):
     assert ((final.to(F64) - hs[-1]).abs().max() / hs[-1].abs().max()) < tol
 
 
-def test_strided_inputs_equal_contiguous_ones():
-    x, dt, A, B, C, g = make(seqlen=21)
+@pytest.mark.parametrize("seqlen", [21, 24])  # a padded last chunk, whole chunks
+def test_strided_inputs_equal_contiguous_ones(seqlen):
+    x, dt, A, B, C, g = make(seqlen=seqlen)
     D = torch.randn(4, 3, generator=g, dtype=F64)
     z = torch.randn(x.shape, generator=g, dtype=F64)
     init = torch.randn(2, 4, 3, 5, generator=g, dtype=F64)
@@ -176,12 +177,15 @@ def test_strided_inputs_equal_contiguous_ones():
         assert not view.is_contiguous()
         return view
 
+    seq_idx = packed_seq_idx(2, seqlen, g).to(torch.int64)
     args = [x, dt, A, B, C]
-    kw = dict(D=D, z=z, initial_states=init, dt_bias=torch.randn(4, generator=g, dtype=F64))
+    kw = dict(D=D, z=z, initial_states=init, dt_bias=torch.randn(4, generator=g, dtype=F64), seq_idx=seq_idx)
     want = mamba_chunk_scan_combined(*args, 8, **kw, dt_softplus=True)
     got = mamba_chunk_scan_combined(*[strided(t) for t in args], 8, dt_softplus=True,
                                     **{k: strided(v) for k, v in kw.items()})
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    # dt used as given (no bias, softplus or clamp) keeps its strides into the chunk layout
+    torch.testing.assert_close(mamba_chunk_scan(*[strided(t) for t in args], 8), mamba_chunk_scan(*args, 8))
     # broadcast (stride 0) B and C
     Bb = B[:, :1].expand(B.shape)
     torch.testing.assert_close(mamba_chunk_scan_combined(x, dt, A, Bb, C, 8),
