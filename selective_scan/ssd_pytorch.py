@@ -28,8 +28,9 @@ and x = 0. With ``a_t`` the cumulative sum of dt A inside a chunk (``dA_cumsum``
 Computed in float32 (float64 for float64 x) whatever the inputs' dtypes, with autocast off;
 autograd runs through these operations. Work is done in blocks of (batches, heads of one
 group), each of whose (Q, Q) temporaries holds at most ``BLOCK_ELEMENTS`` elements, so memory
-stays bounded at any size (without autograd; with it, each block's matrices are kept for the
-backward).
+stays bounded at any size; with autograd over more than one block, each block keeps only its
+inputs and runs again in the backward (activation checkpointing), so the backward's memory stays
+bounded too, for the price of a second forward.
 
 NaN is causal: a NaN or Inf at position t reaches no output before t. Every masked entry is
 set with ``where`` (an exact zero, never 0 * NaN); the one product that cannot be masked that
@@ -63,6 +64,7 @@ from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 Tensor = torch.Tensor
 
@@ -199,6 +201,13 @@ def _block_outputs(
     return y + off
 
 
+def _block(dA, dtb, xb, Bg, Cg, CB, init, seg, exact) -> Tuple[Tensor, Tensor, Tensor]:
+    """One block: its outputs without D (b, hb, c, Q, p), the states entering its chunks and its
+    final state."""
+    enter, final = _chunk_states(dA, dtb, xb, Bg, init, seg)
+    return _block_outputs(dA, dtb, xb, Bg, Cg, CB, enter, seg, exact), enter, final
+
+
 def _varlen_states(
     dA: Tensor, dt: Tensor, xb: Tensor, Bg: Tensor, init: Optional[Tensor], seg: _Segments,
     starts: List[int], ends: List[int],
@@ -291,6 +300,11 @@ def _forward(x, dt, A, B, C, Q, D, z, dt_bias, initial_states, seq_idx, cu_seqle
     init = initial_states.to(real) if initial_states is not None else None
     seg = _Segments(seq_idx, nchunks, Q) if seq_idx is not None else None
     exact = not bool(torch.isfinite(x).all())
+    # with autograd over more than one block, each block keeps only its inputs for the backward
+    # and runs again there: the (Q, Q) matrices of all blocks would otherwise be kept at once
+    recording = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (x, dt, A, B, C, dt_bias, initial_states))
+    keep_less = recording and batch * nheads * nchunks * Q * Q > BLOCK_ELEMENTS
 
     varlen = None
     if cu_seqlens is not None:
@@ -322,8 +336,12 @@ def _forward(x, dt, A, B, C, Q, D, z, dt_bias, initial_states, seq_idx, cu_seqle
         xb = xq[b0:b1, :, :, h0:h1].to(real).permute(0, 3, 1, 2, 4)  # (b, hb, c, Q, p)
         part_seg = seg.rows(b0, b1) if seg is not None else None
         ib = init[b0:b1, h0:h1] if init is not None else None
-        enter, final = _chunk_states(dA, dtb, xb, Bg, ib, part_seg)
-        y_parts.append(_block_outputs(dA, dtb, xb, Bg, Cg, CBs[g], enter, part_seg, exact))
+        if keep_less:
+            y_block, enter, final = checkpoint(_block, dA, dtb, xb, Bg, Cg, CBs[g], ib, part_seg, exact,
+                                               use_reentrant=False)
+        else:
+            y_block, enter, final = _block(dA, dtb, xb, Bg, Cg, CBs[g], ib, part_seg, exact)
+        y_parts.append(y_block)
         enter_parts.append(enter)
         final_parts.append(final)
         if cu_seqlens is not None:

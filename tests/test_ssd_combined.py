@@ -335,6 +335,34 @@ def test_gradients_match_the_recurrence():
     assert clamped.any() and (got[1][clamped] == 0).all()
 
 
+@pytest.mark.parametrize("varlen", [False, True])
+def test_blocks_of_one_head_and_row_equal_one_block(monkeypatch, varlen):
+    """Small blocks (one batch row, one head each: the path of large problems, with its
+    checkpointed backward) give the outputs, states and gradients of one block."""
+    batch = 1 if varlen else 3
+    x, dt, A, B, C, g = make(batch=batch, seqlen=26)
+    extra = dict(D=torch.randn(4, 3, generator=g, dtype=F64), z=torch.randn(x.shape, generator=g, dtype=F64),
+                 dt_bias=torch.randn(4, generator=g, dtype=F64),
+                 initial_states=torch.randn(batch, 4, 3, 5, generator=g, dtype=F64))
+    seq_idx = packed_seq_idx(batch, 26, g)
+    cu = torch.tensor([0, 7, 20, 26]) if varlen else None
+
+    def run():
+        leaves = [t.clone().requires_grad_() for t in (x, dt, A, B, C, *extra.values())]
+        res = mamba_chunk_scan_combined(*leaves[:5], 8, **dict(zip(extra, leaves[5:])), seq_idx=seq_idx,
+                                        dt_softplus=True, cu_seqlens=cu, return_final_states=True,
+                                        return_varlen_states=varlen)
+        loss = sum((r * torch.linspace(-1, 1, r.numel(), dtype=F64).view(r.shape)).sum() for r in res)
+        return res, torch.autograd.grad(loss, leaves)
+
+    want = run()
+    monkeypatch.setattr(ssd_pytorch, "BLOCK_ELEMENTS", 1)
+    got = run()
+    for a, b in zip(got[0] + got[1], want[0] + want[1]):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert len(list(ssd_pytorch._blocks(batch, 2, 2, 4, 8))) == batch * 4
+
+
 # --- NaN causality ------------------------------------------------------------------------
 
 
