@@ -4,6 +4,7 @@ varlen states, dtypes, strides, gradients, NaN causality, empty sizes and bad ar
 
 from __future__ import annotations
 
+import inspect
 import math
 import subprocess
 import sys
@@ -498,3 +499,35 @@ def test_import_does_not_import_triton():
     code = ("import sys; import selective_scan.ssd_combined, selective_scan.ssd_pytorch; "
             "assert 'triton' not in sys.modules, 'triton imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _params(fn):
+    return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()]
+
+
+def test_signatures_follow_mamba_ssm():
+    from selective_scan import ssd_combined as m
+
+    E = inspect.Parameter.empty
+    head = [("x", E), ("dt", E), ("A", E), ("B", E), ("C", E)]
+    limit = ("dt_limit", (0.0, math.inf))
+    assert _params(m.mamba_chunk_scan_combined) == head + [
+        ("chunk_size", E), ("D", None), ("z", None), ("dt_bias", None), ("initial_states", None),
+        ("seq_idx", None), ("cu_seqlens", None), ("dt_softplus", False), limit,
+        ("return_final_states", False), ("return_varlen_states", False)]
+    plain = head + [("chunk_size", E), ("D", None), ("z", None), ("dt_bias", None), ("dt_softplus", False)]
+    assert _params(m.mamba_chunk_scan) == plain
+    assert _params(m.ssd_chunk_scan_combined_ref) == plain
+    assert _params(m.ssd_selective_scan) == head + [
+        ("D", None), ("z", None), ("dt_bias", None), ("dt_softplus", False), limit]
+    assert _params(m.mamba_conv1d_scan_ref) == [
+        ("xBC", E), ("conv1d_weight", E), ("conv1d_bias", E), ("dt", E), ("A", E), ("chunk_size", E),
+        ("D", None), ("z", None), ("dt_bias", None), ("dt_softplus", False), limit, ("activation", "silu"),
+        ("headdim", None), ("ngroups", 1)]
+    split = [("zxbcdt", E), ("conv1d_weight", E), ("conv1d_bias", E), ("dt_bias", E), ("A", E), ("D", E),
+             ("chunk_size", E)]
+    tail = [("activation", "silu"), ("rmsnorm_weight", None), ("rmsnorm_eps", 1e-6), ("outproj_weight", None),
+            ("outproj_bias", None), ("headdim", None), ("ngroups", 1), ("norm_before_gate", True)]
+    assert _params(m.mamba_split_conv1d_scan_combined) == split + [
+        ("initial_states", None), ("seq_idx", None), limit, ("return_final_states", False)] + tail
+    assert _params(m.mamba_split_conv1d_scan_ref) == split + [limit] + tail

@@ -10,7 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from selective_scan.ssd_combined import mamba_split_conv1d_scan_combined, mamba_split_conv1d_scan_ref
+from selective_scan.ssd_combined import (
+    mamba_conv1d_scan_ref,
+    mamba_split_conv1d_scan_combined,
+    mamba_split_conv1d_scan_ref,
+)
 
 F64 = torch.float64
 NHEADS, HEADDIM, NGROUPS, DSTATE, WIDTH = 4, 3, 2, 5, 4
@@ -330,3 +334,18 @@ def test_bad_arguments_are_named(label, changes, exc, words):
         _call(**changes)
     for word in words:
         assert word in str(info.value), (word, str(info.value))
+
+
+def test_conv1d_scan_reference():
+    p = params()
+    p.pop("generator")
+    z, xBC, dt = torch.split(p["zxbcdt"], [DIM, CONV_DIM, NHEADS], dim=-1)
+    want = mamba_split_conv1d_scan_combined(
+        p["zxbcdt"], p["conv1d_weight"], p["conv1d_bias"], p["dt_bias"], p["A"], p["D"], 8,
+        headdim=HEADDIM, ngroups=NGROUPS,
+    )
+    got = mamba_conv1d_scan_ref(
+        xBC, p["conv1d_weight"], p["conv1d_bias"], dt, p["A"], 8, D=p["D"], z=z, dt_bias=p["dt_bias"],
+        dt_softplus=True, ngroups=NGROUPS,
+    )
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)  # the reference's D is float32
