@@ -36,8 +36,8 @@ def test_chunk_scan_on_cuda_matches_cpu(dtype):
     for device in ("cpu", "cuda"):
         (x, dt, B, C, z, A, D, bias, init), seq_idx = _inputs(device, dtype)
         out, final = mamba_chunk_scan_combined(
-            x, dt, A, B, C, 64, D=D, z=z, dt_bias=bias, initial_states=init, seq_idx=seq_idx, dt_softplus=True,
-            dt_limit=(0.01, math.inf), return_final_states=True)
+            x, dt, A, B, C, 64, D=D, z=z, dt_bias=bias, initial_states=init, seq_idx=seq_idx,
+            dt_softplus=True, dt_limit=(0.01, math.inf), return_final_states=True)
         w = torch.linspace(-1, 1, out.numel(), device=device).view(out.shape)
         grads = torch.autograd.grad((out.float() * w).sum() + final.sum(), [x, dt, A, B, C, D, z, bias, init])
         results.append([out, final, *grads])
