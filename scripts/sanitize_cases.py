@@ -2,7 +2,7 @@
 
 Every kernel kind the launchers in csrc can choose (conv forward, backward and update; the
 selective scan's lane kernels at 1, 2 and 4 states per lane, its cluster kernels, its classic
-kernels; each decode kernel) is a ``Kind``; every ``Case`` is one small problem
+kernels; each decode kernel; the gated norm's kernels) is a ``Kind``; every ``Case`` is one small problem
 meant to reach one or more kinds. Which kind a shape reaches is the launchers' choice, made in
 C++ from the sizes, strides and the GPU's SM count; ``predict`` restates that choice here (the
 constants in ``POLICY`` are the policy headers', which tests/test_sanitize_script.py reads back
@@ -37,7 +37,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
-FAMILIES = ("conv_fwd", "conv_bwd", "conv_update", "scan_fwd", "scan_bwd", "decode")
+FAMILIES = ("conv_fwd", "conv_bwd", "conv_update", "scan_fwd", "scan_bwd", "decode", "norm")
 # Tools that get one process per case (the others: one process per family). synccheck over
 # several tests in one process once ended in "Fatal Python error: Aborted" with 0 errors
 # reported (docs/KERNELS.md, "Sanitizer checks"), so it never shares a process.
@@ -62,7 +62,7 @@ def _k(family: str, kernel: str, what: str, *sites: str, launches: Tuple[int, in
     return Kind(family, kernel, what, sites, launches)
 
 
-CC, SS = "causal_conv1d/", "selective_scan/"
+CC, SS, LN = "causal_conv1d/", "selective_scan/", "layernorm_gated/"
 KINDS: Dict[str, Kind] = {
     # causal_conv1d forward (csrc/causal_conv1d/fwd.cu, fwd_launch)
     "conv_fwd_cf_lean": _k("conv_fwd", r"::fwd_channel_first_lean<", "channel-first lean",
@@ -171,6 +171,17 @@ KINDS: Dict[str, Kind] = {
                      SS + "update.cu:state_update_row<S, T, false>"),
     "decode_row_mamba1": _k("decode", r"::state_update_row<[^<>]*, true>", "row kernel, Mamba-1's fixed step",
                             SS + "update.cu:state_update_row<S, T, true>"),
+    # the gated norm (csrc/layernorm_gated: fwd.cu launch_typed, bwd.cu launch_typed, launch_norm_bwd)
+    "norm_fwd_vec": _k("norm", r"::norm_fwd_kernel<[^<>]*, true>", "forward, 16-byte packs",
+                       LN + "fwd.cu:norm_fwd_kernel<T, true>"),
+    "norm_fwd_scalar": _k("norm", r"::norm_fwd_kernel<[^<>]*, false>", "forward, one element a pack",
+                          LN + "fwd.cu:norm_fwd_kernel<T, false>"),
+    "norm_bwd_vec": _k("norm", r"::norm_bwd_kernel<[^<>]*, true>", "backward, 16-byte packs",
+                       LN + "bwd.cu:norm_bwd_kernel<T, true>"),
+    "norm_bwd_scalar": _k("norm", r"::norm_bwd_kernel<[^<>]*, false>", "backward, one element a pack",
+                          LN + "bwd.cu:norm_bwd_kernel<T, false>"),
+    "norm_bwd_reduce": _k("norm", r"::norm_reduce_kernel\b", "dweight / dbias: the chunks' partial sums",
+                          LN + "bwd.cu:norm_reduce_kernel"),
 }
 
 
@@ -311,6 +322,22 @@ CASES: List[Case] = [
        dim=100, dstate=16, state=F32, act=BF16),
     _c("decode_row_mamba1_bf16", "decode", ["decode_row_mamba1"], "Mamba-1's step, bf16 state", batch=1,
        nheads=None, dim=96, dstate=16, state=BF16, act=BF16),
+    # ---- the gated norm: (rows, ngroups * group_size); "bwd" runs the forward, then the backward
+    _c("norm_fwd_bench_groups", "norm", ["norm_fwd_vec"], "Mamba-2's groups of 640, gate after, RMS",
+       rows=67, group_size=640, ngroups=8, dtype=BF16, z=True, rms=True),
+    _c("norm_fwd_odd_layer", "norm", ["norm_fwd_scalar"], "group of 77 (no vector), LayerNorm, gate first",
+       rows=9, group_size=77, ngroups=3, dtype=F16, z=True, nbg=False, rms=False, bias=True),
+    _c("norm_fwd_team256", "norm", ["norm_fwd_vec"], "16 KiB groups: 8-warp teams, the block barrier",
+       rows=5, group_size=4096, ngroups=2, dtype=F32, rms=False, bias=True, strided=True),
+    _c("norm_bwd_groups", "norm", ["norm_fwd_vec", "norm_bwd_vec", "norm_bwd_reduce"],
+       "groups of 640, gate after, RMS, recomputed output", rows=300, group_size=640, ngroups=2, dtype=BF16,
+       z=True, rms=True, bwd=True, recompute=True),
+    _c("norm_bwd_odd_layer", "norm", ["norm_fwd_scalar", "norm_bwd_scalar", "norm_bwd_reduce"],
+       "group of 99, LayerNorm with bias, gate first, fp16 weight", rows=41, group_size=99, ngroups=2,
+       dtype=F32, z=True, nbg=False, rms=False, bias=True, wtype=F16, bwd=True),
+    _c("norm_bwd_team512", "norm", ["norm_fwd_vec", "norm_bwd_vec", "norm_bwd_reduce"],
+       "one 16 KiB group: a 512-thread backward team", rows=6, group_size=8192, ngroups=1, dtype=BF16,
+       z=True, rms=False, bias=True, bwd=True),
 ]
 
 
@@ -531,12 +558,25 @@ def predict_decode(c: Case) -> List[str]:
     return ["decode_lean_p2"]
 
 
+def predict_norm(c: Case) -> List[str]:
+    """layernorm_gated fwd.cu / bwd.cu: 16-byte packs when the group holds whole vectors (the
+    cases' operands are aligned, their row strides whole vectors), else one element a pack."""
+    p = c.params
+    mode = "vec" if p["group_size"] % (16 // _SIZE[p["dtype"]]) == 0 else "scalar"
+    kinds = [f"norm_fwd_{mode}"]
+    if p.get("bwd"):
+        kinds += [f"norm_bwd_{mode}", "norm_bwd_reduce"]
+    return kinds
+
+
 def predict(c: Case) -> List[str]:
     """The kinds case c reaches on a 132-SM GPU, by the launchers' rules restated above."""
     if c.family.startswith("conv"):
         return predict_conv(c)
     if c.family.startswith("scan"):
         return predict_scan(c)
+    if c.family == "norm":
+        return predict_norm(c)
     return predict_decode(c)
 
 
@@ -708,9 +748,45 @@ def run_decode(c: Case, gen, _update_ops=None) -> None:
     _update_ops.update(state, x, dt, A, B, C, D, z, dt_bias, True, idx)
 
 
+def run_norm(c: Case, gen, _norm_ops=None) -> None:
+    torch = _torch()
+    if _norm_ops is None:
+        from selective_scan import _norm_ops
+
+    p = c.params
+    rows, gs, dtype = p["rows"], p["group_size"], p["dtype"]
+    n = gs * p["ngroups"]
+    rms, nbg = bool(p.get("rms", True)), bool(p.get("nbg", True))
+    wtype = p.get("wtype", F32)
+
+    def act():
+        if not p.get("strided"):
+            return _rand(rows, n, dtype=dtype, gen=gen)
+        return _rand(rows, n + 16, dtype=dtype, gen=gen)[:, 8:8 + n]  # rows 16 elements apart
+
+    x = act()
+    z = act() if p.get("z") else None
+    w = _rand(n, dtype=wtype, scale=0.3, shift=1.0, gen=gen)
+    b = _rand(n, dtype=wtype, scale=0.3, gen=gen) if p.get("bias") else None
+    out = torch.empty(rows, n, device=DEVICE, dtype=_dt(dtype))
+    stats = rows * p["ngroups"]
+    mean = None if rms else torch.empty(stats, device=DEVICE)
+    rstd = torch.empty(stats, device=DEVICE)
+    _norm_ops.fwd(x, w, b, z, out, mean, rstd, 1e-5, gs, nbg, rms)
+    if not p.get("bwd"):
+        return
+    dy = act()
+    dx = torch.empty_like(out)
+    dz = torch.empty_like(out) if z is not None else None
+    recomputed = torch.empty_like(out) if p.get("recompute") else None
+    dw = torch.empty(n, device=DEVICE, dtype=_dt(wtype))
+    db = torch.empty(n, device=DEVICE, dtype=_dt(wtype)) if b is not None else None
+    _norm_ops.bwd(dy, x, w, b, z, mean, rstd, dx, dz, recomputed, dw, db, 1e-5, gs, nbg, rms)
+
+
 RUNNERS: Dict[str, Callable] = {
     "conv_fwd": run_conv, "conv_bwd": run_conv, "conv_update": run_conv,
-    "scan_fwd": run_scan, "scan_bwd": run_scan, "decode": run_decode,
+    "scan_fwd": run_scan, "scan_bwd": run_scan, "decode": run_decode, "norm": run_norm,
 }
 
 

@@ -1,8 +1,9 @@
 """Drop-in replacement for mamba_ssm's selective-scan Python API.
 
-``selective_scan.selective_scan_interface`` mirrors ``mamba_ssm.ops.selective_scan_interface``
-and ``selective_scan.selective_state_update`` mirrors
-``mamba_ssm.ops.triton.selective_state_update``.
+``selective_scan.selective_scan_interface`` mirrors ``mamba_ssm.ops.selective_scan_interface``,
+``selective_scan.selective_state_update`` mirrors
+``mamba_ssm.ops.triton.selective_state_update`` and ``selective_scan.layernorm_gated`` mirrors
+``mamba_ssm.ops.triton.layernorm_gated`` (Mamba-2's gated RMSNorm).
 """
 
 from mamba_kernels.runtime import installed

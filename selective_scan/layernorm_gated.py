@@ -19,13 +19,14 @@ is ours: the LayerNorm counterpart of ``rms_norm_ref``.
 
 On CUDA tensors the compiled kernels (csrc/layernorm_gated/) run when the extension is
 available, x and z are float32, float16 or bfloat16 of one dtype (weight and bias any of the
-three), and a group holds at most 64 KiB of x (the original's limit too); anything else runs
-the PyTorch path, on any device.
+three), and a group holds at most 16 KiB of x (8192 16-bit channels; the original's Triton
+takes up to 64 KiB); anything else runs the PyTorch path, on any device.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 import sys
 from types import ModuleType
 from typing import Optional
@@ -34,13 +35,13 @@ import torch
 import torch.nn.functional as F
 
 from mamba_kernels.runtime import argchecks, dispatch
-from mamba_kernels.runtime.library import is_compiling
+from mamba_kernels.runtime.library import is_compiling, pick
 
 from . import _checks
 
 Tensor = torch.Tensor
 KERNEL = "selective_scan"  # the extension family (selective_scan._cuda) the norm kernels ship in
-KERNEL_GROUP_BYTES = 65536  # the largest group the kernels hold (csrc/layernorm_gated/norm_policy.h)
+KERNEL_GROUP_BYTES = 16384  # the largest group the kernels hold (csrc/layernorm_gated/norm_gated.h)
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 _KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -120,10 +121,14 @@ def _check(x, weight, bias, z, eps, group_size) -> int:
         raise argchecks.error(ValueError, "eps", "must be finite and >= 0", repr(eps))
     if group_size is None:
         return n
-    if isinstance(group_size, bool) or not isinstance(group_size, int):
+    try:  # an int, or what indexes like one (numpy's); not a bool, which would read as 0 or 1
+        if isinstance(group_size, bool):
+            raise TypeError
+        group_size = operator.index(group_size)
+    except TypeError:
         raise argchecks.error(
             TypeError, "group_size", "must be None or an int", argchecks.typed_repr(group_size)
-        )
+        ) from None
     if group_size < 1 or n % group_size != 0:
         raise argchecks.error(
             ValueError, "group_size", f"must be >= 1 and divide x.shape[-1] = {n}", repr(group_size)
@@ -259,7 +264,7 @@ def _layer_norm_fwd(
         _checks.require_tensor("out", out)
         _require_2d_rows("out", out, x)
         argchecks.require_writable("out", out, seen=argchecks.with_strides)
-    if _use_cuda(x, weight, bias, z, g):
+    if (out is None or out.dtype == x.dtype) and _use_cuda(x, weight, bias, z, g):
         return _fwd_cuda(x, weight, bias, z, out, eps, g, norm_before_gate, is_rms_norm)
     y, mean, rstd = _fwd_torch(x, weight, bias, z, eps, g, norm_before_gate, is_rms_norm)
     if out is None:
@@ -277,7 +282,7 @@ def _fwd_cuda(x, weight, bias, z, out, eps, g, norm_before_gate, is_rms_norm):
     rows = (n // g) * m
     mean = None if is_rms_norm else x.new_empty((rows,), dtype=torch.float32)
     rstd = x.new_empty((rows,), dtype=torch.float32)
-    ops.fwd(
+    pick(ops.fwd, ops.fwd_entry)(
         x,
         weight.contiguous(),
         bias.contiguous() if bias is not None else None,
@@ -346,6 +351,8 @@ def _layer_norm_bwd(
     if (
         _use_cuda(x, weight, bias, z, g)
         and dy.dtype == x.dtype
+        and (dz is None or dz.dtype == x.dtype)
+        and (out is None or out.dtype == x.dtype)
         and rstd.dtype == torch.float32
         and (mean is None or is_rms_norm or mean.dtype == torch.float32)
     ):
@@ -403,7 +410,7 @@ def _bwd_cuda(
         out_t = out if unit(out) else torch.empty_like(x)
     dw = torch.empty_like(weight, memory_format=torch.contiguous_format)
     db = torch.empty_like(bias, memory_format=torch.contiguous_format) if bias is not None else None
-    ops.bwd(
+    pick(ops.bwd, ops.bwd_entry)(
         dy,
         x,
         weight.contiguous(),

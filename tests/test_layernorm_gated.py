@@ -215,6 +215,13 @@ def test_private_forward_backward_helpers():
     assert dzbig[:, 0].isnan().all() and dzbig[:, 1 + n :].isnan().all()
 
 
+def test_group_size_may_be_a_numpy_int():
+    np = pytest.importorskip("numpy")
+    x, w, _, _ = _inputs((2, 16), F64, False, False)
+    got = rmsnorm_fn(x, w, None, group_size=np.int64(4))
+    torch.testing.assert_close(got, reference(x, w, None, None, 1e-6, 4, True, True))
+
+
 def test_layer_norm_mean_saved():
     x, w, b, _ = _inputs((5, 12), torch.float32, False, True)
     y, mean, rstd = lg._layer_norm_fwd(x, w, b, 1e-5, group_size=4)

@@ -261,7 +261,7 @@ def _reference_ops():
     import torch
 
     from causal_conv1d import causal_conv1d_fn, causal_conv1d_update
-    from selective_scan import selective_scan_fn
+    from selective_scan import layernorm_gated, selective_scan_fn
     from selective_scan.selective_state_update import selective_state_update
 
     calls = []
@@ -313,7 +313,26 @@ def _reference_ops():
             calls.append("decode")
             return selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, softplus, idx)
 
-    return calls, Conv, Scan, Update
+    class Norm:
+        @staticmethod
+        def fwd(x, w, b, z, out, mean, rstd, eps, gs, nbg, rms):
+            calls.append("norm.fwd")
+            _, m, r = layernorm_gated._layer_norm_fwd(x, w, b, eps, z=z, out=out, group_size=gs,
+                                                      norm_before_gate=nbg, is_rms_norm=rms)
+            assert (mean is None) == rms and r.shape == rstd.shape
+            rstd.copy_(r)
+            if mean is not None:
+                mean.copy_(m)
+
+        @staticmethod
+        def bwd(dy, x, w, b, z, mean, rstd, dx, dz, out, dw, db, eps, gs, nbg, rms):
+            calls.append("norm.bwd")
+            assert dx.shape == x.shape and (dz is None) == (z is None) and (db is None) == (b is None)
+            assert dw.dtype == w.dtype and (db is None or db.dtype == b.dtype)
+            layernorm_gated._layer_norm_bwd(dy, x, w, b, eps, mean, rstd, z, gs, nbg, rms,
+                                            recompute_output=out is not None, dz=dz, out=out)
+
+    return calls, Conv, Scan, Update, Norm
 
 
 def test_case_inputs_are_valid_on_the_reference_path(monkeypatch):
@@ -321,7 +340,7 @@ def test_case_inputs_are_valid_on_the_reference_path(monkeypatch):
 
     monkeypatch.setenv("MAMBA_KERNELS_BACKEND", "reference")
     monkeypatch.setattr(sc, "DEVICE", "cpu")
-    calls, conv, scan, update = _reference_ops()
+    calls, conv, scan, update, norm = _reference_ops()
     for c in sc.CASES:
         gen = torch.Generator().manual_seed(1)
         before = len(calls)
@@ -329,12 +348,15 @@ def test_case_inputs_are_valid_on_the_reference_path(monkeypatch):
             sc.run_conv(c, gen, _ops=conv)
         elif c.family.startswith("scan"):
             sc.run_scan(c, gen, _ops=scan)
+        elif c.family == "norm":
+            sc.run_norm(c, gen, _norm_ops=norm)
         else:
             sc.run_decode(c, gen, _update_ops=update)
         want = {"conv_fwd": ["conv.fwd"], "conv_bwd": ["conv.bwd", "conv.fwd"],
                 "conv_update": ["conv.update"],
                 "scan_fwd": ["scan.fwd"], "scan_bwd": ["scan.fwd", "scan.bwd"],
-                "decode": ["decode"]}[c.family]
+                "decode": ["decode"],
+                "norm": ["norm.fwd", "norm.bwd"] if c.params.get("bwd") else ["norm.fwd"]}[c.family]
         assert calls[before:] == want, c.name
 
 

@@ -39,6 +39,8 @@ template <>
 struct RawWord<8> { using type = uint2; };
 template <>
 struct RawWord<4> { using type = uint32_t; };
+template <>
+struct RawWord<2> { using type = unsigned short; };  // one 16-bit element (the unvectorised norm)
 
 template <typename T, int kN>
 union Pack {
