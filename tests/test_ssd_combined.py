@@ -149,6 +149,20 @@ def test_seq_idx_not_starting_at_zero_drops_initial_states():
     torch.testing.assert_close(with_init, want)
 
 
+def test_growing_states_and_negative_seq_idx_follow_the_recurrence():
+    x, dt, A, B, C, g = make(seqlen=30)
+    A = torch.tensor([0.2, -0.5, 0.05, -1.0], dtype=F64)  # A > 0: the state grows inside a chunk
+    init = torch.randn(2, 4, 3, 5, generator=g, dtype=F64)
+    # negative numbers are ordinary sequences (non-decreasing here: a restart at each change)
+    rows = [[-3] * 4 + [-1] * 12 + [3] * 14, [-5] * 11 + [-2] * 9 + [5] * 10]
+    seq_idx = torch.tensor(rows, dtype=torch.int32)
+    want, hs = recurrence(x, dt, A, B, C, init=init, seq_idx=seq_idx, d=process(dt))
+    out, final = mamba_chunk_scan_combined(x, dt, A, B, C, 8, initial_states=init, seq_idx=seq_idx,
+                                           return_final_states=True)
+    torch.testing.assert_close(out, want, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(final, hs[-1], rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-5), (torch.float16, 4e-3), (torch.bfloat16, 3e-2)])
 def test_low_precision_inputs(dtype, tol):
     x, dt, A, B, C, g = make(seqlen=40, dtype=dtype)
