@@ -147,7 +147,7 @@ def check_flags(**flags: object) -> Tuple[bool, ...]:
     return tuple(require_bool(name, value) for name, value in flags.items())
 
 
-def _positive_int(name: str, value: object) -> int:
+def positive_int(name: str, value: object) -> int:
     if isinstance(value, bool):
         raise error(TypeError, name, "must be an int", argchecks.typed_repr(value))
     try:
@@ -188,12 +188,12 @@ def check_split(
     if D.dim() == 1:
         if headdim is None:
             raise error(ValueError, "headdim", "must be given when D is (nheads,)", "None")
-        nheads, hd = D.shape[0], _positive_int("headdim", headdim)
+        nheads, hd = D.shape[0], positive_int("headdim", headdim)
     elif D.dim() == 2:
         nheads, hd = D.shape
     else:
         raise error(ValueError, "D", "must be (nheads,) or (nheads, headdim)", shape_of(D))
-    groups = _positive_int("ngroups", ngroups)
+    groups = positive_int("ngroups", ngroups)
     if nheads % groups:
         raise error(ValueError, "ngroups", f"must divide nheads={nheads}", repr(groups))
     dim = nheads * hd
@@ -234,3 +234,38 @@ def check_split(
     elif outproj_bias is not None:
         raise error(ValueError, "outproj_bias", "must be None without outproj_weight", shape_of(outproj_bias))
     return nheads, hd, groups, dstate, d_nonssm
+
+
+def check_selective(
+    x: object, dt: object, A: object, B: object, C: object, D: object, z: object, dt_bias: object,
+    dt_softplus: object, dt_limit: object,
+) -> Tuple[bool, Tuple[float, float]]:
+    """Validate ssd_selective_scan's arguments, whose dt, A and dt_bias may also be per (head,
+    dim); return (dt_softplus, dt_limit) normalised."""
+    for name, t in (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C)):
+        require_tensor(name, t)
+    for name, t in (("D", D), ("z", z), ("dt_bias", dt_bias)):
+        _optional_float(name, t)
+    require_same_device({"x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "z": z, "dt_bias": dt_bias})
+    assert isinstance(x, Tensor) and isinstance(dt, Tensor) and isinstance(A, Tensor)
+    assert isinstance(B, Tensor) and isinstance(C, Tensor)
+    if x.dim() != 4:
+        raise error(ValueError, "x", "must be 4-D (batch, seqlen, nheads, headdim)", shape_of(x))
+    for name, t in (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C)):
+        require_float(name, t)
+    batch, seqlen, nheads, headdim = x.shape
+    if dt.shape != (batch, seqlen, nheads) and dt.shape != x.shape:
+        raise error(ValueError, "dt", "must be (batch, seqlen, nheads) or x's shape", shape_of(dt))
+    if B.dim() != 4 or B.shape[:2] != (batch, seqlen) or B.shape[2] < 1 or nheads % B.shape[2]:
+        rule = "must be (batch, seqlen, ngroups, dstate) with ngroups dividing nheads"
+        raise error(ValueError, "B", rule, shape_of(B))
+    argchecks.require_dstate("dstate (B.shape[3])", B.shape[3])
+    require_shape("C", C, B.shape, "same as B: (batch, seqlen, ngroups, dstate)")
+    if A.shape != (nheads,) and A.shape != (nheads * headdim, B.shape[3]):
+        raise error(ValueError, "A", "must be (nheads,) or (nheads * headdim, dstate)", shape_of(A))
+    for name, t in (("D", D), ("dt_bias", dt_bias)):
+        if t is not None and t.shape != (nheads,) and t.shape != (nheads, headdim):  # type: ignore[union-attr]
+            raise error(ValueError, name, "must be (nheads,) or (nheads, headdim)", shape_of(t))
+    if z is not None:
+        require_shape("z", z, x.shape, "same as x: (batch, seqlen, nheads, headdim)")  # type: ignore[arg-type]
+    return require_bool("dt_softplus", dt_softplus), dt_limit_of(dt_limit)

@@ -136,25 +136,15 @@ def ssd_selective_scan(
     (head, dim): dt (batch, seqlen, nheads) or (batch, seqlen, nheads, headdim), A (nheads,) or
     (nheads * headdim, dstate), dt_bias (nheads,) or (nheads, headdim). As in the original,
     dt_limit is applied only when it is not the default (0, inf)."""
-    for name, t in (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C)):
-        _ssd_checks.require_tensor(name, t)
-    if x.dim() != 4:
-        raise error(ValueError, "x", "must be 4-D (batch, seqlen, nheads, headdim)", shape_of(x))
+    softplus, limit = _ssd_checks.check_selective(x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit)
     batch, seqlen, nheads, headdim = x.shape
-    if B.dim() != 4:
-        raise error(ValueError, "B", "must be 4-D (batch, seqlen, ngroups, dstate)", shape_of(B))
     dstate = B.shape[3]
     dim = nheads * headdim
-    softplus = _ssd_checks.require_bool("dt_softplus", dt_softplus)
-    limit = _ssd_checks.dt_limit_of(dt_limit)
     wide = x.dtype == torch.float64
     param = torch.float64 if wide else torch.float32
     u = x.permute(0, 2, 3, 1).reshape(batch, dim, seqlen)
     if dt.dim() == 3:
         dt = dt[..., None].expand(batch, seqlen, nheads, headdim)
-    if dt.dim() != 4:
-        raise error(ValueError, "dt", "must be (batch, seqlen, nheads) or (batch, seqlen, nheads, headdim)",
-                    shape_of(dt))
     delta = dt.permute(0, 2, 3, 1).reshape(batch, dim, seqlen)
     A_full = A[:, None, None].expand(nheads, headdim, dstate).reshape(dim, dstate) if A.dim() == 1 else A
     Bs, Cs = (t.permute(0, 2, 3, 1).to(x.dtype) for t in (B, C))  # (batch, ngroups, dstate, seqlen)
@@ -191,6 +181,16 @@ def mamba_conv1d_scan_ref(
     the causal conv, split into x, B, C, then ``ssd_selective_scan``; out (batch, seqlen, dim).
     headdim is read from z (batch, seqlen, dim) when given, else from D, else must be given."""
     _activation_flag(activation)
+    for name, t in (("xBC", xBC), ("dt", dt)):
+        _ssd_checks.require_tensor(name, t)
+    if xBC.dim() != 3:
+        rule = "must be 3-D (batch, seqlen, dim + 2 * ngroups * dstate)"
+        raise error(ValueError, "xBC", rule, shape_of(xBC))
+    if dt.dim() not in (3, 4) or dt.shape[:2] != xBC.shape[:2]:
+        rule = "must be (batch, seqlen, nheads) or (batch, seqlen, nheads, headdim), matching xBC"
+        raise error(ValueError, "dt", rule, shape_of(dt))
+    _ssd_checks.chunk_size_of(chunk_size)
+    ngroups = _ssd_checks.positive_int("ngroups", ngroups)
     batch, seqlen, nheads = dt.shape[:3]
     if z is not None:
         dim = z.shape[-1]
@@ -201,7 +201,10 @@ def mamba_conv1d_scan_ref(
         headdim = D.shape[1]
     elif headdim is None:
         raise error(ValueError, "headdim", "must be given when neither z nor a 2-D D is", "None")
-    dim = nheads * int(headdim)
+    dim = nheads * _ssd_checks.positive_int("headdim", headdim)
+    if xBC.shape[-1] <= dim or (xBC.shape[-1] - dim) % (2 * ngroups):
+        rule = f"must have dim + 2 * ngroups * dstate channels, dim={dim}, ngroups={ngroups}, dstate >= 1"
+        raise error(ValueError, "xBC", rule, shape_of(xBC))
     conv = causal_conv1d_fn(xBC.transpose(1, 2), conv1d_weight, conv1d_bias, activation=activation)
     conv = conv.transpose(1, 2)
     dstate = (conv.shape[-1] - dim) // ngroups // 2

@@ -545,3 +545,28 @@ def test_signatures_follow_mamba_ssm():
     assert _params(m.mamba_split_conv1d_scan_combined) == split + [
         ("initial_states", None), ("seq_idx", None), limit, ("return_final_states", False)] + tail
     assert _params(m.mamba_split_conv1d_scan_ref) == split + [limit] + tail
+
+
+REF_BAD = [
+    ("selective dt", ssd_selective_scan, dict(dt=torch.zeros(1, 6, 3, dtype=F64)), ValueError, ["dt"]),
+    ("selective A", ssd_selective_scan, dict(A=torch.zeros(4, 2, dtype=F64)), ValueError, ["A", "(4, 2)"]),
+    ("selective B", ssd_selective_scan, dict(B=torch.zeros(1, 6, 3, 5, dtype=F64)), ValueError,
+     ["B", "ngroups"]),
+    ("selective D", ssd_selective_scan, dict(D=torch.zeros(5, dtype=F64)), ValueError, ["D", "(5,)"]),
+    ("selective limit", ssd_selective_scan, dict(dt_limit=(2.0, 1.0)), ValueError, ["dt_limit"]),
+    ("ref chunk", ssd_chunk_scan_combined_ref, dict(chunk_size=-1), ValueError, ["chunk_size"]),
+    ("ref z", ssd_chunk_scan_combined_ref, dict(z=torch.zeros(1, 6, 4, dtype=F64)), ValueError, ["z"]),
+    ("plain softplus", mamba_chunk_scan, dict(dt_softplus=None), TypeError, ["dt_softplus"]),
+]
+
+
+@pytest.mark.parametrize("label,fn,changes,exc,words", REF_BAD, ids=[b[0] for b in REF_BAD])
+def test_references_name_bad_arguments(label, fn, changes, exc, words):
+    kw = _good()
+    if fn is ssd_selective_scan:
+        kw.pop("chunk_size")
+    kw.update(changes)
+    with pytest.raises(exc) as info:
+        fn(**kw)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))

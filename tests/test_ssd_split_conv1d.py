@@ -349,3 +349,27 @@ def test_conv1d_scan_reference():
         dt_softplus=True, ngroups=NGROUPS,
     )
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)  # the reference's D is float32
+
+
+CONV_REF_BAD = [
+    ("xBC 2-D", dict(xBC=torch.zeros(6, CONV_DIM, dtype=F64)), ValueError, ["xBC", "3-D"]),
+    ("xBC channels", dict(xBC=torch.zeros(2, 6, CONV_DIM + 1, dtype=F64)), ValueError, ["xBC", "channels"]),
+    ("dt", dict(dt=torch.zeros(2, 5, NHEADS, dtype=F64)), ValueError, ["dt", "matching xBC"]),
+    ("headdim", dict(D=None, headdim=None), ValueError, ["headdim"]),
+    ("ngroups", dict(ngroups=0), ValueError, ["ngroups", ">= 1"]),
+    ("activation", dict(activation="gelu"), NotImplementedError, ["activation"]),
+]
+
+
+@pytest.mark.parametrize("label,changes,exc,words", CONV_REF_BAD, ids=[b[0] for b in CONV_REF_BAD])
+def test_conv1d_scan_reference_names_bad_arguments(label, changes, exc, words):
+    p = params(seqlen=6)
+    p.pop("generator")
+    kw = dict(xBC=torch.zeros(2, 6, CONV_DIM, dtype=F64), conv1d_weight=p["conv1d_weight"],
+              conv1d_bias=p["conv1d_bias"], dt=torch.zeros(2, 6, NHEADS, dtype=F64), A=p["A"], chunk_size=4,
+              D=p["D"], headdim=HEADDIM, ngroups=NGROUPS)
+    kw.update(changes)
+    with pytest.raises(exc) as info:
+        mamba_conv1d_scan_ref(**kw)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
