@@ -513,6 +513,9 @@ def test_import_does_not_import_triton():
     code = ("import sys; import selective_scan.ssd_combined, selective_scan.ssd_pytorch; "
             "assert 'triton' not in sys.modules, 'triton imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+    # and the package alone does not import the SSD modules (its import costs nothing more)
+    code = "import sys, selective_scan; assert 'selective_scan.ssd_combined' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def _params(fn):
