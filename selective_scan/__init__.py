@@ -3,7 +3,9 @@
 ``selective_scan.selective_scan_interface`` mirrors ``mamba_ssm.ops.selective_scan_interface``,
 ``selective_scan.selective_state_update`` mirrors
 ``mamba_ssm.ops.triton.selective_state_update`` and ``selective_scan.layernorm_gated`` mirrors
-``mamba_ssm.ops.triton.layernorm_gated`` (Mamba-2's gated RMSNorm).
+``mamba_ssm.ops.triton.layernorm_gated`` (Mamba-2's gated RMSNorm). ``selective_scan.ssd_combined``
+mirrors ``mamba_ssm.ops.triton.ssd_combined`` (Mamba-2's SSD scan; its names are not re-exported
+here, so importing the package does not import it).
 """
 
 from mamba_kernels.runtime import installed

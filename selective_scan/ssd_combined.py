@@ -1,0 +1,324 @@
+"""Drop-in for ``mamba_ssm.ops.triton.ssd_combined`` (mamba_ssm 2.3.2): the Mamba-2 SSD scan.
+
+Same names, positional order, defaults, shapes and return forms as the original's public
+functions: ``mamba_chunk_scan_combined``, ``mamba_chunk_scan``, ``ssd_chunk_scan_combined_ref``,
+``ssd_selective_scan``, ``mamba_conv1d_scan_ref``, ``mamba_split_conv1d_scan_combined`` and
+``mamba_split_conv1d_scan_ref``. No Triton: everything runs the chunked PyTorch forward of
+``ssd_pytorch`` (``ssd_forward``, the function a compiled kernel replaces), on any device and
+in float64 too, with autograd through it. The maths and the meaning of every argument are in
+``ssd_pytorch``'s docstring; docs/CLIENTS.md ("Mamba-2: ssd_combined") lists where we differ
+from the original on purpose:
+
+* dt NaN propagates (the clamp to dt_limit keeps it NaN), and a NaN anywhere reaches no
+  earlier output; gradients flow with ``return_varlen_states`` too (the original refuses
+  that backward);
+* float64 inputs compute in float64, and final_states / dt_out / dA_cumsum are float64 then;
+* the varlen states start each sequence from zero (the first one from initial_states)
+  whatever the chunk boundaries are; a chunk's decays are never clamped at 1 for A > 0;
+* every argument is checked with an error naming it (``_ssd_checks``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+
+from causal_conv1d import causal_conv1d_fn
+from mamba_kernels.runtime.argchecks import error, shape_of, typed_repr
+
+from . import _amp, _ssd_checks
+from .layernorm_gated import rmsnorm_fn
+from .scan_fn import selective_scan_fn
+from .ssd_pytorch import NO_LIMIT, compute_dtype, process_dt, ssd_forward
+
+Tensor = torch.Tensor
+INF_LIMIT = (-math.inf, math.inf)
+
+__all__ = [
+    "mamba_chunk_scan_combined",
+    "mamba_chunk_scan",
+    "ssd_chunk_scan_combined_ref",
+    "ssd_selective_scan",
+    "mamba_conv1d_scan_ref",
+    "mamba_split_conv1d_scan_combined",
+    "mamba_split_conv1d_scan_ref",
+    "ssd_forward",
+]
+
+
+def mamba_chunk_scan_combined(
+    x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,
+    D: Optional[Tensor] = None, z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None,
+    initial_states: Optional[Tensor] = None, seq_idx: Optional[Tensor] = None,
+    cu_seqlens: Optional[Tensor] = None, dt_softplus: bool = False,
+    dt_limit: Tuple[float, float] = NO_LIMIT, return_final_states: bool = False,
+    return_varlen_states: bool = False,
+) -> Union[Tensor, Tuple[Tensor, ...]]:
+    """The SSD scan of x (batch, seqlen, nheads, headdim) with dt (batch, seqlen, nheads),
+    A (nheads,), B and C (batch, seqlen, ngroups, dstate), D (nheads,) or (nheads, headdim),
+    z like x (out = y * silu(z)), dt_bias (nheads,), initial_states (batch, nheads, headdim,
+    dstate), seq_idx (batch, seqlen) int32 (the state restarts where it changes), cu_seqlens
+    (num_seqs + 1,) for ``return_varlen_states`` only (batch 1; ignored otherwise).
+
+    dt is dt + dt_bias, through softplus with ``dt_softplus``, clamped to ``dt_limit``
+    (default (0, inf): negative dt become 0). Returns ``out`` (x's dtype); ``(out,
+    final_states)`` with return_final_states (float32, float64 for float64 x); ``(out,
+    varlen_states)`` with return_varlen_states ((num_seqs, nheads, headdim, dstate), C's
+    dtype); ``(out, final_states, varlen_states)`` with both.
+    """
+    return_final_states, return_varlen_states = _ssd_checks.check_flags(
+        return_final_states=return_final_states, return_varlen_states=return_varlen_states)
+    size, limit, softplus = _ssd_checks.check_chunk_scan(
+        x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit)
+    if return_varlen_states:
+        _ssd_checks.check_cu_seqlens(cu_seqlens, x)
+    else:
+        cu_seqlens = None
+    out, _, _, _, _, final_states, varlen_states = ssd_forward(
+        x, dt, A, B, C, size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, softplus, limit)
+    if not return_varlen_states:
+        return (out, final_states) if return_final_states else out
+    return (out, final_states, varlen_states) if return_final_states else (out, varlen_states)
+
+
+def mamba_chunk_scan(
+    x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,
+    D: Optional[Tensor] = None, z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None,
+    dt_softplus: bool = False,
+) -> Tensor:
+    """The scan by chunks without the clamp of dt (the original's unfused form): out."""
+    size, _, softplus = _ssd_checks.check_chunk_scan(x, dt, A, B, C, chunk_size, D, z, dt_bias,
+                                                     dt_softplus=dt_softplus)
+    return ssd_forward(x, dt, A, B, C, size, D, z, dt_bias, dt_softplus=softplus, dt_limit=INF_LIMIT)[0]
+
+
+def ssd_chunk_scan_combined_ref(
+    x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk_size: int,
+    D: Optional[Tensor] = None, z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None,
+    dt_softplus: bool = False,
+) -> Tensor:
+    """Per-step reference of the same maths (a loop over time, differentiable by autograd;
+    dt is not clamped; ``chunk_size`` is checked and otherwise unused). Runs in float32
+    (float64 for float64 x) and returns x's dtype."""
+    _, _, softplus = _ssd_checks.check_chunk_scan(x, dt, A, B, C, chunk_size, D, z, dt_bias,
+                                                  dt_softplus=dt_softplus)
+    real = compute_dtype(x)
+    batch, seqlen, nheads, headdim = x.shape
+    per_group = nheads // B.shape[2]
+    d = process_dt(dt, dt_bias, softplus, INF_LIMIT, real)  # (b, l, h)
+    xr = x.to(real)
+    Bh = B.to(real).repeat_interleave(per_group, dim=2)  # (b, l, h, n)
+    Ch = C.to(real).repeat_interleave(per_group, dim=2)
+    decay = torch.exp(d * A.to(real))
+    h = xr.new_zeros(batch, nheads, headdim, B.shape[3])
+    ys = []
+    for t in range(seqlen):
+        h = decay[:, t, :, None, None] * h + (d[:, t, :, None] * xr[:, t])[..., None] * Bh[:, t, :, None, :]
+        ys.append(torch.matmul(h, Ch[:, t, :, :, None])[..., 0])
+    y = torch.stack(ys, dim=1) if ys else xr.new_zeros(batch, 0, nheads, headdim)
+    if D is not None:
+        Dr = D.to(real)
+        y = y + xr * (Dr[:, None] if Dr.dim() == 1 else Dr)
+    if z is not None:
+        y = y * F.silu(z.to(real))
+    return y.to(x.dtype)
+
+
+def ssd_selective_scan(
+    x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Optional[Tensor] = None,
+    z: Optional[Tensor] = None, dt_bias: Optional[Tensor] = None, dt_softplus: bool = False,
+    dt_limit: Tuple[float, float] = NO_LIMIT,
+) -> Tensor:
+    """The same maths through the Mamba-1 scan (``selective_scan_fn``), one channel per
+    (head, dim): dt (batch, seqlen, nheads) or (batch, seqlen, nheads, headdim), A (nheads,) or
+    (nheads * headdim, dstate), dt_bias (nheads,) or (nheads, headdim). As in the original,
+    dt_limit is applied only when it is not the default (0, inf)."""
+    softplus, limit = _ssd_checks.check_selective(x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit)
+    batch, seqlen, nheads, headdim = x.shape
+    dstate = B.shape[3]
+    dim = nheads * headdim
+    wide = x.dtype == torch.float64
+    param = torch.float64 if wide else torch.float32
+    u = x.permute(0, 2, 3, 1).reshape(batch, dim, seqlen)
+    if dt.dim() == 3:
+        dt = dt[..., None].expand(batch, seqlen, nheads, headdim)
+    delta = dt.permute(0, 2, 3, 1).reshape(batch, dim, seqlen)
+    A_full = A[:, None, None].expand(nheads, headdim, dstate).reshape(dim, dstate) if A.dim() == 1 else A
+    Bs, Cs = (t.permute(0, 2, 3, 1).to(x.dtype) for t in (B, C))  # (batch, ngroups, dstate, seqlen)
+    D_full = None
+    if D is not None:
+        D_full = (D[:, None].expand(nheads, headdim) if D.dim() == 1 else D).reshape(dim).to(param)
+    z_full = z.permute(0, 2, 3, 1).reshape(batch, dim, seqlen) if z is not None else None
+    bias = None
+    if dt_bias is not None:
+        bias = (dt_bias[:, None].expand(nheads, headdim) if dt_bias.dim() == 1 else dt_bias).reshape(dim)
+    if limit != NO_LIMIT:
+        delta = process_dt(delta, bias[:, None] if bias is not None else None, softplus, limit, param)
+        bias, softplus = None, False
+    out = selective_scan_fn(u, delta.to(x.dtype), A_full.to(param), Bs, Cs, D_full, z_full,
+                            bias.to(param) if bias is not None else None, softplus)
+    return out.reshape(batch, nheads, headdim, seqlen).permute(0, 3, 1, 2)
+
+
+def _activation_flag(activation: object) -> bool:
+    if activation not in (None, "silu", "swish"):
+        rule = 'must be None, "silu" or "swish"'
+        raise error(NotImplementedError, "activation", rule, typed_repr(activation))
+    return activation is not None
+
+
+def mamba_conv1d_scan_ref(
+    xBC: Tensor, conv1d_weight: Tensor, conv1d_bias: Optional[Tensor], dt: Tensor, A: Tensor,
+    chunk_size: int, D: Optional[Tensor] = None, z: Optional[Tensor] = None,
+    dt_bias: Optional[Tensor] = None, dt_softplus: bool = False,
+    dt_limit: Tuple[float, float] = NO_LIMIT, activation: Optional[str] = "silu",
+    headdim: Optional[int] = None, ngroups: int = 1,
+) -> Tensor:
+    """Reference of conv1d then scan: xBC (batch, seqlen, dim + 2 * ngroups * dstate) through
+    the causal conv, split into x, B, C, then ``ssd_selective_scan``; out (batch, seqlen, dim).
+    headdim is read from z (batch, seqlen, dim) when given, else from D, else must be given."""
+    _activation_flag(activation)
+    for name, t in (("xBC", xBC), ("dt", dt)):
+        _ssd_checks.require_tensor(name, t)
+    if xBC.dim() != 3:
+        rule = "must be 3-D (batch, seqlen, dim + 2 * ngroups * dstate)"
+        raise error(ValueError, "xBC", rule, shape_of(xBC))
+    if dt.dim() not in (3, 4) or dt.shape[:2] != xBC.shape[:2]:
+        rule = "must be (batch, seqlen, nheads) or (batch, seqlen, nheads, headdim), matching xBC"
+        raise error(ValueError, "dt", rule, shape_of(dt))
+    _ssd_checks.chunk_size_of(chunk_size)
+    ngroups = _ssd_checks.positive_int("ngroups", ngroups)
+    batch, seqlen, nheads = dt.shape[:3]
+    if z is not None:
+        dim = z.shape[-1]
+        if dim % nheads:
+            raise error(ValueError, "z", f"must have a last size divisible by nheads={nheads}", shape_of(z))
+        headdim = dim // nheads
+    elif D is not None and D.dim() == 2:
+        headdim = D.shape[1]
+    elif headdim is None:
+        raise error(ValueError, "headdim", "must be given when neither z nor a 2-D D is", "None")
+    dim = nheads * _ssd_checks.positive_int("headdim", headdim)
+    if xBC.shape[-1] <= dim or (xBC.shape[-1] - dim) % (2 * ngroups):
+        rule = f"must have dim + 2 * ngroups * dstate channels, dim={dim}, ngroups={ngroups}, dstate >= 1"
+        raise error(ValueError, "xBC", rule, shape_of(xBC))
+    conv = causal_conv1d_fn(xBC.transpose(1, 2), conv1d_weight, conv1d_bias, activation=activation)
+    conv = conv.transpose(1, 2)
+    dstate = (conv.shape[-1] - dim) // ngroups // 2
+    x, B, C = torch.split(conv, [dim, ngroups * dstate, ngroups * dstate], dim=-1)
+    x = x.unflatten(-1, (nheads, -1))
+    B, C = B.unflatten(-1, (ngroups, dstate)), C.unflatten(-1, (ngroups, dstate))
+    zz = z.unflatten(-1, (nheads, -1)) if z is not None else None
+    out = ssd_selective_scan(x, dt.to(x.dtype), A, B, C, D=D.float() if D is not None else None, z=zz,
+                             dt_bias=dt_bias, dt_softplus=dt_softplus, dt_limit=dt_limit)
+    return out.flatten(-2)
+
+
+def _split_parts(zxbcdt, conv1d_weight, conv1d_bias, seq_idx, activation, nheads, headdim, ngroups, dstate,
+                 d_nonssm):
+    """zxbcdt's parts: (zx0, z, x, B, C, dt), x/B/C out of the causal conv, in the scan's shapes."""
+    dim = nheads * headdim
+    zx0, z, xBC, dt = torch.split(zxbcdt, [2 * d_nonssm, dim, dim + 2 * ngroups * dstate, nheads], dim=-1)
+    conv = causal_conv1d_fn(xBC.transpose(1, 2), conv1d_weight, conv1d_bias, seq_idx=seq_idx,
+                            activation="silu" if activation is not None else None)
+    x, B, C = torch.split(conv.transpose(1, 2), [dim, ngroups * dstate, ngroups * dstate], dim=-1)
+    return (zx0, z.unflatten(-1, (nheads, headdim)), x.unflatten(-1, (nheads, headdim)),
+            B.unflatten(-1, (ngroups, dstate)), C.unflatten(-1, (ngroups, dstate)), dt)
+
+
+def _swiglu(zx0: Tensor) -> Tensor:
+    """silu(first half) * second half, in float32 (float64 for float64), zx0's dtype."""
+    x0, x1 = (t.to(compute_dtype(zx0)) for t in zx0.chunk(2, dim=-1))
+    return (F.silu(x0) * x1).to(zx0.dtype)
+
+
+def _out_proj(out: Tensor, weight: Optional[Tensor], bias: Optional[Tensor]) -> Tensor:
+    """The out projection, in the CUDA autocast dtype when autocast is on (as the original)."""
+    if weight is None:
+        return out
+    dtype = _amp.autocast_dtype()
+    if dtype is not None:
+        out, weight = out.to(dtype), weight.to(dtype)
+        bias = bias.to(dtype) if bias is not None else None
+    else:
+        for name, t in (("outproj_weight", weight), ("outproj_bias", bias)):
+            if t is not None and t.dtype != out.dtype:
+                rule = f"must have zxbcdt's dtype {out.dtype} outside autocast"
+                raise error(TypeError, name, rule, str(t.dtype))
+    return F.linear(out, weight, bias)
+
+
+def mamba_split_conv1d_scan_combined(
+    zxbcdt: Tensor, conv1d_weight: Tensor, conv1d_bias: Optional[Tensor], dt_bias: Tensor, A: Tensor,
+    D: Tensor, chunk_size: int, initial_states: Optional[Tensor] = None, seq_idx: Optional[Tensor] = None,
+    dt_limit: Tuple[float, float] = NO_LIMIT, return_final_states: bool = False,
+    activation: Optional[str] = "silu", rmsnorm_weight: Optional[Tensor] = None, rmsnorm_eps: float = 1e-6,
+    outproj_weight: Optional[Tensor] = None, outproj_bias: Optional[Tensor] = None,
+    headdim: Optional[int] = None, ngroups: int = 1, norm_before_gate: bool = True,
+) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """Mamba-2's fused layer body. zxbcdt (batch, seqlen, 2 * d_nonssm + 2 * dim + 2 * ngroups *
+    dstate + nheads) is split into zx0 (swiglu'd, put before the SSM output when d_nonssm > 0),
+    z, xBC (through the causal conv with ``conv1d_weight`` (dim + 2 * ngroups * dstate, width),
+    ``conv1d_bias`` and ``activation``, seq_idx restarting it) and dt; the scan runs with
+    dt_softplus and dt_bias, A, D ((nheads,) with ``headdim``, or (nheads, headdim)),
+    initial_states, seq_idx and dt_limit; then the gated RMSNorm with ``rmsnorm_weight`` (dim,)
+    over groups of dim / ngroups channels (``norm_before_gate``: norm(y) * silu(z), else
+    norm(y * silu(z))), or y * silu(z) without it; then the out projection (out_dim, d_nonssm +
+    dim) when given. Returns out, and ``(out, final_states)`` with return_final_states."""
+    nheads, hd, groups, dstate, d_nonssm = _ssd_checks.check_split(
+        zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, activation, rmsnorm_weight, rmsnorm_eps,
+        outproj_weight, outproj_bias, headdim, ngroups)
+    return_final_states, norm_before_gate = _ssd_checks.check_flags(
+        return_final_states=return_final_states, norm_before_gate=norm_before_gate)
+    batch, seqlen = zxbcdt.shape[:2]
+    _ssd_checks.require_tensor("initial_states", initial_states, optional=True)
+    _ssd_checks.require_tensor("seq_idx", seq_idx, optional=True)
+    if seq_idx is not None:  # checked before the conv uses it
+        _ssd_checks.require_shape("seq_idx", seq_idx, (batch, seqlen), "(batch, seqlen)")
+        _ssd_checks.require_index("seq_idx", seq_idx)
+    with torch.autocast(device_type=zxbcdt.device.type, enabled=False):
+        zx0, z, x, B, C, dt = _split_parts(zxbcdt, conv1d_weight, conv1d_bias, seq_idx, activation,
+                                           nheads, hd, groups, dstate, d_nonssm)
+        size, limit, _ = _ssd_checks.check_chunk_scan(x, dt, A, B, C, chunk_size, D, None, dt_bias,
+                                                      initial_states, seq_idx, True, dt_limit)
+        gate = z if rmsnorm_weight is None else None
+        out, _, _, _, _, final_states, _ = ssd_forward(x, dt, A, B, C, size, D, gate, dt_bias, initial_states,
+                                                       seq_idx, None, True, limit)
+        out = out.flatten(-2)
+        if rmsnorm_weight is not None:
+            out = rmsnorm_fn(out, rmsnorm_weight, None, z=z.flatten(-2), eps=rmsnorm_eps,
+                             group_size=nheads * hd // groups, norm_before_gate=norm_before_gate)
+        if d_nonssm:
+            out = torch.cat([_swiglu(zx0).to(out.dtype), out], dim=-1)
+    out = _out_proj(out, outproj_weight, outproj_bias)
+    return (out, final_states) if return_final_states else out
+
+
+def mamba_split_conv1d_scan_ref(
+    zxbcdt: Tensor, conv1d_weight: Tensor, conv1d_bias: Optional[Tensor], dt_bias: Tensor, A: Tensor,
+    D: Tensor, chunk_size: int, dt_limit: Tuple[float, float] = NO_LIMIT, activation: Optional[str] = "silu",
+    rmsnorm_weight: Optional[Tensor] = None, rmsnorm_eps: float = 1e-6,
+    outproj_weight: Optional[Tensor] = None, outproj_bias: Optional[Tensor] = None,
+    headdim: Optional[int] = None, ngroups: int = 1, norm_before_gate: bool = True,
+) -> Tensor:
+    """Reference of the fused layer (no d_nonssm, seq_idx or initial states): the conv, the
+    Mamba-1 scan (``ssd_selective_scan``), the gated RMSNorm over dim / ngroups channels, the
+    out projection."""
+    nheads, hd, groups, dstate, _ = _ssd_checks.check_split(
+        zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, activation, rmsnorm_weight, rmsnorm_eps,
+        outproj_weight, outproj_bias, headdim, ngroups, nonssm=False)
+    norm_before_gate = _ssd_checks.require_bool("norm_before_gate", norm_before_gate)
+    _ssd_checks.chunk_size_of(chunk_size)
+    _, z, x, B, C, dt = _split_parts(zxbcdt, conv1d_weight, conv1d_bias, None, activation, nheads, hd, groups,
+                                     dstate, 0)
+    out = ssd_selective_scan(x, dt.to(x.dtype), A, B, C, D=D.float(), z=z if rmsnorm_weight is None else None,
+                             dt_bias=dt_bias, dt_softplus=True, dt_limit=dt_limit).flatten(-2)
+    if rmsnorm_weight is not None:
+        out = rmsnorm_fn(out, rmsnorm_weight, None, z=z.flatten(-2), eps=rmsnorm_eps,
+                         group_size=nheads * hd // groups, norm_before_gate=norm_before_gate)
+    if outproj_weight is not None:
+        out = F.linear(out, outproj_weight, outproj_bias)
+    return out
