@@ -101,8 +101,8 @@ OPTIONS = list(itertools.product(
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
 def test_forward_every_option_against_float64(dtype):
     for rms, residual, prenorm, fp32, branch in OPTIONS:
-        t = make(dtype, residual=residual, x1="x1" in branch, w1="w1" in branch, rowscale=branch == "rowscale",
-                 bias=not rms)
+        t = make(dtype, residual=residual, x1="x1" in branch, w1="w1" in branch,
+                 rowscale=branch == "rowscale", bias=not rms)
         fn = rms_norm_fn if rms else layer_norm_fn
         kw = {} if rms else {"is_rms_norm": False}
         out = fn(**t, prenorm=prenorm, residual_in_fp32=fp32, eps=1e-5, **kw)
@@ -337,7 +337,7 @@ def test_layer_norm_fwd_tuple_as_mamba_ssm_unpacks_it():
     assert out[6].shape == out[7].shape == (6, N)
 
 
-@pytest.mark.parametrize("case", ["plain", "residual", "dropout_x1", "rowscale", "recompute"])
+@pytest.mark.parametrize("case", ["plain", "residual", "x1", "dropout_x1", "rowscale", "recompute"])
 def test_layer_norm_bwd_matches_autograd(case):
     m = 5
     x = torch.randn(m, N, dtype=torch.float64)
@@ -345,18 +345,20 @@ def test_layer_norm_bwd_matches_autograd(case):
     kw = {}
     if case == "residual":
         kw = dict(residual=torch.randn(m, N, dtype=torch.float64))
+    if case in ("x1", "dropout_x1"):
+        kw = dict(x1=torch.randn(m, N, dtype=torch.float64), weight1=torch.randn(N, dtype=torch.float64))
     if case == "dropout_x1":
-        kw = dict(x1=torch.randn(m, N, dtype=torch.float64), weight1=torch.randn(N, dtype=torch.float64),
-                  dropout_p=0.3, return_dropout_mask=True)
+        kw.update(dropout_p=0.3, return_dropout_mask=True)
     if case == "rowscale":
         kw = dict(rowscale=torch.rand(m, dtype=torch.float64) + 0.5)
     y, y1, mean, rstd, res, seeds, mask, mask1 = _layer_norm_fwd(x, w, b, 1e-6, **kw)
     dy = torch.randn_like(y)
     dy1 = None if y1 is None else torch.randn_like(y1)
     dres = torch.randn_like(res)
-    got = _layer_norm_bwd(dy, res, w, b, 1e-6, mean, rstd, dresidual=dres, dy1=dy1, weight1=kw.get("weight1"),
-                          seeds=seeds, dropout_p=kw.get("dropout_p", 0.0), rowscale=kw.get("rowscale"),
-                          has_residual="residual" in kw, has_x1="x1" in kw, recompute_output=case == "recompute")
+    got = _layer_norm_bwd(dy, res, w, b, 1e-6, mean, rstd, dresidual=dres, dy1=dy1,
+                          weight1=kw.get("weight1"), seeds=seeds, dropout_p=kw.get("dropout_p", 0.0),
+                          rowscale=kw.get("rowscale"), has_residual="residual" in kw, has_x1="x1" in kw,
+                          recompute_output=case == "recompute")
     assert len(got) == (8 if case == "recompute" else 7)
     dx, dw, db, dres_in, dx1, dw1, db1 = got[:7]
     leaves = dict(x=x, w=w, b=b, **{k: v for k, v in kw.items() if isinstance(v, torch.Tensor)})
@@ -379,6 +381,7 @@ def test_layer_norm_bwd_matches_autograd(case):
     assert (dx1 is None) == ("x1" not in kw)
     if dx1 is not None:
         close(dx1, leaves["x1"].grad, torch.float64)
+        assert (dx1 is dx) == (case == "x1")  # one tensor without dropout, as the original
         close(dw1, leaves["weight1"].grad, torch.float64)
     else:
         assert dw1 is None and db1 is None
@@ -448,7 +451,8 @@ def test_rmsnorm_module_state_dict_and_init():
     assert norm.bias is None and norm.drop is None and norm.eps == 1e-5
     assert torch.equal(norm.weight, torch.ones(N))
     other = RMSNorm(N, eps=1e-6, dropout_p=0.1, dtype=torch.float64)
-    assert isinstance(other.drop, torch.nn.Dropout) and other.drop.p == 0.1 and other.weight.dtype == torch.float64
+    assert isinstance(other.drop, torch.nn.Dropout) and other.drop.p == 0.1
+    assert other.weight.dtype == torch.float64
     sd = {"weight": torch.randn(N)}
     norm.load_state_dict(sd)
     x, res = torch.randn(SHAPE), torch.randn(SHAPE)
@@ -462,8 +466,8 @@ def params(fn):
 
 
 E = inspect.Parameter.empty
-FN = [("x", E), ("weight", E), ("bias", E), ("residual", None), ("x1", None), ("weight1", None), ("bias1", None),
-      ("eps", 1e-6), ("dropout_p", 0.0), ("rowscale", None), ("prenorm", False)]
+FN = [("x", E), ("weight", E), ("bias", E), ("residual", None), ("x1", None), ("weight1", None),
+      ("bias1", None), ("eps", 1e-6), ("dropout_p", 0.0), ("rowscale", None), ("prenorm", False)]
 REF = FN + [("dropout_mask", None), ("dropout_mask1", None), ("upcast", False)]
 
 
@@ -474,9 +478,9 @@ def test_signatures_follow_mamba_ssm():
     assert params(layer_norm_ref) == REF and params(rms_norm_ref) == REF
     assert params(LayerNormFn.forward)[1:] == params(layer_norm_fn)
     assert params(_layer_norm_fwd) == [
-        ("x", E), ("weight", E), ("bias", E), ("eps", E), ("residual", None), ("x1", None), ("weight1", None),
-        ("bias1", None), ("dropout_p", 0.0), ("rowscale", None), ("out_dtype", None), ("residual_dtype", None),
-        ("is_rms_norm", False), ("return_dropout_mask", False)]
+        ("x", E), ("weight", E), ("bias", E), ("eps", E), ("residual", None), ("x1", None),
+        ("weight1", None), ("bias1", None), ("dropout_p", 0.0), ("rowscale", None), ("out_dtype", None),
+        ("residual_dtype", None), ("is_rms_norm", False), ("return_dropout_mask", False)]
     assert params(_layer_norm_bwd) == [
         ("dy", E), ("x", E), ("weight", E), ("bias", E), ("eps", E), ("mean", E), ("rstd", E),
         ("dresidual", None), ("dy1", None), ("weight1", None), ("bias1", None), ("seeds", None),
@@ -502,10 +506,12 @@ def test_imports_no_triton():
         "import torch\n"
         "import selective_scan.layer_norm as m\n"
         "x = torch.randn(4, 8, requires_grad=True)\n"
-        "y, r = m.layer_norm_fn(x, torch.ones(8), None, residual=torch.randn(4, 8), prenorm=True, dropout_p=0.1)\n"
+        "y, r = m.layer_norm_fn(x, torch.ones(8), None, residual=torch.randn(4, 8), prenorm=True,\n"
+        "                       dropout_p=0.1)\n"
         "(y.sum() + r.sum()).backward()\n"
         "m.RMSNorm(8)(x)\n"
-        "loaded = sorted(k for k, v in sys.modules.items() if k.split('.')[0] == 'triton' and v is not None)\n"
+        "loaded = sorted(k for k, v in sys.modules.items()\n"
+        "                if k.split('.')[0] == 'triton' and v is not None)\n"
         "assert not loaded, loaded\n"
         "print('ok')\n"
     )
@@ -527,29 +533,33 @@ BAD = [
     # (id, call, exception, message start)
     ("x-list", lambda: layer_norm_fn([1.0], W, None), TypeError, "x must be a torch.Tensor"),
     ("x-int", lambda: layer_norm_fn(X.long(), W, None), TypeError, "x must be a floating tensor"),
-    ("x-0d", lambda: layer_norm_fn(torch.tensor(1.0), W[:1], None), ValueError, "x must have at least one dim"),
+    ("x-0d", lambda: layer_norm_fn(torch.tensor(1.0), W[:1], None), ValueError,
+     "x must have at least one dim"),
     ("weight-none", lambda: layer_norm_fn(X, None, None), TypeError, "weight must be a torch.Tensor"),
     ("weight-shape", lambda: layer_norm_fn(X, W[:4], None), ValueError, "weight must have shape (8,)"),
     ("bias-shape", lambda: layer_norm_fn(X, W, W[:3]), ValueError, "bias must have shape (8,)"),
     ("residual-shape", lambda: layer_norm_fn(X, W, None, residual=X[0]), ValueError,
      "residual must have shape (2, 3, 8) (x's shape)"),
     ("x1-shape", lambda: layer_norm_fn(X, W, None, x1=X[:1]), ValueError, "x1 must have shape (2, 3, 8)"),
-    ("weight1-shape", lambda: layer_norm_fn(X, W, None, weight1=W[:2]), ValueError, "weight1 must have shape"),
+    ("weight1-shape", lambda: layer_norm_fn(X, W, None, weight1=W[:2]), ValueError,
+     "weight1 must have shape"),
     ("bias1-alone", lambda: layer_norm_fn(X, W, None, bias1=W), ValueError,
      "bias1 must be None when weight1 is None"),
     ("rowscale-shape", lambda: layer_norm_fn(X, W, None, rowscale=torch.ones(6)), ValueError,
      "rowscale must have shape (2, 3)"),
     ("rowscale-x1", lambda: layer_norm_fn(X, W, None, x1=X, rowscale=torch.ones(2, 3)), ValueError,
      "rowscale must be None when x1 is given"),
-    ("p-high", lambda: layer_norm_fn(X, W, None, dropout_p=1.5), ValueError, "dropout_p must be between 0 and 1"),
-    ("p-neg", lambda: layer_norm_fn(X, W, None, dropout_p=-0.1), ValueError, "dropout_p must be between 0 and 1"),
-    ("p-str", lambda: layer_norm_fn(X, W, None, dropout_p="0.1"), TypeError, "dropout_p must be a real number"),
+    ("p-high", lambda: layer_norm_fn(X, W, None, dropout_p=1.5), ValueError, "dropout_p must be between 0"),
+    ("p-neg", lambda: layer_norm_fn(X, W, None, dropout_p=-0.1), ValueError, "dropout_p must be between 0"),
+    ("p-str", lambda: layer_norm_fn(X, W, None, dropout_p="0.1"), TypeError, "dropout_p must be a real"),
     ("eps-neg", lambda: rms_norm_fn(X, W, None, eps=-1e-5), ValueError, "eps must be finite and >= 0"),
     ("eps-nan", lambda: rms_norm_fn(X, W, None, eps=float("nan")), ValueError, "eps must be finite"),
     ("eps-none", lambda: rms_norm_fn(X, W, None, eps=None), TypeError, "eps must be a real number"),
     ("prenorm-str", lambda: layer_norm_fn(X, W, None, prenorm="no"), TypeError, "prenorm must be a bool"),
-    ("fp32-int", lambda: layer_norm_fn(X, W, None, residual_in_fp32=1), TypeError, "residual_in_fp32 must be a bool"),
-    ("rms-str", lambda: layer_norm_fn(X, W, None, is_rms_norm="yes"), TypeError, "is_rms_norm must be a bool"),
+    ("fp32-int", lambda: layer_norm_fn(X, W, None, residual_in_fp32=1), TypeError,
+     "residual_in_fp32 must be a bool"),
+    ("rms-str", lambda: layer_norm_fn(X, W, None, is_rms_norm="yes"), TypeError,
+     "is_rms_norm must be a bool"),
     ("device", lambda: layer_norm_fn(X, W.to("meta"), None), ValueError, "all tensors must be on one device"),
     ("module-dim", lambda: RMSNorm(16)(X), ValueError, "weight must have shape (8,)"),
     ("fwd-3d", lambda: _layer_norm_fwd(X, W, None, 1e-6), ValueError, "x must be 2-D (M, N)"),
@@ -568,7 +578,7 @@ BAD = [
     ("bwd-seeds-shape", lambda: _layer_norm_bwd(X2, X2, W, None, 1e-6, FWD[2], FWD[3], seeds=FWD[5],
                                                 dropout_p=0.5), ValueError, "seeds must have shape (6,)"),
     ("bwd-seeds-dtype", lambda: _layer_norm_bwd(X2, X2, W, None, 1e-6, FWD[2], FWD[3], seeds=FWD[3],
-                                                dropout_p=0.5), TypeError, "seeds must have the forward's dtype"),
+                                                dropout_p=0.5), TypeError, "seeds must have the forward's"),
     ("bwd-dy1-alone", lambda: _layer_norm_bwd(X2, X2, W, None, 1e-6, FWD[2], FWD[3], dy1=X2), ValueError,
      "dy1 must be None when weight1 is None"),
     ("bwd-recompute-w1", lambda: _layer_norm_bwd(X2, X2, W, None, 1e-6, FWD[2], FWD[3], dy1=X2, weight1=W,
@@ -578,8 +588,9 @@ BAD = [
      "has_residual must be a bool"),
     ("ref-mask-dtype", lambda: layer_norm_ref(X, W, None, dropout_p=0.5, dropout_mask=X), TypeError,
      "dropout_mask must have the bool dtype"),
-    ("ref-mask-shape", lambda: rms_norm_ref(X, W, None, dropout_p=0.5, dropout_mask=torch.ones(3, dtype=torch.bool)),
-     ValueError, "dropout_mask must have shape (2, 3, 8)"),
+    ("ref-mask-shape", lambda: rms_norm_ref(X, W, None, dropout_p=0.5,
+                                            dropout_mask=torch.ones(3, dtype=torch.bool)), ValueError,
+     "dropout_mask must have shape (2, 3, 8)"),
     ("ref-upcast", lambda: rms_norm_ref(X, W, None, upcast="yes"), TypeError, "upcast must be a bool"),
     ("linear-weight", lambda: layer_norm_linear_fn(X, W, None, torch.randn(4, 5), None), ValueError,
      "linear_weight must be 2-D (out_features, N) with N = 8"),
