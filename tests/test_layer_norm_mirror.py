@@ -28,6 +28,7 @@ from selective_scan.layer_norm import (
     rms_norm_fn,
     rms_norm_ref,
 )
+from selective_scan.selective_scan_interface import rms_norm_forward
 
 ROOT = Path(__file__).resolve().parent.parent
 N = 8
@@ -262,6 +263,7 @@ def test_rmsnorm_module_drops_only_in_training():
 GRAD_CASES = [
     dict(rms=False),
     dict(rms=True),
+    dict(rms=True, prenorm=True),  # residual_out is x itself
     dict(rms=False, residual=True, prenorm=True),
     dict(rms=True, residual=True, prenorm=True, fp32=True),
     dict(rms=False, x1=True, w1=True, prenorm=True),
@@ -387,6 +389,15 @@ def test_layer_norm_bwd_matches_autograd(case):
         assert dw1 is None and db1 is None
     if case == "recompute":
         close(got[7], ry, torch.float64)
+
+
+def test_mamba_inner_norms_agree_with_the_mirror():
+    """selective_scan_interface.rms_norm_forward is _layer_norm_fwd(...)[0], as in mamba_ssm."""
+    x = torch.randn(6, N, dtype=torch.bfloat16)
+    w, b = torch.randn(N), torch.randn(N)
+    for rms in (True, False):
+        want = _layer_norm_fwd(x, w, b, 1e-5, None, residual_dtype=None, is_rms_norm=rms)[0]
+        assert torch.equal(rms_norm_forward(x, w, b, 1e-5, is_rms_norm=rms), want)
 
 
 # --- layer_norm_linear_fn -------------------------------------------------------------------
