@@ -2,7 +2,8 @@
 
 ``selective_scan.selective_scan_interface`` mirrors ``mamba_ssm.ops.selective_scan_interface``
 and ``selective_scan.selective_state_update`` mirrors
-``mamba_ssm.ops.triton.selective_state_update``.
+``mamba_ssm.ops.triton.selective_state_update``. ``selective_scan.layer_norm`` mirrors
+``mamba_ssm.ops.triton.layer_norm`` in plain PyTorch; it is imported on demand, not here.
 """
 
 from mamba_kernels.runtime import installed

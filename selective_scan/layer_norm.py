@@ -147,10 +147,10 @@ def _backward(dy, x, weight, bias, eps, mean, rstd, dresidual, dy1, weight1, bia
     db = None if bias is None else dyw.sum(0).to(bias.dtype)
     dw1 = db1 = None
     if weight1 is not None:
-        dy1w = xhat.new_zeros(()) if dy1 is None else dy1.to(wide)
+        dy1w = torch.zeros_like(xhat) if dy1 is None else dy1.to(wide)  # no dy1: zero gradients
         g = g + dy1w * weight1.to(wide)
-        dw1 = (dy1w * xhat).sum(0).expand(n).to(weight1.dtype)
-        db1 = None if bias1 is None else dy1w.expand(m, n).sum(0).to(bias1.dtype)
+        dw1 = (dy1w * xhat).sum(0).to(weight1.dtype)
+        db1 = None if bias1 is None else dy1w.sum(0).to(bias1.dtype)
     dh = normalized_grad(xhat, rstd, g, is_rms_norm)
     if dresidual is not None:
         dh = dh + dresidual.to(wide)

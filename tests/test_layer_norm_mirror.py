@@ -400,6 +400,19 @@ def test_mamba_inner_norms_agree_with_the_mirror():
         assert torch.equal(rms_norm_forward(x, w, b, 1e-5, is_rms_norm=rms), want)
 
 
+def test_layer_norm_bwd_without_dy1_gives_zero_second_branch_gradients():
+    x, w = torch.randn(4, N, dtype=torch.float64), torch.randn(N, dtype=torch.float64)
+    y, y1, mean, rstd, *_ = _layer_norm_fwd(x, w, w, 1e-6, weight1=w, bias1=w)
+    dy = torch.randn_like(y)
+    full = _layer_norm_bwd(dy, x, w, w, 1e-6, mean, rstd, dy1=torch.zeros_like(y1), weight1=w, bias1=w)
+    none = _layer_norm_bwd(dy, x, w, w, 1e-6, mean, rstd, weight1=w, bias1=w)
+    for a, b in zip(full, none):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert torch.equal(a, b)
+    assert torch.equal(none[5], torch.zeros(N, dtype=torch.float64))
+
+
 # --- layer_norm_linear_fn -------------------------------------------------------------------
 
 
