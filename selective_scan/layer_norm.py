@@ -155,24 +155,23 @@ def _backward(dy, x, weight, bias, eps, mean, rstd, dresidual, dy1, weight1, bia
     if dresidual is not None:
         dh = dh + dresidual.to(wide)
     dx_dtype = x.dtype if x_dtype is None else x_dtype
-    dresidual_in = dh.to(x.dtype) if has_residual else None
+    # as the original, one tensor serves two gradients where they are equal
+    residual_is_dx = dx_dtype == x.dtype and dropout_p == 0.0 and rowscale is None
+    dresidual_in = dh.to(x.dtype) if has_residual and not residual_is_dx else None
     keep = keep1 = None
     if dropout_p > 0.0:
         keep = _keep_mask(seeds, n, dropout_p)
         if has_x1:
             keep, keep1 = keep.tensor_split(2, dim=0)
-    dx1 = None
-    if has_x1:
-        dx1 = (dh if keep1 is None else _dropped(dh, keep1, dropout_p)).to(dx_dtype)
     dxw = dh if keep is None else _dropped(dh, keep, dropout_p)
     if rowscale is not None:
         dxw = dxw * rowscale.to(wide).unsqueeze(-1)
     dx = dxw.to(dx_dtype)
-    # as the original: one tensor where the gradients are equal
-    if has_residual and dx.dtype == x.dtype and dropout_p == 0.0 and rowscale is None:
+    if has_residual and residual_is_dx:
         dresidual_in = dx
-    if has_x1 and dropout_p == 0.0:
-        dx1 = dx
+    dx1 = None
+    if has_x1:
+        dx1 = dx if keep1 is None else _dropped(dh, keep1, dropout_p).to(dx_dtype)
     grads = (dx, dw, db, dresidual_in, dx1, dw1, db1)
     if recompute_output:
         return grads + (_affine(xhat, weight, bias, dy.dtype),)
