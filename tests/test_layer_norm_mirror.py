@@ -172,6 +172,20 @@ def test_empty_rows_and_empty_features():
         assert x.grad.shape == shape and torch.equal(w.grad, torch.zeros(N))
 
 
+def test_any_strides_equal_contiguous_copies():
+    x = torch.randn(N, 6).t().requires_grad_(True)  # (6, N), column-major
+    residual = torch.randn(1, N).expand(6, N)  # stride 0 along rows
+    w = torch.randn(N)
+    y, res = layer_norm_fn(x, w, None, residual=residual, prenorm=True)
+    xc = x.detach().contiguous().requires_grad_(True)
+    yc, resc = layer_norm_fn(xc, w, None, residual=residual.contiguous(), prenorm=True)
+    torch.testing.assert_close(y, yc)
+    torch.testing.assert_close(res, resc)
+    (y.sum() + res.square().sum()).backward()
+    (yc.sum() + resc.square().sum()).backward()
+    torch.testing.assert_close(x.grad, xc.grad)
+
+
 # --- dropout ----------------------------------------------------------------------------------
 
 
