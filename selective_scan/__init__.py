@@ -1,11 +1,11 @@
 """Drop-in replacement for mamba_ssm's selective-scan Python API.
 
-``selective_scan.selective_scan_interface`` mirrors ``mamba_ssm.ops.selective_scan_interface``,
-``selective_scan.selective_state_update`` mirrors
-``mamba_ssm.ops.triton.selective_state_update`` and ``selective_scan.layernorm_gated`` mirrors
-``mamba_ssm.ops.triton.layernorm_gated`` (Mamba-2's gated RMSNorm). ``selective_scan.ssd_combined``
-mirrors ``mamba_ssm.ops.triton.ssd_combined`` (Mamba-2's SSD scan; its names are not re-exported
-here, so importing the package does not import it).
+``selective_scan.selective_scan_interface`` mirrors ``mamba_ssm.ops.selective_scan_interface``
+and these mirror the modules of ``mamba_ssm.ops.triton`` of the same names:
+``selective_state_update``, ``layernorm_gated`` (Mamba-2's gated RMSNorm), ``ssd_combined``
+(Mamba-2's SSD scan) and ``layer_norm`` (the LM's fused add + norm). The last three are not
+re-exported here, so importing the package does not import them. ``for_mamba_ssm`` serves them
+to mamba_ssm in place of its Triton modules, on request.
 """
 
 from mamba_kernels.runtime import installed
