@@ -168,32 +168,48 @@ def test_mamba2_lm_forward_backward_and_generation(mamba_ssm_src):
     assert "generated (2, 21)" in out
 
 
-def test_transformers_mamba2_takes_our_functions_and_agrees_with_its_own(mamba_ssm_src):
-    """transformers' Mamba2ForCausalLM looks its kernels up in mamba_ssm when its module is
-    imported: with the opt-in it finds ours; its answers equal those of its own PyTorch path
-    (a process without mamba_ssm). One group: transformers' own PyTorch path normalises the
-    gated output over all channels, where mamba_ssm's fused function (and ours) normalise each
-    group apart, so with more groups the two differ by design (loss 4.8399 against 4.8462 at
-    two groups, this test's model)."""
+# transformers model families whose Mamba-2 mixers look their kernels up in mamba_ssm: (the
+# modeling module, the model class, the config expression: tiny, one group, attention in Bamba)
+FAMILIES = {
+    "mamba2": ("mamba2", "Mamba2ForCausalLM",
+               "Mamba2Config(vocab_size=97, hidden_size=64, state_size=16, num_heads=8, head_dim=16, "
+               "n_groups=1, expand=2, num_hidden_layers=2, chunk_size=16)"),
+    "bamba": ("bamba", "BambaForCausalLM",
+              "BambaConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3, "
+              "num_attention_heads=4, num_key_value_heads=2, attn_layer_indices=[1], mamba_n_heads=8, "
+              "mamba_d_head=16, mamba_n_groups=1, mamba_d_state=16, mamba_chunk_size=16)"),
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_transformers_takes_our_functions_and_agrees_with_its_own(mamba_ssm_src, family):
+    """transformers' Mamba-2 models (Mamba2ForCausalLM, and the hybrid Bamba) look their kernels
+    up in mamba_ssm when their module is imported: with the opt-in they find ours; the answers
+    (training loss and gradient through the fused path, greedy generation through the chunked
+    scan and the decode step) equal those of transformers' own PyTorch path (a process without
+    mamba_ssm). One group: transformers' own PyTorch path normalises the gated output over all
+    channels, where mamba_ssm's fused function (and ours) normalise each group apart, so with
+    more groups the two differ by design (loss 4.8399 against 4.8462 at two groups, the Mamba-2
+    model here)."""
     pytest.importorskip("transformers")
-    script = """
+    module, model_class, config = FAMILIES[family]
+    script = f"""
         import inspect
         if OPT_IN:
             from selective_scan import for_mamba_ssm
             for_mamba_ssm.install()
-        from transformers import Mamba2Config, Mamba2ForCausalLM
-        from transformers.models.mamba2 import modeling_mamba2 as mm
-        impl = inspect.getclosurevars(mm.mamba2_split_conv1d_scan_combined).nonlocals["implementation"]
-        print("implementation:", impl.__module__)
+        import transformers
+        from transformers.models.{module} import modeling_{module} as mm
+        fns = (mm.mamba2_split_conv1d_scan_combined, mm.mamba2_chunk_scan, mm.mamba2_selective_state_update)
+        for fn in fns:
+            print("implementation:", inspect.getclosurevars(fn).nonlocals["implementation"].__module__)
         torch.manual_seed(3)
-        cfg = Mamba2Config(vocab_size=97, hidden_size=64, state_size=16, num_heads=8, head_dim=16,
-                           n_groups=1, expand=2, num_hidden_layers=2, chunk_size=16)
-        model = Mamba2ForCausalLM(cfg)
+        model = transformers.{model_class}(transformers.{config})
         ids = torch.randint(0, 97, (2, 23))
         model.train()
         loss = model(ids, labels=ids).loss
         loss.backward()
-        grad = model.backbone.layers[0].mixer.in_proj.weight.grad.norm().item()
+        grad = sum(p.grad.norm() ** 2 for p in model.parameters() if p.grad is not None).sqrt().item()
         model.eval()
         with torch.no_grad():
             gen = model.generate(ids[:, :7], max_new_tokens=6, do_sample=False)
@@ -201,8 +217,9 @@ def test_transformers_mamba2_takes_our_functions_and_agrees_with_its_own(mamba_s
     """
     ours = run("OPT_IN = True\n" + textwrap.dedent(script), mamba_ssm_src)
     theirs = run("OPT_IN = False\n" + textwrap.dedent(script))
-    assert "implementation: selective_scan.ssd_combined" in ours
-    assert "implementation: transformers" in theirs
+    impls = [line.split()[1] for line in ours.splitlines() if line.startswith("implementation:")]
+    assert impls == ["selective_scan.ssd_combined"] * 2 + ["selective_scan.selective_state_update"]
+    assert ours.count("implementation:") == theirs.count("implementation: transformers") == 3
     a, b = ours.splitlines()[-1].split(), theirs.splitlines()[-1].split()
     assert abs(float(a[1]) - float(b[1])) < 1e-4 and abs(float(a[3]) - float(b[3])) < 1e-3 * float(b[3])
     assert a[5:] == b[5:]  # the greedy tokens
