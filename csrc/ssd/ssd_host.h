@@ -1,0 +1,33 @@
+// The host side of the SSD forward op that both bindings share: every precondition check (with
+// its message), the parameter fill, the shapes of what the binding allocates, and the launch.
+// The op (ssd_ops.h, over either binding's tensor API) only turns its tensors into TensorRefs
+// and allocates. No torch here.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "ssd.h"
+#include "tensor_ref.h"
+
+namespace mamba_kernels {
+namespace ssd {
+
+// Checks every input and fills everything but the outputs. dt_limit (lo, hi) is applied after
+// bias and softplus unless it is the default (0, inf).
+SsdFwdParams prepare_ssd_fwd(const TensorRef& x, const TensorRef& dt, const TensorRef& A, const TensorRef& B,
+                             const TensorRef& C, int64_t chunk_size, const TensorRef& D, const TensorRef& z,
+                             const TensorRef& dt_bias, const TensorRef& initial_states, const TensorRef& seq_idx,
+                             bool dt_softplus, double dt_limit_lo, double dt_limit_hi);
+
+// The outputs the binding allocates, contiguous: out (and out_x with z) of x's shape and dtype;
+// dt_out and dA_cumsum fp32 (batch, nheads, nchunks, chunk_size); states fp32
+// (batch, nchunks, nheads, headdim, dstate); final_states fp32 (batch, nheads, headdim, dstate).
+// Checked and filled here, then the three launches.
+void launch_ssd_fwd_checked(SsdFwdParams& p, const TensorRef& out, const TensorRef& out_x, const TensorRef& dt_out,
+                            const TensorRef& dA_cumsum, const TensorRef& states, const TensorRef& final_states,
+                            cudaStream_t stream);
+
+}  // namespace ssd
+}  // namespace mamba_kernels
