@@ -1,0 +1,62 @@
+"""The compiled forward of Mamba-2's SSD chunked scan as a torch.library custom op.
+
+Importing this module loads ``selective_scan._cuda``, whose C++ side registers
+``torch.ops.mamba_kernels.ssd_chunk_scan_fwd`` (CUDA implementation; csrc/ssd). Here we add its
+fake (meta) implementation (``_ssd_meta``), so ``torch.compile(fullgraph=True)`` traces it
+without a graph break, and ``ssd_forward_cuda``, the forward with the outputs of mamba_ssm's
+internal ``_mamba_chunk_scan_combined_fwd``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+from mamba_kernels.runtime.library import register_fake
+
+from . import _cuda  # noqa: F401  (loading it registers the op)
+from ._ssd_meta import OP_NAME, ssd_fwd_fake
+
+Tensor = torch.Tensor
+_op = getattr(torch.ops.mamba_kernels, OP_NAME).default
+
+register_fake(OP_NAME)(ssd_fwd_fake)
+
+
+def ssd_forward_cuda(
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    chunk_size: int,
+    D: Optional[Tensor] = None,
+    z: Optional[Tensor] = None,
+    dt_bias: Optional[Tensor] = None,
+    initial_states: Optional[Tensor] = None,
+    seq_idx: Optional[Tensor] = None,
+    dt_softplus: bool = False,
+    dt_limit: Tuple[float, float] = (0.0, float("inf")),
+) -> Tuple[Tensor, Optional[Tensor], Tensor, Tensor, Tensor, Tensor]:
+    """``(out, out_x, dt_out, dA_cumsum, states, final_states)``.
+
+    x (batch, seqlen, nheads, headdim); dt (batch, seqlen, nheads); A (nheads,); B, C
+    (batch, seqlen, ngroups, dstate) with ngroups dividing nheads; D (nheads,) or
+    (nheads, headdim); z like x; dt_bias (nheads,); initial_states
+    (batch, nheads, headdim, dstate); seq_idx (batch, seqlen) int32, nondecreasing along a row.
+    x, B, C and z share one dtype (float32, float16 or bfloat16); the others may be any of the
+    three. Every operand is read in place (any strides). 1 <= chunk_size <= 256.
+
+    out: x's shape and dtype, y * silu(z) with z; out_x: y before the gate (None without z);
+    dt_out, dA_cumsum: float32 (batch, nheads, nchunks, chunk_size), dt after bias / softplus /
+    clamp and its running sum times A within each chunk (past seqlen: 0 and flat); states:
+    float32 (batch, nchunks, nheads, headdim, dstate), the state entering each chunk;
+    final_states: float32 (batch, nheads, headdim, dstate).
+    """
+    lo, hi = dt_limit
+    out, out_x, dt_out, dA_cumsum, states, final_states = _op(
+        x, dt, A, B, C, int(chunk_size), D, z, dt_bias, initial_states, seq_idx, bool(dt_softplus),
+        float(lo), float(hi),
+    )
+    return out, (out_x if z is not None else None), dt_out, dA_cumsum, states, final_states
