@@ -37,7 +37,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
-FAMILIES = ("conv_fwd", "conv_bwd", "conv_update", "scan_fwd", "scan_bwd", "decode")
+FAMILIES = ("conv_fwd", "conv_bwd", "conv_update", "scan_fwd", "scan_bwd", "decode", "ssd_fwd")
 # Tools that get one process per case (the others: one process per family). synccheck over
 # several tests in one process once ended in "Fatal Python error: Aborted" with 0 errors
 # reported (docs/KERNELS.md, "Sanitizer checks"), so it never shares a process.
@@ -62,7 +62,7 @@ def _k(family: str, kernel: str, what: str, *sites: str, launches: Tuple[int, in
     return Kind(family, kernel, what, sites, launches)
 
 
-CC, SS = "causal_conv1d/", "selective_scan/"
+CC, SS, SD = "causal_conv1d/", "selective_scan/", "ssd/"
 KINDS: Dict[str, Kind] = {
     # causal_conv1d forward (csrc/causal_conv1d/fwd.cu, fwd_launch)
     "conv_fwd_cf_lean": _k("conv_fwd", r"::fwd_channel_first_lean<", "channel-first lean",
@@ -171,6 +171,20 @@ KINDS: Dict[str, Kind] = {
                      SS + "update.cu:state_update_row<S, T, false>"),
     "decode_row_mamba1": _k("decode", r"::state_update_row<[^<>]*, true>", "row kernel, Mamba-1's fixed step",
                             SS + "update.cu:state_update_row<S, T, true>"),
+    # Mamba-2 SSD forward (csrc/ssd/fwd.cu launch_typed): three launches a call; the 16-bit
+    # instantiations multiply on tensor cores, fp32 with FMAs
+    "ssd_fwd_state_16bit": _k("ssd_fwd", r"::chunk_state_kernel<(?:__nv_bfloat16|__half)>",
+                              "chunk states with dt / dA_cumsum, 16-bit (tensor cores)",
+                              SD + "fwd.cu:chunk_state_kernel<T>", launches=(1, 1)),
+    "ssd_fwd_state_f32": _k("ssd_fwd", r"::chunk_state_kernel<float>", "chunk states, fp32 (FMA)",
+                            launches=(1, 1)),
+    "ssd_fwd_pass": _k("ssd_fwd", r"::state_pass_kernel\b", "state passing over the chunks",
+                       SD + "fwd.cu:state_pass_kernel", launches=(1, 1)),
+    "ssd_fwd_scan_16bit": _k("ssd_fwd", r"::chunk_scan_kernel<(?:__nv_bfloat16|__half)>",
+                             "chunk scan, 16-bit (tensor cores, FMA diagonal)",
+                             SD + "fwd.cu:chunk_scan_kernel<T>", launches=(1, 1)),
+    "ssd_fwd_scan_f32": _k("ssd_fwd", r"::chunk_scan_kernel<float>", "chunk scan, fp32 (FMA)",
+                           launches=(1, 1)),
 }
 
 
@@ -311,6 +325,17 @@ CASES: List[Case] = [
        dim=100, dstate=16, state=F32, act=BF16),
     _c("decode_row_mamba1_bf16", "decode", ["decode_row_mamba1"], "Mamba-1's step, bf16 state", batch=1,
        nheads=None, dim=96, dstate=16, state=BF16, act=BF16),
+    # ---- Mamba-2 SSD forward: (batch, seqlen, nheads, headdim, ngroups, dstate, chunk)
+    _c("ssd_fwd_bf16", "ssd_fwd", ["ssd_fwd_state_16bit", "ssd_fwd_pass", "ssd_fwd_scan_16bit"],
+       "3 chunks of 128 (short last), 2 groups, z, D per channel, initial states, seq_idx, dt_bias",
+       batch=2, L=300, nheads=4, headdim=64, ngroups=2, dstate=64, chunk=128, dtype=BF16, z=True,
+       D="channel", init=True, seq_idx=True),
+    _c("ssd_fwd_f16_partial_tiles", "ssd_fwd", ["ssd_fwd_state_16bit", "ssd_fwd_pass", "ssd_fwd_scan_16bit"],
+       "headdim 37, dstate 80: partial channel and state tiles; x a strided slice; chunk 64",
+       batch=1, L=150, nheads=2, headdim=37, ngroups=1, dstate=80, chunk=64, dtype=F16, strided=True),
+    _c("ssd_fwd_f32", "ssd_fwd", ["ssd_fwd_state_f32", "ssd_fwd_pass", "ssd_fwd_scan_f32"],
+       "chunk 256 and one step past it, dstate 16, z", batch=2, L=257, nheads=2, headdim=32, ngroups=1,
+       dstate=16, chunk=256, dtype=F32, z=True),
 ]
 
 
@@ -531,12 +556,23 @@ def predict_decode(c: Case) -> List[str]:
     return ["decode_lean_p2"]
 
 
+def predict_ssd(c: Case) -> List[str]:
+    """fwd.cu, launch_typed: the chunk kernels when batch x chunks > 0, state passing always."""
+    p = c.params
+    kind = "f32" if p["dtype"] == F32 else "16bit"
+    chunks = p["batch"] * _ceil(p["L"], p["chunk"])
+    return ([f"ssd_fwd_state_{kind}"] if chunks else []) + ["ssd_fwd_pass"] + \
+        ([f"ssd_fwd_scan_{kind}"] if chunks else [])
+
+
 def predict(c: Case) -> List[str]:
     """The kinds case c reaches on a 132-SM GPU, by the launchers' rules restated above."""
     if c.family.startswith("conv"):
         return predict_conv(c)
     if c.family.startswith("scan"):
         return predict_scan(c)
+    if c.family.startswith("ssd"):
+        return predict_ssd(c)
     return predict_decode(c)
 
 
@@ -708,9 +744,38 @@ def run_decode(c: Case, gen, _update_ops=None) -> None:
     _update_ops.update(state, x, dt, A, B, C, D, z, dt_bias, True, idx)
 
 
+def run_ssd(c: Case, gen, _ssd_ops=None) -> None:
+    torch = _torch()
+    if _ssd_ops is None:
+        from selective_scan import _ssd_ops
+
+    p = c.params
+    batch, L, H, P, G, N = p["batch"], p["L"], p["nheads"], p["headdim"], p["ngroups"], p["dstate"]
+    dtype = p["dtype"]
+    if p.get("strided"):  # x every other channel of a wider tensor (a non-unit last stride)
+        x = _rand(batch, L, H, 2 * P, dtype=dtype, gen=gen)[..., ::2]
+    else:
+        x = _rand(batch, L, H, P, dtype=dtype, gen=gen)
+    dt = _rand(batch, L, H, scale=0.5, shift=-1.0, gen=gen)
+    A = -torch.exp(0.5 * torch.randn(H, generator=gen)).to(DEVICE)
+    B = _rand(batch, L, G, N, dtype=dtype, gen=gen)
+    C = _rand(batch, L, G, N, dtype=dtype, gen=gen)
+    D = _rand(H, P, gen=gen) if p.get("D") == "channel" else _rand(H, gen=gen)
+    z = _rand(batch, L, H, P, dtype=dtype, gen=gen) if p.get("z") else None
+    init = _rand(batch, H, P, N, gen=gen) if p.get("init") else None
+    seq = None
+    if p.get("seq_idx"):  # nondecreasing, two boundaries a row (one inside a chunk)
+        row = torch.zeros(L, dtype=torch.int32)
+        row[L // 3:] += 1
+        row[L - 5:] += 1
+        seq = row.expand(batch, L).contiguous().to(DEVICE)
+    _ssd_ops.ssd_forward_cuda(x, dt, A, B, C, p["chunk"], D=D, z=z, dt_bias=_rand(H, scale=0.3, gen=gen),
+                              initial_states=init, seq_idx=seq, dt_softplus=True, dt_limit=(0.0, 2.0))
+
+
 RUNNERS: Dict[str, Callable] = {
     "conv_fwd": run_conv, "conv_bwd": run_conv, "conv_update": run_conv,
-    "scan_fwd": run_scan, "scan_bwd": run_scan, "decode": run_decode,
+    "scan_fwd": run_scan, "scan_bwd": run_scan, "decode": run_decode, "ssd_fwd": run_ssd,
 }
 
 

@@ -238,6 +238,15 @@ def test_kind_patterns_tell_instantiations_apart():
     lanes = ss + "fwd_lanes_kernel<__nv_bfloat16, 4, true>(P, A)"
     assert [n for n in k if re.search(k[n].kernel, lanes)] == ["scan_fwd_lanes_s4"]
     assert not re.search(k["scan_fwd_classic_real"].kernel, ss + "bwd_kernel<float, false>(P)")
+    sd = "void mamba_kernels::ssd::(anonymous namespace)::"
+    for kernel in ("chunk_state_kernel", "chunk_scan_kernel"):
+        names = {t: sd + f"{kernel}<{t}>(mamba_kernels::ssd::SsdFwdParams)"
+                 for t in ("float", "__half", "__nv_bfloat16")}
+        part = "state" if kernel == "chunk_state_kernel" else "scan"
+        assert [t for t in names if re.search(k[f"ssd_fwd_{part}_f32"].kernel, names[t])] == ["float"]
+        assert [t for t in names if re.search(k[f"ssd_fwd_{part}_16bit"].kernel, names[t])] == [
+            "__half", "__nv_bfloat16"]
+    assert re.search(k["ssd_fwd_pass"].kernel, sd + "state_pass_kernel(mamba_kernels::ssd::SsdFwdParams)")
 
 
 def test_parse_counts():
@@ -313,7 +322,30 @@ def _reference_ops():
             calls.append("decode")
             return selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, softplus, idx)
 
-    return calls, Conv, Scan, Update
+    class Ssd:
+        @staticmethod
+        def ssd_forward_cuda(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None,
+                             seq_idx=None, dt_softplus=False, dt_limit=(0.0, float("inf"))):
+            # the op's preconditions (csrc/ssd/ssd_host.cpp), and its outputs' shapes
+            from selective_scan._ssd_meta import ssd_fwd_fake
+
+            calls.append("ssd.fwd")
+            batch, seqlen, nheads, headdim = x.shape
+            assert dt.shape == (batch, seqlen, nheads) and A.shape == (nheads,)
+            assert B.shape == C.shape and B.shape[:2] == (batch, seqlen) and nheads % B.shape[2] == 0
+            assert B.dtype == C.dtype == x.dtype
+            assert z is None or (z.shape == x.shape and z.dtype == x.dtype)
+            assert D is None or D.shape in ((nheads,), (nheads, headdim))
+            assert dt_bias is None or dt_bias.shape == (nheads,)
+            assert initial_states is None or initial_states.shape == (batch, nheads, headdim, B.shape[3])
+            if seq_idx is not None:
+                assert seq_idx.dtype == torch.int32 and seq_idx.shape == (batch, seqlen)
+                assert bool((seq_idx[:, 1:] >= seq_idx[:, :-1]).all()), "seq_idx must be nondecreasing"
+            assert 1 <= chunk_size <= 256
+            return ssd_fwd_fake(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
+                                dt_softplus, *dt_limit)
+
+    return calls, Conv, Scan, Update, Ssd
 
 
 def test_case_inputs_are_valid_on_the_reference_path(monkeypatch):
@@ -321,7 +353,7 @@ def test_case_inputs_are_valid_on_the_reference_path(monkeypatch):
 
     monkeypatch.setenv("MAMBA_KERNELS_BACKEND", "reference")
     monkeypatch.setattr(sc, "DEVICE", "cpu")
-    calls, conv, scan, update = _reference_ops()
+    calls, conv, scan, update, ssd = _reference_ops()
     for c in sc.CASES:
         gen = torch.Generator().manual_seed(1)
         before = len(calls)
@@ -329,12 +361,14 @@ def test_case_inputs_are_valid_on_the_reference_path(monkeypatch):
             sc.run_conv(c, gen, _ops=conv)
         elif c.family.startswith("scan"):
             sc.run_scan(c, gen, _ops=scan)
+        elif c.family.startswith("ssd"):
+            sc.run_ssd(c, gen, _ssd_ops=ssd)
         else:
             sc.run_decode(c, gen, _update_ops=update)
         want = {"conv_fwd": ["conv.fwd"], "conv_bwd": ["conv.bwd", "conv.fwd"],
                 "conv_update": ["conv.update"],
                 "scan_fwd": ["scan.fwd"], "scan_bwd": ["scan.fwd", "scan.bwd"],
-                "decode": ["decode"]}[c.family]
+                "decode": ["decode"], "ssd_fwd": ["ssd.fwd"]}[c.family]
         assert calls[before:] == want, c.name
 
 
