@@ -38,6 +38,11 @@ __device__ __forceinline__ float softplus_dt(float d) { return d <= 20.0f ? log1
 __device__ __forceinline__ float clamp_dt(float d, float lo, float hi) { return d < lo ? lo : (d > hi ? hi : d); }
 __device__ __forceinline__ float silu_exact(float z) { return z / (1.0f + expf(-z)); }
 
+// The unit row scale of an unscaled tile load.
+struct One {
+  __device__ __forceinline__ float operator()(int) const { return 1.0f; }
+};
+
 template <typename T>
 __device__ __forceinline__ const T* tptr(const Operand& o) {
   return static_cast<const T*>(o.ptr);
@@ -152,26 +157,17 @@ struct ChunkStateAgent {
   __device__ __forceinline__ void load(int k0) {
     const T* x = tptr<T>(p.x);
     const T* B = tptr<T>(p.B);
-    const T zero = from_float<T>(0.0f);
-    for (int i = threadIdx.x; i < BK * BP; i += NT) {
-      const int t = i / BP, pp = i % BP;
-      const int s = k0 + t;
-      T v = zero;
-      if (s < at.Lc && p0 + pp < p.headdim && sm.w[s] != 0.0f) {
-        const float xv = to_float(x[at.b * p.x.s0 + (at.c0 + s) * p.x.s1 + at.h * p.x.s2 + (p0 + pp) * p.x.s3]);
-        v = from_float<T>(xv * sm.w[s]);
-      }
-      sm.xs[t * LDX + pp] = v;
-    }
-    for (int i = threadIdx.x; i < BK * BN; i += NT) {
-      const int t = i / BN, n = i % BN;
-      const int s = k0 + t;
-      T v = zero;
-      if (s < at.Lc && n0 + n < p.dstate && sm.w[s] != 0.0f) {
-        v = B[at.b * p.B.s0 + (at.c0 + s) * p.B.s1 + at.g * p.B.s2 + (n0 + n) * p.B.s3];
-      }
-      sm.bs[t * LDB + n] = v;
-    }
+    const int rows = at.Lc - k0;
+    const float* w = sm.w + k0;
+    auto weight = [w](int t) { return w[t]; };
+    auto x_row = [&](int t) {
+      return x + at.b * p.x.s0 + (at.c0 + k0 + t) * p.x.s1 + at.h * p.x.s2 + p0 * p.x.s3;
+    };
+    auto b_row = [&](int t) {
+      return B + at.b * p.B.s0 + (at.c0 + k0 + t) * p.B.s1 + at.g * p.B.s2 + n0 * p.B.s3;
+    };
+    load_tile<BK, BP, NT, true, T, T>(sm.xs, LDX, x_row, weight, rows, int(p.headdim - p0), p.x.s3, p.x.vec16);
+    load_tile<BK, BN, NT, true, T, T>(sm.bs, LDB, b_row, weight, rows, int(p.dstate - n0), p.B.s3, p.B.vec16);
   }
 
   __device__ __forceinline__ void state(Acc& acc) {
@@ -322,14 +318,10 @@ struct ChunkScanAgent {
   // C rows t0.. of state columns k0.. into buffer a (0 outside).
   __device__ __forceinline__ void load_C(int k0) {
     const T* C = tptr<T>(p.C);
-    const T zero = from_float<T>(0.0f);
-    for (int i = threadIdx.x; i < BT * BK; i += NT) {
-      const int t = i / BK, k = i % BK;
-      const int s = t0 + t;
-      T v = zero;
-      if (s < at.Lc && k0 + k < p.dstate) v = C[at.b * p.C.s0 + (at.c0 + s) * p.C.s1 + at.g * p.C.s2 + (k0 + k) * p.C.s3];
-      sm.a[t * LDK + k] = v;
-    }
+    auto c_row = [&](int t) {
+      return C + at.b * p.C.s0 + (at.c0 + t0 + t) * p.C.s1 + at.g * p.C.s2 + k0 * p.C.s3;
+    };
+    load_tile<BT, BK, NT, false, T, T>(sm.a, LDK, c_row, One{}, at.Lc - t0, int(p.dstate - k0), p.C.s3, p.C.vec16);
   }
 
   // off-chunk: y = exp(cs_t) C_t H_c for the tile's rows (0 across a sequence change).
@@ -338,15 +330,11 @@ struct ChunkScanAgent {
     if (at.c == 0 && !p.init.ptr) return;  // H_0 = 0
     const int64_t PN = p.headdim * p.dstate;
     const float* H = p.states + ((at.b * p.nchunks + at.c) * p.nheads + at.h) * PN;
-    const T zero = from_float<T>(0.0f);
+    const bool h_vec = p.dstate % 4 == 0;  // rows of 16-byte pieces (states is ours, contiguous)
     for (int k0 = 0; k0 < p.dstate; k0 += BK) {
       load_C(k0);
-      for (int i = threadIdx.x; i < BP * BK; i += NT) {
-        const int pp = i / BK, k = i % BK;
-        T v = zero;
-        if (p0 + pp < p.headdim && k0 + k < p.dstate) v = from_float<T>(H[(p0 + pp) * p.dstate + k0 + k]);
-        sm.b[pp * LDK + k] = v;
-      }
+      auto h_row = [&](int pp) { return H + (p0 + pp) * p.dstate + k0; };
+      load_tile<BP, BK, NT, false, T, float>(sm.b, LDK, h_row, One{}, int(p.headdim - p0), int(p.dstate - k0), 1, h_vec);
       __syncthreads();
       y.template mma<true, false>(sm.a, LDK, sm.b, LDK, BK, false);
       __syncthreads();
@@ -376,14 +364,10 @@ struct ChunkScanAgent {
       G.zero();
       for (int k0 = 0; k0 < p.dstate; k0 += BK) {
         load_C(k0);
-        for (int i = threadIdx.x; i < BS * BK; i += NT) {
-          const int s = i / BK, k = i % BK;
-          T v = zero;
-          if (s0 + s < at.Lc && k0 + k < p.dstate) {
-            v = B[at.b * p.B.s0 + (at.c0 + s0 + s) * p.B.s1 + at.g * p.B.s2 + (k0 + k) * p.B.s3];
-          }
-          sm.b[s * LDK + k] = v;
-        }
+        auto b_row = [&](int s) {
+          return B + at.b * p.B.s0 + (at.c0 + s0 + s) * p.B.s1 + at.g * p.B.s2 + k0 * p.B.s3;
+        };
+        load_tile<BS, BK, NT, false, T, T>(sm.b, LDK, b_row, One{}, at.Lc - s0, int(p.dstate - k0), p.B.s3, p.B.vec16);
         __syncthreads();
         G.template mma<true, false>(sm.a, LDK, sm.b, LDK, BK, false);
         __syncthreads();
@@ -396,12 +380,8 @@ struct ChunkScanAgent {
         const bool keep = q <= r && r < at.Lc && (!p.seq_idx || sm.seq[q] == sm.seq[r]);
         sm.a[t * LDM + s] = keep ? from_float<T>(sm.stage[t * LDS + s] * expf(sm.cs[r] - sm.cs[q]) * sm.dt[q]) : zero;
       }
-      for (int i = threadIdx.x; i < BS * BP; i += NT) {
-        const int s = i / BP, pp = i % BP;
-        T v = zero;
-        if (s0 + s < at.Lc && p0 + pp < p.headdim) v = *x_at(s0 + s, p0 + pp);
-        sm.b[s * LDX + pp] = v;
-      }
+      auto x_row = [&](int s) { return x_at(s0 + s, p0); };
+      load_tile<BS, BP, NT, false, T, T>(sm.b, LDX, x_row, One{}, at.Lc - s0, int(p.headdim - p0), p.x.s3, p.x.vec16);
       __syncthreads();
       y.template mma<true, true>(sm.a, LDM, sm.b, LDX, BS, diag);
       if (!diag) __syncthreads();

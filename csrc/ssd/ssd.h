@@ -27,6 +27,9 @@ struct Operand {
   const void* ptr = nullptr;  // null: an absent optional operand
   DType dtype = DType::kFloat32;
   int64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  // 16 consecutive bytes of a row (along the last axis) may be read as one vector: the last
+  // axis is unit-stride, the base 16-byte aligned, the other strides multiples of 16 bytes.
+  bool vec16 = false;
 };
 
 struct SsdFwdParams {

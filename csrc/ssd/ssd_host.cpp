@@ -51,6 +51,11 @@ Operand operand(const TensorRef& t, const TensorRef& x, const char* name, int a0
   o.s1 = a1 < 0 ? 0 : stride_of(t, a1);
   o.s2 = a2 < 0 ? 0 : stride_of(t, a2);
   o.s3 = a3 < 0 ? 0 : stride_of(t, a3);
+  if (a3 >= 0 && t.element_size > 0) {
+    const int64_t v = 16 / t.element_size;  // elements per 16 bytes
+    o.vec16 = (t.stride(a3) == 1 || t.size(a3) == 1) && reinterpret_cast<uintptr_t>(t.data) % 16 == 0 &&
+              o.s0 % v == 0 && o.s1 % v == 0 && o.s2 % v == 0;
+  }
   return o;
 }
 

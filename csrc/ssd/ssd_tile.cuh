@@ -78,6 +78,33 @@ struct TileAcc<TS, R, Cols, NT, false> {
   }
 };
 
+// Loads an (R x Cols) tile into shared memory: dst[r * ld + c] = row(r)[c * cs] * scale(r)
+// (scale only with kScaled) in TS; 0 for r >= rows, c >= cols, and (kScaled) rows whose scale is
+// exactly 0, whatever their values (a masked row's NaN stays out of the tile). With vec, row(r)
+// is 16-byte aligned and unit-stride, and full 16-byte pieces are read as one vector; the rest
+// element by element.
+template <int R, int Cols, int NT, bool kScaled, typename TS, typename TG, typename Row, typename Scale>
+__device__ __forceinline__ void load_tile(TS* dst, int ld, const Row& row, const Scale& scale, int rows, int cols,
+                                          int64_t cs, bool vec) {
+  constexpr int V = 16 / int(sizeof(TG));
+  static_assert(Cols % V == 0, "tile columns in whole vectors");
+  constexpr int CV = Cols / V;
+  for (int i = threadIdx.x; i < R * CV; i += NT) {
+    const int r = i / CV, c = (i % CV) * V;
+    const float s = kScaled && r < rows ? scale(r) : 1.0f;
+    const bool live = r < rows && (!kScaled || s != 0.0f);
+    float v[V];
+    if (live && vec && c + V <= cols) {
+      load_floats<TG, V>(v, row(r) + c);
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[j] = live && c + j < cols ? to_float(row(r)[(c + j) * cs]) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) dst[r * ld + c + j] = from_float<TS>(kScaled ? v[j] * s : v[j]);
+  }
+}
+
 #if MK_SSD_TENSOR_CORES
 template <typename TS, int R, int Cols, int NT>
 struct TileAcc<TS, R, Cols, NT, true> {
