@@ -334,7 +334,8 @@ struct ChunkScanAgent {
     for (int k0 = 0; k0 < p.dstate; k0 += BK) {
       load_C(k0);
       auto h_row = [&](int pp) { return H + (p0 + pp) * p.dstate + k0; };
-      load_tile<BP, BK, NT, false, T, float>(sm.b, LDK, h_row, One{}, int(p.headdim - p0), int(p.dstate - k0), 1, h_vec);
+      load_tile<BP, BK, NT, false, T, float>(sm.b, LDK, h_row, One{}, int(p.headdim - p0), int(p.dstate - k0), 1,
+                                             h_vec);
       __syncthreads();
       y.template mma<true, false>(sm.a, LDK, sm.b, LDK, BK, false);
       __syncthreads();
@@ -457,7 +458,8 @@ cudaError_t launch_typed(const SsdFwdParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   if (bc > 0) {
-    chunk_state_kernel<T><<<dim3(unsigned(p.nheads), unsigned(state_tiles), unsigned(bc)), Pol::kThreads, 0, stream>>>(p);
+    const dim3 grid(unsigned(p.nheads), unsigned(state_tiles), unsigned(bc));
+    chunk_state_kernel<T><<<grid, Pol::kThreads, 0, stream>>>(p);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
@@ -468,7 +470,8 @@ cudaError_t launch_typed(const SsdFwdParams& p, cudaStream_t stream) {
     if (err != cudaSuccess) return err;
   }
   if (bc > 0) {
-    chunk_scan_kernel<T><<<dim3(unsigned(p.nheads), unsigned(scan_tiles), unsigned(bc)), Pol::kThreads, 0, stream>>>(p);
+    const dim3 grid(unsigned(p.nheads), unsigned(scan_tiles), unsigned(bc));
+    chunk_scan_kernel<T><<<grid, Pol::kThreads, 0, stream>>>(p);
     return cudaGetLastError();
   }
   return cudaSuccess;
