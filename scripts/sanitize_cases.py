@@ -185,6 +185,11 @@ KINDS: Dict[str, Kind] = {
                              SD + "fwd.cu:chunk_scan_kernel<T>", launches=(1, 1)),
     "ssd_fwd_scan_f32": _k("ssd_fwd", r"::chunk_scan_kernel<float>", "chunk scan, fp32 (FMA)",
                            launches=(1, 1)),
+    "ssd_fwd_varlen_16bit": _k("ssd_fwd", r"::varlen_state_kernel<(?:__nv_bfloat16|__half)>",
+                               "each packed sequence's final state (cu_seqlens), 16-bit",
+                               SD + "fwd.cu:varlen_state_kernel<T>", launches=(1, 1)),
+    "ssd_fwd_varlen_f32": _k("ssd_fwd", r"::varlen_state_kernel<float>", "varlen final states, fp32",
+                             launches=(1, 1)),
 }
 
 
@@ -336,6 +341,15 @@ CASES: List[Case] = [
     _c("ssd_fwd_f32", "ssd_fwd", ["ssd_fwd_state_f32", "ssd_fwd_pass", "ssd_fwd_scan_f32"],
        "chunk 256 and one step past it, dstate 16, z", batch=2, L=257, nheads=2, headdim=32, ngroups=1,
        dstate=16, chunk=256, dtype=F32, z=True),
+    _c("ssd_fwd_varlen_bf16", "ssd_fwd",
+       ["ssd_fwd_state_16bit", "ssd_fwd_pass", "ssd_fwd_varlen_16bit", "ssd_fwd_scan_16bit"],
+       "cu_seqlens: 4 packed sequences (one empty, one on a chunk boundary), initial states",
+       batch=1, L=300, nheads=2, headdim=64, ngroups=1, dstate=64, chunk=64, dtype=BF16, init=True,
+       cu_seqlens=(0, 70, 70, 128, 300)),
+    _c("ssd_fwd_varlen_f32", "ssd_fwd",
+       ["ssd_fwd_state_f32", "ssd_fwd_pass", "ssd_fwd_varlen_f32", "ssd_fwd_scan_f32"],
+       "cu_seqlens, int64 offsets", batch=1, L=100, nheads=2, headdim=32, ngroups=1, dstate=16, chunk=64,
+       dtype=F32, cu_seqlens=(0, 33, 100), cu_int64=True),
 ]
 
 
@@ -557,11 +571,13 @@ def predict_decode(c: Case) -> List[str]:
 
 
 def predict_ssd(c: Case) -> List[str]:
-    """fwd.cu, launch_typed: the chunk kernels when batch x chunks > 0, state passing always."""
+    """fwd.cu, launch_typed: the chunk kernels when batch x chunks > 0, state passing always, the
+    varlen states with cu_seqlens."""
     p = c.params
     kind = "f32" if p["dtype"] == F32 else "16bit"
     chunks = p["batch"] * _ceil(p["L"], p["chunk"])
-    return ([f"ssd_fwd_state_{kind}"] if chunks else []) + ["ssd_fwd_pass"] + \
+    varlen = [f"ssd_fwd_varlen_{kind}"] if p.get("cu_seqlens") else []
+    return ([f"ssd_fwd_state_{kind}"] if chunks else []) + ["ssd_fwd_pass"] + varlen + \
         ([f"ssd_fwd_scan_{kind}"] if chunks else [])
 
 
@@ -763,14 +779,21 @@ def run_ssd(c: Case, gen, _ssd_ops=None) -> None:
     D = _rand(H, P, gen=gen) if p.get("D") == "channel" else _rand(H, gen=gen)
     z = _rand(batch, L, H, P, dtype=dtype, gen=gen) if p.get("z") else None
     init = _rand(batch, H, P, N, gen=gen) if p.get("init") else None
-    seq = None
+    seq, cu = None, None
     if p.get("seq_idx"):  # nondecreasing, two boundaries a row (one inside a chunk)
         row = torch.zeros(L, dtype=torch.int32)
         row[L // 3:] += 1
         row[L - 5:] += 1
         seq = row.expand(batch, L).contiguous().to(DEVICE)
+    kw = {}
+    if p.get("cu_seqlens"):  # packed sequences (batch 1) and the seq_idx that marks them
+        offsets = torch.tensor(p["cu_seqlens"])
+        seq = torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets.diff()).to(torch.int32)[None]
+        seq = seq.to(DEVICE)
+        cu = offsets.to(torch.int64 if p.get("cu_int64") else torch.int32).to(DEVICE)
+        kw["cu_seqlens"] = cu
     _ssd_ops.ssd_forward_cuda(x, dt, A, B, C, p["chunk"], D=D, z=z, dt_bias=_rand(H, scale=0.3, gen=gen),
-                              initial_states=init, seq_idx=seq, dt_softplus=True, dt_limit=(0.0, 2.0))
+                              initial_states=init, seq_idx=seq, dt_softplus=True, dt_limit=(0.0, 2.0), **kw)
 
 
 RUNNERS: Dict[str, Callable] = {

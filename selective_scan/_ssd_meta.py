@@ -9,10 +9,11 @@ import torch
 OP_NAME = "ssd_chunk_scan_fwd"
 
 
-def ssd_fwd_fake(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, dt_softplus, dt_limit_lo,
-                 dt_limit_hi):
-    """(out, out_x, dt_out, dA_cumsum, states, final_states), allocated as the CUDA op does:
-    contiguous; out_x empty without z; the intermediates float32."""
+def ssd_fwd_fake(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_softplus,
+                 dt_limit_lo, dt_limit_hi):
+    """(out, out_x, dt_out, dA_cumsum, states, final_states, varlen_states), allocated as the
+    CUDA op does: contiguous; out_x empty without z, varlen_states without cu_seqlens; the
+    intermediates float32."""
     batch, seqlen, nheads, headdim = x.shape
     dstate = B.shape[-1]
     nchunks = -(-seqlen // chunk_size)
@@ -23,4 +24,8 @@ def ssd_fwd_fake(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_
     dA_cumsum = x.new_empty((batch, nheads, nchunks, chunk_size), dtype=f32)
     states = x.new_empty((batch, nchunks, nheads, headdim, dstate), dtype=f32)
     final_states = x.new_empty((batch, nheads, headdim, dstate), dtype=f32)
-    return out, out_x, dt_out, dA_cumsum, states, final_states
+    if cu_seqlens is not None:
+        varlen_states = x.new_empty((cu_seqlens.shape[0] - 1, nheads, headdim, dstate), dtype=f32)
+    else:
+        varlen_states = x.new_empty((0,), dtype=f32)
+    return out, out_x, dt_out, dA_cumsum, states, final_states, varlen_states

@@ -38,8 +38,10 @@ def ssd_forward_cuda(
     seq_idx: Optional[Tensor] = None,
     dt_softplus: bool = False,
     dt_limit: Tuple[float, float] = (0.0, float("inf")),
-) -> Tuple[Tensor, Optional[Tensor], Tensor, Tensor, Tensor, Tensor]:
-    """``(out, out_x, dt_out, dA_cumsum, states, final_states)``.
+    cu_seqlens: Optional[Tensor] = None,
+) -> Tuple[Tensor, ...]:
+    """``(out, out_x, dt_out, dA_cumsum, states, final_states)``, and ``varlen_states`` after
+    them when ``cu_seqlens`` is given (mamba_ssm's ``_mamba_chunk_scan_combined_fwd``).
 
     x (batch, seqlen, nheads, headdim); dt (batch, seqlen, nheads); A (nheads,); B, C
     (batch, seqlen, ngroups, dstate) with ngroups dividing nheads; D (nheads,) or
@@ -53,10 +55,16 @@ def ssd_forward_cuda(
     clamp and its running sum times A within each chunk (past seqlen: 0 and flat); states:
     float32 (batch, nchunks, nheads, headdim, dstate), the state entering each chunk;
     final_states: float32 (batch, nheads, headdim, dstate).
+
+    cu_seqlens: (nseqs + 1,) int32 or int64 offsets of sequences packed along seqlen (batch 1),
+    passed together with the seq_idx that marks the same sequences; varlen_states: float32
+    (nseqs, nheads, headdim, dstate), the state at the end of each sequence (0 for an empty one;
+    the first sequence starts from initial_states).
     """
     lo, hi = dt_limit
-    out, out_x, dt_out, dA_cumsum, states, final_states = _op(
-        x, dt, A, B, C, int(chunk_size), D, z, dt_bias, initial_states, seq_idx, bool(dt_softplus),
-        float(lo), float(hi),
+    out, out_x, dt_out, dA_cumsum, states, final_states, varlen_states = _op(
+        x, dt, A, B, C, int(chunk_size), D, z, dt_bias, initial_states, seq_idx, cu_seqlens,
+        bool(dt_softplus), float(lo), float(hi),
     )
-    return out, (out_x if z is not None else None), dt_out, dA_cumsum, states, final_states
+    res = (out, (out_x if z is not None else None), dt_out, dA_cumsum, states, final_states)
+    return res + (varlen_states,) if cu_seqlens is not None else res

@@ -239,10 +239,11 @@ def test_kind_patterns_tell_instantiations_apart():
     assert [n for n in k if re.search(k[n].kernel, lanes)] == ["scan_fwd_lanes_s4"]
     assert not re.search(k["scan_fwd_classic_real"].kernel, ss + "bwd_kernel<float, false>(P)")
     sd = "void mamba_kernels::ssd::(anonymous namespace)::"
-    for kernel in ("chunk_state_kernel", "chunk_scan_kernel"):
+    for kernel in ("chunk_state_kernel", "chunk_scan_kernel", "varlen_state_kernel"):
         names = {t: sd + f"{kernel}<{t}>(mamba_kernels::ssd::SsdFwdParams)"
                  for t in ("float", "__half", "__nv_bfloat16")}
-        part = "state" if kernel == "chunk_state_kernel" else "scan"
+        part = {"chunk_state_kernel": "state", "chunk_scan_kernel": "scan",
+                "varlen_state_kernel": "varlen"}[kernel]
         assert [t for t in names if re.search(k[f"ssd_fwd_{part}_f32"].kernel, names[t])] == ["float"]
         assert [t for t in names if re.search(k[f"ssd_fwd_{part}_16bit"].kernel, names[t])] == [
             "__half", "__nv_bfloat16"]
@@ -325,7 +326,7 @@ def _reference_ops():
     class Ssd:
         @staticmethod
         def ssd_forward_cuda(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None,
-                             seq_idx=None, dt_softplus=False, dt_limit=(0.0, float("inf"))):
+                             seq_idx=None, dt_softplus=False, dt_limit=(0.0, float("inf")), cu_seqlens=None):
             # the op's preconditions (csrc/ssd/ssd_host.cpp), and its outputs' shapes
             from selective_scan._ssd_meta import ssd_fwd_fake
 
@@ -342,8 +343,14 @@ def _reference_ops():
                 assert seq_idx.dtype == torch.int32 and seq_idx.shape == (batch, seqlen)
                 assert bool((seq_idx[:, 1:] >= seq_idx[:, :-1]).all()), "seq_idx must be nondecreasing"
             assert 1 <= chunk_size <= 256
+            if cu_seqlens is not None:
+                assert batch == 1 and cu_seqlens.dtype in (torch.int32, torch.int64) and cu_seqlens.dim() == 1
+                assert int(cu_seqlens[0]) == 0 and int(cu_seqlens[-1]) == seqlen
+                assert bool((cu_seqlens.diff() >= 0).all())
+                ids = torch.repeat_interleave(torch.arange(len(cu_seqlens) - 1), cu_seqlens.diff().cpu())
+                assert seq_idx is not None and torch.equal(seq_idx[0].cpu().long(), ids)
             return ssd_fwd_fake(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
-                                dt_softplus, *dt_limit)
+                                cu_seqlens, dt_softplus, *dt_limit)
 
     return calls, Conv, Scan, Update, Ssd
 

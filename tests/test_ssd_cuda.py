@@ -213,6 +213,33 @@ def test_initial_states_and_seq_idx(ops, dtype, chunk):
 
 
 @gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("chunk", [64, 256])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_varlen_states(ops, dtype, chunk, index_dtype):
+    # packed sequences (batch 1): one crossing chunks, an empty one, one starting exactly on a chunk
+    # boundary (128), one ending on one (192), a long last one; the first starts from the initial state
+    lens = [5, 123, 0, 64, 100, 166]
+    args = make(batch=1, seqlen=sum(lens), dtype=dtype, init=True, z=True)
+    ids = torch.repeat_interleave(torch.arange(len(lens)), torch.tensor(lens))
+    args["seq_idx"] = ids.to(torch.int32)[None].cuda()
+    cu = torch.tensor([0] + lens).cumsum(0).to(index_dtype).cuda()
+    got = ops.ssd_forward_cuda(args["x"], args["dt"], args["A"], args["B"], args["C"], chunk, D=args["D"],
+                               z=args["z"], initial_states=args["initial_states"], seq_idx=args["seq_idx"],
+                               cu_seqlens=cu)
+    assert len(got) == 7
+    check(ops, args, chunk, dtype)  # the other outputs as without cu_seqlens
+    varlen = got[6]
+    assert varlen.shape == (len(lens),) + args["initial_states"].shape[1:] and varlen.dtype == torch.float32
+    for i, (start, end) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
+        part = {k: (v[:, start:end] if k in ("x", "dt", "B", "C", "z") else v) for k, v in args.items()}
+        part["seq_idx"] = None
+        part["initial_states"] = args["initial_states"] if i == 0 else None
+        want = reference(**part, chunk_size=chunk)[5]
+        close(varlen[i:i + 1], want, TOL[dtype], f"varlen_states[{i}]")
+
+
+@gpu
 def test_seq_idx_change_at_chunk_starts(ops):
     args = make(seqlen=256, init=True, seq_idx=True, dtype=torch.float32)
     args["seq_idx"] = (torch.arange(256, device="cuda") // 64).to(torch.int32).expand(2, 256).contiguous()
@@ -312,6 +339,12 @@ def test_errors_name_the_argument(ops):
     err(r"seq_idx must have shape", seq_idx=torch.zeros(2, 63, dtype=torch.int32, device="cuda"))
     err(r"A must be on x's device", A=args["A"].cpu())
     err(r"x must be a CUDA tensor", x=x.cpu())
+    with pytest.raises(RuntimeError, match=r"cu_seqlens needs batch 1"):
+        ops.ssd_forward_cuda(x, args["dt"], args["A"], B, args["C"], 64,
+                             cu_seqlens=torch.tensor([0, 64], dtype=torch.int32, device="cuda"))
+    with pytest.raises((RuntimeError, TypeError), match=r"cu_seqlens must be int32 or int64"):
+        ops.ssd_forward_cuda(x[:1], args["dt"][:1], args["A"], B[:1], args["C"][:1], 64,
+                             cu_seqlens=torch.tensor([0.0, 64.0], device="cuda"))
 
 
 @gpu
@@ -361,16 +394,23 @@ def test_schema_traces_with_the_fake_impl():
     with FakeTensorMode():
         a = make(batch=2, seqlen=300, nheads=4, headdim=32, dstate=16, ngroups=2, dtype=torch.bfloat16,
                  z=True, device="cpu")
-        res = op(a["x"], a["dt"], a["A"], a["B"], a["C"], 128, a["D"], a["z"], None, None, None, True, 0.0,
-                 float("inf"))
-        out, out_x, dt_out, cs, states, final = res
+        none4 = (None, None, None, None)  # dt_bias, initial_states, seq_idx, cu_seqlens
+        inf = float("inf")
+        res = op(a["x"], a["dt"], a["A"], a["B"], a["C"], 128, a["D"], a["z"], *none4, True, 0.0, inf)
+        out, out_x, dt_out, cs, states, final, varlen = res
+        assert varlen.shape == (0,)
         assert out.shape == (2, 300, 4, 32) and out.dtype == torch.bfloat16
         assert out_x.shape == out.shape
         assert dt_out.shape == cs.shape == (2, 4, 3, 128) and cs.dtype == torch.float32
         assert states.shape == (2, 3, 4, 32, 16) and states.dtype == torch.float32
         assert final.shape == (2, 4, 32, 16)
-        res = op(a["x"], a["dt"], a["A"], a["B"], a["C"], 64, None, None, None, None, None, False, 0.0, 1.0)
+        res = op(a["x"], a["dt"], a["A"], a["B"], a["C"], 64, None, None, *none4, False, 0.0, 1.0)
         assert res[1].shape == (0,) and res[4].shape == (2, 5, 4, 32, 16)
+        cu = torch.tensor([0, 100, 300], dtype=torch.int32)
+        x1 = a["x"][:1]
+        res = op(x1, a["dt"][:1], a["A"], a["B"][:1], a["C"][:1], 64, None, None, None, None, None, cu, False,
+                 0.0, 1.0)
+        assert res[6].shape == (2, 4, 32, 16) and res[6].dtype == torch.float32
 
 
 def test_reference_matches_a_chunked_evaluation():

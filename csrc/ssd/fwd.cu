@@ -53,10 +53,12 @@ __device__ __forceinline__ const T* tptr(const Operand& o) {
 struct ChunkCoords {
   int64_t b, h, g, c, c0;
   int Lc;  // the chunk's steps inside the sequence (the last chunk may be short)
-  __device__ __forceinline__ explicit ChunkCoords(const SsdFwdParams& p) {
+  __device__ __forceinline__ explicit ChunkCoords(const SsdFwdParams& p)
+      : ChunkCoords(p, int64_t(blockIdx.z) / p.nchunks, int64_t(blockIdx.z) % p.nchunks) {}
+  __device__ __forceinline__ ChunkCoords(const SsdFwdParams& p, int64_t batch, int64_t chunk) {
     h = blockIdx.x;
-    b = int64_t(blockIdx.z) / p.nchunks;
-    c = int64_t(blockIdx.z) % p.nchunks;
+    b = batch;
+    c = chunk;
     g = h / p.heads_per_group;
     c0 = c * p.chunk;
     const int64_t left = p.seqlen - c0;
@@ -89,12 +91,16 @@ struct ChunkStateAgent {
   Smem& sm;
   ChunkCoords at;
   int64_t p0, n0;
+  // The steps [lo, hi) of the chunk the state sums (the whole chunk, or a sequence's part of it
+  // for the varlen states); their last step's running sum is the reference of the decays.
+  int lo = 0, hi = 0;
 
-  __device__ __forceinline__ ChunkStateAgent(const SsdFwdParams& params, Smem& smem)
-      : p(params), sm(smem), at(params) {
+  __device__ __forceinline__ ChunkStateAgent(const SsdFwdParams& params, Smem& smem, const ChunkCoords& coords)
+      : p(params), sm(smem), at(coords) {
     const int64_t ntiles = (p.dstate + BN - 1) / BN;
     p0 = int64_t(blockIdx.y) / ntiles * BP;
     n0 = int64_t(blockIdx.y) % ntiles * BN;
+    hi = at.Lc;
   }
 
   // dt_t and the inclusive running sum of dt_t A over the chunk (0 and flat past its end).
@@ -131,22 +137,36 @@ struct ChunkStateAgent {
     __syncthreads();
   }
 
-  // The first tile's block writes dt_out and dA_cumsum; every block its step weights.
+  // The first tile's block writes dt_out and dA_cumsum.
   __device__ __forceinline__ void store_discretised() {
-    const int L = int(p.chunk);
-    if (blockIdx.y == 0) {
-      const int64_t base = ((at.b * p.nheads + at.h) * p.nchunks + at.c) * p.chunk;
-      for (int t = threadIdx.x; t < L; t += NT) {
-        p.dt_out[base + t] = sm.dt[t];
-        p.dA_cumsum[base + t] = sm.cs[t];
-      }
+    if (blockIdx.y != 0) return;
+    const int64_t base = ((at.b * p.nheads + at.h) * p.nchunks + at.c) * p.chunk;
+    for (int t = threadIdx.x; t < int(p.chunk); t += NT) {
+      p.dt_out[base + t] = sm.dt[t];
+      p.dA_cumsum[base + t] = sm.cs[t];
     }
-    const float cs_last = sm.cs[at.Lc - 1];
+  }
+
+  // The varlen states' form of discretise: the chunk's dt and running sums as kernel 1 stored them.
+  __device__ __forceinline__ void load_discretised() {
+    const int64_t base = ((at.b * p.nheads + at.h) * p.nchunks + at.c) * p.chunk;
+    for (int t = threadIdx.x; t < at.Lc; t += NT) {
+      sm.dt[t] = p.dt_out[base + t];
+      sm.cs[t] = p.dA_cumsum[base + t];
+    }
+    __syncthreads();
+  }
+
+  // The step weights exp(cs_last - cs_t) dt_t over [lo, hi); 0 elsewhere and, with seq_idx
+  // (the chunk states), for steps of another sequence than the last one's.
+  __device__ __forceinline__ void weights(bool by_seq) {
+    const float cs_last = sm.cs[hi - 1];
     int32_t seq_last = 0;
-    if (p.seq_idx) seq_last = p.seq_idx[at.b * p.seq_s0 + (at.c0 + at.Lc - 1) * p.seq_s1];
-    for (int t = threadIdx.x; t < L; t += NT) {
-      bool keep = t < at.Lc;
-      if (keep && p.seq_idx) keep = p.seq_idx[at.b * p.seq_s0 + (at.c0 + t) * p.seq_s1] == seq_last;
+    by_seq = by_seq && p.seq_idx != nullptr;
+    if (by_seq) seq_last = p.seq_idx[at.b * p.seq_s0 + (at.c0 + hi - 1) * p.seq_s1];
+    for (int t = threadIdx.x; t < int(p.chunk); t += NT) {
+      bool keep = lo <= t && t < hi;
+      if (keep && by_seq) keep = p.seq_idx[at.b * p.seq_s0 + (at.c0 + t) * p.seq_s1] == seq_last;
       sm.w[t] = keep ? expf(cs_last - sm.cs[t]) * sm.dt[t] : 0.0f;
     }
     __syncthreads();
@@ -157,7 +177,7 @@ struct ChunkStateAgent {
   __device__ __forceinline__ void load(int k0) {
     const T* x = tptr<T>(p.x);
     const T* B = tptr<T>(p.B);
-    const int rows = at.Lc - k0;
+    const int rows = hi - k0;
     const float* w = sm.w + k0;
     auto weight = [w](int t) { return w[t]; };
     auto x_row = [&](int t) {
@@ -172,7 +192,7 @@ struct ChunkStateAgent {
 
   __device__ __forceinline__ void state(Acc& acc) {
     acc.zero();
-    for (int k0 = 0; k0 < at.Lc; k0 += BK) {
+    for (int k0 = lo / BK * BK; k0 < hi; k0 += BK) {
       load(k0);
       __syncthreads();
       acc.template mma<false, true>(sm.xs, LDX, sm.bs, LDB, BK, false);
@@ -180,14 +200,19 @@ struct ChunkStateAgent {
     }
   }
 
-  __device__ __forceinline__ void store(const Acc& acc) {
+  // The tile, plus decay * H[p, n] of a state (fp32, rows of dstate) when H is given, into dst
+  // (fp32, rows of dstate).
+  __device__ __forceinline__ void store(const Acc& acc, float* dst, const float* H, float decay) {
     acc.store(sm.stage, LDS);
     __syncthreads();
-    const int64_t PN = p.headdim * p.dstate;
-    float* dst = p.states + ((at.b * p.nchunks + at.c) * p.nheads + at.h) * PN;
     for (int i = threadIdx.x; i < BP * BN; i += NT) {
       const int pp = i / BN, n = i % BN;
-      if (p0 + pp < p.headdim && n0 + n < p.dstate) dst[(p0 + pp) * p.dstate + n0 + n] = sm.stage[pp * LDS + n];
+      if (p0 + pp < p.headdim && n0 + n < p.dstate) {
+        const int64_t e = (p0 + pp) * p.dstate + n0 + n;
+        float v = sm.stage[pp * LDS + n];
+        if (H) v += decay * H[e];
+        dst[e] = v;
+      }
     }
   }
 };
@@ -197,12 +222,57 @@ __global__ void __launch_bounds__(SsdPolicy<Is16Bit<T>::value>::kThreads)
     chunk_state_kernel(const SsdFwdParams p) {
   using Agent = ChunkStateAgent<T>;
   __shared__ typename Agent::Smem sm;
-  Agent agent(p, sm);
+  Agent agent(p, sm, ChunkCoords(p));
   agent.discretise();
   agent.store_discretised();
+  agent.weights(true);
   typename Agent::Acc acc;
   agent.state(acc);
-  agent.store(acc);
+  const int64_t PN = p.headdim * p.dstate;
+  agent.store(acc, p.states + ((agent.at.b * p.nchunks + agent.at.c) * p.nheads + agent.at.h) * PN, nullptr, 0.0f);
+}
+
+// The final state of each sequence of a packed batch (cu_seqlens, batch 1): per (head, state
+// tile, sequence), the sequence's steps in its last chunk summed like a chunk state, plus the
+// state entering that chunk, decayed, when the sequence began before the chunk (or is the first
+// sequence, which owns the initial state). Runs after state_pass_kernel. An empty sequence's
+// state is 0; offsets are clamped into [0, seqlen].
+template <typename T>
+__global__ void __launch_bounds__(SsdPolicy<Is16Bit<T>::value>::kThreads)
+    varlen_state_kernel(const SsdFwdParams p) {
+  using Agent = ChunkStateAgent<T>;
+  __shared__ typename Agent::Smem sm;
+  const int64_t i = blockIdx.z;
+  auto offset = [&](int64_t k) {
+    int64_t v = p.cu_seqlens_64 ? static_cast<const int64_t*>(p.cu_seqlens)[k * p.cu_s0]
+                                : int64_t(static_cast<const int32_t*>(p.cu_seqlens)[k * p.cu_s0]);
+    return v < 0 ? int64_t(0) : (v > p.seqlen ? p.seqlen : v);
+  };
+  const int64_t start = offset(i);
+  int64_t end = offset(i + 1);
+  end = end < start ? start : end;
+  const int64_t PN = p.headdim * p.dstate;
+  float* dst = p.varlen_states + (i * p.nheads + int64_t(blockIdx.x)) * PN;
+  if (end == start) {
+    const int64_t ntiles = (p.dstate + Agent::BN - 1) / Agent::BN;
+    const int64_t p0 = int64_t(blockIdx.y) / ntiles * Agent::BP, n0 = int64_t(blockIdx.y) % ntiles * Agent::BN;
+    for (int k = threadIdx.x; k < Agent::BP * Agent::BN; k += Agent::NT) {
+      const int64_t pp = p0 + k / Agent::BN, n = n0 + k % Agent::BN;
+      if (pp < p.headdim && n < p.dstate) dst[pp * p.dstate + n] = 0.0f;
+    }
+    return;
+  }
+  const int64_t c = (end - 1) / p.chunk;
+  Agent agent(p, sm, ChunkCoords(p, 0, c));
+  agent.lo = int(start > agent.at.c0 ? start - agent.at.c0 : 0);
+  agent.hi = int(end - agent.at.c0);
+  agent.load_discretised();
+  agent.weights(false);
+  typename Agent::Acc acc;
+  agent.state(acc);
+  const bool carry = start < agent.at.c0 || start == 0;
+  const float* H = carry ? p.states + (c * p.nheads + agent.at.h) * PN : nullptr;
+  agent.store(acc, dst, H, expf(sm.cs[agent.hi - 1]));
 }
 
 // ---------------------------------------------------------------------------- state passing
@@ -454,7 +524,8 @@ cudaError_t launch_typed(const SsdFwdParams& p, cudaStream_t stream) {
   const int64_t pass_blocks = cdiv(P * N, SsdPassPolicy::kThreads);
   const int64_t bc = p.batch * p.nchunks;
   if (state_tiles > kSsdMaxGridYZ || scan_tiles > kSsdMaxGridYZ || bc > kSsdMaxGridYZ ||
-      p.nheads > kSsdMaxGridYZ || p.batch > kSsdMaxGridYZ || pass_blocks > INT32_MAX || p.nheads > INT32_MAX) {
+      p.nheads > kSsdMaxGridYZ || p.batch > kSsdMaxGridYZ || pass_blocks > INT32_MAX || p.nseqs > kSsdMaxGridYZ ||
+      (p.cu_seqlens && p.batch != 1)) {
     return cudaErrorInvalidValue;
   }
   if (bc > 0) {
@@ -466,6 +537,12 @@ cudaError_t launch_typed(const SsdFwdParams& p, cudaStream_t stream) {
   if (pass_blocks > 0) {
     state_pass_kernel<<<dim3(unsigned(pass_blocks), unsigned(p.nheads), unsigned(p.batch)), SsdPassPolicy::kThreads, 0,
                         stream>>>(p);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  if (p.cu_seqlens && p.nseqs > 0) {
+    const dim3 grid(unsigned(p.nheads), unsigned(state_tiles), unsigned(p.nseqs));
+    varlen_state_kernel<T><<<grid, Pol::kThreads, 0, stream>>>(p);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }

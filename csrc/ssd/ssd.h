@@ -51,6 +51,11 @@ struct SsdFwdParams {
   Operand init;            // (batch, head, p, n); may be absent
   const int32_t* seq_idx = nullptr;  // (batch, seqlen) or null
   int64_t seq_s0 = 0, seq_s1 = 0;
+  // (nseqs + 1,) int32 or int64 sequence offsets of a packed batch (batch 1), or null: then
+  // varlen_states gets each sequence's final state (with seq_idx marking the same sequences).
+  const void* cu_seqlens = nullptr;
+  bool cu_seqlens_64 = false;
+  int64_t cu_s0 = 1, nseqs = 0;
 
   // Outputs, written with these strides (x's dtype for out / out_x, fp32 for the rest).
   void* out = nullptr;  // (batch, seqlen, head, p)
@@ -61,6 +66,7 @@ struct SsdFwdParams {
   float* dA_cumsum = nullptr;  // (batch, head, nchunks, chunk), contiguous
   float* states = nullptr;     // (batch, nchunks, head, p, n), contiguous
   float* final_states = nullptr;  // (batch, head, p, n), contiguous
+  float* varlen_states = nullptr;  // (nseqs, head, p, n), contiguous; with cu_seqlens only
 };
 
 // The limits the launcher relies on (the host code checks them before the launch).

@@ -79,7 +79,7 @@ bool row_major(const TensorRef& t) {
 SsdFwdParams prepare_ssd_fwd(const TensorRef& x, const TensorRef& dt, const TensorRef& A, const TensorRef& B,
                              const TensorRef& C, int64_t chunk_size, const TensorRef& D, const TensorRef& z,
                              const TensorRef& dt_bias, const TensorRef& initial_states, const TensorRef& seq_idx,
-                             bool dt_softplus, double dt_limit_lo, double dt_limit_hi) {
+                             const TensorRef& cu_seqlens, bool dt_softplus, double dt_limit_lo, double dt_limit_hi) {
   MK_CHECK(x.is_cuda, SSD_FN "x must be a CUDA tensor, got device ", x.device());
   MK_CHECK(x.dim == 4, SSD_FN "x must be (batch, seqlen, nheads, headdim), got shape ", x.shape());
   SsdFwdParams p;
@@ -140,6 +140,21 @@ SsdFwdParams prepare_ssd_fwd(const TensorRef& x, const TensorRef& dt, const Tens
     p.seq_s0 = stride_of(seq_idx, 0);
     p.seq_s1 = stride_of(seq_idx, 1);
   }
+  if (cu_seqlens.present) {
+    check_device(cu_seqlens, x, "cu_seqlens");
+    MK_CHECK_TYPE(cu_seqlens.scalar == Scalar::kInt32 || cu_seqlens.scalar == Scalar::kInt64,
+                  SSD_FN "cu_seqlens must be int32 or int64, got ", cu_seqlens.dtype_name);
+    MK_CHECK(cu_seqlens.dim == 1 && cu_seqlens.size(0) >= 2,
+             SSD_FN "cu_seqlens must be (nseqs + 1,) with nseqs >= 1, got shape ", cu_seqlens.shape());
+    MK_CHECK(p.batch == 1, SSD_FN "cu_seqlens needs batch 1 (the sequences packed along seqlen), got batch ",
+             p.batch);
+    p.cu_seqlens = cu_seqlens.data;
+    p.cu_seqlens_64 = cu_seqlens.scalar == Scalar::kInt64;
+    p.cu_s0 = cu_seqlens.stride(0);
+    p.nseqs = cu_seqlens.size(0) - 1;
+    MK_CHECK(p.nseqs <= kSsdMaxGridYZ, SSD_FN "cu_seqlens may hold at most ", kSsdMaxGridYZ,
+             " sequences on the CUDA kernel, got ", p.nseqs);
+  }
   p.dt_softplus = dt_softplus;
   p.dt_clamp = !(dt_limit_lo == 0.0 && dt_limit_hi == std::numeric_limits<double>::infinity());
   p.dt_lo = float(dt_limit_lo);
@@ -160,7 +175,7 @@ SsdFwdParams prepare_ssd_fwd(const TensorRef& x, const TensorRef& dt, const Tens
 
 void launch_ssd_fwd_checked(SsdFwdParams& p, const TensorRef& out, const TensorRef& out_x, const TensorRef& dt_out,
                             const TensorRef& dA_cumsum, const TensorRef& states, const TensorRef& final_states,
-                            cudaStream_t stream) {
+                            const TensorRef& varlen_states, cudaStream_t stream) {
   // The binding allocated these; the checks keep a direct caller of this code honest too.
   const std::initializer_list<int64_t> xs = {p.batch, p.seqlen, p.nheads, p.headdim};
   MK_CHECK(out.has_shape(xs), SSD_FN "out must have x's shape, got ", out.shape());
@@ -186,6 +201,9 @@ void launch_ssd_fwd_checked(SsdFwdParams& p, const TensorRef& out, const TensorR
   p.dA_cumsum = f32_dense(dA_cumsum, {p.batch, p.nheads, p.nchunks, p.chunk}, "dA_cumsum");
   p.states = f32_dense(states, {p.batch, p.nchunks, p.nheads, p.headdim, p.dstate}, "states");
   p.final_states = f32_dense(final_states, {p.batch, p.nheads, p.headdim, p.dstate}, "final_states");
+  if (p.cu_seqlens) {
+    p.varlen_states = f32_dense(varlen_states, {p.nseqs, p.nheads, p.headdim, p.dstate}, "varlen_states");
+  }
   const cudaError_t err = launch_ssd_fwd(p, stream);
   MK_CHECK(err == cudaSuccess, SSD_FN "kernel launch failed: ", cudaGetErrorString(err));
 }

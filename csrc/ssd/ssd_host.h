@@ -19,15 +19,16 @@ namespace ssd {
 SsdFwdParams prepare_ssd_fwd(const TensorRef& x, const TensorRef& dt, const TensorRef& A, const TensorRef& B,
                              const TensorRef& C, int64_t chunk_size, const TensorRef& D, const TensorRef& z,
                              const TensorRef& dt_bias, const TensorRef& initial_states, const TensorRef& seq_idx,
-                             bool dt_softplus, double dt_limit_lo, double dt_limit_hi);
+                             const TensorRef& cu_seqlens, bool dt_softplus, double dt_limit_lo, double dt_limit_hi);
 
 // The outputs the binding allocates, contiguous: out (and out_x with z) of x's shape and dtype;
 // dt_out and dA_cumsum fp32 (batch, nheads, nchunks, chunk_size); states fp32
-// (batch, nchunks, nheads, headdim, dstate); final_states fp32 (batch, nheads, headdim, dstate).
-// Checked and filled here, then the three launches.
+// (batch, nchunks, nheads, headdim, dstate); final_states fp32 (batch, nheads, headdim, dstate);
+// varlen_states fp32 (nseqs, nheads, headdim, dstate) with cu_seqlens (else not read).
+// Checked and filled here, then the launches.
 void launch_ssd_fwd_checked(SsdFwdParams& p, const TensorRef& out, const TensorRef& out_x, const TensorRef& dt_out,
                             const TensorRef& dA_cumsum, const TensorRef& states, const TensorRef& final_states,
-                            cudaStream_t stream);
+                            const TensorRef& varlen_states, cudaStream_t stream);
 
 }  // namespace ssd
 }  // namespace mamba_kernels
