@@ -235,7 +235,7 @@ __global__ void __launch_bounds__(SsdPolicy<Is16Bit<T>::value>::kThreads)
 // The final state of each sequence of a packed batch (cu_seqlens, batch 1): per (head, state
 // tile, sequence), the sequence's steps in its last chunk summed like a chunk state, plus the
 // state entering that chunk, decayed, when the sequence began before the chunk (or is the first
-// sequence, which owns the initial state). Runs after state_pass_kernel. An empty sequence's
+// sequence starting at step 0, which owns the initial state). Runs after state_pass_kernel. An empty sequence's
 // state is 0; offsets are clamped into [0, seqlen].
 template <typename T>
 __global__ void __launch_bounds__(SsdPolicy<Is16Bit<T>::value>::kThreads)
@@ -270,7 +270,7 @@ __global__ void __launch_bounds__(SsdPolicy<Is16Bit<T>::value>::kThreads)
   agent.weights(false);
   typename Agent::Acc acc;
   agent.state(acc);
-  const bool carry = start < agent.at.c0 || start == 0;
+  const bool carry = start < agent.at.c0 || (i == 0 && start == 0);  // the initial state is sequence 0's
   const float* H = carry ? p.states + (c * p.nheads + agent.at.h) * PN : nullptr;
   agent.store(acc, dst, H, expf(sm.cs[agent.hi - 1]));
 }
