@@ -52,7 +52,8 @@ def ssd_forward_cuda(
 
     out: x's shape and dtype, y * silu(z) with z; out_x: y before the gate (None without z);
     dt_out, dA_cumsum: float32 (batch, nheads, nchunks, chunk_size), dt after bias / softplus /
-    clamp and its running sum times A within each chunk (past seqlen: 0 and flat); states:
+    clamp into dt_limit (always, as mamba_ssm does: the default (0, inf) zeroes a negative dt) and
+    its running sum times A within each chunk (past seqlen: 0 and flat); states:
     float32 (batch, nchunks, nheads, headdim, dstate), the state entering each chunk;
     final_states: float32 (batch, nheads, headdim, dstate).
 

@@ -72,8 +72,7 @@ def reference(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_
         d = d + dt_bias.to(F64)
     if dt_softplus:
         d = torch.where(d <= 20.0, torch.log1p(torch.exp(d)), d)
-    if tuple(dt_limit) != (0.0, float("inf")):
-        d = d.clamp(dt_limit[0], dt_limit[1])
+    d = d.clamp(dt_limit[0], dt_limit[1])  # always, as mamba_ssm: (0, inf) zeroes a negative dt
     Ad = A.to(F64)
     Bh = B.to(F64).repeat_interleave(nheads // ngroups, dim=2)
     Ch = C.to(F64).repeat_interleave(nheads // ngroups, dim=2)
@@ -200,6 +199,14 @@ def test_dt_bias_softplus_limit(ops, dtype):
     args = make(seqlen=170, dt_bias=True, dtype=dtype)
     check(ops, args, 64, dtype, dt_softplus=True, dt_limit=(0.05, 0.6))
     check(ops, args, 64, dtype, dt_softplus=True)
+
+
+@gpu
+def test_default_limit_zeroes_negative_dt(ops):
+    args = make(seqlen=150, dtype=torch.float32)
+    args["dt"] = torch.randn_like(args["dt"])  # negative steps without softplus: clamped to 0
+    got = check(ops, args, 64, torch.float32)
+    assert (got[2] >= 0).all() and (got[2] == 0).any()
 
 
 @gpu

@@ -116,7 +116,7 @@ struct ChunkStateAgent {
       if (t < at.Lc) {
         d = load_as_float(p.dt.ptr, p.dt.dtype, at.b * p.dt.s0 + (at.c0 + t) * p.dt.s1 + at.h * p.dt.s2) + bias;
         if (p.dt_softplus) d = softplus_dt(d);
-        if (p.dt_clamp) d = clamp_dt(d, p.dt_lo, p.dt_hi);
+        d = clamp_dt(d, p.dt_lo, p.dt_hi);
       }
       if (t < kMaxChunk) sm.dt[t] = d;
       a[i] = t < at.Lc ? d * A : 0.0f;

@@ -2,7 +2,8 @@
 // only: no torch here, so the .cu files compile without ATen headers.
 //
 // Per (batch b, head h; group g = h / heads_per_group), chunks of chunk_size steps:
-//   dt_t  = clamp(softplus?(dt_t + dt_bias_h), dt_lo, dt_hi)     (softplus only with dt_softplus)
+//   dt_t  = clamp(softplus?(dt_t + dt_bias_h), dt_lo, dt_hi)     (softplus only with dt_softplus;
+//                                                                  the clamp always, (0, inf) by default)
 //   cs_t  = sum of dt_s * A_h over the chunk's steps s <= t       (dA_cumsum)
 //   S_c   = sum_t exp(cs_last - cs_t) dt_t x_t B_t^T               (the chunk's own state)
 //   H_c   = exp(cs_last(c - 1)) H_(c-1) + S_(c-1), H_0 = initial   (the state entering chunk c)
@@ -38,7 +39,8 @@ struct SsdFwdParams {
   int64_t heads_per_group = 1;
   int64_t chunk = 256, nchunks = 0;
   bool dt_softplus = false;
-  bool dt_clamp = false;  // dt_lo / dt_hi applied (false for the default (0, inf))
+  // dt is clamped into [dt_lo, dt_hi] after bias and softplus, always (so by default, (0, inf),
+  // a negative dt without softplus is 0); a NaN stays NaN.
   float dt_lo = 0.0f, dt_hi = 0.0f;
 
   Operand x;               // (batch, seqlen, head, p)

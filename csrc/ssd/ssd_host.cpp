@@ -5,9 +5,7 @@
 //
 // Not checked, because it needs the values (a device sync): that seq_idx is nondecreasing along
 // each row (packed sequences). A row that goes back to an earlier id is not reset exactly.
-#include <cmath>
 #include <cstdint>
-#include <limits>
 
 #include "check_msg.h"
 #include "ssd_host.h"
@@ -156,7 +154,6 @@ SsdFwdParams prepare_ssd_fwd(const TensorRef& x, const TensorRef& dt, const Tens
              " sequences on the CUDA kernel, got ", p.nseqs);
   }
   p.dt_softplus = dt_softplus;
-  p.dt_clamp = !(dt_limit_lo == 0.0 && dt_limit_hi == std::numeric_limits<double>::infinity());
   p.dt_lo = float(dt_limit_lo);
   p.dt_hi = float(dt_limit_hi);
 

@@ -14,8 +14,8 @@
 namespace mamba_kernels {
 namespace ssd {
 
-// Checks every input and fills everything but the outputs. dt_limit (lo, hi) is applied after
-// bias and softplus unless it is the default (0, inf).
+// Checks every input and fills everything but the outputs. dt is clamped into dt_limit (lo, hi)
+// after bias and softplus, the default (0, inf) included.
 SsdFwdParams prepare_ssd_fwd(const TensorRef& x, const TensorRef& dt, const TensorRef& A, const TensorRef& B,
                              const TensorRef& C, int64_t chunk_size, const TensorRef& D, const TensorRef& z,
                              const TensorRef& dt_bias, const TensorRef& initial_states, const TensorRef& seq_idx,
