@@ -199,6 +199,18 @@ def test_dt_bias_softplus_limit(ops, dtype):
     args = make(seqlen=170, dt_bias=True, dtype=dtype)
     check(ops, args, 64, dtype, dt_softplus=True, dt_limit=(0.05, 0.6))
     check(ops, args, 64, dtype, dt_softplus=True)
+    args["dt"] = args["dt"].to(dtype)  # dt in the activations' dtype (mamba2's projection split)
+    check(ops, args, 64, dtype, dt_softplus=True)
+
+
+@gpu
+def test_parameters_in_16_bit(ops):
+    # A, D, dt_bias and the initial states may each be float16 / bfloat16 (read as they are)
+    args = make(seqlen=100, dt_bias=True, init=True, D="channel", dtype=torch.bfloat16)
+    for k, t in (("A", torch.bfloat16), ("D", torch.float16), ("dt_bias", torch.bfloat16),
+                 ("initial_states", torch.float16)):
+        args[k] = args[k].to(t)
+    check(ops, args, 64, torch.bfloat16, dt_softplus=True)
 
 
 @gpu
