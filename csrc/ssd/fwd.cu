@@ -362,8 +362,10 @@ struct ChunkScanAgent {
 
   __device__ __forceinline__ ChunkScanAgent(const SsdFwdParams& params, Smem& smem)
       : p(params), sm(smem), at(params) {
+    // the last tiles of a chunk first: they sum the most s-blocks (a shorter tail of the grid)
     const int64_t ptiles = (p.headdim + BP - 1) / BP;
-    t0 = int(int64_t(blockIdx.y) / ptiles) * BT;
+    const int64_t ttiles = (p.chunk + BT - 1) / BT;
+    t0 = int(ttiles - 1 - int64_t(blockIdx.y) / ptiles) * BT;
     p0 = int64_t(blockIdx.y) % ptiles * BP;
   }
 
