@@ -469,3 +469,22 @@ def test_reference_matches_a_chunked_evaluation():
                 H = (torch.exp(cs[b, h, c, last - lo]) * H if keep else 0) + S
                 prev = int(seq[b, last])
             torch.testing.assert_close(final[b, h], H)
+
+
+def test_wrapper_on_meta_tensors():
+    """ssd_forward_cuda's arguments reach the op in the schema's order: meta tensors run the fake
+    implementation (needs the built extension, not a GPU)."""
+    try:
+        from selective_scan import _ssd_ops
+    except (ImportError, OSError) as e:
+        pytest.skip(f"extension not built: {e}")
+    a = make(batch=1, seqlen=130, nheads=4, headdim=16, dstate=8, ngroups=2, z=True, init=True, seq_idx=True,
+             dt_bias=True, device="meta")
+    res = _ssd_ops.ssd_forward_cuda(a["x"], a["dt"], a["A"], a["B"], a["C"], 64, D=a["D"], z=a["z"],
+                                    dt_bias=a["dt_bias"], initial_states=a["initial_states"],
+                                    seq_idx=a["seq_idx"], dt_softplus=True, dt_limit=(0.0, 1.0))
+    assert len(res) == 6 and res[1].shape == a["x"].shape and res[4].shape == (1, 3, 4, 16, 8)
+    cu = torch.tensor([0, 50, 130], dtype=torch.int32, device="meta")
+    res = _ssd_ops.ssd_forward_cuda(a["x"], a["dt"], a["A"], a["B"], a["C"], 64, seq_idx=a["seq_idx"],
+                                    cu_seqlens=cu)
+    assert len(res) == 7 and res[1] is None and res[6].shape == (2, 4, 16, 8)
