@@ -171,8 +171,12 @@ KINDS: Dict[str, Kind] = {
                      SS + "update.cu:state_update_row<S, T, false>"),
     "decode_row_mamba1": _k("decode", r"::state_update_row<[^<>]*, true>", "row kernel, Mamba-1's fixed step",
                             SS + "update.cu:state_update_row<S, T, true>"),
-    # Mamba-2 SSD forward (csrc/ssd/fwd.cu launch_typed): three launches a call; the 16-bit
-    # instantiations multiply on tensor cores, fp32 with FMAs
+    # Mamba-2 SSD forward (csrc/ssd/fwd.cu launch_typed): four launches a call (five with
+    # cu_seqlens); the 16-bit instantiations multiply on tensor cores, fp32 with FMAs
+    "ssd_fwd_cb_16bit": _k("ssd_fwd", r"::chunk_cb_kernel<(?:__nv_bfloat16|__half)>",
+                           "C B^T per chunk and group, 16-bit (tensor cores)",
+                           SD + "fwd.cu:chunk_cb_kernel<T>", launches=(1, 1)),
+    "ssd_fwd_cb_f32": _k("ssd_fwd", r"::chunk_cb_kernel<float>", "C B^T, fp32 (FMA)", launches=(1, 1)),
     "ssd_fwd_state_16bit": _k("ssd_fwd", r"::chunk_state_kernel<(?:__nv_bfloat16|__half)>",
                               "chunk states with dt / dA_cumsum, 16-bit (tensor cores)",
                               SD + "fwd.cu:chunk_state_kernel<T>", launches=(1, 1)),
@@ -210,6 +214,8 @@ def _c(name: str, family: str, kinds: Sequence[str], note: str = "", **params) -
 
 
 F32, F16, BF16 = "float32", "float16", "bfloat16"
+# the kinds every 16-bit SSD forward case reaches, in launch order
+SSD16 = ["ssd_fwd_cb_16bit", "ssd_fwd_state_16bit", "ssd_fwd_pass", "ssd_fwd_scan_16bit"]
 
 CASES: List[Case] = [
     # ---- conv forward: odd lengths and dims, tile ends, seq_idx with padding, states
@@ -331,23 +337,23 @@ CASES: List[Case] = [
     _c("decode_row_mamba1_bf16", "decode", ["decode_row_mamba1"], "Mamba-1's step, bf16 state", batch=1,
        nheads=None, dim=96, dstate=16, state=BF16, act=BF16),
     # ---- Mamba-2 SSD forward: (batch, seqlen, nheads, headdim, ngroups, dstate, chunk)
-    _c("ssd_fwd_bf16", "ssd_fwd", ["ssd_fwd_state_16bit", "ssd_fwd_pass", "ssd_fwd_scan_16bit"],
+    _c("ssd_fwd_bf16", "ssd_fwd", SSD16,
        "3 chunks of 128 (short last), 2 groups, z, D per channel, initial states, seq_idx, dt_bias",
        batch=2, L=300, nheads=4, headdim=64, ngroups=2, dstate=64, chunk=128, dtype=BF16, z=True,
        D="channel", init=True, seq_idx=True),
-    _c("ssd_fwd_f16_partial_tiles", "ssd_fwd", ["ssd_fwd_state_16bit", "ssd_fwd_pass", "ssd_fwd_scan_16bit"],
+    _c("ssd_fwd_f16_partial_tiles", "ssd_fwd", SSD16,
        "headdim 37, dstate 80: partial channel and state tiles; x a strided slice; chunk 64",
        batch=1, L=150, nheads=2, headdim=37, ngroups=1, dstate=80, chunk=64, dtype=F16, strided=True),
-    _c("ssd_fwd_f32", "ssd_fwd", ["ssd_fwd_state_f32", "ssd_fwd_pass", "ssd_fwd_scan_f32"],
+    _c("ssd_fwd_f32", "ssd_fwd", ["ssd_fwd_cb_f32", "ssd_fwd_state_f32", "ssd_fwd_pass", "ssd_fwd_scan_f32"],
        "chunk 256 and one step past it, dstate 16, z", batch=2, L=257, nheads=2, headdim=32, ngroups=1,
        dstate=16, chunk=256, dtype=F32, z=True),
     _c("ssd_fwd_varlen_bf16", "ssd_fwd",
-       ["ssd_fwd_state_16bit", "ssd_fwd_pass", "ssd_fwd_varlen_16bit", "ssd_fwd_scan_16bit"],
+       SSD16[:3] + ["ssd_fwd_varlen_16bit", "ssd_fwd_scan_16bit"],
        "cu_seqlens: 4 packed sequences (one empty, one on a chunk boundary), initial states",
        batch=1, L=300, nheads=2, headdim=64, ngroups=1, dstate=64, chunk=64, dtype=BF16, init=True,
        cu_seqlens=(0, 70, 70, 128, 300)),
     _c("ssd_fwd_varlen_f32", "ssd_fwd",
-       ["ssd_fwd_state_f32", "ssd_fwd_pass", "ssd_fwd_varlen_f32", "ssd_fwd_scan_f32"],
+       ["ssd_fwd_cb_f32", "ssd_fwd_state_f32", "ssd_fwd_pass", "ssd_fwd_varlen_f32", "ssd_fwd_scan_f32"],
        "cu_seqlens, int64 offsets", batch=1, L=100, nheads=2, headdim=32, ngroups=1, dstate=16, chunk=64,
        dtype=F32, cu_seqlens=(0, 33, 100), cu_int64=True),
 ]
@@ -571,13 +577,13 @@ def predict_decode(c: Case) -> List[str]:
 
 
 def predict_ssd(c: Case) -> List[str]:
-    """fwd.cu, launch_typed: the chunk kernels when batch x chunks > 0, state passing always, the
-    varlen states with cu_seqlens."""
+    """fwd.cu, launch_typed: C B^T, the chunk states and the chunk scan when batch x chunks > 0,
+    state passing always, the varlen states with cu_seqlens."""
     p = c.params
     kind = "f32" if p["dtype"] == F32 else "16bit"
     chunks = p["batch"] * _ceil(p["L"], p["chunk"])
     varlen = [f"ssd_fwd_varlen_{kind}"] if p.get("cu_seqlens") else []
-    return ([f"ssd_fwd_state_{kind}"] if chunks else []) + ["ssd_fwd_pass"] + varlen + \
+    return ([f"ssd_fwd_cb_{kind}", f"ssd_fwd_state_{kind}"] if chunks else []) + ["ssd_fwd_pass"] + varlen + \
         ([f"ssd_fwd_scan_{kind}"] if chunks else [])
 
 

@@ -239,11 +239,11 @@ def test_kind_patterns_tell_instantiations_apart():
     assert [n for n in k if re.search(k[n].kernel, lanes)] == ["scan_fwd_lanes_s4"]
     assert not re.search(k["scan_fwd_classic_real"].kernel, ss + "bwd_kernel<float, false>(P)")
     sd = "void mamba_kernels::ssd::(anonymous namespace)::"
-    for kernel in ("chunk_state_kernel", "chunk_scan_kernel", "varlen_state_kernel"):
+    for kernel in ("chunk_state_kernel", "chunk_scan_kernel", "varlen_state_kernel", "chunk_cb_kernel"):
         names = {t: sd + f"{kernel}<{t}>(mamba_kernels::ssd::SsdFwdParams)"
                  for t in ("float", "__half", "__nv_bfloat16")}
         part = {"chunk_state_kernel": "state", "chunk_scan_kernel": "scan",
-                "varlen_state_kernel": "varlen"}[kernel]
+                "varlen_state_kernel": "varlen", "chunk_cb_kernel": "cb"}[kernel]
         assert [t for t in names if re.search(k[f"ssd_fwd_{part}_f32"].kernel, names[t])] == ["float"]
         assert [t for t in names if re.search(k[f"ssd_fwd_{part}_16bit"].kernel, names[t])] == [
             "__half", "__nv_bfloat16"]

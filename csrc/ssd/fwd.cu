@@ -1,17 +1,22 @@
-// The Mamba-2 SSD chunked-scan forward (math in ssd.h): three launches on one stream.
+// The Mamba-2 SSD chunked-scan forward (math in ssd.h): four launches on one stream (five with
+// cu_seqlens).
 //
-// 1. chunk_state_kernel: per (head, state tile, batch x chunk). discretise: dt (bias, softplus,
+// 1. chunk_cb_kernel: per (t-tile x s-tile at or below the diagonal, group, batch x chunk):
+//    G = C B^T of the chunk (on tensor cores for 16-bit inputs) into an fp32 workspace, once per
+//    group instead of once per head.
+// 2. chunk_state_kernel: per (head, state tile, batch x chunk). discretise: dt (bias, softplus,
 //    clamp) and its running sum dA_cumsum over the chunk, a block scan in shared memory (every
 //    block of the chunk repeats it; the first writes dt_out and dA_cumsum). Then the chunk's own
 //    state, a (headdim x dstate) tile product over the chunk's steps: x scaled by
 //    exp(cs_last - cs_t) dt_t (transposed) times B, on tensor cores for 16-bit inputs. Written
-//    into `states`, which step 2 turns into the states entering each chunk.
-// 2. state_pass_kernel: one thread per state element of a (batch, head), the chunks in
+//    into `states`, which step 3 turns into the states entering each chunk.
+// 3. state_pass_kernel: one thread per state element of a (batch, head), the chunks in
 //    sequence: H_(c+1) = exp(cs_last(c)) H_c + S_c, reset at a seq_idx change; states[c] = H_c,
-//    final_states = H after the last chunk.
-// 3. chunk_scan_kernel: per (head, output tile of kScanT steps x kScanP channels, batch x chunk).
+//    final_states = H after the last chunk. (With cu_seqlens, varlen_state_kernel then gives
+//    each packed sequence's final state.)
+// 4. chunk_scan_kernel: per (head, output tile of kScanT steps x kScanP channels, batch x chunk).
 //    off-chunk: C times the entering state (on tensor cores), each row scaled by exp(cs_t);
-//    intra-chunk: per s-block up to the diagonal, G = C B^T, masked and decayed into
+//    intra-chunk: per s-block up to the diagonal, G from the workspace, masked and decayed into
 //    M[t, s] = G exp(cs_t - cs_s) dt_s (s <= t, same sequence; other entries exactly 0, no exp
 //    evaluated), then M times x; the diagonal 16 x 16 blocks by FMA, terms s <= t only; the
 //    store adds D x, writes out_x and out = y silu(z).
@@ -324,6 +329,82 @@ __global__ void __launch_bounds__(SsdPassPolicy::kThreads) state_pass_kernel(con
   StatePassAgent(p).run();
 }
 
+// ------------------------------------------------------------------------------ C B^T tiles
+
+// C_t . B_s of one chunk and group, for one (t-tile, s-tile) pair at or below the diagonal:
+// what every head of the group reads in chunk_scan_kernel instead of computing it again.
+template <typename T>
+struct ChunkCbAgent {
+  using Pol = SsdPolicy<Is16Bit<T>::value>;
+  static constexpr int NT = Pol::kThreads, BT = Pol::kScanT, BS = BT, BK = Pol::kScanK;
+  static constexpr int LDK = BK + Pol::kPadS, LDS = BS + Pol::kPadF;
+  static constexpr bool kTC = MK_SSD_TENSOR_CORES && Is16Bit<T>::value;
+  using Acc = TileAcc<T, BT, BS, NT, kTC>;
+
+  struct Smem {
+    alignas(32) T c[BT * LDK];
+    alignas(32) T b[BS * LDK];
+    alignas(32) float stage[BT * LDS];
+  };
+
+  const SsdFwdParams& p;
+  Smem& sm;
+  int64_t b, g, c, c0;
+  int Lc, t0, s0;
+
+  __device__ __forceinline__ ChunkCbAgent(const SsdFwdParams& params, Smem& smem) : p(params), sm(smem) {
+    const int ttiles = int((p.chunk + BT - 1) / BT);
+    t0 = int(blockIdx.x) / ttiles * BT;
+    s0 = int(blockIdx.x) % ttiles * BS;
+    g = blockIdx.y;
+    b = int64_t(blockIdx.z) / p.nchunks;
+    c = int64_t(blockIdx.z) % p.nchunks;
+    c0 = c * p.chunk;
+    const int64_t left = p.seqlen - c0;
+    Lc = int(left < p.chunk ? left : p.chunk);
+  }
+
+  __device__ __forceinline__ bool active() const { return s0 <= t0 && t0 < Lc; }
+
+  __device__ __forceinline__ void product(Acc& acc) {
+    const T* C = tptr<T>(p.C);
+    const T* B = tptr<T>(p.B);
+    acc.zero();
+    for (int k0 = 0; k0 < p.dstate; k0 += BK) {
+      auto c_row = [&](int t) { return C + b * p.C.s0 + (c0 + t0 + t) * p.C.s1 + g * p.C.s2 + k0 * p.C.s3; };
+      auto b_row = [&](int s) { return B + b * p.B.s0 + (c0 + s0 + s) * p.B.s1 + g * p.B.s2 + k0 * p.B.s3; };
+      load_tile<BT, BK, NT, false, T, T>(sm.c, LDK, c_row, One{}, Lc - t0, int(p.dstate - k0), p.C.s3, p.C.vec16);
+      load_tile<BS, BK, NT, false, T, T>(sm.b, LDK, b_row, One{}, Lc - s0, int(p.dstate - k0), p.B.s3, p.B.vec16);
+      __syncthreads();
+      acc.template mma<true, false>(sm.c, LDK, sm.b, LDK, BK, false);
+      __syncthreads();
+    }
+  }
+
+  // The entries inside the chunk (t, s < Lc); the rest of the workspace is never read.
+  __device__ __forceinline__ void store(const Acc& acc) {
+    acc.store(sm.stage, LDS);
+    __syncthreads();
+    const int64_t L = p.chunk;
+    float* dst = p.cb + ((b * p.nchunks + c) * p.ngroups + g) * L * L;
+    for (int i = threadIdx.x; i < BT * BS; i += NT) {
+      const int t = i / BS, s = i % BS;
+      if (t0 + t < Lc && s0 + s < Lc) dst[(t0 + t) * L + s0 + s] = sm.stage[t * LDS + s];
+    }
+  }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(SsdPolicy<Is16Bit<T>::value>::kThreads) chunk_cb_kernel(const SsdFwdParams p) {
+  using Agent = ChunkCbAgent<T>;
+  __shared__ typename Agent::Smem sm;
+  Agent agent(p, sm);
+  if (!agent.active()) return;  // above the diagonal or past the last chunk's end (uniform)
+  typename Agent::Acc acc;
+  agent.product(acc);
+  agent.store(acc);
+}
+
 // ------------------------------------------------------------------------------- chunk scan
 
 template <typename T>
@@ -334,15 +415,14 @@ struct ChunkScanAgent {
   static constexpr int LDK = BK + Pol::kPadS;  // C, B (step-major) and H (channel-major) rows
   static constexpr int LDM = BS + Pol::kPadS;  // M rows
   static constexpr int LDX = BP + Pol::kPadS;  // x rows
-  static constexpr int LDS = BP + Pol::kPadF;  // the fp32 staging tile (y, then G)
+  static constexpr int LDS = BP + Pol::kPadF;  // the fp32 staging tile (y, then G's tiles)
   static constexpr bool kTC = MK_SSD_TENSOR_CORES && Is16Bit<T>::value;
   static_assert(BS <= BP, "G is staged in y's tile");
   using AccY = TileAcc<T, BT, BP, NT, kTC>;
-  using AccG = TileAcc<T, BT, BS, NT, kTC>;
 
   static constexpr int cmax(int a, int b) { return a > b ? a : b; }
   static constexpr int kBufA = cmax(BT * LDK, BT * LDM);               // C, then M
-  static constexpr int kBufB = cmax(cmax(BP * LDK, BS * LDK), BS * LDX);  // H, B, then x
+  static constexpr int kBufB = cmax(BP * LDK, BS * LDX);  // H, then x
 
   struct Smem {
     alignas(32) float cs[kMaxChunk];
@@ -426,26 +506,18 @@ struct ChunkScanAgent {
     __syncthreads();
   }
 
-  // intra-chunk: y += sum over s-blocks up to the diagonal of M x. Leaves the diagonal block's
-  // M and x in the buffers for the diagonal fix-up.
+  // intra-chunk: y += sum over s-blocks up to the diagonal of M x, with G = C B^T read from the
+  // workspace chunk_cb_kernel wrote. Leaves the diagonal block's M and x in the buffers for the
+  // diagonal fix-up.
   __device__ __forceinline__ void intra_chunk(AccY& y) {
     const T zero = from_float<T>(0.0f);
-    const T* B = tptr<T>(p.B);
-    AccG G;
+    const int64_t L = p.chunk;
+    const float* cb = p.cb + ((at.b * p.nchunks + at.c) * p.ngroups + at.g) * L * L;
+    const bool cb_vec = L % 4 == 0;  // rows of 16-byte pieces
     for (int s0 = 0; s0 <= t0; s0 += BS) {
       const bool diag = s0 == t0;
-      G.zero();
-      for (int k0 = 0; k0 < p.dstate; k0 += BK) {
-        load_C(k0);
-        auto b_row = [&](int s) {
-          return B + at.b * p.B.s0 + (at.c0 + s0 + s) * p.B.s1 + at.g * p.B.s2 + k0 * p.B.s3;
-        };
-        load_tile<BS, BK, NT, false, T, T>(sm.b, LDK, b_row, One{}, at.Lc - s0, int(p.dstate - k0), p.B.s3, p.B.vec16);
-        __syncthreads();
-        G.template mma<true, false>(sm.a, LDK, sm.b, LDK, BK, false);
-        __syncthreads();
-      }
-      G.store(sm.stage, LDS);
+      auto g_row = [&](int t) { return cb + (t0 + t) * L + s0; };
+      load_tile<BT, BS, NT, false, float, float>(sm.stage, LDS, g_row, One{}, at.Lc - t0, at.Lc - s0, 1, cb_vec);
       __syncthreads();
       for (int i = threadIdx.x; i < BT * BS; i += NT) {
         const int t = i / BS, s = i % BS;
@@ -524,11 +596,18 @@ cudaError_t launch_typed(const SsdFwdParams& p, cudaStream_t stream) {
   const int64_t state_tiles = cdiv(P, Pol::kStateP) * cdiv(N, Pol::kStateN);
   const int64_t scan_tiles = cdiv(p.chunk, Pol::kScanT) * cdiv(P, Pol::kScanP);
   const int64_t pass_blocks = cdiv(P * N, SsdPassPolicy::kThreads);
+  const int64_t cb_tiles = cdiv(p.chunk, Pol::kScanT) * cdiv(p.chunk, Pol::kScanT);
   const int64_t bc = p.batch * p.nchunks;
   if (state_tiles > kSsdMaxGridYZ || scan_tiles > kSsdMaxGridYZ || bc > kSsdMaxGridYZ ||
       p.nheads > kSsdMaxGridYZ || p.batch > kSsdMaxGridYZ || pass_blocks > INT32_MAX || p.nseqs > kSsdMaxGridYZ ||
-      (p.cu_seqlens && p.batch != 1)) {
+      (p.cu_seqlens && p.batch != 1) || p.ngroups > kSsdMaxGridYZ || (bc > 0 && p.cb == nullptr)) {
     return cudaErrorInvalidValue;
+  }
+  if (bc > 0) {
+    const dim3 grid(unsigned(cb_tiles), unsigned(p.ngroups), unsigned(bc));
+    chunk_cb_kernel<T><<<grid, Pol::kThreads, 0, stream>>>(p);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
   }
   if (bc > 0) {
     const dim3 grid(unsigned(p.nheads), unsigned(state_tiles), unsigned(bc));

@@ -36,7 +36,7 @@ struct Operand {
 struct SsdFwdParams {
   DType dtype = DType::kFloat32;  // x, B, C, z and the outputs out / out_x
   int64_t batch = 0, seqlen = 0, nheads = 0, headdim = 0, dstate = 0;
-  int64_t heads_per_group = 1;
+  int64_t heads_per_group = 1, ngroups = 1;
   int64_t chunk = 256, nchunks = 0;
   bool dt_softplus = false;
   // dt is clamped into [dt_lo, dt_hi] after bias and softplus, always (so by default, (0, inf),
@@ -69,13 +69,16 @@ struct SsdFwdParams {
   float* states = nullptr;     // (batch, nchunks, head, p, n), contiguous
   float* final_states = nullptr;  // (batch, head, p, n), contiguous
   float* varlen_states = nullptr;  // (nseqs, head, p, n), contiguous; with cu_seqlens only
+  // Workspace (batch, nchunks, group, chunk, chunk), contiguous: C_t . B_s of each chunk and
+  // group for s, t in the chunk, written for the tiles at and below the diagonal.
+  float* cb = nullptr;
 };
 
 // The limits the launcher relies on (the host code checks them before the launch).
 constexpr int64_t kSsdMaxChunk = 256;
 constexpr int64_t kSsdMaxGridYZ = 65535;
 
-// Runs the three kernels on the stream; returns the first launch error (cudaSuccess when there
+// Runs the kernels on the stream; returns the first launch error (cudaSuccess when there
 // is nothing to do), or cudaErrorInvalidValue for a chunk outside 1..kSsdMaxChunk.
 cudaError_t launch_ssd_fwd(const SsdFwdParams& p, cudaStream_t stream);
 

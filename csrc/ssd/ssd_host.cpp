@@ -102,6 +102,7 @@ SsdFwdParams prepare_ssd_fwd(const TensorRef& x, const TensorRef& dt, const Tens
   MK_CHECK(ngroups >= 1 && p.nheads % ngroups == 0,
            SSD_FN "nheads must be divisible by ngroups (B.shape[2]): nheads=", p.nheads, ", ngroups=", ngroups);
   p.heads_per_group = p.nheads / ngroups;
+  p.ngroups = ngroups;
   p.dstate = B.size(3);
   check_shape(B, {p.batch, p.seqlen, ngroups, p.dstate}, "B", "(batch, seqlen, ngroups, dstate), matching x");
   check_shape(C, {p.batch, p.seqlen, ngroups, p.dstate}, "C", "same as B");
@@ -172,7 +173,7 @@ SsdFwdParams prepare_ssd_fwd(const TensorRef& x, const TensorRef& dt, const Tens
 
 void launch_ssd_fwd_checked(SsdFwdParams& p, const TensorRef& out, const TensorRef& out_x, const TensorRef& dt_out,
                             const TensorRef& dA_cumsum, const TensorRef& states, const TensorRef& final_states,
-                            const TensorRef& varlen_states, cudaStream_t stream) {
+                            const TensorRef& varlen_states, const TensorRef& cb, cudaStream_t stream) {
   // The binding allocated these; the checks keep a direct caller of this code honest too.
   const std::initializer_list<int64_t> xs = {p.batch, p.seqlen, p.nheads, p.headdim};
   MK_CHECK(out.has_shape(xs), SSD_FN "out must have x's shape, got ", out.shape());
@@ -201,6 +202,7 @@ void launch_ssd_fwd_checked(SsdFwdParams& p, const TensorRef& out, const TensorR
   if (p.cu_seqlens) {
     p.varlen_states = f32_dense(varlen_states, {p.nseqs, p.nheads, p.headdim, p.dstate}, "varlen_states");
   }
+  p.cb = f32_dense(cb, {p.batch, p.nchunks, p.ngroups, p.chunk, p.chunk}, "the C B^T workspace");
   const cudaError_t err = launch_ssd_fwd(p, stream);
   MK_CHECK(err == cudaSuccess, SSD_FN "kernel launch failed: ", cudaGetErrorString(err));
 }

@@ -24,11 +24,21 @@ SsdFwdParams prepare_ssd_fwd(const TensorRef& x, const TensorRef& dt, const Tens
 // The outputs the binding allocates, contiguous: out (and out_x with z) of x's shape and dtype;
 // dt_out and dA_cumsum fp32 (batch, nheads, nchunks, chunk_size); states fp32
 // (batch, nchunks, nheads, headdim, dstate); final_states fp32 (batch, nheads, headdim, dstate);
-// varlen_states fp32 (nseqs, nheads, headdim, dstate) with cu_seqlens (else not read).
+// varlen_states fp32 (nseqs, nheads, headdim, dstate) with cu_seqlens (else not read); the
+// workspace cb fp32 (batch, nchunks, ngroups, chunk_size, chunk_size) (cb_shape).
 // Checked and filled here, then the launches.
 void launch_ssd_fwd_checked(SsdFwdParams& p, const TensorRef& out, const TensorRef& out_x, const TensorRef& dt_out,
                             const TensorRef& dA_cumsum, const TensorRef& states, const TensorRef& final_states,
-                            const TensorRef& varlen_states, cudaStream_t stream);
+                            const TensorRef& varlen_states, const TensorRef& cb, cudaStream_t stream);
+
+// The workspace's shape, (batch, nchunks, ngroups, chunk_size, chunk_size).
+inline void cb_shape(const SsdFwdParams& p, int64_t (&sizes)[5]) {
+  sizes[0] = p.batch;
+  sizes[1] = p.nchunks;
+  sizes[2] = p.ngroups;
+  sizes[3] = p.chunk;
+  sizes[4] = p.chunk;
+}
 
 }  // namespace ssd
 }  // namespace mamba_kernels

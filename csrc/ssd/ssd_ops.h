@@ -56,8 +56,11 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> ssd_fwd(
   const Tensor final_states = api::empty(x, {p.batch, p.nheads, p.headdim, p.dstate}, f32);
   const Tensor varlen_states = cu_seqlens.has_value() ? api::empty(x, {p.nseqs, p.nheads, p.headdim, p.dstate}, f32)
                                                       : api::empty(x, {0}, f32);
+  int64_t cb_sizes[5];
+  cb_shape(p, cb_sizes);
+  const Tensor cb = api::empty(x, cb_sizes, 5, f32);  // workspace: C B^T per chunk and group
   launch_ssd_fwd_checked(p, tref(out), tref(out_x), tref(dt_out), tref(dA_cumsum), tref(states), tref(final_states),
-                         tref(varlen_states), api::current_stream(xr.device_index));
+                         tref(varlen_states), tref(cb), api::current_stream(xr.device_index));
   return {out, out_x, dt_out, dA_cumsum, states, final_states, varlen_states};
 }
 
