@@ -412,7 +412,7 @@ struct ChunkScanAgent {
   using Pol = SsdPolicy<Is16Bit<T>::value>;
   static constexpr int NT = Pol::kThreads, BT = Pol::kScanT, BP = Pol::kScanP, BK = Pol::kScanK;
   static constexpr int BS = BT;  // s-blocks match t-tiles, so the diagonal block is one s-block
-  static constexpr int LDK = BK + Pol::kPadS;  // C, B (step-major) and H (channel-major) rows
+  static constexpr int LDK = BK + Pol::kPadS;  // C (step-major) and H (channel-major) rows
   static constexpr int LDM = BS + Pol::kPadS;  // M rows
   static constexpr int LDX = BP + Pol::kPadS;  // x rows
   static constexpr int LDS = BP + Pol::kPadF;  // the fp32 staging tile (y, then G's tiles)
@@ -421,7 +421,7 @@ struct ChunkScanAgent {
   using AccY = TileAcc<T, BT, BP, NT, kTC>;
 
   static constexpr int cmax(int a, int b) { return a > b ? a : b; }
-  static constexpr int kBufA = cmax(BT * LDK, BT * LDM);               // C, then M
+  static constexpr int kBufA = cmax(BT * LDK, BT * LDM);  // C, then M
   static constexpr int kBufB = cmax(BP * LDK, BS * LDX);  // H, then x
 
   struct Smem {
