@@ -60,7 +60,8 @@ def ssd_forward_cuda(
     cu_seqlens: (nseqs + 1,) int32 or int64 offsets of sequences packed along seqlen (batch 1),
     passed together with the seq_idx that marks the same sequences; varlen_states: float32
     (nseqs, nheads, headdim, dstate), the state at the end of each sequence (0 for an empty one;
-    the first sequence starts from initial_states).
+    the first sequence starts from initial_states, as its outputs do: mamba_ssm 2.3.2 leaves the
+    initial state out of that sequence's varlen state when it ends inside the first chunk).
     """
     lo, hi = dt_limit
     out, out_x, dt_out, dA_cumsum, states, final_states, varlen_states = _op(
