@@ -5,8 +5,8 @@
 //               wmma accumulator fragments (mma.sync m16n8k16, fp32 accumulation). R is
 //               16 warps. A causal product (k <= row) skips the k-steps at and above the warp's
 //               strip: the caller adds the 16 x 16 diagonal blocks itself (kSplitsDiagonal).
-//   kTC = false (fp32 TS, or sm_75): FMAs, each thread owning one column and R / (NT / Cols)
-//               rows; a causal product takes exactly the terms k <= row.
+//   kTC = false (fp32 TS, or sm_75): FMAs, each thread owning a small block of rows and
+//               columns; a causal product takes exactly the terms k <= row.
 // Either way a term the causal mask drops is never multiplied, so a NaN or Inf in B's row k
 // cannot reach the rows above k through 0 * NaN.
 #pragma once
@@ -38,43 +38,61 @@ struct TileAcc;
 
 template <typename TS, int R, int Cols, int NT>
 struct TileAcc<TS, R, Cols, NT, false> {
-  static_assert(NT % Cols == 0 && R % (NT / Cols) == 0, "TileAcc: threads must tile the columns");
+  // Each thread holds a kTM x kTN block of the tile: columns cg + j * kCG, rows rg + i * kRG
+  // (cg = thread % kCG, rg = thread / kCG), so a k-step loads kTM + kTN values for kTM * kTN
+  // FMAs; a warp's loads of B's row are consecutive and of A's column two addresses.
   static constexpr bool kSplitsDiagonal = false;
-  static constexpr int kStep = NT / Cols;
-  static constexpr int kE = R / kStep;
-  float v[kE];
+  static constexpr int kTN = 4;
+  static constexpr int kCG = Cols / kTN;  // column groups
+  static constexpr int kRG = NT / kCG;    // row groups
+  static constexpr int kTM = R / kRG;
+  static_assert(Cols % kTN == 0 && NT % kCG == 0 && R % kRG == 0 && kTM >= 1, "TileAcc: threads must tile the tile");
+  float v[kTM][kTN];
 
-  __device__ __forceinline__ int col() const { return int(threadIdx.x) % Cols; }
-  __device__ __forceinline__ int row(int e) const { return int(threadIdx.x) / Cols + e * kStep; }
+  __device__ __forceinline__ int col(int j) const { return int(threadIdx.x) % kCG + j * kCG; }
+  __device__ __forceinline__ int row(int i) const { return int(threadIdx.x) / kCG + i * kRG; }
 
   __device__ __forceinline__ void zero() {
 #pragma unroll
-    for (int e = 0; e < kE; ++e) v[e] = 0.0f;
+    for (int i = 0; i < kTM; ++i) {
+#pragma unroll
+      for (int j = 0; j < kTN; ++j) v[i][j] = 0.0f;
+    }
   }
 
   // A (R x K): (r, k) at a[r * lda + k] when kARow, else a[k * lda + r]; B (K x Cols): (k, c)
   // at b[k * ldb + c] when kBRow, else b[c * ldb + k].
   template <bool kARow, bool kBRow>
   __device__ __forceinline__ void mma(const TS* a, int lda, const TS* b, int ldb, int K, bool causal) {
-    const int c = col();
-#pragma unroll 4
+#pragma unroll 2
     for (int k = 0; k < K; ++k) {
-      const float bk = to_float(kBRow ? b[k * ldb + c] : b[c * ldb + k]);
+      float bk[kTN];
 #pragma unroll
-      for (int e = 0; e < kE; ++e) {
-        const int r = row(e);
-        if (!causal || k <= r) v[e] += to_float(kARow ? a[r * lda + k] : a[k * lda + r]) * bk;
+      for (int j = 0; j < kTN; ++j) bk[j] = to_float(kBRow ? b[k * ldb + col(j)] : b[col(j) * ldb + k]);
+#pragma unroll
+      for (int i = 0; i < kTM; ++i) {
+        const int r = row(i);
+        if (causal && k > r) continue;
+        const float ak = to_float(kARow ? a[r * lda + k] : a[k * lda + r]);
+#pragma unroll
+        for (int j = 0; j < kTN; ++j) v[i][j] += ak * bk[j];
       }
     }
   }
 
   __device__ __forceinline__ void store(float* s, int ld) const {
 #pragma unroll
-    for (int e = 0; e < kE; ++e) s[row(e) * ld + col()] = v[e];
+    for (int i = 0; i < kTM; ++i) {
+#pragma unroll
+      for (int j = 0; j < kTN; ++j) s[row(i) * ld + col(j)] = v[i][j];
+    }
   }
   __device__ __forceinline__ void load(const float* s, int ld) {
 #pragma unroll
-    for (int e = 0; e < kE; ++e) v[e] = s[row(e) * ld + col()];
+    for (int i = 0; i < kTM; ++i) {
+#pragma unroll
+      for (int j = 0; j < kTN; ++j) v[i][j] = s[row(i) * ld + col(j)];
+    }
   }
 };
 
