@@ -37,7 +37,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
-FAMILIES = ("conv_fwd", "conv_bwd", "conv_update", "scan_fwd", "scan_bwd", "decode", "norm")
+FAMILIES = ("conv_fwd", "conv_bwd", "conv_update", "scan_fwd", "scan_bwd", "decode", "norm", "ssd_fwd")
 # Tools that get one process per case (the others: one process per family). synccheck over
 # several tests in one process once ended in "Fatal Python error: Aborted" with 0 errors
 # reported (docs/KERNELS.md, "Sanitizer checks"), so it never shares a process.
@@ -62,7 +62,7 @@ def _k(family: str, kernel: str, what: str, *sites: str, launches: Tuple[int, in
     return Kind(family, kernel, what, sites, launches)
 
 
-CC, SS, LN = "causal_conv1d/", "selective_scan/", "layernorm_gated/"
+CC, SS, LN, SD = "causal_conv1d/", "selective_scan/", "layernorm_gated/", "ssd/"
 KINDS: Dict[str, Kind] = {
     # causal_conv1d forward (csrc/causal_conv1d/fwd.cu, fwd_launch)
     "conv_fwd_cf_lean": _k("conv_fwd", r"::fwd_channel_first_lean<", "channel-first lean",
@@ -182,6 +182,29 @@ KINDS: Dict[str, Kind] = {
                           LN + "bwd.cu:norm_bwd_kernel<T, false>"),
     "norm_bwd_reduce": _k("norm", r"::norm_reduce_kernel\b", "dweight / dbias: the chunks' partial sums",
                           LN + "bwd.cu:norm_reduce_kernel"),
+    # Mamba-2 SSD forward (csrc/ssd/fwd.cu launch_typed): four launches a call (five with
+    # cu_seqlens); the 16-bit instantiations multiply on tensor cores, fp32 with FMAs
+    "ssd_fwd_cb_16bit": _k("ssd_fwd", r"::chunk_cb_kernel<(?:__nv_bfloat16|__half)>",
+                           "C B^T per chunk and group, 16-bit (tensor cores)",
+                           SD + "fwd.cu:chunk_cb_kernel<T>", launches=(1, 1)),
+    "ssd_fwd_cb_f32": _k("ssd_fwd", r"::chunk_cb_kernel<float>", "C B^T, fp32 (FMA)", launches=(1, 1)),
+    "ssd_fwd_state_16bit": _k("ssd_fwd", r"::chunk_state_kernel<(?:__nv_bfloat16|__half)>",
+                              "chunk states with dt / dA_cumsum, 16-bit (tensor cores)",
+                              SD + "fwd.cu:chunk_state_kernel<T>", launches=(1, 1)),
+    "ssd_fwd_state_f32": _k("ssd_fwd", r"::chunk_state_kernel<float>", "chunk states, fp32 (FMA)",
+                            launches=(1, 1)),
+    "ssd_fwd_pass": _k("ssd_fwd", r"::state_pass_kernel\b", "state passing over the chunks",
+                       SD + "fwd.cu:state_pass_kernel", launches=(1, 1)),
+    "ssd_fwd_scan_16bit": _k("ssd_fwd", r"::chunk_scan_kernel<(?:__nv_bfloat16|__half)>",
+                             "chunk scan, 16-bit (tensor cores, FMA diagonal)",
+                             SD + "fwd.cu:chunk_scan_kernel<T>", launches=(1, 1)),
+    "ssd_fwd_scan_f32": _k("ssd_fwd", r"::chunk_scan_kernel<float>", "chunk scan, fp32 (FMA)",
+                           launches=(1, 1)),
+    "ssd_fwd_varlen_16bit": _k("ssd_fwd", r"::varlen_state_kernel<(?:__nv_bfloat16|__half)>",
+                               "each packed sequence's final state (cu_seqlens), 16-bit",
+                               SD + "fwd.cu:varlen_state_kernel<T>", launches=(1, 1)),
+    "ssd_fwd_varlen_f32": _k("ssd_fwd", r"::varlen_state_kernel<float>", "varlen final states, fp32",
+                             launches=(1, 1)),
 }
 
 
@@ -202,6 +225,8 @@ def _c(name: str, family: str, kinds: Sequence[str], note: str = "", **params) -
 
 
 F32, F16, BF16 = "float32", "float16", "bfloat16"
+# the kinds every 16-bit SSD forward case reaches, in launch order
+SSD16 = ["ssd_fwd_cb_16bit", "ssd_fwd_state_16bit", "ssd_fwd_pass", "ssd_fwd_scan_16bit"]
 
 CASES: List[Case] = [
     # ---- conv forward: odd lengths and dims, tile ends, seq_idx with padding, states
@@ -338,6 +363,26 @@ CASES: List[Case] = [
     _c("norm_bwd_team512", "norm", ["norm_fwd_vec", "norm_bwd_vec", "norm_bwd_reduce"],
        "one 16 KiB group: a 512-thread backward team", rows=6, group_size=8192, ngroups=1, dtype=BF16,
        z=True, rms=False, bias=True, bwd=True),
+    # ---- Mamba-2 SSD forward: (batch, seqlen, nheads, headdim, ngroups, dstate, chunk)
+    _c("ssd_fwd_bf16", "ssd_fwd", SSD16,
+       "3 chunks of 128 (short last), 2 groups, z, D per channel, initial states, seq_idx, dt_bias",
+       batch=2, L=300, nheads=4, headdim=64, ngroups=2, dstate=64, chunk=128, dtype=BF16, z=True,
+       D="channel", init=True, seq_idx=True),
+    _c("ssd_fwd_f16_partial_tiles", "ssd_fwd", SSD16,
+       "headdim 37, dstate 80: partial channel and state tiles; x a strided slice; chunk 64",
+       batch=1, L=150, nheads=2, headdim=37, ngroups=1, dstate=80, chunk=64, dtype=F16, strided=True),
+    _c("ssd_fwd_f32", "ssd_fwd", ["ssd_fwd_cb_f32", "ssd_fwd_state_f32", "ssd_fwd_pass", "ssd_fwd_scan_f32"],
+       "chunk 256 and one step past it, dstate 16, z", batch=2, L=257, nheads=2, headdim=32, ngroups=1,
+       dstate=16, chunk=256, dtype=F32, z=True),
+    _c("ssd_fwd_varlen_bf16", "ssd_fwd",
+       SSD16[:3] + ["ssd_fwd_varlen_16bit", "ssd_fwd_scan_16bit"],
+       "cu_seqlens: 4 packed sequences (one empty, one on a chunk boundary), initial states",
+       batch=1, L=300, nheads=2, headdim=64, ngroups=1, dstate=64, chunk=64, dtype=BF16, init=True,
+       cu_seqlens=(0, 70, 70, 128, 300)),
+    _c("ssd_fwd_varlen_f32", "ssd_fwd",
+       ["ssd_fwd_cb_f32", "ssd_fwd_state_f32", "ssd_fwd_pass", "ssd_fwd_varlen_f32", "ssd_fwd_scan_f32"],
+       "cu_seqlens, int64 offsets", batch=1, L=100, nheads=2, headdim=32, ngroups=1, dstate=16, chunk=64,
+       dtype=F32, cu_seqlens=(0, 33, 100), cu_int64=True),
 ]
 
 
@@ -567,6 +612,15 @@ def predict_norm(c: Case) -> List[str]:
     if p.get("bwd"):
         kinds += [f"norm_bwd_{mode}", "norm_bwd_reduce"]
     return kinds
+def predict_ssd(c: Case) -> List[str]:
+    """fwd.cu, launch_typed: C B^T, the chunk states and the chunk scan when batch x chunks > 0,
+    state passing always, the varlen states with cu_seqlens."""
+    p = c.params
+    kind = "f32" if p["dtype"] == F32 else "16bit"
+    chunks = p["batch"] * _ceil(p["L"], p["chunk"])
+    varlen = [f"ssd_fwd_varlen_{kind}"] if p.get("cu_seqlens") else []
+    return ([f"ssd_fwd_cb_{kind}", f"ssd_fwd_state_{kind}"] if chunks else []) + ["ssd_fwd_pass"] + varlen + \
+        ([f"ssd_fwd_scan_{kind}"] if chunks else [])
 
 
 def predict(c: Case) -> List[str]:
@@ -577,6 +631,8 @@ def predict(c: Case) -> List[str]:
         return predict_scan(c)
     if c.family == "norm":
         return predict_norm(c)
+    if c.family.startswith("ssd"):
+        return predict_ssd(c)
     return predict_decode(c)
 
 
@@ -782,11 +838,46 @@ def run_norm(c: Case, gen, _norm_ops=None) -> None:
     dw = torch.empty(n, device=DEVICE, dtype=_dt(wtype))
     db = torch.empty(n, device=DEVICE, dtype=_dt(wtype)) if b is not None else None
     _norm_ops.bwd(dy, x, w, b, z, mean, rstd, dx, dz, recomputed, dw, db, 1e-5, gs, nbg, rms)
+def run_ssd(c: Case, gen, _ssd_ops=None) -> None:
+    torch = _torch()
+    if _ssd_ops is None:
+        from selective_scan import _ssd_ops
+
+    p = c.params
+    batch, L, H, P, G, N = p["batch"], p["L"], p["nheads"], p["headdim"], p["ngroups"], p["dstate"]
+    dtype = p["dtype"]
+    if p.get("strided"):  # x every other channel of a wider tensor (a non-unit last stride)
+        x = _rand(batch, L, H, 2 * P, dtype=dtype, gen=gen)[..., ::2]
+    else:
+        x = _rand(batch, L, H, P, dtype=dtype, gen=gen)
+    dt = _rand(batch, L, H, scale=0.5, shift=-1.0, gen=gen)
+    A = -torch.exp(0.5 * torch.randn(H, generator=gen)).to(DEVICE)
+    B = _rand(batch, L, G, N, dtype=dtype, gen=gen)
+    C = _rand(batch, L, G, N, dtype=dtype, gen=gen)
+    D = _rand(H, P, gen=gen) if p.get("D") == "channel" else _rand(H, gen=gen)
+    z = _rand(batch, L, H, P, dtype=dtype, gen=gen) if p.get("z") else None
+    init = _rand(batch, H, P, N, gen=gen) if p.get("init") else None
+    seq, cu = None, None
+    if p.get("seq_idx"):  # nondecreasing, two boundaries a row (one inside a chunk)
+        row = torch.zeros(L, dtype=torch.int32)
+        row[L // 3:] += 1
+        row[L - 5:] += 1
+        seq = row.expand(batch, L).contiguous().to(DEVICE)
+    kw = {}
+    if p.get("cu_seqlens"):  # packed sequences (batch 1) and the seq_idx that marks them
+        offsets = torch.tensor(p["cu_seqlens"])
+        seq = torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets.diff()).to(torch.int32)[None]
+        seq = seq.to(DEVICE)
+        cu = offsets.to(torch.int64 if p.get("cu_int64") else torch.int32).to(DEVICE)
+        kw["cu_seqlens"] = cu
+    _ssd_ops.ssd_forward_cuda(x, dt, A, B, C, p["chunk"], D=D, z=z, dt_bias=_rand(H, scale=0.3, gen=gen),
+                              initial_states=init, seq_idx=seq, dt_softplus=True, dt_limit=(0.0, 2.0), **kw)
 
 
 RUNNERS: Dict[str, Callable] = {
     "conv_fwd": run_conv, "conv_bwd": run_conv, "conv_update": run_conv,
     "scan_fwd": run_scan, "scan_bwd": run_scan, "decode": run_decode, "norm": run_norm,
+    "ssd_fwd": run_ssd,
 }
 
 

@@ -238,6 +238,16 @@ def test_kind_patterns_tell_instantiations_apart():
     lanes = ss + "fwd_lanes_kernel<__nv_bfloat16, 4, true>(P, A)"
     assert [n for n in k if re.search(k[n].kernel, lanes)] == ["scan_fwd_lanes_s4"]
     assert not re.search(k["scan_fwd_classic_real"].kernel, ss + "bwd_kernel<float, false>(P)")
+    sd = "void mamba_kernels::ssd::(anonymous namespace)::"
+    for kernel in ("chunk_state_kernel", "chunk_scan_kernel", "varlen_state_kernel", "chunk_cb_kernel"):
+        names = {t: sd + f"{kernel}<{t}>(mamba_kernels::ssd::SsdFwdParams)"
+                 for t in ("float", "__half", "__nv_bfloat16")}
+        part = {"chunk_state_kernel": "state", "chunk_scan_kernel": "scan",
+                "varlen_state_kernel": "varlen", "chunk_cb_kernel": "cb"}[kernel]
+        assert [t for t in names if re.search(k[f"ssd_fwd_{part}_f32"].kernel, names[t])] == ["float"]
+        assert [t for t in names if re.search(k[f"ssd_fwd_{part}_16bit"].kernel, names[t])] == [
+            "__half", "__nv_bfloat16"]
+    assert re.search(k["ssd_fwd_pass"].kernel, sd + "state_pass_kernel(mamba_kernels::ssd::SsdFwdParams)")
 
 
 def test_parse_counts():
@@ -332,7 +342,36 @@ def _reference_ops():
             layernorm_gated._layer_norm_bwd(dy, x, w, b, eps, mean, rstd, z, gs, nbg, rms,
                                             recompute_output=out is not None, dz=dz, out=out)
 
-    return calls, Conv, Scan, Update, Norm
+    class Ssd:
+        @staticmethod
+        def ssd_forward_cuda(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None,
+                             seq_idx=None, dt_softplus=False, dt_limit=(0.0, float("inf")), cu_seqlens=None):
+            # the op's preconditions (csrc/ssd/ssd_host.cpp), and its outputs' shapes
+            from selective_scan._ssd_meta import ssd_fwd_fake
+
+            calls.append("ssd.fwd")
+            batch, seqlen, nheads, headdim = x.shape
+            assert dt.shape == (batch, seqlen, nheads) and A.shape == (nheads,)
+            assert B.shape == C.shape and B.shape[:2] == (batch, seqlen) and nheads % B.shape[2] == 0
+            assert B.dtype == C.dtype == x.dtype
+            assert z is None or (z.shape == x.shape and z.dtype == x.dtype)
+            assert D is None or D.shape in ((nheads,), (nheads, headdim))
+            assert dt_bias is None or dt_bias.shape == (nheads,)
+            assert initial_states is None or initial_states.shape == (batch, nheads, headdim, B.shape[3])
+            if seq_idx is not None:
+                assert seq_idx.dtype == torch.int32 and seq_idx.shape == (batch, seqlen)
+                assert bool((seq_idx[:, 1:] >= seq_idx[:, :-1]).all()), "seq_idx must be nondecreasing"
+            assert 1 <= chunk_size <= 256
+            if cu_seqlens is not None:
+                assert batch == 1 and cu_seqlens.dtype in (torch.int32, torch.int64) and cu_seqlens.dim() == 1
+                assert int(cu_seqlens[0]) == 0 and int(cu_seqlens[-1]) == seqlen
+                assert bool((cu_seqlens.diff() >= 0).all())
+                ids = torch.repeat_interleave(torch.arange(len(cu_seqlens) - 1), cu_seqlens.diff().cpu())
+                assert seq_idx is not None and torch.equal(seq_idx[0].cpu().long(), ids)
+            return ssd_fwd_fake(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
+                                cu_seqlens, dt_softplus, *dt_limit)
+
+    return calls, Conv, Scan, Update, Norm, Ssd
 
 
 def test_case_inputs_are_valid_on_the_reference_path(monkeypatch):
@@ -340,7 +379,7 @@ def test_case_inputs_are_valid_on_the_reference_path(monkeypatch):
 
     monkeypatch.setenv("MAMBA_KERNELS_BACKEND", "reference")
     monkeypatch.setattr(sc, "DEVICE", "cpu")
-    calls, conv, scan, update, norm = _reference_ops()
+    calls, conv, scan, update, norm, ssd = _reference_ops()
     for c in sc.CASES:
         gen = torch.Generator().manual_seed(1)
         before = len(calls)
@@ -350,12 +389,14 @@ def test_case_inputs_are_valid_on_the_reference_path(monkeypatch):
             sc.run_scan(c, gen, _ops=scan)
         elif c.family == "norm":
             sc.run_norm(c, gen, _norm_ops=norm)
+        elif c.family.startswith("ssd"):
+            sc.run_ssd(c, gen, _ssd_ops=ssd)
         else:
             sc.run_decode(c, gen, _update_ops=update)
         want = {"conv_fwd": ["conv.fwd"], "conv_bwd": ["conv.bwd", "conv.fwd"],
                 "conv_update": ["conv.update"],
                 "scan_fwd": ["scan.fwd"], "scan_bwd": ["scan.fwd", "scan.bwd"],
-                "decode": ["decode"],
+                "decode": ["decode"], "ssd_fwd": ["ssd.fwd"],
                 "norm": ["norm.fwd", "norm.bwd"] if c.params.get("bwd") else ["norm.fwd"]}[c.family]
         assert calls[before:] == want, c.name
 
