@@ -564,15 +564,21 @@ def environment_lock(site: str, prefix: str) -> Iterator[int]:
         os.close(fd)
 
 
-def _run_installer(cmd: List[str], keep_fd: Optional[int] = None) -> int:
+def _run_installer(cmd: List[str], keep_fd: Optional[int] = None, temp: Optional[Path] = None) -> int:
     """Run the installer in our own process group: a kill of the group (a terminal's Ctrl-C, a
     job control or service manager's kill) reaches it too, so it never goes on alone. It
-    inherits ``keep_fd`` (the environment lock). On an interrupt, stop it and wait for it, then
-    let the interrupt go on."""
+    inherits ``keep_fd`` (the environment lock). Its temporary directory is ``temp`` (inside
+    our download folder), so what a killed installer leaves there goes with that folder when
+    the next run tidies it. On an interrupt, stop it and wait for it, then let the interrupt go
+    on."""
+    env = None
+    if temp is not None:
+        temp.mkdir(exist_ok=True)
+        env = dict(os.environ, TMPDIR=str(temp), TEMP=str(temp), TMP=str(temp))
     if os.name == "posix" and keep_fd is not None:
-        p = subprocess.Popen(cmd, pass_fds=(keep_fd,))
+        p = subprocess.Popen(cmd, pass_fds=(keep_fd,), env=env)
     else:
-        p = subprocess.Popen(cmd)
+        p = subprocess.Popen(cmd, env=env)
     try:
         return p.wait()
     except BaseException:
@@ -635,6 +641,7 @@ def _sources(args: argparse.Namespace) -> Tuple[Tuple[str, ...], str]:
 
 TEMP_PREFIX = "mamba-kernels-install-"  # the download folder of one install, in the temp directory
 OWNER_FILE = "owner.pid"  # in it: the process that made it
+INSTALLER_TEMP = "installer-temp"  # in it: pip's (or uv's) temporary directory
 
 
 def _pid_alive(pid: int) -> bool:
@@ -723,7 +730,7 @@ def _install_locked(got: Obtained, name: str, cmd: List[str], f: Dict[str, Any],
                           e) from None
     try:
         try:
-            rc = _run_installer(cmd, lock_fd)
+            rc = _run_installer(cmd, lock_fd, got.path.parent / INSTALLER_TEMP)
             held = _hold_signals()
             if rc == 0:
                 snap.mark_done()
