@@ -21,16 +21,20 @@ from the original on purpose:
 from __future__ import annotations
 
 import math
+import sys
+from types import ModuleType
 from typing import Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 
 from causal_conv1d import causal_conv1d_fn
+from mamba_kernels.runtime import dispatch
 from mamba_kernels.runtime.argchecks import error, shape_of, typed_repr
+from mamba_kernels.runtime.library import is_compiling
 
 from . import _amp, _ssd_checks
-from .layernorm_gated import rmsnorm_fn
+from .layernorm_gated import _layer_norm_bwd, _layer_norm_fwd, rmsnorm_fn
 from .scan_fn import selective_scan_fn
 from .ssd_pytorch import NO_LIMIT, compute_dtype, process_dt, ssd_forward
 
@@ -46,7 +50,218 @@ __all__ = [
     "mamba_split_conv1d_scan_combined",
     "mamba_split_conv1d_scan_ref",
     "ssd_forward",
+    "MambaChunkScanCombinedFn",
+    "MambaSplitConv1dScanCombinedFn",
 ]
+
+
+# --- dispatch: the compiled forward (and backward, once it lands) or the PyTorch path -----------
+
+KERNEL = "selective_scan"  # the extension family (selective_scan._cuda) the SSD kernels ship in
+_KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+KERNEL_MAX_CHUNK = 256  # csrc/ssd: kSsdMaxChunk
+_KERNEL_MAX_GRID = 65535  # csrc/ssd: kSsdMaxGridYZ (heads, batch * chunks, sequences)
+_INT32 = torch.int32
+_INT32_RANGE = (-(2**31), 2**31 - 1)
+_PACKAGE = sys.modules[__package__]
+# Whether _ssd_ops has the compiled backward: read once, at the first CUDA use (importing _ssd_ops
+# loads the extension). The CUDA backward is written on its own branch; this guard goes when it lands.
+_CUDA_BACKWARD: Optional[bool] = None
+
+
+def _ops() -> ModuleType:
+    """``selective_scan._ssd_ops``, imported on first use (importing it loads the extension)."""
+    ops = getattr(_PACKAGE, "_ssd_ops", None)
+    if ops is None:
+        from . import _ssd_ops as ops
+    return ops
+
+
+def _cuda_backward() -> bool:
+    """Whether the compiled backward exists; asked only after the dispatch chose the compiled
+    forward (so the extension is loaded), answered once and then a constant global."""
+    global _CUDA_BACKWARD
+    if _CUDA_BACKWARD is None:
+        _CUDA_BACKWARD = hasattr(_ops(), "ssd_backward_cuda")
+    return _CUDA_BACKWARD
+
+
+def _kernel_seq_idx(seq_idx: Optional[Tensor]) -> Tuple[bool, Optional[Tensor]]:
+    """(covered, seq_idx as the kernel takes it): int32 as given; int64 converted to int32 when
+    its values fit (one host read; not under torch.compile, where int64 is not covered)."""
+    if seq_idx is None or seq_idx.dtype == _INT32:
+        return True, seq_idx
+    if seq_idx.dtype != torch.int64 or is_compiling():
+        return False, seq_idx
+    if seq_idx.numel():
+        lo, hi = (int(v) for v in torch.aminmax(seq_idx))
+        if lo < _INT32_RANGE[0] or hi > _INT32_RANGE[1]:
+            return False, seq_idx
+    return True, seq_idx.to(_INT32)
+
+
+def _kernel_covers(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens) -> bool:
+    """The compiled forward covers these (checked) operands: x, B, C, z of one 32/16-bit float
+    dtype, dt, A, D, dt_bias, initial_states 32/16-bit floats, chunk_size <= 256, seq_idx int32,
+    the launch grid's limits, and varlen states only with the seq_idx that marks the sequences
+    (without it the kernel's states would cross sequence starts)."""
+    dtype = x.dtype
+    if dtype not in _KERNEL_DTYPES or B.dtype != dtype or C.dtype != dtype or (z is not None and z.dtype != dtype):
+        return False
+    for t in (dt, A, D, dt_bias, initial_states):
+        if t is not None and t.dtype not in _KERNEL_DTYPES:
+            return False
+    if chunk_size > KERNEL_MAX_CHUNK or (seq_idx is not None and seq_idx.dtype != _INT32):
+        return False
+    batch, seqlen, nheads, headdim = x.shape
+    if cu_seqlens is not None and (seq_idx is None or cu_seqlens.shape[0] - 1 > _KERNEL_MAX_GRID):
+        return False
+    nchunks = -(-seqlen // chunk_size)
+    return (nheads <= _KERNEL_MAX_GRID and batch * nchunks <= _KERNEL_MAX_GRID and headdim <= 65536
+            and B.shape[3] <= 65536)
+
+
+def _use_cuda(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens):
+    """(run the compiled forward, seq_idx for it). Off CUDA, dispatch decides without importing
+    anything (``MAMBA_KERNELS_BACKEND=cuda`` makes CPU tensors an error, as for every kernel)."""
+    if not x.is_cuda:
+        return dispatch.use_cuda(KERNEL, x.device.type), seq_idx
+    covered, kseq = _kernel_seq_idx(seq_idx)
+    if covered and _kernel_covers(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, kseq, cu_seqlens):
+        if dispatch.use_cuda(KERNEL, "cuda"):
+            return True, kseq
+    return False, seq_idx
+
+
+def _scan_forward(use_cuda, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens,
+                  dt_softplus, dt_limit):
+    """``ssd_forward``'s seven results from the compiled forward or the PyTorch one; final_states
+    float32 (float64 for float64 x) and varlen_states in C's dtype either way, as mamba_ssm."""
+    if not use_cuda:
+        return ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens,
+                           dt_softplus, dt_limit)
+    res = _ops().ssd_forward_cuda(x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias,
+                                  initial_states=initial_states, seq_idx=seq_idx, dt_softplus=dt_softplus,
+                                  dt_limit=dt_limit, cu_seqlens=cu_seqlens)
+    if cu_seqlens is None:
+        return tuple(res) + (None,)
+    return tuple(res[:6]) + (res[6].to(C.dtype),)
+
+
+def _records(*tensors: Optional[Tensor]) -> bool:
+    """Whether autograd would record an op on these."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _no_double_backward() -> None:
+    if torch.is_grad_enabled():  # backward(create_graph=True)
+        raise RuntimeError(
+            "mamba_kernels: the SSD scan's backward is not differentiable (double backward, "
+            "create_graph=True, is not supported, as in mamba_ssm)")
+
+
+def _chunk_scan_backward(use_cuda_bwd, saved_out, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
+                         seq_idx, cu_seqlens, dt_softplus, dt_limit, needs, dout, dfinal, dvarlen):
+    """Gradients of (x, dt, A, B, C, D, z, dt_bias, initial_states), None where ``needs`` is
+    False: the compiled backward when ``use_cuda_bwd`` and no varlen_states gradient, else the
+    PyTorch forward again under autograd (``saved_out``: the ungated output, for the compiled one)."""
+    if use_cuda_bwd and dvarlen is None:
+        if dout is None:
+            dout = torch.zeros_like(x)
+        grads = _ops().ssd_backward_cuda(
+            dout, x, dt, A, B, C, saved_out, chunk_size, D=D, z=z, dt_bias=dt_bias,
+            initial_states=initial_states, dfinal_states=dfinal, seq_idx=seq_idx, dt_softplus=dt_softplus,
+            dt_limit=dt_limit)
+        return tuple(g if n else None for g, n in zip(grads, needs))
+    inputs = (x, dt, A, B, C, D, z, dt_bias, initial_states)
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_(bool(n)) if t is not None else None for t, n in zip(inputs, needs)]
+        res = ssd_forward(*leaves[:5], chunk_size, *leaves[5:], seq_idx, cu_seqlens, dt_softplus, dt_limit)
+        pairs = [(o, g) for o, g in ((res[0], dout), (res[5], dfinal), (res[6], dvarlen)) if g is not None]
+        wrt = [t for t, n in zip(leaves, needs) if t is not None and n]
+        if not pairs or not wrt:
+            return (None,) * len(inputs)
+        got = iter(torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True))
+    return tuple(next(got) if t is not None and n else None for t, n in zip(inputs, needs))
+
+
+class MambaChunkScanCombinedFn(torch.autograd.Function):
+    """The SSD chunk scan with its backward; ``apply(x, dt, A, B, C, chunk_size, D, z, dt_bias,
+    initial_states, seq_idx, cu_seqlens, dt_softplus, dt_limit, return_final_states,
+    return_varlen_states)`` with checked arguments (``mamba_chunk_scan_combined``).
+
+    Forward: the compiled kernel for covered CUDA inputs (``_use_cuda``), else ``ssd_forward``.
+    Backward: the compiled backward (``_ssd_ops.ssd_backward_cuda``, once it exists) after a
+    compiled forward, when varlen_states get no gradient; otherwise ``ssd_forward`` runs again
+    under autograd on detached inputs and ``torch.autograd.grad`` takes the incoming gradients
+    of out, final_states and varlen_states. Not differentiable twice.
+
+    Kept for the backward. mamba_ssm 2.3.2 saves: out (out_x with z), x, dt, dA_cumsum, A, B,
+    C, D, z, dt_bias, initial_states, seq_idx. We save: out_x with z, else out, only when the
+    compiled backward will run (the recompute needs neither), then x, dt, A, B, C, D, z,
+    dt_bias, initial_states, seq_idx (int32 after the kernel's conversion), and cu_seqlens
+    with return_varlen_states (num_seqs + 1 integers; the original has no varlen backward). No
+    dA_cumsum: both backwards recompute it.
+    """
+
+    @staticmethod
+    def forward(ctx, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens,
+                dt_softplus, dt_limit, return_final_states, return_varlen_states):
+        use_cuda, seq_idx = _use_cuda(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
+                                      cu_seqlens)
+        out, out_x, _, _, _, final_states, varlen_states = _scan_forward(
+            use_cuda, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens,
+            dt_softplus, dt_limit)
+        ctx.cuda_bwd = use_cuda and _cuda_backward()
+        kept_out = (out_x if z is not None else out) if ctx.cuda_bwd else None
+        ctx.save_for_backward(kept_out, x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx,
+                              cu_seqlens if return_varlen_states else None)
+        ctx.chunk_size, ctx.dt_softplus, ctx.dt_limit = chunk_size, dt_softplus, dt_limit
+        ctx.return_final_states, ctx.return_varlen_states = return_final_states, return_varlen_states
+        ctx.set_materialize_grads(False)
+        if not return_varlen_states:
+            return (out, final_states) if return_final_states else out
+        return (out, final_states, varlen_states) if return_final_states else (out, varlen_states)
+
+    @staticmethod
+    def backward(ctx, dout, *rest):
+        _no_double_backward()
+        kept_out, x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens = ctx.saved_tensors
+        dfinal = rest[0] if ctx.return_final_states else None
+        dvarlen = rest[-1] if ctx.return_varlen_states else None
+        n = ctx.needs_input_grad
+        needs = (n[0], n[1], n[2], n[3], n[4], n[6], n[7], n[8], n[9])
+        dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinit = _chunk_scan_backward(
+            ctx.cuda_bwd, kept_out, x, dt, A, B, C, ctx.chunk_size, D, z, dt_bias, initial_states, seq_idx,
+            cu_seqlens, ctx.dt_softplus, ctx.dt_limit, needs, dout, dfinal, dvarlen)
+        return (dx, ddt, dA, dB, dC, None, dD, dz, ddt_bias, dinit) + (None,) * 6
+
+
+def _chunk_scan(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_softplus,
+                dt_limit, return_final_states, return_varlen_states):
+    """(out, final_states, varlen_states) of checked arguments, by the path that fits: the
+    Function when autograd records; under torch.compile with gradients and no compiled backward,
+    autograd through ``ssd_forward`` (traceable, no graph break); else the forward alone."""
+    if _records(x, dt, A, B, C, D, z, dt_bias, initial_states):
+        if not is_compiling() or (x.is_cuda and _use_cuda(x, dt, A, B, C, chunk_size, D, z, dt_bias,
+                                                          initial_states, seq_idx, cu_seqlens)[0]
+                                  and _cuda_backward()):
+            res = MambaChunkScanCombinedFn.apply(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
+                                                 seq_idx, cu_seqlens, dt_softplus, dt_limit, return_final_states,
+                                                 return_varlen_states)
+            res = res if isinstance(res, tuple) else (res,)
+            out = res[0]
+            final_states = res[1] if return_final_states else None
+            varlen_states = res[-1] if return_varlen_states else None
+            return out, final_states, varlen_states
+        use_cuda = False
+    else:
+        use_cuda, seq_idx = _use_cuda(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
+                                      cu_seqlens)
+    res = _scan_forward(use_cuda, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens,
+                        dt_softplus, dt_limit)
+    return res[0], res[5], res[6]
+
 
 
 def mamba_chunk_scan_combined(
@@ -77,8 +292,9 @@ def mamba_chunk_scan_combined(
         _ssd_checks.check_cu_seqlens(cu_seqlens, x)
     else:
         cu_seqlens = None
-    out, _, _, _, _, final_states, varlen_states = ssd_forward(
-        x, dt, A, B, C, size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, softplus, limit)
+    out, final_states, varlen_states = _chunk_scan(
+        x, dt, A, B, C, size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, softplus, limit,
+        return_final_states, return_varlen_states)
     if not return_varlen_states:
         return (out, final_states) if return_final_states else out
     return (out, final_states, varlen_states) if return_final_states else (out, varlen_states)
@@ -92,7 +308,7 @@ def mamba_chunk_scan(
     """The scan by chunks without the clamp of dt (the original's unfused form): out."""
     size, _, softplus = _ssd_checks.check_chunk_scan(x, dt, A, B, C, chunk_size, D, z, dt_bias,
                                                      dt_softplus=dt_softplus)
-    return ssd_forward(x, dt, A, B, C, size, D, z, dt_bias, dt_softplus=softplus, dt_limit=INF_LIMIT)[0]
+    return _chunk_scan(x, dt, A, B, C, size, D, z, dt_bias, None, None, None, softplus, INF_LIMIT, False, False)[0]
 
 
 def ssd_chunk_scan_combined_ref(
