@@ -106,7 +106,9 @@ def _kernel_covers(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, se
     the launch grid's limits, and varlen states only with the seq_idx that marks the sequences
     (without it the kernel's states would cross sequence starts)."""
     dtype = x.dtype
-    if dtype not in _KERNEL_DTYPES or B.dtype != dtype or C.dtype != dtype or (z is not None and z.dtype != dtype):
+    if dtype not in _KERNEL_DTYPES or B.dtype != dtype or C.dtype != dtype:
+        return False
+    if z is not None and z.dtype != dtype:
         return False
     for t in (dt, A, D, dt_bias, initial_states):
         if t is not None and t.dtype not in _KERNEL_DTYPES:
@@ -127,9 +129,9 @@ def _use_cuda(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx
     if not x.is_cuda:
         return dispatch.use_cuda(KERNEL, x.device.type), seq_idx
     covered, kseq = _kernel_seq_idx(seq_idx)
-    if covered and _kernel_covers(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, kseq, cu_seqlens):
-        if dispatch.use_cuda(KERNEL, "cuda"):
-            return True, kseq
+    if covered and _kernel_covers(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, kseq,
+                                  cu_seqlens) and dispatch.use_cuda(KERNEL, "cuda"):
+        return True, kseq
     return False, seq_idx
 
 
@@ -175,9 +177,11 @@ def _chunk_scan_backward(use_cuda_bwd, saved_out, x, dt, A, B, C, chunk_size, D,
         return tuple(g if n else None for g, n in zip(grads, needs))
     inputs = (x, dt, A, B, C, D, z, dt_bias, initial_states)
     with torch.enable_grad():
-        leaves = [t.detach().requires_grad_(bool(n)) if t is not None else None for t, n in zip(inputs, needs)]
+        leaves = [t.detach().requires_grad_(bool(n)) if t is not None else None
+                  for t, n in zip(inputs, needs)]
         res = ssd_forward(*leaves[:5], chunk_size, *leaves[5:], seq_idx, cu_seqlens, dt_softplus, dt_limit)
-        pairs = [(o, g) for o, g in ((res[0], dout), (res[5], dfinal), (res[6], dvarlen)) if g is not None]
+        pairs = [(o, g) for o, g in ((res[0], dout), (res[5], dfinal), (res[6], dvarlen))
+                 if g is not None and o.requires_grad]
         wrt = [t for t, n in zip(leaves, needs) if t is not None and n]
         if not pairs or not wrt:
             return (None,) * len(inputs)
@@ -247,8 +251,8 @@ def _chunk_scan(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_i
                                                           initial_states, seq_idx, cu_seqlens)[0]
                                   and _cuda_backward()):
             res = MambaChunkScanCombinedFn.apply(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
-                                                 seq_idx, cu_seqlens, dt_softplus, dt_limit, return_final_states,
-                                                 return_varlen_states)
+                                                 seq_idx, cu_seqlens, dt_softplus, dt_limit,
+                                                 return_final_states, return_varlen_states)
             res = res if isinstance(res, tuple) else (res,)
             out = res[0]
             final_states = res[1] if return_final_states else None
@@ -258,8 +262,8 @@ def _chunk_scan(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_i
     else:
         use_cuda, seq_idx = _use_cuda(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
                                       cu_seqlens)
-    res = _scan_forward(use_cuda, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens,
-                        dt_softplus, dt_limit)
+    res = _scan_forward(use_cuda, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
+                        cu_seqlens, dt_softplus, dt_limit)
     return res[0], res[5], res[6]
 
 
@@ -308,7 +312,8 @@ def mamba_chunk_scan(
     """The scan by chunks without the clamp of dt (the original's unfused form): out."""
     size, _, softplus = _ssd_checks.check_chunk_scan(x, dt, A, B, C, chunk_size, D, z, dt_bias,
                                                      dt_softplus=dt_softplus)
-    return _chunk_scan(x, dt, A, B, C, size, D, z, dt_bias, None, None, None, softplus, INF_LIMIT, False, False)[0]
+    return _chunk_scan(x, dt, A, B, C, size, D, z, dt_bias, None, None, None, softplus, INF_LIMIT,
+                       False, False)[0]
 
 
 def ssd_chunk_scan_combined_ref(
@@ -467,6 +472,151 @@ def _out_proj(out: Tensor, weight: Optional[Tensor], bias: Optional[Tensor]) -> 
     return F.linear(out, weight, bias)
 
 
+def _split_composed(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chunk_size, initial_states, seq_idx,
+                    dt_limit, activation, rmsnorm_weight, rmsnorm_eps, outproj_weight, outproj_bias,
+                    norm_before_gate, meta):
+    """(out, final_states) composed of differentiable pieces: autograd records each (the conv's
+    and the norm's Functions, the chunk scan's by ``_chunk_scan``). Runs without gradients, and
+    under torch.compile with them (the Function's backward would break the graph)."""
+    nheads, hd, groups, dstate, d_nonssm = meta
+    with torch.autocast(device_type=zxbcdt.device.type, enabled=False):
+        zx0, z, x, B, C, dt = _split_parts(zxbcdt, conv1d_weight, conv1d_bias, seq_idx, activation,
+                                           nheads, hd, groups, dstate, d_nonssm)
+        size, limit, _ = _ssd_checks.check_chunk_scan(x, dt, A, B, C, chunk_size, D, None, dt_bias,
+                                                      initial_states, seq_idx, True, dt_limit)
+        gate = z if rmsnorm_weight is None else None
+        out, final_states, _ = _chunk_scan(x, dt, A, B, C, size, D, gate, dt_bias, initial_states, seq_idx,
+                                           None, True, limit, True, False)
+        out = out.flatten(-2)
+        if rmsnorm_weight is not None:
+            out = rmsnorm_fn(out, rmsnorm_weight, None, z=z.flatten(-2), eps=rmsnorm_eps,
+                             group_size=nheads * hd // groups, norm_before_gate=norm_before_gate)
+        if d_nonssm:
+            out = torch.cat([_swiglu(zx0).to(out.dtype), out], dim=-1)
+    return _out_proj(out, outproj_weight, outproj_bias), final_states
+
+
+class MambaSplitConv1dScanCombinedFn(torch.autograd.Function):
+    """Mamba-2's fused layer body with its backward (``mamba_split_conv1d_scan_combined``'s
+    arguments, then ``meta`` = (nheads, headdim, ngroups, dstate, d_nonssm) from the checks).
+
+    The forward keeps only what mamba_ssm 2.3.2 keeps, and the backward recomputes the rest: the
+    causal conv of xBC (under autograd, for its gradients), the split into x, B, C, z, dt, the
+    swiglu of zx0, the gated RMSNorm's output (``_layer_norm_bwd`` with the kept rstd, CUDA
+    kernels for CUDA tensors), the SSD's gradients (``_chunk_scan_backward``: the compiled
+    backward once it lands, else ``ssd_forward`` again under autograd) and the out projection's.
+
+    Kept for the backward, the original's list in its order: zxbcdt, conv1d_weight,
+    conv1d_bias, out_x (the SSD output before the gate and the norm, (batch, seqlen, nheads,
+    headdim) in zxbcdt's dtype), A, D, dt_bias, initial_states, seq_idx (int32 after the
+    kernel's conversion), rmsnorm_weight, rstd (float32 (ngroups * batch * seqlen,), with the
+    norm), outproj_weight, outproj_bias. Not differentiable twice.
+    """
+
+    @staticmethod
+    def forward(ctx, zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chunk_size, initial_states, seq_idx,
+                dt_limit, return_final_states, activation, rmsnorm_weight, rmsnorm_eps, outproj_weight,
+                outproj_bias, headdim, ngroups, norm_before_gate, meta):
+        nheads, hd, groups, dstate, d_nonssm = meta
+        dim = nheads * hd
+        batch, seqlen = zxbcdt.shape[:2]
+        with torch.autocast(device_type=zxbcdt.device.type, enabled=False):
+            zx0, z, x, B, C, dt = _split_parts(zxbcdt, conv1d_weight, conv1d_bias, seq_idx, activation,
+                                               nheads, hd, groups, dstate, d_nonssm)
+            size, limit, _ = _ssd_checks.check_chunk_scan(x, dt, A, B, C, chunk_size, D, None, dt_bias,
+                                                          initial_states, seq_idx, True, dt_limit)
+            gate = z if rmsnorm_weight is None else None
+            use_cuda, seq_idx = _use_cuda(x, dt, A, B, C, size, D, gate, dt_bias, initial_states, seq_idx,
+                                          None)
+            out, out_x, _, _, _, final_states, _ = _scan_forward(
+                use_cuda, x, dt, A, B, C, size, D, gate, dt_bias, initial_states, seq_idx, None, True, limit)
+            ssd_y = out_x if gate is not None else out
+            rstd = None
+            y = out.flatten(-2)
+            if rmsnorm_weight is not None:
+                y, _, rstd = _layer_norm_fwd(ssd_y.reshape(batch * seqlen, dim), rmsnorm_weight, None,
+                                             rmsnorm_eps, z=z.reshape(batch * seqlen, dim),
+                                             group_size=dim // groups, norm_before_gate=norm_before_gate,
+                                             is_rms_norm=True)
+                y = y.reshape(batch, seqlen, dim)
+            if d_nonssm:
+                y = torch.cat([_swiglu(zx0).to(y.dtype), y], dim=-1)
+        ctx.proj_dtype = _amp.autocast_dtype() if outproj_weight is not None else None
+        out = _out_proj(y, outproj_weight, outproj_bias)
+        ctx.save_for_backward(zxbcdt, conv1d_weight, conv1d_bias, ssd_y, A, D, dt_bias, initial_states,
+                              seq_idx, rmsnorm_weight, rstd, outproj_weight, outproj_bias)
+        ctx.cuda_bwd = use_cuda and _cuda_backward()
+        ctx.meta, ctx.size, ctx.limit, ctx.activation = meta, size, limit, activation
+        ctx.eps, ctx.norm_before_gate = rmsnorm_eps, norm_before_gate
+        ctx.return_final_states = return_final_states
+        return (out, final_states) if return_final_states else out
+
+    @staticmethod
+    def backward(ctx, dout, *rest):
+        _no_double_backward()
+        (zxbcdt, conv1d_weight, conv1d_bias, ssd_y, A, D, dt_bias, initial_states, seq_idx, rmsnorm_weight,
+         rstd, outproj_weight, outproj_bias) = ctx.saved_tensors
+        dfinal = rest[0] if ctx.return_final_states else None
+        nheads, hd, groups, dstate, d_nonssm = ctx.meta
+        dim = nheads * hd
+        batch, seqlen = zxbcdt.shape[:2]
+        n = ctx.needs_input_grad
+        with torch.autocast(device_type=zxbcdt.device.type, enabled=False):
+            with torch.enable_grad():  # the conv and split again, recorded for their gradients
+                leaves = [t.detach().requires_grad_(bool(need)) if t is not None else None
+                          for t, need in ((zxbcdt, n[0]), (conv1d_weight, n[1]), (conv1d_bias, n[2]))]
+                zx0, z, x, B, C, dt = _split_parts(*leaves, seq_idx, ctx.activation, nheads, hd, groups,
+                                                   dstate, d_nonssm)
+                swiglu = _swiglu(zx0) if d_nonssm else None
+            dy = dout
+            pdtype = ctx.proj_dtype
+            if outproj_weight is not None:  # through the out projection (in the autocast dtype, if any)
+                weight = outproj_weight.to(pdtype) if pdtype is not None else outproj_weight
+                dy = torch.matmul(dout.to(weight.dtype), weight).to(ssd_y.dtype)
+            dy0, dy = dy.split([d_nonssm, dim], dim=-1)
+            zd = z.detach()
+            recompute = outproj_weight is not None
+            drms = dz_norm = gated = None
+            if rmsnorm_weight is not None:
+                res = _layer_norm_bwd(dy.reshape(batch * seqlen, dim), ssd_y.reshape(batch * seqlen, dim),
+                                      rmsnorm_weight, None, ctx.eps, None, rstd,
+                                      zd.reshape(batch * seqlen, dim),
+                                      group_size=dim // groups, norm_before_gate=ctx.norm_before_gate,
+                                      is_rms_norm=True, recompute_output=recompute)
+                dssd, drms, dz_norm = res[0].reshape(ssd_y.shape), res[1], res[3].reshape(zd.shape)
+                gated, gate = (res[4] if recompute else None), None
+            else:
+                dssd, gate = dy.reshape(ssd_y.shape), zd
+                if recompute:
+                    real = compute_dtype(ssd_y)
+                    gated = (ssd_y.to(real) * F.silu(zd.to(real))).to(ssd_y.dtype)
+            needs = (n[0], n[0], n[4], n[0], n[0], n[5], n[0] and gate is not None, n[3], n[7])
+            dx, ddt, dA, dB, dC, dD, dz_ssd, ddt_bias, dinit = _chunk_scan_backward(
+                ctx.cuda_bwd, ssd_y, x.detach(), dt.detach(), A, B.detach(), C.detach(), ctx.size, D, gate,
+                dt_bias, initial_states, seq_idx, None, True, ctx.limit, needs, dssd, dfinal, None)
+            dweight = dbias = None
+            if outproj_weight is not None:
+                do = dout.to(weight.dtype).reshape(batch * seqlen, dout.shape[-1])
+                if n[14]:
+                    y = gated.reshape(batch, seqlen, dim)
+                    if d_nonssm:
+                        y = torch.cat([swiglu.detach().to(y.dtype), y], dim=-1)
+                    y = y.reshape(batch * seqlen, y.shape[-1]).to(weight.dtype)
+                    dweight = (do.t() @ y).to(outproj_weight.dtype)
+                if outproj_bias is not None and n[15]:
+                    dbias = do.sum(0).to(outproj_bias.dtype)
+            dz = dz_norm if dz_norm is not None else dz_ssd
+            pairs = [(o, g) for o, g in ((swiglu, dy0), (z, dz), (x, dx), (B, dB), (C, dC), (dt, ddt))
+                     if o is not None and g is not None and o.requires_grad]
+            wrt = [t for t in leaves if t is not None and t.requires_grad]
+            got = iter(torch.autograd.grad([o for o, _ in pairs], wrt, [g.to(o.dtype) for o, g in pairs],
+                                           allow_unused=True) if pairs and wrt else ())
+            dzxbcdt, dconv_w, dconv_b = (next(got) if t is not None and t.requires_grad else None
+                                         for t in leaves)
+        return (dzxbcdt, dconv_w, dconv_b, ddt_bias, dA, dD, None, dinit, None, None, None, None, drms, None,
+                dweight, dbias, None, None, None, None)
+
+
 def mamba_split_conv1d_scan_combined(
     zxbcdt: Tensor, conv1d_weight: Tensor, conv1d_bias: Optional[Tensor], dt_bias: Tensor, A: Tensor,
     D: Tensor, chunk_size: int, initial_states: Optional[Tensor] = None, seq_idx: Optional[Tensor] = None,
@@ -495,21 +645,18 @@ def mamba_split_conv1d_scan_combined(
     if seq_idx is not None:  # checked before the conv uses it
         _ssd_checks.require_shape("seq_idx", seq_idx, (batch, seqlen), "(batch, seqlen)")
         _ssd_checks.require_index("seq_idx", seq_idx)
-    with torch.autocast(device_type=zxbcdt.device.type, enabled=False):
-        zx0, z, x, B, C, dt = _split_parts(zxbcdt, conv1d_weight, conv1d_bias, seq_idx, activation,
-                                           nheads, hd, groups, dstate, d_nonssm)
-        size, limit, _ = _ssd_checks.check_chunk_scan(x, dt, A, B, C, chunk_size, D, None, dt_bias,
-                                                      initial_states, seq_idx, True, dt_limit)
-        gate = z if rmsnorm_weight is None else None
-        out, _, _, _, _, final_states, _ = ssd_forward(x, dt, A, B, C, size, D, gate, dt_bias, initial_states,
-                                                       seq_idx, None, True, limit)
-        out = out.flatten(-2)
-        if rmsnorm_weight is not None:
-            out = rmsnorm_fn(out, rmsnorm_weight, None, z=z.flatten(-2), eps=rmsnorm_eps,
-                             group_size=nheads * hd // groups, norm_before_gate=norm_before_gate)
-        if d_nonssm:
-            out = torch.cat([_swiglu(zx0).to(out.dtype), out], dim=-1)
-    out = _out_proj(out, outproj_weight, outproj_bias)
+    meta = (nheads, hd, groups, dstate, d_nonssm)
+    tensors = (zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, initial_states, rmsnorm_weight,
+               outproj_weight, outproj_bias)
+    if _records(*tensors) and not is_compiling():
+        res = MambaSplitConv1dScanCombinedFn.apply(
+            zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chunk_size, initial_states, seq_idx, dt_limit,
+            return_final_states, activation, rmsnorm_weight, rmsnorm_eps, outproj_weight, outproj_bias,
+            headdim, ngroups, norm_before_gate, meta)
+        return res
+    out, final_states = _split_composed(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chunk_size,
+                                        initial_states, seq_idx, dt_limit, activation, rmsnorm_weight,
+                                        rmsnorm_eps, outproj_weight, outproj_bias, norm_before_gate, meta)
     return (out, final_states) if return_final_states else out
 
 
