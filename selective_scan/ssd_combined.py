@@ -3,10 +3,13 @@
 Same names, positional order, defaults, shapes and return forms as the original's public
 functions: ``mamba_chunk_scan_combined``, ``mamba_chunk_scan``, ``ssd_chunk_scan_combined_ref``,
 ``ssd_selective_scan``, ``mamba_conv1d_scan_ref``, ``mamba_split_conv1d_scan_combined`` and
-``mamba_split_conv1d_scan_ref``. No Triton: everything runs the chunked PyTorch forward of
-``ssd_pytorch`` (``ssd_forward``, the function a compiled kernel replaces), on any device and
-in float64 too, with autograd through it. The maths and the meaning of every argument are in
-``ssd_pytorch``'s docstring; docs/CLIENTS.md ("Mamba-2: ssd_combined") lists where we differ
+``mamba_split_conv1d_scan_ref``. No Triton: the combined functions run the compiled SSD forward
+(``_ssd_ops.ssd_forward_cuda``) for CUDA tensors it covers when the dispatch allows, else the
+chunked PyTorch forward of ``ssd_pytorch`` (``ssd_forward``, on any device and in float64 too).
+With autograd, ``MambaChunkScanCombinedFn`` and ``MambaSplitConv1dScanCombinedFn`` keep what the
+original keeps (or less) and recompute the rest in their backward; the references use plain
+autograd. The maths and the meaning of every argument are in ``ssd_pytorch``'s docstring;
+docs/CLIENTS.md ("Mamba-2: ssd_combined") says which path runs when, and lists where we differ
 from the original on purpose:
 
 * dt NaN propagates (the clamp to dt_limit keeps it NaN), and a NaN anywhere reaches no
