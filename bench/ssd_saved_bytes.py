@@ -7,7 +7,7 @@ Compares what ran before ``MambaSplitConv1dScanCombinedFn``: the composed path
 itself for the SSD; the composed path as it is now (the SSD through ``MambaChunkScanCombinedFn``;
 it runs under torch.compile); and the Function, for a small Mamba-2 layer:
 d_model 256 (expand 2, headdim 64, d_state 128, ngroups 1, conv width 4, chunk 256), seqlen 512,
-batch 2, float32. ``python bench/ssd_saved_bytes.py``.
+batch 2, float32; and the scan alone at the same sizes. ``PYTHONPATH=. python bench/ssd_saved_bytes.py``.
 """
 
 from __future__ import annotations
@@ -101,7 +101,41 @@ def measure():
     return result
 
 
+def measure_chunk_scan(batch=2, seqlen=512, nheads=8, headdim=64, dstate=128, seed=0):
+    """The same for the scan alone (``mamba_chunk_scan_combined`` with D, z, softplus): autograd
+    through ``ssd_forward`` against ``MambaChunkScanCombinedFn`` (recompute path)."""
+    g = torch.Generator().manual_seed(seed)
+    t = dict(
+        x=torch.randn(batch, seqlen, nheads, headdim, generator=g),
+        dt=torch.rand(batch, seqlen, nheads, generator=g),
+        A=-(torch.rand(nheads, generator=g) + 0.5),
+        B=torch.randn(batch, seqlen, 1, dstate, generator=g),
+        C=torch.randn(batch, seqlen, 1, dstate, generator=g),
+        D=torch.randn(nheads, generator=g),
+        z=torch.randn(batch, seqlen, nheads, headdim, generator=g),
+    )
+    for v in t.values():
+        v.requires_grad_()
+    inputs = {v.untyped_storage().data_ptr() for v in t.values()}
+    a = [t[k] for k in ("x", "dt", "A", "B", "C")]
+    runs = (
+        ("before: autograd through ssd_forward",
+         lambda: sc.ssd_forward(*a, 256, t["D"], t["z"], None, None, None, None, True)[0]),
+        ("MambaChunkScanCombinedFn",
+         lambda: sc.mamba_chunk_scan_combined(*a, 256, t["D"], t["z"], dt_softplus=True)),
+    )
+    result = {}
+    for name, fn in runs:
+        out, rows = saved(fn)
+        result[name] = (total(rows), total(rows, inputs), len(rows))
+        del out
+    return result
+
+
 if __name__ == "__main__":
+    for name, (all_bytes, own, count) in measure_chunk_scan().items():
+        print(f"{name:36s} saved tensors {count:4d}  all {all_bytes / 2**20:8.2f} MiB  "
+              f"beyond inputs/parameters {own / 2**20:8.2f} MiB ({own} bytes)")
     for name, (all_bytes, own, count) in measure().items():
-        print(f"{name:32s} saved tensors {count:4d}  all {all_bytes / 2**20:8.2f} MiB  "
+        print(f"{name:36s} saved tensors {count:4d}  all {all_bytes / 2**20:8.2f} MiB  "
               f"beyond inputs/parameters {own / 2**20:8.2f} MiB ({own} bytes)")
