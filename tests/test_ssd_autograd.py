@@ -685,6 +685,33 @@ def test_compile_fullgraph_cpu(grad):
             torch.testing.assert_close(u, v, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("grad", [False, True])
+def test_split_compile_fullgraph_cpu(grad):
+    """The layer body under torch.compile(fullgraph=True): the composed path, autograd through
+    its pieces with gradients (the Function's backward is not traceable)."""
+    p, g = split_args()
+    rms = torch.randn(DIM, generator=g, dtype=F64)
+    names = ("zxbcdt", "conv1d_weight", "conv1d_bias", "dt_bias", "A", "D")
+    args = [p[k] if grad else p[k].detach() for k in names] + [rms]
+
+    def f(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, rms):
+        return mamba_split_conv1d_scan_combined(
+            zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, 8, rmsnorm_weight=rms, headdim=HEADDIM,
+            ngroups=NGROUPS, return_final_states=True,
+        )
+
+    torch._dynamo.reset()
+    got = torch.compile(f, fullgraph=True, backend="eager")(*args)
+    want = f(*args)
+    for u, v in zip(got, want):
+        torch.testing.assert_close(u, v)
+    if grad:
+        g1 = torch.autograd.grad(got[0].sum() + got[1].sum(), args[:6])
+        g2 = torch.autograd.grad(want[0].sum() + want[1].sum(), args[:6])
+        for u, v in zip(g1, g2):
+            torch.testing.assert_close(u, v)
+
+
 # ------------------------------------------------------------------ GPU
 
 
