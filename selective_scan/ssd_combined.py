@@ -593,7 +593,8 @@ class MambaSplitConv1dScanCombinedFn(torch.autograd.Function):
                 if recompute:
                     real = compute_dtype(ssd_y)
                     gated = (ssd_y.to(real) * F.silu(zd.to(real))).to(ssd_y.dtype)
-            needs = (n[0], n[0], n[4], n[0], n[0], n[5], n[0] and gate is not None, n[3], n[7])
+            conv = n[0] or n[1] or n[2]  # x, B, C come out of the conv
+            needs = (conv, n[0], n[4], conv, conv, n[5], n[0] and gate is not None, n[3], n[7])
             dx, ddt, dA, dB, dC, dD, dz_ssd, ddt_bias, dinit = _chunk_scan_backward(
                 ctx.cuda_bwd, ssd_y, x.detach(), dt.detach(), A, B.detach(), C.detach(), ctx.size, D, gate,
                 dt_bias, initial_states, seq_idx, None, True, ctx.limit, needs, dssd, dfinal, None)

@@ -582,6 +582,23 @@ def test_split_gradients_equal_plain_autograd(case, final):
             torch.testing.assert_close(u, v, rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("only", ["conv1d_weight", "conv1d_bias", "A", "D", "dt_bias", "rmsnorm_weight"])
+def test_split_gradient_of_one_input(only):
+    """One input requiring grad (the conv weights reach the loss through x, B and C)."""
+    p, g = split_args()
+    p = {k: (v.detach().requires_grad_(k == only) if v is not None else v) for k, v in p.items()}
+    kw = dict(chunk_size=8, headdim=HEADDIM, ngroups=NGROUPS)
+    kw["rmsnorm_weight"] = torch.randn(DIM, generator=g, dtype=F64).requires_grad_(only == "rmsnorm_weight")
+    leaf = kw["rmsnorm_weight"] if only == "rmsnorm_weight" else p[only]
+    out = mamba_split_conv1d_scan_combined(**p, **kw)
+    assert type(out.grad_fn).__name__ == MambaSplitConv1dScanCombinedFn.__name__ + "Backward"
+    want = composed(p, kw)[0]
+    (g1,) = torch.autograd.grad(out.square().sum(), leaf)
+    (g2,) = torch.autograd.grad(want.square().sum(), leaf)
+    torch.testing.assert_close(g1, g2, rtol=1e-9, atol=1e-9)
+    assert g1.abs().max() > 0
+
+
 def test_split_saves_what_the_original_saves():
     """zxbcdt, conv1d_weight, conv1d_bias, out_x, A, D, dt_bias, initial_states, seq_idx,
     rmsnorm_weight, rstd, outproj_weight, outproj_bias (absent ones are None), nothing else."""
