@@ -121,6 +121,22 @@ def test_chunk_scan_gradients_equal_plain_autograd(option, final):
     close(grads_of(res, mine), grads_of(want, ref))
 
 
+@pytest.mark.parametrize("only", DIFF)
+def test_chunk_scan_gradient_of_one_input(only):
+    a = scan_args(D="dim")
+    mine, ref = leaves(a), leaves(a)
+    for d in (mine, ref):
+        for k in DIFF:
+            d[k].requires_grad_(k == only)
+    out, final = mamba_chunk_scan_combined(**mine, chunk_size=8, dt_softplus=True, return_final_states=True)
+    plain = ssd_forward(*(ref[k] for k in ("x", "dt", "A", "B", "C")), 8, ref["D"], ref["z"], ref["dt_bias"],
+                        ref["initial_states"], None, None, True)
+    (g1,) = grads_of((out, final), mine)
+    (g2,) = grads_of((plain[0], plain[5]), ref)
+    torch.testing.assert_close(g1, g2, rtol=1e-10, atol=1e-10)
+    assert g1.abs().max() > 0
+
+
 def test_only_final_states_used_and_unused_inputs():
     """dout None (out unused); A without requires_grad gets no gradient computed."""
     a = scan_args()
