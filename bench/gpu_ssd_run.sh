@@ -2,7 +2,8 @@
 # The Mamba-2 SSD forward on a GPU machine, from the repository root: builds our extensions in
 # place unless they are built, then
 #
-#   bash bench/gpu_ssd_run.sh tests      tests/test_ssd_cuda.py (and the ssd_fwd sanitizer cases' verify)
+#   bash bench/gpu_ssd_run.sh tests      tests/test_ssd_cuda.py (and the ssd_fwd sanitizer cases' verify),
+#                                        the GPU tests of tests/test_ssd_autograd.py and tests/test_ssd_gpu.py
 #   bash bench/gpu_ssd_run.sh bench      bench/bench_ssd.py against mamba_ssm's Triton forward
 #
 # bench installs mamba_ssm's Python from .device/mamba_ssm-2.3.2.post1.tar.gz into /tmp/ms_ours
@@ -20,6 +21,8 @@ case "$what" in
   tests)
     MAMBA_KERNELS_BACKEND=cuda python3 -m pytest -q tests/test_ssd_cuda.py
     rc=$?
+    # the dispatch from ssd_combined (its own backend settings per test), GPU tests only
+    python3 -m pytest -q -m gpu tests/test_ssd_autograd.py tests/test_ssd_gpu.py || rc=1
     python3 scripts/sanitize_cases.py verify --family ssd_fwd || rc=1
     exit $rc
     ;;
