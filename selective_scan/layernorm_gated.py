@@ -34,7 +34,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from mamba_kernels.runtime import argchecks, dispatch
+from mamba_kernels.runtime import argchecks, dispatch, knobs
 from mamba_kernels.runtime.library import is_compiling, pick
 
 from . import _checks
@@ -158,6 +158,10 @@ def _kernel_covers(x: Tensor, weight: Tensor, bias: Optional[Tensor], z: Optiona
 
 
 def _use_cuda(x, weight, bias, z, g) -> bool:
+    """The compiled kernels run for covered CUDA operands when dispatch allows and
+    MAMBA_KERNELS_MAMBA2_CUDA switches them on (off until they pass their GPU tests)."""
+    if x.is_cuda and not knobs.mamba2_cuda():
+        return False
     return _kernel_covers(x, weight, bias, z, g) and dispatch.use_cuda(
         KERNEL, "cuda" if x.is_cuda else x.device.type
     )

@@ -17,6 +17,14 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _mamba2_kernels_on(request, monkeypatch):
+    """GPU tests run the Mamba-2 ops' compiled kernels, which MAMBA_KERNELS_MAMBA2_CUDA keeps
+    off for users until those tests have passed on a GPU (mamba_kernels/runtime/knobs.py)."""
+    if "gpu" in request.keywords:
+        monkeypatch.setenv("MAMBA_KERNELS_MAMBA2_CUDA", "1")
+
+
 @pytest.fixture
 def fresh(monkeypatch, tmp_path):
     """Isolated dispatch state, and a temp dir on sys.path for fake extensions and installs."""

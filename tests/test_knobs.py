@@ -64,3 +64,11 @@ def test_a_replaced_process_environment_is_read_as_it_is(monkeypatch):
     monkeypatch.setattr(os, "environ", {knobs.BACKEND_VAR: "reference"})
     assert knobs.getenv(knobs.BACKEND_VAR) == "reference"
     assert knobs.backend_mode() == "reference"
+
+
+def test_the_mamba2_kernels_are_off_unless_switched_on():
+    assert knobs.mamba2_cuda({}) is False
+    assert knobs.mamba2_cuda({knobs.MAMBA2_CUDA_VAR: "on"}) is True
+    assert knobs.mamba2_cuda({knobs.MAMBA2_CUDA_VAR: "0"}) is False
+    with pytest.raises(ValueError, match="MAMBA_KERNELS_MAMBA2_CUDA='maybe' is not a boolean"):
+        knobs.mamba2_cuda({knobs.MAMBA2_CUDA_VAR: "maybe"})

@@ -78,3 +78,19 @@ def test_split_conv1d_on_cuda_matches_cpu():
         outs.append(mamba_split_conv1d_scan_combined(zxbcdt, w, b, dt_bias, A, D, 64, rmsnorm_weight=rms,
                                                      outproj_weight=proj, ngroups=ngroups))
     torch.testing.assert_close(outs[1].cpu(), outs[0], rtol=5e-3, atol=5e-3)
+
+
+def test_without_the_knob_cuda_tensors_take_the_pytorch_path(monkeypatch, backend):
+    """MAMBA_KERNELS_MAMBA2_CUDA off: neither Mamba-2 op launches a kernel of ours."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from selective_scan.layernorm_gated import rmsnorm_fn
+
+    monkeypatch.delenv("MAMBA_KERNELS_MAMBA2_CUDA")
+    (x, dt, B, C, z, A, D, bias, init), seq_idx = _inputs("cuda", torch.bfloat16)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        y = mamba_chunk_scan_combined(x, dt, A, B, C, 64, D=D, z=z, dt_bias=bias, dt_softplus=True)
+        rmsnorm_fn(y.flatten(2), torch.ones(y.shape[2] * y.shape[3], device="cuda"), None, group_size=16)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events()]
+    assert not [n for n in names if "mamba_kernels" in n], names

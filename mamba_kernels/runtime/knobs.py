@@ -18,6 +18,7 @@ BACKEND_VAR = "MAMBA_KERNELS_BACKEND"
 BACKENDS = ("auto", "cuda", "reference")
 BINDING_VAR = "MAMBA_KERNELS_BINDING"
 BINDINGS = ("auto", variant.STABLE, variant.CLASSIC)
+MAMBA2_CUDA_VAR = "MAMBA_KERNELS_MAMBA2_CUDA"
 SCAN_STATES_VAR = "MAMBA_KERNELS_SCAN_STATES"
 KEEP, RECOMPUTE = "keep", "recompute"
 SCAN_STATES = (KEEP, RECOMPUTE)  # what a scan does; the knob also takes "auto", each API's own default
@@ -116,3 +117,11 @@ def scan_states_for(auto: str, environ: Optional[Mapping[str, str]] = None) -> s
     holds no more than under the original kernels."""
     form = scan_states(environ)
     return auto if form == "auto" else form
+
+
+def mamba2_cuda(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """``MAMBA_KERNELS_MAMBA2_CUDA`` (default off): whether the Mamba-2 ops (the SSD scan of
+    ``selective_scan.ssd_combined``, the gated norm of ``selective_scan.layernorm_gated``) may
+    run their compiled kernels on CUDA tensors. Off until those kernels have passed their GPU
+    tests on a GPU (docs/KERNELS.md); their PyTorch path runs on CUDA tensors meanwhile."""
+    return env_bool(MAMBA2_CUDA_VAR, False, environ)
