@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from mamba_kernels.facts import support
+from mamba_kernels.runtime import knobs
 
 from . import base
 from .base import CellError, Platform, environment_string
@@ -34,7 +35,7 @@ WINDOWS_CUDA = support.WINDOWS_TOOLKITS
 # after the runner's Visual Studio installer has added the toolset where it is missing. The
 # cell's environment names the toolset (MSVC_TOOLSET_VAR), so that provision can check the
 # prompt it runs in is that one, and ci/preflight.py that nvcc accepts it.
-MSVC_TOOLSET_VAR = "MAMBA_KERNELS_CI_MSVC_TOOLSET"
+MSVC_TOOLSET_VAR = knobs.CI_MSVC_TOOLSET_VAR
 # The Visual Studio installer's exit statuses that mean done (3010: done, a restart is pending).
 VS_INSTALLER_OK = (0, 3010)
 # How long to wait for the toolset's compiler after the installer returns (it may return before

@@ -33,8 +33,6 @@ OS_NAMES = {"linux": ("linux_x86_64", "linux_aarch64"), "windows": ("win_amd64",
 ARCH_NAMES = {"x86_64": ("linux_x86_64", "win_amd64"), "aarch64": ("linux_aarch64",),
               "amd64": ("win_amd64",)}
 ABI_NAMES = variant.ABI_NAMES
-# The binding a cell's build is forced to (the build knob MAMBA_KERNELS_BINDING).
-BINDING_VAR = "MAMBA_KERNELS_BINDING"
 TORCH_INDEX = "https://download.pytorch.org/whl/{tag}"
 # Hosted runners stop a job at 6 h; the build step stops earlier so the compiler cache is saved
 # and a re-run resumes from it.
