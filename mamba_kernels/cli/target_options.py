@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..install import fetching, resolve
+from ..runtime import knobs
 
 
 def _index_arg(text: str) -> str:
@@ -26,7 +27,7 @@ def add_target_arguments(p: argparse.ArgumentParser) -> None:
     the target environment's overrides, the network timeout."""
     p.add_argument("--index", action="append", metavar="URL|DIR", type=_index_arg,
                    help="manifest.json (path or URL), a PEP 503/691 page, a find-links page, or a "
-                        "directory of wheels; repeatable, tried in order (default: $MAMBA_KERNELS_INDEX, "
+                        f"directory of wheels; repeatable, tried in order (default: ${knobs.INDEX_VAR}, "
                         "else the release index)")
     p.add_argument("--torch", help="torch version, e.g. 2.4.1, 2.4.1+cu121 or 2.8.0a0+5228986c39.nv25.06")
     p.add_argument("--cuda", help="torch's CUDA version, e.g. 12.4 (none for a CPU build)")

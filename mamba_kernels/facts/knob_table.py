@@ -74,10 +74,10 @@ INDEX = Knob(
     "folders (default: the release index)")
 INDEX_TIMEOUT = Knob(
     PREFIX + "INDEX_TIMEOUT", "number", "install",
-    "seconds the sdist waits on each read of the release index", "20")
+    "seconds (above 0, at most 86400) the sdist gives each read of the release index", "20")
 TARGET_PYTHON = Knob(
     PREFIX + "TARGET_PYTHON", "text", "install",
-    "the interpreter the sdist installs for, when the installer's own cannot be found")
+    "the interpreter (or environment folder) the sdist installs for, instead of the one it finds")
 
 # ----------------------------------------------------------------------------- build
 FORCE_BUILD = Knob(
