@@ -149,10 +149,13 @@ def gather_torch_facts() -> Tuple[Optional[TorchFacts], Optional[str]]:
 
 
 def current_platform() -> str:
-    if sys.platform == "win32":
-        return "win_amd64"
-
-    return "linux_aarch64" if platform.machine().lower() in ("aarch64", "arm64") else "linux_x86_64"
+    """This machine's platform name; on a machine we build no wheels for, the first platform of
+    its OS (else the first platform), so a local build still has flags and a BUILD_INFO."""
+    name = support.platform_of(sys.platform, platform.machine())
+    if name is not None:
+        return name
+    same_os = [p.name for p in support.PLATFORM_RECORDS if p.markers["sys_platform"] == sys.platform]
+    return (same_os or support.PLATFORMS)[0]
 
 
 def required_cxx_std(torch_version: str) -> int:
@@ -293,7 +296,7 @@ def compile_flags(
     """{'cxx': [...], 'nvcc': [...], 'link': [...]} for every extension."""
     nvcc_v = versions.key(nvcc_version)
     nvcc = ["-O3", f"--threads={nvcc_threads}"] + build_archs.gencode_flags(arch_plan)
-    if platform == "win_amd64":
+    if support.PLATFORM_BY_NAME[platform].os == "windows":
         # MSVC: standard-conforming mode and a truthful __cplusplus (torch checks it); CCCL in
         # CUDA >= 13.2 needs the conforming preprocessor (docs/COMPAT.md §6).
         msvc = ["/permissive-", "/Zc:__cplusplus"]
@@ -371,7 +374,7 @@ def build_info(
         torch_version=torch.version,
         torch_cuda=torch.cuda,
         nvcc_version=nvcc_version,
-        cxx11_abi=None if platform == "win_amd64" else cxx11_abi,
+        cxx11_abi=None if support.PLATFORM_BY_NAME[platform].cxx11_abi is None else cxx11_abi,
         host_compiler=host_compiler,
         cxx_standard=f"c++{cxx_std}",
         sass=arch_plan.sass_names,
@@ -776,7 +779,7 @@ def compile_binding(root: str, binding: str, environ: Mapping[str, str]) -> int:
     units of ``binding`` alone with the flags and include paths a build of it would use: the
     compile check's way to keep the binding it does not build compilable. Linux host compilers
     only; returns the number of files that failed."""
-    if current_platform() == "win_amd64":
+    if support.PLATFORM_BY_NAME[current_platform()].os == "windows":
         raise BuildError("the binding-only compile runs with GCC or Clang (Linux)")
     env = dict(environ)
     env[knobs.BINDING_VAR] = binding

@@ -287,6 +287,14 @@ _DEFAULT_ARCHS: Dict[str, Dict[str, Tuple[str, ...]]] = {
 }
 
 
+def platform_of(sys_platform: str, machine: str) -> Optional[str]:
+    """Our platform name for ``sys.platform`` and ``platform.machine()`` (any case); None for a
+    machine we build no wheels for."""
+    plat = "linux" if sys_platform.startswith("linux") else sys_platform
+    return next((p.name for p in PLATFORM_RECORDS
+                 if p.markers["sys_platform"] == plat and machine.lower() in p.machines), None)
+
+
 def torch_release(torch: str) -> TorchRelease:
     """The release line for a torch version ("2.6" or "2.6.0+cu126")."""
     try:
