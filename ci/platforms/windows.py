@@ -188,7 +188,7 @@ def windows_compiler_env(cell: support.Cell) -> Dict[str, str]:
 
 class Windows(Platform):
     name = "windows"
-    tags = ("win_amd64",)
+    tags = tuple(p.name for p in support.PLATFORM_RECORDS if p.os == "windows")
     host_compiler = "msvc"
     in_container = False
     path_sep = ";"
@@ -270,7 +270,8 @@ class Windows(Platform):
         return False
 
     def pypi_file_tag(self, filename: str) -> Optional[str]:
-        return "win_amd64" if "win_amd64" in filename else None
+        name = filename[:-len(".whl")].rsplit("-", 1)[-1]
+        return name if name in self.tags else None
 
 
 WINDOWS = Windows()

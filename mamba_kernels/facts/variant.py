@@ -281,7 +281,9 @@ class WheelInfo:
     abi3: bool = False  # tagged cpXY-abi3: any CPython >= python that is not free-threaded
 
 
-def _platform_of_tag(tag: str) -> Optional[str]:
+def platform_of_tag(tag: str) -> Optional[str]:
+    """Our platform name for a wheel platform tag (``manylinux_2_28_aarch64``, compressed tag sets
+    such as ``manylinux_2_17_x86_64.manylinux2014_x86_64`` included); None for any other."""
     for p in support.PLATFORM_RECORDS:
         if tag == p.name:
             return p.name
@@ -315,7 +317,7 @@ def parse_wheel_name(filename: str) -> WheelInfo:
         variant=built,
         python=f"{digits[0]}.{digits[1:]}",
         platform_tag=m.group("plat"),
-        platform=_platform_of_tag(m.group("plat")),
+        platform=platform_of_tag(m.group("plat")),
         abi3=abi3,
     )
 
