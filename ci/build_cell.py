@@ -57,11 +57,11 @@ from mamba_kernels.facts import support, variant, versions
 from mamba_kernels.facts.version import __version__
 from mamba_kernels.install import wheel_metadata
 from mamba_kernels.release import fatbin, matrix
-from mamba_kernels.runtime import buildinfo
+from mamba_kernels.runtime import buildinfo, knobs
 
 # The project: the checkout, or for check-installed the folder holding only CHECK_SOURCES.
 ROOT = Path(__file__).resolve().parent.parent
-CELL_VAR = "MAMBA_KERNELS_CI_CELL"
+CELL_VAR = knobs.CI_CELL_VAR
 CIBW_CONFIG = ROOT / "ci" / "cibuildwheel.toml"
 # Libraries wheel repair leaves out (docs/COMPAT.md §8; the lists are data in
 # mamba_kernels/facts/support.json): torch's and CUDA's come from the installed torch, the MSVC C++
@@ -74,7 +74,7 @@ PYPI_CUOBJDUMP = support.PYPI_CUOBJDUMP
 # Where provision installs the cell's torch (and its CUDA wheels) once; the build environment
 # and the test environment both see it through a .pth file, so it is neither downloaded nor
 # unpacked twice (torch with its CUDA wheels takes 5 to 7 GB).
-TORCH_DIR_VAR = "MAMBA_KERNELS_TORCH_DIR"
+TORCH_DIR_VAR = knobs.TORCH_DIR_VAR
 TORCH_PTH = "mamba_kernels_ci_torch.pth"
 
 
@@ -654,7 +654,7 @@ def cibuildwheel_env(cell: support.Cell, sccache_dir: Optional[str] = None) -> D
     # produce the kind of wheel its label promises.
     # pip's retries and timeout (base.pip_install's) also for the installs cibuildwheel runs itself
     # (the build frontend, the repaired wheel into the test environment).
-    extra = {"MAMBA_KERNELS_RELEASE": "1", matrix.BINDING_VAR: f["binding"], "CUDA_HOME": home,
+    extra = {knobs.RELEASE_VAR: "1", knobs.BINDING_VAR: f["binding"], "CUDA_HOME": home,
              "PIP_NO_CACHE_DIR": "1", "PIP_RETRIES": str(PIP_RETRIES), "PIP_TIMEOUT": str(PIP_TIMEOUT_S)}
     host_cache = sccache_dir or str(ROOT / ".sccache")
     env.update(platforms.for_cell(cell).cibuildwheel_env(cell, extra, compiler_env(cell), host_cache))
@@ -705,9 +705,10 @@ def local(cell: support.Cell, args: argparse.Namespace) -> Path:
         tools = work / "tools"
         sh(pip_install(vpy) + ["--quiet", "--no-deps", "--target", str(tools), PYPI_CUOBJDUMP])
         os.environ["CUOBJDUMP"] = str(tools / "nvidia" / "cu13" / "bin" / "cuobjdump")
-    env = dict(os.environ, CUDA_HOME=home, PATH=f"{home}/bin:{os.environ['PATH']}", MAMBA_KERNELS_RELEASE="1")
-    env[matrix.BINDING_VAR] = matrix.binding(cell)
-    env.pop("TORCH_CUDA_ARCH_LIST", None)  # release builds take the support table's list
+    env = dict(os.environ, CUDA_HOME=home, PATH=f"{home}/bin:{os.environ['PATH']}")
+    env[knobs.RELEASE_VAR] = "1"
+    env[knobs.BINDING_VAR] = matrix.binding(cell)
+    env.pop(knobs.ARCH_LIST_VAR, None)  # release builds take the support table's list
     raw = work / "dist"
     os.environ["PATH"] = f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"  # auditwheel of the build venv
     if args.reuse_build and list(raw.glob("*.whl")):

@@ -70,6 +70,7 @@ from mamba_kernels.build import plan as build
 from mamba_kernels.build import toolchain as build_toolchain
 from mamba_kernels.facts import support, versions
 from mamba_kernels.release import matrix
+from mamba_kernels.runtime import knobs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -414,7 +415,7 @@ def check_environment(cell: support.Cell, report: CellReport, env: Optional[Mapp
     plat = platforms.for_cell(cell)
     kind = plat.name
     home = build_cell.toolkit_home(cell)
-    want = {"CUDA_HOME": home, "MAMBA_KERNELS_RELEASE": "1", matrix.BINDING_VAR: matrix.binding(cell)}
+    want = {"CUDA_HOME": home, knobs.RELEASE_VAR: "1", knobs.BINDING_VAR: matrix.binding(cell)}
     want.update(plat.intended_environment(cell, home))
     want["PATH"] = plat.bin_dir(home) + plat.path_sep + RUNNER_PATH[kind]
     for k, v in want.items():

@@ -18,6 +18,8 @@ from typing import Callable, List
 import torch
 import torch.nn.functional as F
 
+from mamba_kernels.runtime import knobs
+
 F64 = torch.float64
 # max |got - want| / max |want| allowed, per input dtype (fp16 keeps 11 bits, bf16 8)
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}
@@ -56,15 +58,15 @@ def _rel_err(got, want) -> float:
 
 def problems() -> List[str]:
     """One line per problem; empty when every check passes."""
-    old = os.environ.get("MAMBA_KERNELS_BACKEND")
-    os.environ["MAMBA_KERNELS_BACKEND"] = "reference"  # the PyTorch path even where a GPU is seen
+    old = os.environ.get(knobs.BACKEND_VAR)
+    os.environ[knobs.BACKEND_VAR] = "reference"  # the PyTorch path even where a GPU is seen
     try:
         return _checks()
     finally:
         if old is None:
-            del os.environ["MAMBA_KERNELS_BACKEND"]
+            del os.environ[knobs.BACKEND_VAR]
         else:
-            os.environ["MAMBA_KERNELS_BACKEND"] = old
+            os.environ[knobs.BACKEND_VAR] = old
 
 
 def _checks() -> List[str]:

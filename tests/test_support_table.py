@@ -2,6 +2,7 @@
 release lists and, where they are silent (2.1-2.3, 2.15, exact Python ranges), the torch
 files on PyPI as read on 2026-11-29."""
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -325,7 +326,9 @@ def test_the_facts_are_data_and_round_trip_byte_for_byte(tmp_path):
 def test_every_fact_in_the_module_comes_from_the_data_file():
     data = support.read_data()
     assert [support.release_from_data(e) for e in data["releases"]] == list(support.RELEASES)
-    assert support.PLATFORMS == tuple(data["platforms"]) and support.MIN_PYTHON == (3, 9)
+    assert support.PLATFORMS == tuple(p["name"] for p in data["platforms"]) and support.MIN_PYTHON == (3, 9)
+    assert [dataclasses.asdict(p) for p in support.PLATFORM_RECORDS] == [
+        dict(p, machines=tuple(p["machines"])) for p in data["platforms"]]
     assert support.PYPI_CUOBJDUMP == data["pypi_cuobjdump"]
     assert support.LINUX_EXCLUDES == tuple(data["wheel_excludes"]["linux"])
     assert support.WINDOWS_TOOLKITS["13.0"] == "13.0.2"
@@ -347,10 +350,14 @@ def test_every_section_of_the_data_cites_compat_md():
     [
         (lambda d: d["releases"][0].pop("note"), "keys must be"),
         (lambda d: d["releases"][0]["cuda"]["linux_x86_64"].reverse(), "oldest first"),
-        (lambda d: d["releases"][0].update(pypi_cuda="9.9"), "not a Linux x86_64 variant"),
+        (lambda d: d["releases"][0].update(pypi_cuda="9.9"), "not a linux_x86_64 variant"),
         (lambda d: d["releases"][0].update(cxx_std=23), "cxx_std"),
         (lambda d: d["releases"].append(d["releases"][0]), "distinct and oldest first"),
         (lambda d: d["releases"][0]["cuda"].pop("win_amd64"), "one list per platform"),
+        (lambda d: d["platforms"][0].pop("runner"), r"platforms\[linux_x86_64\]: keys must be"),
+        (lambda d: d["platforms"][1].update(pypi_wheel=True), "exactly one has torch's PyPI wheel"),
+        (lambda d: d["platforms"][2].update(default_archs="riscv"), "no such list 'riscv'"),
+        (lambda d: d["platforms"].append(d["platforms"][0]), "names must be distinct"),
     ],
 )
 def test_bad_data_is_refused_before_it_is_written(tmp_path, edit, message):

@@ -156,8 +156,8 @@ def test_a_cuda_variant_with_a_new_architecture_list_adds_a_stable_cell(monkeypa
     entry["pypi_cuda"] = "13.0"
     entry["pythons"] = ["3.10"] + entry["pythons"]  # a stable cell builds on cp310
     # A CUDA 13.6 that adds an architecture (as 12.8 added Blackwell) needs its own wheel.
-    table = dict(support._ARCHS_X86, **{"13.6": support._ARCHS_X86["13.4"] + ("13.0",)})
-    monkeypatch.setattr(support, "_ARCHS_X86", table)
+    x86 = support._DEFAULT_ARCHS["x86_64"]
+    monkeypatch.setitem(support._DEFAULT_ARCHS, "x86_64", dict(x86, **{"13.6": x86["13.4"] + ("13.0",)}))
     todo = torch_watch.plan(entry)
     assert todo["build"] == ["cu136stable2.10-cp310-linux_x86_64"]
     assert [(t["torch_cuda"], t["label"]) for t in todo["smoke"]] == [("13.0", "cu130stable2.10")]

@@ -288,13 +288,36 @@ def test_the_whole_matrix_fits_githubs_job_limit(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     out = outputs(tmp_path)
     assert int(out["total"]) == len(matrix.select())
-    for p in ("linux_x86_64", "linux_aarch64", "win_amd64"):
+    for p in support.PLATFORMS:
         cells = json.loads(out[p])["include"]
         assert len(cells) == int(out[f"n_{p}"]) <= GITHUB_MATRIX_LIMIT
         assert cells == [plan.build_entry(c) for c in matrix.select(platform=p)]
     # GitHub counts one job's outputs together, as UTF-16, against 1 MB (docs/RELEASING.md)
     size = sum(len((k + v).encode("utf-16-le")) for k, v in out.items())
     assert size == plan.output_bytes(out) < plan.OUTPUT_LIMIT_BYTES // 8, size
+
+
+def test_the_release_workflow_has_a_build_job_per_platform_of_the_table():
+    # the platform records (facts/support.json) are what the workflow must follow: per platform
+    # the plan's two outputs, one build job that takes its matrix and runs only when it has cells,
+    # and the check waits for every build job; the dispatch inputs name the table's platforms
+    wf = workflow("release.yml")
+    jobs = wf["jobs"]
+    names = list(support.PLATFORMS)
+    want_outputs = names + [f"n_{p}" for p in names] + ["total"]
+    assert sorted(jobs["plan"]["outputs"]) == sorted(want_outputs)
+    builds = {j: spec for j, spec in jobs.items() if j.startswith("build-")}
+    fed = {}
+    for job, spec in builds.items():
+        m = re.fullmatch(r"\$\{\{ needs\.plan\.outputs\.(\w+) \}\}", spec["with"]["matrix"])
+        assert m and spec["if"] == f"needs.plan.outputs.n_{m.group(1)} != '0'", job
+        fed[m.group(1)] = job
+    assert sorted(fed) == sorted(names) and len(builds) == len(names)
+    assert set(builds) <= set(jobs["check"]["needs"])
+    inputs = (wf["on"] if "on" in wf else wf[True])["workflow_dispatch"]["inputs"]  # YAML 1.1: on is True
+    assert re.findall(r"\w+_\w+", inputs["platform"]["description"]) == names
+    os_words = re.findall(r"\w+", inputs["os"]["description"].split("(")[0])
+    assert [w for w in os_words if w != "or"] == list(matrix.OS_NAMES)
 
 
 def test_build_jobs_read_only_the_fields_the_plan_hands_them():
@@ -336,7 +359,7 @@ def test_pull_request_smoke_builds_one_cell_per_toolchain_family(tmp_path):
     r = _plan(tmp_path, event="pull_request", torch="2.1")  # inputs are ignored on pull requests
     assert r.returncode == 0, r.stdout + r.stderr
     out = outputs(tmp_path)
-    planned = [c["id"] for p in ("linux_x86_64", "linux_aarch64", "win_amd64")
+    planned = [c["id"] for p in support.PLATFORMS
                for c in json.loads(out[p])["include"]]
     cells = {matrix.cell_id(c): c for c in matrix.select()}
     families = {_family(c) for c in cells.values()}

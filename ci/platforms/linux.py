@@ -72,7 +72,7 @@ _TAR_FILTER = {"filter": "tar"} if hasattr(__import__("tarfile"), "tar_filter") 
 
 def redist_arch(cell: support.Cell) -> str:
     """NVIDIA's name of the cell's architecture in its repositories and archives."""
-    return "linux-x86_64" if cell.platform == "linux_x86_64" else "linux-sbsa"
+    return support.PLATFORM_BY_NAME[cell.platform].redist_arch
 
 
 def cell_toolkit(cell: support.Cell) -> support.LinuxToolkit:
@@ -94,7 +94,7 @@ def install_repo_toolkit(cell: support.Cell) -> Path:
     if tk.source == "redist":
         return install_redist_toolkit(cell, tk, home)
     el = tk.source
-    arch = "x86_64" if cell.platform == "linux_x86_64" else "sbsa"
+    arch = redist_arch(cell).split("-", 1)[1]  # x86_64, sbsa
     repo = f"https://developer.download.nvidia.com/compute/cuda/repos/{el}/{arch}/cuda-{el}.repo"
     pm = "yum" if el == "rhel7" else "dnf"
     base.sh(
@@ -174,7 +174,7 @@ def host_compiler_env(cell: support.Cell) -> Dict[str, str]:
 
 class Linux(Platform):
     name = "linux"
-    tags = ("linux_x86_64", "linux_aarch64")
+    tags = tuple(p.name for p in support.PLATFORM_RECORDS if p.os == "linux")
     host_compiler = "gcc"
     in_container = True
     path_sep = ":"
@@ -269,7 +269,7 @@ class Linux(Platform):
         return {"PYTORCH_NVCC": f"sccache {home}/bin/nvcc", "SCCACHE_DIR": "/sccache"}
 
     def container_arch(self, cell: support.Cell) -> Optional[str]:
-        return cell.platform.split("_", 1)[1]
+        return support.PLATFORM_BY_NAME[cell.platform].tag_arch
 
     def wheel_platforms(self, tag: str, glibc: Optional[Tuple[int, int]]) -> List[str]:
         """manylinux_2_<m> from the image's glibc down to 2_5 (with the legacy aliases of 2_17,
@@ -286,14 +286,11 @@ class Linux(Platform):
         return plats
 
     def pypi_torch_is_cuda(self, cell: support.Cell) -> bool:
-        return cell.platform == "linux_x86_64"
+        return support.PLATFORM_BY_NAME[cell.platform].pypi_wheel
 
     def pypi_file_tag(self, filename: str) -> Optional[str]:
-        if "aarch64" in filename:
-            return "linux_aarch64"
-        if "manylinux" in filename and "x86_64" in filename:
-            return "linux_x86_64"
-        return None
+        name = variant.platform_of_tag(filename[:-len(".whl")].rsplit("-", 1)[-1])
+        return name if name in self.tags else None
 
 
 LINUX = Linux()

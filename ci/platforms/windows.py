@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from mamba_kernels.facts import support
+from mamba_kernels.runtime import knobs
 
 from . import base
 from .base import CellError, Platform, environment_string
@@ -34,7 +35,7 @@ WINDOWS_CUDA = support.WINDOWS_TOOLKITS
 # after the runner's Visual Studio installer has added the toolset where it is missing. The
 # cell's environment names the toolset (MSVC_TOOLSET_VAR), so that provision can check the
 # prompt it runs in is that one, and ci/preflight.py that nvcc accepts it.
-MSVC_TOOLSET_VAR = "MAMBA_KERNELS_CI_MSVC_TOOLSET"
+MSVC_TOOLSET_VAR = knobs.CI_MSVC_TOOLSET_VAR
 # The Visual Studio installer's exit statuses that mean done (3010: done, a restart is pending).
 VS_INSTALLER_OK = (0, 3010)
 # How long to wait for the toolset's compiler after the installer returns (it may return before
@@ -187,7 +188,7 @@ def windows_compiler_env(cell: support.Cell) -> Dict[str, str]:
 
 class Windows(Platform):
     name = "windows"
-    tags = ("win_amd64",)
+    tags = tuple(p.name for p in support.PLATFORM_RECORDS if p.os == "windows")
     host_compiler = "msvc"
     in_container = False
     path_sep = ";"
@@ -269,7 +270,8 @@ class Windows(Platform):
         return False
 
     def pypi_file_tag(self, filename: str) -> Optional[str]:
-        return "win_amd64" if "win_amd64" in filename else None
+        name = filename[:-len(".whl")].rsplit("-", 1)[-1]
+        return name if name in self.tags else None
 
 
 WINDOWS = Windows()

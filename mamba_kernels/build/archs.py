@@ -13,8 +13,9 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 
 from ..facts import support
 from ..facts.archs import ENTRY_RE, Arch
+from ..runtime import knobs
 
-ARCH_LIST_VAR = "TORCH_CUDA_ARCH_LIST"
+ARCH_LIST_VAR = knobs.ARCH_LIST_VAR
 
 # torch's named architectures (torch.utils.cpp_extension docs), for TORCH_CUDA_ARCH_LIST.
 _NAMED = {

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from ..facts import variant
+from ..facts import support, variant
 from ..facts.version import __version__
 from ..release import matrix
 
@@ -35,6 +35,12 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_of(names) -> str:
+    """``a, b or c``."""
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``matrix`` verb to the CLI."""
     p = subparsers.add_parser(
@@ -51,9 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--torch", help="torch release, e.g. 2.4")
     p.add_argument("--cuda", help="CUDA variant, e.g. 12.1")
     p.add_argument("--python", help="CPython version, e.g. 3.11")
-    p.add_argument("--os", help="linux or windows")
-    p.add_argument("--arch", help="x86_64, aarch64 or amd64")
-    p.add_argument("--platform", help="linux_x86_64, linux_aarch64 or win_amd64")
+    p.add_argument("--os", help=_one_of(matrix.OS_NAMES))
+    p.add_argument("--arch", help=_one_of(matrix.ARCH_NAMES))
+    p.add_argument("--platform", help=_one_of(support.PLATFORMS))
     p.add_argument("--abi", help="cxx11 or pre-cxx11 (Linux C++ ABI; classic cells only)")
     p.add_argument("--binding", help="classic (per torch minor) or stable (stable ABI, torch >= 2.10)")
     p.add_argument("--package-version", default=__version__,

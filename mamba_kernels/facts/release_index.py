@@ -9,7 +9,8 @@ the source distribution's wheel lookup read it through :func:`default_indexes`.
 ``MAMBA_KERNELS_INDEX`` replaces it: one or more URLs (http, https, file) or directories,
 separated by whitespace (as pip separates ``PIP_FIND_LINKS``; a comma can be part of a URL),
 tried in the order given. A mirror, a wheelhouse on a machine without network, or a test
-server is named there. No torch import; standard library only (setup.py may import this).
+server is named there. No torch import; standard library only (setup.py may import this). The knob's record is
+``facts/knob_table.py``'s.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import os
 from pathlib import Path
 from typing import Mapping, Optional, Tuple
 
-ENV_VAR = "MAMBA_KERNELS_INDEX"
+from . import knob_table
+
+ENV_VAR = knob_table.INDEX.name
 # The project's published index: GitHub Pages of github.com/mamba-kernels/mamba-kernels, as the
 # release workflow's `pages` job deploys it. A fork that publishes elsewhere changes this line.
 RELEASE_INDEX = "https://mamba-kernels.github.io/mamba-kernels/"

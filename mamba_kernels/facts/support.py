@@ -101,12 +101,11 @@ class TorchRelease:
         return self.platform_pythons.get(platform, self.pythons)
 
     def cxx11_abi(self, cuda: str, platform: str) -> Optional[bool]:
-        """The C++ ABI flag of torch's build for (cuda, platform); None where it has no meaning."""
-        if platform == "win_amd64":
-            return None
-        if platform == "linux_aarch64":
-            return True  # every aarch64 CUDA build is cxx11 (docs/COMPAT.md §2; they start with 2.7)
-        return self.linux_cxx11_abi[cuda]
+        """The C++ ABI flag of torch's build for (cuda, platform); None where it has no meaning
+        (Windows); the platform record's where it has one for every build (every aarch64 CUDA
+        build is cxx11: docs/COMPAT.md §2; they start with 2.7), else the release's."""
+        abi = PLATFORM_BY_NAME[platform].cxx11_abi
+        return self.linux_cxx11_abi[cuda] if abi == "per release" else abi
 
     @property
     def has_two_abis(self) -> bool:
@@ -114,8 +113,71 @@ class TorchRelease:
         return len(set(self.linux_cxx11_abi.values())) > 1
 
 
+PLATFORM_KEYS: Tuple[str, ...] = (
+    "name", "os", "markers", "machines", "tag_arch", "manylinux", "cibw_platform", "cibw_arch",
+    "cibw_identifier", "runner", "redist_arch", "default_archs", "cxx11_abi", "pypi_wheel",
+)
+
+
+@dataclass(frozen=True)
+class Platform:
+    """One platform we build wheels for: every fact of it that a module needs (docs/COMPAT.md §1).
+
+    ``name`` is our name and the cell's (``linux_x86_64``); ``os`` the matrix's ``--os``
+    (``linux``/``windows``); ``markers`` the PEP 508 environment markers of any install there
+    (``sys_platform``, ``platform_system``, ``os_name``, ``platform_machine``); ``machines`` what
+    ``platform.machine()`` says there, lower case (the first is the matrix's ``--arch``);
+    ``tag_arch`` the architecture of its wheel platform tags; ``manylinux`` whether its wheels
+    are tagged with the cell's manylinux policy (``manylinux_2_28_<tag_arch>``) or with ``name``;
+    ``cibw_*`` cibuildwheel's platform, architecture and build identifier (after ``cpXY-``);
+    ``runner`` the GitHub runner label; ``redist_arch`` NVIDIA's name of the architecture in its
+    repositories and archives; ``default_archs`` the key of ``default_archs``; ``cxx11_abi``
+    torch's C++ ABI there: ``"per release"`` (the release's linux_pre_cxx11), true, or null (no
+    meaning); ``pypi_wheel`` whether torch's plain PyPI wheel is for this platform."""
+
+    name: str
+    os: str
+    markers: Mapping[str, str]
+    machines: Tuple[str, ...]
+    tag_arch: str
+    manylinux: bool
+    cibw_platform: str
+    cibw_arch: str
+    cibw_identifier: str
+    runner: str
+    redist_arch: str
+    default_archs: str
+    cxx11_abi: Union[None, bool, str]
+    pypi_wheel: bool
+
+    @property
+    def is_windows(self) -> bool:
+        return self.os == "windows"
+
+
 class DataError(ValueError):
     """The data file does not hold what this module needs; the message says where."""
+
+
+def platforms_from_data(data: Mapping[str, Any]) -> Tuple[Platform, ...]:
+    """The ``platforms`` records of the data file (checked)."""
+    out = []
+    for i, entry in enumerate(data["platforms"]):
+        where = f"platforms[{entry.get('name', i) if isinstance(entry, dict) else i}]"
+        if not isinstance(entry, dict) or tuple(entry) != PLATFORM_KEYS:
+            raise DataError(f"{where}: keys must be {', '.join(PLATFORM_KEYS)} in that order")
+        if entry["os"] not in ("linux", "windows") or entry["cxx11_abi"] not in ("per release", True, None):
+            raise DataError(f"{where}: os must be linux or windows, cxx11_abi 'per release', true or null")
+        if entry["default_archs"] not in data["default_archs"]:
+            raise DataError(f"{where}.default_archs: no such list {entry['default_archs']!r}")
+        out.append(Platform(**{**entry, "markers": dict(entry["markers"]),
+                               "machines": tuple(entry["machines"])}))
+    names = [p.name for p in out]
+    if len(set(names)) != len(names):
+        raise DataError(f"platforms: names must be distinct, got {', '.join(names)}")
+    if [p.pypi_wheel for p in out].count(True) != 1 or [p.cxx11_abi for p in out].count("per release") > 1:
+        raise DataError("platforms: exactly one has torch's PyPI wheel, at most one a per-release C++ ABI")
+    return tuple(out)
 
 
 def _versions(value: Any, where: str) -> Tuple[str, ...]:
@@ -130,9 +192,12 @@ def _versions(value: Any, where: str) -> Tuple[str, ...]:
     return tuple(value)
 
 
-def release_from_data(entry: Mapping[str, Any], platforms: Optional[Tuple[str, ...]] = None) -> TorchRelease:
+def release_from_data(entry: Mapping[str, Any], records: Optional[Sequence[Platform]] = None) -> TorchRelease:
     """One ``releases`` entry of the data file as a :class:`TorchRelease` (checked)."""
-    platforms = PLATFORMS if platforms is None else platforms
+    records = PLATFORM_RECORDS if records is None else records
+    platforms = tuple(p.name for p in records)
+    # the platform of torch's plain PyPI wheel, whose builds name their C++ ABI per release
+    pypi_platform = next(p.name for p in records if p.pypi_wheel)
     where = f"releases[{entry.get('torch', '?')}]"
     if tuple(entry) != RELEASE_KEYS:
         raise DataError(
@@ -141,12 +206,12 @@ def release_from_data(entry: Mapping[str, Any], platforms: Optional[Tuple[str, .
     if set(entry["cuda"]) != set(platforms):
         raise DataError(f"{where}.cuda: one list per platform ({', '.join(platforms)})")
     cuda = {p: _versions(entry["cuda"][p], f"{where}.cuda.{p}") for p in platforms}
-    x86 = cuda["linux_x86_64"]
+    x86 = cuda[pypi_platform]
     pre = _versions(entry["linux_pre_cxx11"], f"{where}.linux_pre_cxx11")
     if not set(pre) <= set(x86):
-        raise DataError(f"{where}.linux_pre_cxx11: {pre!r} not all among the Linux x86_64 variants")
+        raise DataError(f"{where}.linux_pre_cxx11: {pre!r} not all among the {pypi_platform} variants")
     if entry["pypi_cuda"] not in x86:
-        raise DataError(f"{where}.pypi_cuda: {entry['pypi_cuda']!r} is not a Linux x86_64 variant")
+        raise DataError(f"{where}.pypi_cuda: {entry['pypi_cuda']!r} is not a {pypi_platform} variant")
     # A PEP 600 glibc floor; the release builds in the cibuildwheel image of that name
     # (manylinux_2_17 or manylinux_2_28, ci/preflight.py checks), the rehearsal on its own glibc.
     if not re.fullmatch(r"manylinux_2_\d+", str(entry["manylinux"])):
@@ -171,8 +236,7 @@ def release_from_data(entry: Mapping[str, Any], platforms: Optional[Tuple[str, .
 
 def _check(data: Mapping[str, Any]) -> None:
     """Everything this module derives from ``data`` can be derived (DataError otherwise)."""
-    platforms = tuple(data["platforms"])
-    rels = [release_from_data(e, platforms) for e in data["releases"]]
+    rels = [release_from_data(e, platforms_from_data(data)) for e in data["releases"]]
     if [versions.key(r.torch) for r in rels] != sorted({versions.key(r.torch) for r in rels}):
         raise DataError("releases: torch versions must be distinct and oldest first")
     for arch, table in data["default_archs"].items():
@@ -202,7 +266,9 @@ def _check(data: Mapping[str, Any]) -> None:
 _DATA = read_data()
 _check(_DATA)
 
-PLATFORMS: Tuple[str, ...] = tuple(_DATA["platforms"])  # ("linux_x86_64", "linux_aarch64", "win_amd64")
+PLATFORM_RECORDS: Tuple[Platform, ...] = platforms_from_data(_DATA)
+PLATFORM_BY_NAME: Dict[str, Platform] = {p.name: p for p in PLATFORM_RECORDS}
+PLATFORMS: Tuple[str, ...] = tuple(PLATFORM_BY_NAME)  # ("linux_x86_64", "linux_aarch64", "win_amd64")
 # The oldest CPython this package runs on (pyproject.toml requires-python).
 MIN_PYTHON: Tuple[int, ...] = versions.key(_DATA["min_python"])
 # PyTorch's stable ABI (docs/COMPAT.md §11): the oldest torch a stable-ABI build may target
@@ -213,12 +279,20 @@ STABLE_ABI_PYTHON: str = _DATA["stable_abi"]["python"]
 RELEASES: Tuple[TorchRelease, ...] = tuple(release_from_data(e) for e in _DATA["releases"])
 _BY_TORCH: Dict[str, TorchRelease] = {r.torch: r for r in RELEASES}
 
-# Default SASS targets per CUDA variant, newest last (the newest also gets PTX): x86_64 for
-# Linux x86_64 and Windows, aarch64 for Linux aarch64 (docs/COMPAT.md §5.1, §5.2).
-_ARCHS_X86: Dict[str, Tuple[str, ...]] = {k: tuple(v) for k, v in _DATA["default_archs"]["x86_64"].items()}
-_ARCHS_AARCH64: Dict[str, Tuple[str, ...]] = {
-    k: tuple(v) for k, v in _DATA["default_archs"]["aarch64"].items()
+# Default SASS targets per CUDA variant, newest last (the newest also gets PTX), per list a
+# platform record names: x86_64 for Linux x86_64 and Windows, aarch64 for Linux aarch64
+# (docs/COMPAT.md §5.1, §5.2).
+_DEFAULT_ARCHS: Dict[str, Dict[str, Tuple[str, ...]]] = {
+    key: {k: tuple(v) for k, v in lists.items()} for key, lists in _DATA["default_archs"].items()
 }
+
+
+def platform_of(sys_platform: str, machine: str) -> Optional[str]:
+    """Our platform name for ``sys.platform`` and ``platform.machine()`` (any case); None for a
+    machine we build no wheels for."""
+    plat = "linux" if sys_platform.startswith("linux") else sys_platform
+    return next((p.name for p in PLATFORM_RECORDS
+                 if p.markers["sys_platform"] == plat and machine.lower() in p.machines), None)
 
 
 def torch_release(torch: str) -> TorchRelease:
@@ -264,7 +338,7 @@ def default_archs(cuda: str, platform: str) -> Tuple[str, ...]:
     if platform not in PLATFORMS:
         raise ValueError(f"platform must be one of {', '.join(PLATFORMS)}, got {platform!r}")
     mm = cuda_major_minor(cuda)
-    table = _ARCHS_AARCH64 if platform == "linux_aarch64" else _ARCHS_X86
+    table = _DEFAULT_ARCHS[PLATFORM_BY_NAME[platform].default_archs]
     if mm in table:
         return table[mm]
     same_major = [v for v in table
@@ -393,7 +467,7 @@ def release_cells(rel: TorchRelease) -> List[Cell]:
         for cu in rel.cuda[plat]:
             for py in rel.pythons_on(plat):
                 if versions.key(py) >= MIN_PYTHON:
-                    ml = None if plat == "win_amd64" else rel.manylinux
+                    ml = rel.manylinux if PLATFORM_BY_NAME[plat].manylinux else None
                     out.append(Cell(rel.torch, cu, py, plat, rel.cxx11_abi(cu, plat), ml, rel.cxx_std))
     return out
 
@@ -457,7 +531,7 @@ def stable_cells(
                             key=versions.key)
             out.append(Cell(
                 torch=STABLE_ABI_MIN_TORCH, cuda=cu, python=STABLE_ABI_PYTHON, platform=plat,
-                cxx11_abi=None, manylinux=None if plat == "win_amd64" else build.manylinux,
+                cxx11_abi=None, manylinux=build.manylinux if PLATFORM_BY_NAME[plat].manylinux else None,
                 cxx_std=build.cxx_std, stable=True,
                 build_torch=(build.torch, _closest_variant(build.cuda[plat], cu)),
                 test_torch=(test.torch, test_cuda),

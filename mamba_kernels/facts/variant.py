@@ -52,7 +52,6 @@ _WHEEL_RE = re.compile(
 _LABEL_FORMS = "'cu130torch2.14', 'cu126torch2.6cxx11' or 'cu130stable2.10'"
 # The Python of every stable wheel: abi3 from this CPython on (docs/COMPAT.md §11).
 STABLE_PYTHON = support.STABLE_ABI_PYTHON
-_ARCH_OF_PLATFORM = {"linux_x86_64": "x86_64", "linux_aarch64": "aarch64"}
 
 
 @dataclass(frozen=True)
@@ -222,10 +221,12 @@ def stable_torch_requirement(target_torch: str) -> str:
 
 def platform_tag(cell: support.Cell) -> str:
     """The wheel platform tag after repair: auditwheel ``--plat manylinux_2_xx_<arch>
-    --only-plat`` (which adds the legacy ``manylinux2014`` alias to 2_17), or ``win_amd64``."""
-    if cell.platform == "win_amd64":
-        return "win_amd64"
-    arch = _ARCH_OF_PLATFORM[cell.platform]
+    --only-plat`` (which adds the legacy ``manylinux2014`` alias to 2_17) on a manylinux
+    platform, else the platform's name (``win_amd64``)."""
+    record = support.PLATFORM_BY_NAME[cell.platform]
+    if not record.manylinux:
+        return record.name
+    arch = record.tag_arch
     tag = f"{cell.manylinux}_{arch}"
     if cell.manylinux == "manylinux_2_17":
         tag += f".manylinux2014_{arch}"
@@ -280,12 +281,15 @@ class WheelInfo:
     abi3: bool = False  # tagged cpXY-abi3: any CPython >= python that is not free-threaded
 
 
-def _platform_of_tag(tag: str) -> Optional[str]:
-    if tag == "win_amd64":
-        return "win_amd64"
-    for plat, arch in _ARCH_OF_PLATFORM.items():
-        if all(t.endswith("_" + arch) and t.startswith(("manylinux", "linux")) for t in tag.split(".")):
-            return plat
+def platform_of_tag(tag: str) -> Optional[str]:
+    """Our platform name for a wheel platform tag (``manylinux_2_28_aarch64``, compressed tag sets
+    such as ``manylinux_2_17_x86_64.manylinux2014_x86_64`` included); None for any other."""
+    for p in support.PLATFORM_RECORDS:
+        if tag == p.name:
+            return p.name
+        if p.manylinux and all(t.endswith("_" + p.tag_arch) and t.startswith(("manylinux", "linux"))
+                               for t in tag.split(".")):
+            return p.name
     return None
 
 
@@ -313,7 +317,7 @@ def parse_wheel_name(filename: str) -> WheelInfo:
         variant=built,
         python=f"{digits[0]}.{digits[1:]}",
         platform_tag=m.group("plat"),
-        platform=_platform_of_tag(m.group("plat")),
+        platform=platform_of_tag(m.group("plat")),
         abi3=abi3,
     )
 

@@ -67,12 +67,10 @@ def snapshot() -> Dict[str, Any]:
 NVIDIA_SMI_TIMEOUT = 10.0
 NVCC_TIMEOUT = 20.0
 _CUDA_LOCAL_RE = re.compile(r"^cu(\d{2,3})$")
-_MANYLINUX_RE = re.compile(r"^manylinux_(\d+)_(\d+)_(x86_64|aarch64)$")
+# The architectures of the platforms whose wheels carry manylinux tags (x86_64, aarch64).
+_MANYLINUX_ARCHS = tuple(p.tag_arch for p in support.PLATFORM_RECORDS if p.manylinux)
+_MANYLINUX_RE = re.compile(r"^manylinux_(\d+)_(\d+)_(" + "|".join(map(re.escape, _MANYLINUX_ARCHS)) + ")$")
 _LEGACY_MANYLINUX = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
-# Our platform names, by machine, for the platforms torch ships CUDA wheels for.
-_PLATFORM_OF = {("linux", "x86_64"): "linux_x86_64", ("linux", "aarch64"): "linux_aarch64",
-                ("linux", "arm64"): "linux_aarch64", ("win32", "amd64"): "win_amd64",
-                ("win32", "x86_64"): "win_amd64"}
 
 
 @dataclass(frozen=True)
@@ -124,8 +122,7 @@ class Target:
 
 def platform_name(sys_platform: str, machine: str) -> Optional[str]:
     """Our platform name for ``sys.platform`` and ``platform.machine()``; None for any other."""
-    plat = "linux" if sys_platform.startswith("linux") else sys_platform
-    return _PLATFORM_OF.get((plat, machine.lower()))
+    return support.platform_of(sys_platform, machine)
 
 
 def _manylinux_version(tag: str) -> Optional[Tuple[Tuple[int, int], str]]:
@@ -134,10 +131,27 @@ def _manylinux_version(tag: str) -> Optional[Tuple[Tuple[int, int], str]]:
     if m:
         return (int(m.group(1)), int(m.group(2))), m.group(3)
     for legacy, glibc in _LEGACY_MANYLINUX.items():
-        for arch in ("x86_64", "aarch64"):
+        for arch in _MANYLINUX_ARCHS:
             if tag == f"{legacy}_{arch}":
                 return glibc, arch
     return None
+
+
+def _platform_aliases() -> Dict[str, str]:
+    """The other names ``--platform`` takes for our platforms: the OS (``linux``, ``windows``:
+    its first platform), the name's first part (``win``), and for a manylinux platform its tag
+    architecture (``aarch64``) and ``linux_<machine>`` for each of its machine names."""
+    out: Dict[str, str] = {}
+    for p in support.PLATFORM_RECORDS:
+        names = [p.os, p.name.split("_", 1)[0]]
+        if p.manylinux:
+            names += [p.tag_arch] + [f"{p.markers['sys_platform']}_{m}" for m in p.machines]
+        for n in names:
+            out.setdefault(n, p.name)
+    return out
+
+
+_ALIASES = _platform_aliases()
 
 
 def platform_tags_for(tag: str) -> Tuple[Optional[str], Tuple[str, ...]]:
@@ -145,14 +159,12 @@ def platform_tags_for(tag: str) -> Tuple[Optional[str], Tuple[str, ...]]:
     the command line: one of our names (any glibc), a wheel platform tag such as
     ``manylinux_2_28_x86_64`` (glibc 2.28: that tag and every older one), or ``win_amd64``."""
     text = tag.strip().lower().replace("-", "_")
-    aliases = {"windows": "win_amd64", "win": "win_amd64", "linux": "linux_x86_64",
-               "linux_arm64": "linux_aarch64", "aarch64": "linux_aarch64", "x86_64": "linux_x86_64"}
-    text = aliases.get(text, text)
-    if text == "win_amd64":
-        return text, ("win_amd64",)
-    if text in support.PLATFORMS:
-        arch = text.split("_", 1)[1]
-        return text, (f"manylinux_2_*_{arch}", f"linux_{arch}")  # any glibc
+    text = _ALIASES.get(text, text)
+    record = support.PLATFORM_BY_NAME.get(text)
+    if record is not None and not record.manylinux:
+        return text, (text,)
+    if record is not None:
+        return text, (f"manylinux_2_*_{record.tag_arch}", record.name)  # any glibc
     found = _manylinux_version(text)
     if found is None:
         raise ValueError(
@@ -162,7 +174,8 @@ def platform_tags_for(tag: str) -> Tuple[Optional[str], Tuple[str, ...]]:
     (gmaj, gmin), arch = found
     tags = [f"manylinux_{gmaj}_{m}_{arch}" for m in range(gmin, -1, -1)]
     tags += [f"{legacy}_{arch}" for legacy, g in _LEGACY_MANYLINUX.items() if g <= (gmaj, gmin)]
-    return f"linux_{arch}", tuple(tags + [f"linux_{arch}"])
+    name = next(p.name for p in support.PLATFORM_RECORDS if p.manylinux and p.tag_arch == arch)
+    return name, tuple(tags + [name])
 
 
 def glibc_version() -> Optional[Tuple[int, int]]:
@@ -177,14 +190,15 @@ def glibc_version() -> Optional[Tuple[int, int]]:
 
 def local_platform_tags(plat: Optional[str]) -> Tuple[str, ...]:
     """The wheel platform tags that install on this machine (of the platforms we build for)."""
-    if plat == "win_amd64":
-        return ("win_amd64",)
     if plat is None:
         return (f"{sys.platform}_{platform.machine().lower()}",)
+    record = support.PLATFORM_BY_NAME[plat]
+    if not record.manylinux:
+        return (plat,)
     glibc = glibc_version()
     if glibc is None:  # musl or unknown: no manylinux wheel installs
         return (plat,)
-    return platform_tags_for(f"manylinux_{glibc[0]}_{glibc[1]}_{plat.split('_', 1)[1]}")[1]
+    return platform_tags_for(f"manylinux_{glibc[0]}_{glibc[1]}_{record.tag_arch}")[1]
 
 
 def tag_installs(wheel_tag: str, platform_tags: Sequence[str]) -> bool:
@@ -381,7 +395,7 @@ def _cxx11_abi(cxx11_abi: Optional[bool], tv: Optional[str], tcuda: Optional[str
     abi: Optional[bool] = None
     if cxx11_abi is not None:
         abi, src["cxx11_abi"] = bool(cxx11_abi), "given"
-    elif plat == "win_amd64" or tv is None:
+    elif (plat is not None and support.PLATFORM_BY_NAME[plat].cxx11_abi is None) or tv is None:
         src["cxx11_abi"] = "n/a"
     elif same_build and installed is not None and installed[2] is not None and (
             tcuda == (support.cuda_major_minor(installed[1]) if installed[1] else None)):
@@ -435,7 +449,7 @@ def _table_cuda(torch: str, platform: Optional[str]) -> Tuple[Optional[str], str
         rel = support.torch_release(torch)
     except ValueError:
         return None, "unknown (give --cuda)"
-    if platform == "linux_x86_64":
+    if platform is not None and support.PLATFORM_BY_NAME[platform].pypi_wheel:
         return rel.pypi_cuda, "from the support table (the CUDA of torch's PyPI wheel)"
     variants = rel.cuda.get(platform or "", ())
     if len(variants) == 1:
@@ -448,7 +462,7 @@ def _table_abi(torch: str, cuda: Optional[str], platform: Optional[str]) -> Opti
         return None
     try:
         rel = support.torch_release(torch)
-        return rel.cxx11_abi(cuda, platform) if platform != "linux_x86_64" or cuda in rel.linux_cxx11_abi \
-            else None
+        per_release = support.PLATFORM_BY_NAME[platform].cxx11_abi == "per release"
+        return rel.cxx11_abi(cuda, platform) if not per_release or cuda in rel.linux_cxx11_abi else None
     except (ValueError, KeyError):
         return None

@@ -50,14 +50,14 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..build import plan
 from ..facts import release_index
-from ..runtime import install_record
+from ..runtime import install_record, knobs
 from ..runtime.terminal import tell
 from . import fetching, installer, resolve, wheel_contents
 from .environment import Gpu, Target
 
-TARGET_VAR = "MAMBA_KERNELS_TARGET_PYTHON"
-INDEX_TIMEOUT_VAR = "MAMBA_KERNELS_INDEX_TIMEOUT"
-DEFAULT_INDEX_TIMEOUT = 20.0
+TARGET_VAR = knobs.TARGET_PYTHON_VAR
+INDEX_TIMEOUT_VAR = knobs.INDEX_TIMEOUT_VAR
+DEFAULT_INDEX_TIMEOUT = float(knobs.BY_NAME[INDEX_TIMEOUT_VAR].default)
 PROBE_TIMEOUT = 180.0
 # Variables an installer sets for its isolated build; the target's interpreter runs without them.
 ISOLATION_VARS = ("PYTHONPATH", "PYTHONNOUSERSITE", "PYTHONHOME", "VIRTUAL_ENV", "PEP517_BUILD_BACKEND",
@@ -530,7 +530,7 @@ def build_wheel(root: str, wheel_directory: str, pure_build: Callable[[str], str
 
     version = sdist_version(root)
     try:
-        knobs = plan.read_knobs(environ)
+        build_knobs = plan.read_knobs(environ)
     except ValueError as e:
         raise StopInstall(str(e)) from None
     found = find_target(environ)
@@ -547,7 +547,7 @@ def build_wheel(root: str, wheel_directory: str, pure_build: Callable[[str], str
             indexes, index_how = release_index.default_indexes(environ)
         except ValueError as e:
             raise StopInstall(str(e)) from None
-        if knobs.force:
+        if build_knobs.force:
             reasons.append(f"{plan.FORCE_BUILD_VAR} is on, so no prebuilt wheel is used")
         elif target.torch is None:
             reasons.append(f"there is no torch in the target environment {where}; install torch, then "
@@ -574,7 +574,7 @@ def build_wheel(root: str, wheel_directory: str, pure_build: Callable[[str], str
                 try:
                     built = build_from_source(found.python, root, os.path.join(tmp, "src"), environ)
                 except RuntimeError as e:
-                    if knobs.force:
+                    if build_knobs.force:
                         raise StopInstall(f"{PREFIX}error: {plan.FORCE_BUILD_VAR} is on and the source "
                                           f"build failed: {e}") from None
                     reasons.append(f"the source build failed: {e}")
@@ -586,12 +586,12 @@ def build_wheel(root: str, wheel_directory: str, pure_build: Callable[[str], str
                     out = Outcome("source", line, reasons, target=facts)
                     name = finish_wheel(built, wheel_directory, version, out.record(found.how, version))
             else:
-                if knobs.force:
+                if build_knobs.force:
                     raise StopInstall(f"{PREFIX}error: {plan.FORCE_BUILD_VAR} is on but the CUDA "
                                       f"extensions cannot be built: {why}")
                 reasons.append(f"no source build: {why}")
         # 3. pure Python
-        if out is None and knobs.force:
+        if out is None and build_knobs.force:
             raise StopInstall(f"{PREFIX}error: {plan.FORCE_BUILD_VAR} is on but the CUDA extensions cannot "
                               f"be built: {'; '.join(reasons)}")
         if out is None:

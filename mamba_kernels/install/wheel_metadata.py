@@ -15,6 +15,8 @@ from email.parser import Parser
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
+from ..facts import support
+
 if TYPE_CHECKING:  # packaging is optional here (see above)
     from packaging.requirements import Requirement
 
@@ -61,11 +63,7 @@ def target_environment(python: str, platform: str) -> Dict[str, str]:
     of our ``platform`` names (``linux_x86_64``, ``linux_aarch64``, ``win_amd64``)."""
     env = {"implementation_name": "cpython", "platform_python_implementation": "CPython",
            "python_version": python, "extra": ""}
-    if platform == "win_amd64":
-        env.update(sys_platform="win32", platform_system="Windows", os_name="nt", platform_machine="AMD64")
-    else:
-        machine = "aarch64" if platform == "linux_aarch64" else "x86_64"
-        env.update(sys_platform="linux", platform_system="Linux", os_name="posix", platform_machine=machine)
+    env.update(support.PLATFORM_BY_NAME[platform].markers)  # sys_platform, platform_system, ...
     return env
 
 

@@ -23,18 +23,18 @@ from ..facts.version import __version__
 # GitHub Actions refuses a job matrix of more than 256 entries.
 GITHUB_MATRIX_LIMIT = 256
 
-RUNNERS = {"linux_x86_64": "ubuntu-24.04", "linux_aarch64": "ubuntu-24.04-arm", "win_amd64": "windows-2022"}
-_CIBW_PLATFORM = {"linux_x86_64": "linux", "linux_aarch64": "linux", "win_amd64": "windows"}
-_CIBW_ARCH = {"linux_x86_64": "x86_64", "linux_aarch64": "aarch64", "win_amd64": "AMD64"}
+# Per platform (its record in facts/support.json): the GitHub runner label of its cells.
+RUNNERS = {p.name: p.runner for p in support.PLATFORM_RECORDS}
 # cibuildwheel's names for the manylinux images of each glibc baseline torch used: the tag's own
 # name from manylinux_2_28 on, the legacy alias for 2_17.
 _CIBW_IMAGE = {"manylinux_2_17": "manylinux2014"}
-OS_NAMES = {"linux": ("linux_x86_64", "linux_aarch64"), "windows": ("win_amd64",)}
-ARCH_NAMES = {"x86_64": ("linux_x86_64", "win_amd64"), "aarch64": ("linux_aarch64",),
-              "amd64": ("win_amd64",)}
+# The --os and --arch filters: each platform's OS, and each platform's first machine name, with
+# the platforms whose machine names include it (x86_64: Linux x86_64 and Windows).
+OS_NAMES = {os: tuple(p.name for p in support.PLATFORM_RECORDS if p.os == os)
+            for os in dict.fromkeys(p.os for p in support.PLATFORM_RECORDS)}
+ARCH_NAMES = {arch: tuple(p.name for p in support.PLATFORM_RECORDS if arch in p.machines)
+              for arch in dict.fromkeys(p.machines[0] for p in support.PLATFORM_RECORDS)}
 ABI_NAMES = variant.ABI_NAMES
-# The binding a cell's build is forced to (the build knob MAMBA_KERNELS_BINDING).
-BINDING_VAR = "MAMBA_KERNELS_BINDING"
 TORCH_INDEX = "https://download.pytorch.org/whl/{tag}"
 # Hosted runners stop a job at 6 h; the build step stops earlier so the compiler cache is saved
 # and a re-run resumes from it.
@@ -66,7 +66,7 @@ def toolkit_source(cell: support.Cell) -> str:
     ptxas and libnvvm), from NVIDIA's RPM repository inside the manylinux container.
     ``nvidia-installer``: Windows, NVIDIA's network installer on the runner.
     """
-    if cell.platform == "win_amd64":
+    if support.PLATFORM_BY_NAME[cell.platform].os == "windows":
         return "nvidia-installer"
     return "pypi" if int(cell.cuda.split(".")[0]) >= 13 else "nvidia-repo"
 
@@ -78,10 +78,7 @@ def arch_list(cell: support.Cell) -> str:
 
 
 def cibuildwheel_identifier(cell: support.Cell) -> str:
-    py = variant.python_tag(cell.python)
-    if cell.platform == "win_amd64":
-        return f"{py}-win_amd64"
-    return f"{py}-manylinux_{_CIBW_ARCH[cell.platform]}"
+    return f"{variant.python_tag(cell.python)}-{support.PLATFORM_BY_NAME[cell.platform].cibw_identifier}"
 
 
 def torch_index(cuda: str) -> str:
@@ -125,8 +122,8 @@ def ci_fields(cell: support.Cell, version: str = __version__) -> Dict[str, Any]:
         "test_torch_index": torch_index(test_cuda),
         "toolkit": toolkit_source(cell),
         "runner": RUNNERS[cell.platform],
-        "cibw_platform": _CIBW_PLATFORM[cell.platform],
-        "cibw_archs": _CIBW_ARCH[cell.platform],
+        "cibw_platform": support.PLATFORM_BY_NAME[cell.platform].cibw_platform,
+        "cibw_archs": support.PLATFORM_BY_NAME[cell.platform].cibw_arch,
         "cibw_build": cibuildwheel_identifier(cell),
         "cibw_image": _CIBW_IMAGE.get(cell.manylinux, cell.manylinux) if cell.manylinux else None,
         "timeout_minutes": JOB_TIMEOUT_MINUTES,

@@ -29,6 +29,7 @@ from urllib.parse import unquote, urlparse
 from ..facts import release_index, support, variant, versions
 from ..facts.archs import Arch
 from ..facts.version import __version__
+from . import knobs
 
 
 @dataclass(frozen=True)
@@ -256,7 +257,7 @@ def rebuild_command(arch_list: Optional[str] = None) -> str:
     distribution's own source (:func:`installed_source`), for ``arch_list`` when given."""
     where, _ = installed_source()
     archs = f"TORCH_CUDA_ARCH_LIST={arch_list} " if arch_list else ""
-    return (f"{archs}MAMBA_KERNELS_FORCE_BUILD=1 pip install --no-build-isolation --no-deps "
+    return (f"{archs}{knobs.FORCE_BUILD_VAR}=1 pip install --no-build-isolation --no-deps "
             f"--force-reinstall {where}")
 
 
@@ -273,14 +274,14 @@ def fix_command(
     if is_free_threaded:
         return (
             "use a CPython build with the GIL (the stable-ABI wheels are abi3), or build the classic "
-            f"binding for this interpreter: MAMBA_KERNELS_BINDING=classic {rebuild}"
+            f"binding for this interpreter: {knobs.BINDING_VAR}=classic {rebuild}"
         )
     if not torch_cuda:
         # a wheel is never rebuilt against a CPU-only torch; with a CUDA torch in place, `install`
         # picks the wheel for it (this one, when it fits)
         return (
             "install a CUDA build of torch, then the wheel for it: python -m mamba_kernels install "
-            "(or keep this torch: the PyTorch path runs, and MAMBA_KERNELS_BACKEND=reference silences this)"
+            f"(or keep this torch: the PyTorch path runs, and {knobs.BACKEND_VAR}=reference silences this)"
         )
     public = version.split("+")[0]
     try:

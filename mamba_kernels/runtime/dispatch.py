@@ -35,7 +35,7 @@ EXTENSIONS: Dict[str, str] = {
 
 FIX_HINT = (
     "install the wheel built for your torch and CUDA (see `python -m mamba_kernels info`), "
-    "or build it from source with `MAMBA_KERNELS_FORCE_BUILD=1 pip install --no-build-isolation "
+    f"or build it from source with `{knobs.FORCE_BUILD_VAR}=1 pip install --no-build-isolation "
     "--no-deps --force-reinstall mamba-kernels`"
 )
 

@@ -1,4 +1,9 @@
-"""Environment knobs (``MAMBA_KERNELS_*``) and how their values are parsed.
+"""Environment knobs (``MAMBA_KERNELS_*``): the registry and how their values are parsed.
+
+The records (name, kind, default, one-line doc, audience) are ``facts/knob_table.py``'s, which
+says why they sit a floor below; this module re-exports them (``KNOBS``, ``BY_NAME``, ``Knob``)
+with a ``*_VAR`` name for each, and every module above ``facts`` takes a knob's name and its
+parsing from here.
 
 Booleans accept 1/0, true/false, yes/no, on/off in any case; anything else is an
 error naming the variable, so a typo never silently turns a feature off.
@@ -9,20 +14,40 @@ from __future__ import annotations
 import os
 from typing import Mapping, Optional, Tuple
 
-from ..facts import variant
+from ..facts import knob_table
+from ..facts.knob_table import BY_NAME, KNOBS, Knob  # noqa: F401  (re-exported: the registry)
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
-BACKEND_VAR = "MAMBA_KERNELS_BACKEND"
-BACKENDS = ("auto", "cuda", "reference")
-BINDING_VAR = "MAMBA_KERNELS_BINDING"
-BINDINGS = ("auto", variant.STABLE, variant.CLASSIC)
-MAMBA2_CUDA_VAR = "MAMBA_KERNELS_MAMBA2_CUDA"
-SCAN_STATES_VAR = "MAMBA_KERNELS_SCAN_STATES"
-KEEP, RECOMPUTE = "keep", "recompute"
-SCAN_STATES = (KEEP, RECOMPUTE)  # what a scan does; the knob also takes "auto", each API's own default
-SCAN_STATES_CHOICES = ("auto",) + SCAN_STATES
+# runtime
+BACKEND_VAR = knob_table.BACKEND.name
+BACKENDS = knob_table.BACKEND.values
+SCAN_STATES_VAR = knob_table.SCAN_STATES.name
+MAMBA2_CUDA_VAR = knob_table.MAMBA2_CUDA.name
+SCAN_STATES_CHOICES = knob_table.SCAN_STATES.values
+SCAN_STATES = SCAN_STATES_CHOICES[1:]  # what a scan does; the knob also takes "auto", each API's own default
+KEEP, RECOMPUTE = SCAN_STATES
+# install
+INDEX_VAR = knob_table.INDEX.name
+INDEX_TIMEOUT_VAR = knob_table.INDEX_TIMEOUT.name
+TARGET_PYTHON_VAR = knob_table.TARGET_PYTHON.name
+# build
+FORCE_BUILD_VAR = knob_table.FORCE_BUILD.name
+SKIP_BUILD_VAR = knob_table.SKIP_CUDA_BUILD.name
+FORCE_CXX11_ABI_VAR = knob_table.FORCE_CXX11_ABI.name
+RELEASE_VAR = knob_table.RELEASE.name
+BINDING_VAR = knob_table.BINDING.name
+BINDINGS = knob_table.BINDING.values
+FROM_SDIST_VAR = knob_table.BUILD_FROM_SDIST.name
+ARCH_LIST_VAR = knob_table.TORCH_CUDA_ARCH_LIST.name
+MAX_JOBS_VAR = knob_table.MAX_JOBS.name
+NVCC_THREADS_VAR = knob_table.NVCC_THREADS.name
+BUILD_INFO_MACRO = knob_table.BUILD_INFO_MACRO  # no knob: the C macro of the build's header
+# CI
+CI_CELL_VAR = knob_table.CI_CELL.name
+CI_MSVC_TOOLSET_VAR = knob_table.CI_MSVC_TOOLSET.name
+TORCH_DIR_VAR = knob_table.TORCH_DIR.name
 
 
 # os.environ.get raises and catches a KeyError inside Mapping.get when the variable is unset (the
@@ -74,6 +99,17 @@ def env_bool(name: str, default: bool = False, environ: Optional[Mapping[str, st
     return parse_bool(name, raw)
 
 
+def env_positive_int(name: str, environ: Mapping[str, str]) -> Optional[int]:
+    """A number knob that counts something: unset or empty is None; anything but a positive integer
+    is an error naming the variable."""
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{name}={environ[name]!r} must be a positive integer")
+    return int(raw)
+
+
 def env_choice(name: str, choices: Tuple[str, ...], what: str, hint: str = "",
                environ: Optional[Mapping[str, str]] = None) -> str:
     """A knob with a fixed set of values (the first is the default when unset or empty); anything
@@ -119,9 +155,12 @@ def scan_states_for(auto: str, environ: Optional[Mapping[str, str]] = None) -> s
     return auto if form == "auto" else form
 
 
+_MAMBA2_CUDA_DEFAULT = parse_bool(MAMBA2_CUDA_VAR, knob_table.MAMBA2_CUDA.default or "0")
+
+
 def mamba2_cuda(environ: Optional[Mapping[str, str]] = None) -> bool:
     """``MAMBA_KERNELS_MAMBA2_CUDA`` (default off): whether the Mamba-2 ops (the SSD scan of
     ``selective_scan.ssd_combined``, the gated norm of ``selective_scan.layernorm_gated``) may
     run their compiled kernels on CUDA tensors. Off until those kernels have passed their GPU
     tests on a GPU (docs/KERNELS.md); their PyTorch path runs on CUDA tensors meanwhile."""
-    return env_bool(MAMBA2_CUDA_VAR, False, environ)
+    return env_bool(MAMBA2_CUDA_VAR, _MAMBA2_CUDA_DEFAULT, environ)
