@@ -95,6 +95,24 @@ void common(const Ctx& c, P& p, double eps, int64_t group_size) {
   p.eps = float(eps);
 }
 
+// mean (LayerNorm only: None for the RMSNorm) and rstd, one float per (group, row), and the
+// norm's kind; after common().
+template <typename P>
+void norm_kind(const Ctx& c, P& p, const TensorRef& mean, const TensorRef& rstd, bool is_rms_norm,
+               bool norm_before_gate) {
+  const int64_t count = p.ngroups * p.rows;
+  if (is_rms_norm) {
+    MK_CHECK(!mean.present, c.fn, "mean must be None for the RMSNorm (is_rms_norm), got a tensor of shape ",
+             mean.shape());
+  } else {
+    MK_CHECK(mean.present, c.fn, "mean must be a tensor for the LayerNorm (is_rms_norm false), got None");
+    p.mean = stat(c, mean, "mean", count);
+  }
+  p.rstd = stat(c, rstd, "rstd", count);
+  p.norm_before_gate = norm_before_gate;
+  p.rms = is_rms_norm;
+}
+
 }  // namespace
 
 NormFwdParams prepare_fwd(const TensorRef& x, const TensorRef& weight, const TensorRef& bias, const TensorRef& z,
@@ -112,17 +130,7 @@ NormFwdParams prepare_fwd(const TensorRef& x, const TensorRef& weight, const Ten
     p.b_dtype = param(c, bias, "bias", p.n);
     p.b = bias.data;
   }
-  const int64_t count = p.ngroups * p.rows;
-  if (is_rms_norm) {
-    MK_CHECK(!mean.present, c.fn, "mean must be None for the RMSNorm (is_rms_norm), got a tensor of shape ",
-             mean.shape());
-  } else {
-    MK_CHECK(mean.present, c.fn, "mean must be a tensor for the LayerNorm (is_rms_norm false), got None");
-    p.mean = stat(c, mean, "mean", count);
-  }
-  p.rstd = stat(c, rstd, "rstd", count);
-  p.norm_before_gate = norm_before_gate;
-  p.rms = is_rms_norm;
+  norm_kind(c, p, mean, rstd, is_rms_norm, norm_before_gate);
   return p;
 }
 
@@ -167,17 +175,7 @@ NormBwdParams prepare_bwd(const TensorRef& dy, const TensorRef& x, const TensorR
   } else {
     MK_CHECK(!dbias.present, c.fn, "dbias must be None without bias, got a tensor of shape ", dbias.shape());
   }
-  const int64_t count = p.ngroups * p.rows;
-  if (is_rms_norm) {
-    MK_CHECK(!mean.present, c.fn, "mean must be None for the RMSNorm (is_rms_norm), got a tensor of shape ",
-             mean.shape());
-  } else {
-    MK_CHECK(mean.present, c.fn, "mean must be a tensor for the LayerNorm (is_rms_norm false), got None");
-    p.mean = stat(c, mean, "mean", count);
-  }
-  p.rstd = stat(c, rstd, "rstd", count);
-  p.norm_before_gate = norm_before_gate;
-  p.rms = is_rms_norm;
+  norm_kind(c, p, mean, rstd, is_rms_norm, norm_before_gate);
   return p;
 }
 
