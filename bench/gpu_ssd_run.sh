@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The Mamba-2 SSD forward on a GPU machine, from the repository root: builds our extensions in
+# The Mamba-2 SSD forward and backward on a GPU machine, from the repository root: builds our extensions in
 # place unless they are built, then
 #
-#   bash bench/gpu_ssd_run.sh tests      tests/test_ssd_cuda.py (and the ssd_fwd sanitizer cases' verify)
-#   bash bench/gpu_ssd_run.sh bench      bench/bench_ssd.py against mamba_ssm's Triton forward
+#   bash bench/gpu_ssd_run.sh tests      tests/test_ssd_cuda.py (and the ssd_fwd / ssd_bwd sanitizer cases' verify)
+#   bash bench/gpu_ssd_run.sh bench      bench/bench_ssd.py against mamba_ssm's Triton (forward; forward + backward)
+#   bash bench/gpu_ssd_run.sh sanitize   the ssd_fwd and ssd_bwd sanitizer cases under compute-sanitizer
 #
 # bench installs mamba_ssm's Python from .device/mamba_ssm-2.3.2.post1.tar.gz into /tmp/ms_ours
 # (CUDA build skipped, as bench/gpu_clients_run.sh does) unless it is there; its Triton kernels
@@ -21,6 +22,12 @@ case "$what" in
     MAMBA_KERNELS_BACKEND=cuda python3 -m pytest -q tests/test_ssd_cuda.py
     rc=$?
     python3 scripts/sanitize_cases.py verify --family ssd_fwd || rc=1
+    python3 scripts/sanitize_cases.py verify --family ssd_bwd || rc=1
+    exit $rc
+    ;;
+  sanitize)
+    bash scripts/sanitize.sh --family ssd_fwd "${@:2}"; rc=$?
+    bash scripts/sanitize.sh --family ssd_bwd "${@:2}" || rc=1
     exit $rc
     ;;
   bench)
@@ -34,5 +41,5 @@ case "$what" in
     }
     PYTHONPATH="$MS:/tmp/ssd_bench_deps:${PYTHONPATH:-}" python3 bench/bench_ssd.py --ms-dir "$MS" "${@:2}"
     ;;
-  *) echo "usage: bash bench/gpu_ssd_run.sh tests|bench [bench_ssd.py args]" >&2; exit 2 ;;
+  *) echo "usage: bash bench/gpu_ssd_run.sh tests|bench|sanitize [args]" >&2; exit 2 ;;
 esac
