@@ -923,9 +923,11 @@ cudaError_t launch_typed(const SsdBwdParams& p, cudaStream_t stream) {
         <<<dim3(unsigned(f.nheads), unsigned(state_tiles), unsigned(bc)), Pol::kThreads, 0, stream>>>(p);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
-  state_pass_bwd_kernel<<<dim3(unsigned(p.pass_blocks), unsigned(f.nheads), unsigned(f.batch)),
-                          SsdPassPolicy::kThreads, 0, stream>>>(p);
-  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  if (f.batch > 0) {
+    state_pass_bwd_kernel<<<dim3(unsigned(p.pass_blocks), unsigned(f.nheads), unsigned(f.batch)),
+                            SsdPassPolicy::kThreads, 0, stream>>>(p);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
   if (bc > 0) {
     chunk_dcb_kernel<T>
         <<<dim3(unsigned(ntl * ntl), unsigned(f.ngroups), unsigned(bc)), Pol::kThreads, 0, stream>>>(p);
@@ -971,7 +973,9 @@ SsdBwdWorkspace ssd_bwd_workspace(SsdBwdParams& p) {
 cudaError_t launch_ssd_bwd(const SsdBwdParams& p, cudaStream_t stream) {
   const SsdFwdParams& f = p.f;
   if (f.chunk < 1 || f.chunk > kSsdMaxChunk) return cudaErrorInvalidValue;
-  if (f.batch == 0 || f.nheads == 0 || f.headdim == 0 || f.dstate == 0) return cudaSuccess;
+  // batch 0 still sums the (zero) parameter gradients; the host code rejects headdim or dstate 0
+  if (f.nheads == 0) return cudaSuccess;
+  if (f.headdim == 0 || f.dstate == 0) return cudaErrorInvalidValue;
   switch (f.dtype) {
     case DType::kFloat32: return launch_typed<float>(p, stream);
     case DType::kFloat16: return launch_typed<__half>(p, stream);

@@ -239,6 +239,8 @@ SsdBwdParams prepare_ssd_bwd(const TensorRef& dout, const TensorRef& x, const Te
   p.f = prepare_inputs(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, TensorRef(), dt_softplus,
                        dt_limit_lo, dt_limit_hi);
   const SsdFwdParams& f = p.f;
+  MK_CHECK(f.headdim >= 1 && f.dstate >= 1, fn(), "headdim and dstate must be >= 1 on the CUDA backward, got headdim=",
+           f.headdim, ", dstate=", f.dstate);
   check_shape(dout, {f.batch, f.seqlen, f.nheads, f.headdim}, "dout", "like x");
   p.dout = operand(dout, x, "dout", 0, 1, 2, 3);
   if (z.present) {
