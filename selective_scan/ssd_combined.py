@@ -3,10 +3,13 @@
 Same names, positional order, defaults, shapes and return forms as the original's public
 functions: ``mamba_chunk_scan_combined``, ``mamba_chunk_scan``, ``ssd_chunk_scan_combined_ref``,
 ``ssd_selective_scan``, ``mamba_conv1d_scan_ref``, ``mamba_split_conv1d_scan_combined`` and
-``mamba_split_conv1d_scan_ref``. No Triton: everything runs the chunked PyTorch forward of
-``ssd_pytorch`` (``ssd_forward``, the function a compiled kernel replaces), on any device and
-in float64 too, with autograd through it. The maths and the meaning of every argument are in
-``ssd_pytorch``'s docstring; docs/CLIENTS.md ("Mamba-2: ssd_combined") lists where we differ
+``mamba_split_conv1d_scan_ref``. No Triton: the combined functions run the compiled SSD forward
+(``_ssd_ops.ssd_forward_cuda``) for CUDA tensors it covers when the dispatch allows, else the
+chunked PyTorch forward of ``ssd_pytorch`` (``ssd_forward``, on any device and in float64 too).
+With autograd, ``MambaChunkScanCombinedFn`` and ``MambaSplitConv1dScanCombinedFn`` keep what the
+original keeps (or less) and recompute the rest in their backward; the references use plain
+autograd. The maths and the meaning of every argument are in ``ssd_pytorch``'s docstring;
+docs/CLIENTS.md ("Mamba-2: ssd_combined") says which path runs when, and lists where we differ
 from the original on purpose:
 
 * dt NaN propagates (the clamp to dt_limit keeps it NaN), and a NaN anywhere reaches no
@@ -21,16 +24,20 @@ from the original on purpose:
 from __future__ import annotations
 
 import math
+import sys
+from types import ModuleType
 from typing import Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 
 from causal_conv1d import causal_conv1d_fn
+from mamba_kernels.runtime import dispatch
 from mamba_kernels.runtime.argchecks import error, shape_of, typed_repr
+from mamba_kernels.runtime.library import is_compiling
 
 from . import _amp, _ssd_checks
-from .layernorm_gated import rmsnorm_fn
+from .layernorm_gated import _layer_norm_bwd, _layer_norm_fwd, rmsnorm_fn
 from .scan_fn import selective_scan_fn
 from .ssd_pytorch import NO_LIMIT, compute_dtype, process_dt, ssd_forward
 
@@ -46,7 +53,222 @@ __all__ = [
     "mamba_split_conv1d_scan_combined",
     "mamba_split_conv1d_scan_ref",
     "ssd_forward",
+    "MambaChunkScanCombinedFn",
+    "MambaSplitConv1dScanCombinedFn",
 ]
+
+
+# --- dispatch: the compiled forward (and backward, once it lands) or the PyTorch path -----------
+
+KERNEL = "selective_scan"  # the extension family (selective_scan._cuda) the SSD kernels ship in
+_KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+KERNEL_MAX_CHUNK = 256  # csrc/ssd: kSsdMaxChunk
+_KERNEL_MAX_GRID = 65535  # csrc/ssd: kSsdMaxGridYZ (heads, batch * chunks, sequences)
+_INT32 = torch.int32
+_INT32_RANGE = (-(2**31), 2**31 - 1)
+_PACKAGE = sys.modules[__package__]
+# Whether _ssd_ops has the compiled backward: read once, at the first CUDA use (importing _ssd_ops
+# loads the extension). The CUDA backward is written on its own branch; this guard goes when it lands.
+_CUDA_BACKWARD: Optional[bool] = None
+
+
+def _ops() -> ModuleType:
+    """``selective_scan._ssd_ops``, imported on first use (importing it loads the extension)."""
+    ops = getattr(_PACKAGE, "_ssd_ops", None)
+    if ops is None:
+        from . import _ssd_ops as ops
+    return ops
+
+
+def _cuda_backward() -> bool:
+    """Whether the compiled backward exists; asked only after the dispatch chose the compiled
+    forward (so the extension is loaded), answered once and then a constant global."""
+    global _CUDA_BACKWARD
+    if _CUDA_BACKWARD is None:
+        _CUDA_BACKWARD = hasattr(_ops(), "ssd_backward_cuda")
+    return _CUDA_BACKWARD
+
+
+def _kernel_seq_idx(seq_idx: Optional[Tensor]) -> Tuple[bool, Optional[Tensor]]:
+    """(covered, seq_idx as the kernel takes it): int32 as given; int64 converted to int32 when
+    its values fit (one host read; not under torch.compile, where int64 is not covered)."""
+    if seq_idx is None or seq_idx.dtype == _INT32:
+        return True, seq_idx
+    if seq_idx.dtype != torch.int64 or is_compiling():
+        return False, seq_idx
+    if seq_idx.numel():
+        lo, hi = (int(v) for v in torch.aminmax(seq_idx))
+        if lo < _INT32_RANGE[0] or hi > _INT32_RANGE[1]:
+            return False, seq_idx
+    return True, seq_idx.to(_INT32)
+
+
+def _kernel_covers(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens) -> bool:
+    """The compiled forward covers these (checked) operands: x, B, C, z of one 32/16-bit float
+    dtype, dt, A, D, dt_bias, initial_states 32/16-bit floats, chunk_size <= 256, seq_idx int32,
+    the launch grid's limits, and varlen states only with the seq_idx that marks the sequences
+    (without it the kernel's states would cross sequence starts)."""
+    dtype = x.dtype
+    if dtype not in _KERNEL_DTYPES or B.dtype != dtype or C.dtype != dtype:
+        return False
+    if z is not None and z.dtype != dtype:
+        return False
+    for t in (dt, A, D, dt_bias, initial_states):
+        if t is not None and t.dtype not in _KERNEL_DTYPES:
+            return False
+    if chunk_size > KERNEL_MAX_CHUNK or (seq_idx is not None and seq_idx.dtype != _INT32):
+        return False
+    batch, seqlen, nheads, headdim = x.shape
+    if cu_seqlens is not None and (seq_idx is None or cu_seqlens.shape[0] - 1 > _KERNEL_MAX_GRID):
+        return False
+    nchunks = -(-seqlen // chunk_size)
+    return (nheads <= _KERNEL_MAX_GRID and batch * nchunks <= _KERNEL_MAX_GRID and headdim <= 65536
+            and B.shape[3] <= 65536)
+
+
+def _use_cuda(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens):
+    """(run the compiled forward, seq_idx for it). Off CUDA, dispatch decides without importing
+    anything (``MAMBA_KERNELS_BACKEND=cuda`` makes CPU tensors an error, as for every kernel)."""
+    if not x.is_cuda:
+        return dispatch.use_cuda(KERNEL, x.device.type), seq_idx
+    covered, kseq = _kernel_seq_idx(seq_idx)
+    if covered and _kernel_covers(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, kseq,
+                                  cu_seqlens) and dispatch.use_cuda(KERNEL, "cuda"):
+        return True, kseq
+    return False, seq_idx
+
+
+def _scan_forward(use_cuda, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens,
+                  dt_softplus, dt_limit):
+    """``ssd_forward``'s seven results from the compiled forward or the PyTorch one; final_states
+    float32 (float64 for float64 x) and varlen_states in C's dtype either way, as mamba_ssm."""
+    if not use_cuda:
+        return ssd_forward(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens,
+                           dt_softplus, dt_limit)
+    res = _ops().ssd_forward_cuda(x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias,
+                                  initial_states=initial_states, seq_idx=seq_idx, dt_softplus=dt_softplus,
+                                  dt_limit=dt_limit, cu_seqlens=cu_seqlens)
+    if cu_seqlens is None:
+        return tuple(res) + (None,)
+    return tuple(res[:6]) + (res[6].to(C.dtype),)
+
+
+def _records(*tensors: Optional[Tensor]) -> bool:
+    """Whether autograd would record an op on these."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _no_double_backward() -> None:
+    if torch.is_grad_enabled():  # backward(create_graph=True)
+        raise RuntimeError(
+            "mamba_kernels: the SSD scan's backward is not differentiable (double backward, "
+            "create_graph=True, is not supported, as in mamba_ssm)")
+
+
+def _chunk_scan_backward(use_cuda_bwd, saved_out, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
+                         seq_idx, cu_seqlens, dt_softplus, dt_limit, needs, dout, dfinal, dvarlen):
+    """Gradients of (x, dt, A, B, C, D, z, dt_bias, initial_states), None where ``needs`` is
+    False: the compiled backward when ``use_cuda_bwd`` and no varlen_states gradient, else the
+    PyTorch forward again under autograd (``saved_out``: the ungated output, for the compiled one)."""
+    if use_cuda_bwd and dvarlen is None:
+        if dout is None:
+            dout = torch.zeros_like(x)
+        grads = _ops().ssd_backward_cuda(
+            dout, x, dt, A, B, C, saved_out, chunk_size, D=D, z=z, dt_bias=dt_bias,
+            initial_states=initial_states, dfinal_states=dfinal, seq_idx=seq_idx, dt_softplus=dt_softplus,
+            dt_limit=dt_limit)
+        return tuple(g if n else None for g, n in zip(grads, needs))
+    inputs = (x, dt, A, B, C, D, z, dt_bias, initial_states)
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_(bool(n)) if t is not None else None
+                  for t, n in zip(inputs, needs)]
+        res = ssd_forward(*leaves[:5], chunk_size, *leaves[5:], seq_idx, cu_seqlens, dt_softplus, dt_limit)
+        pairs = [(o, g) for o, g in ((res[0], dout), (res[5], dfinal), (res[6], dvarlen))
+                 if g is not None and o.requires_grad]
+        wrt = [t for t, n in zip(leaves, needs) if t is not None and n]
+        if not pairs or not wrt:
+            return (None,) * len(inputs)
+        got = iter(torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True))
+    return tuple(next(got) if t is not None and n else None for t, n in zip(inputs, needs))
+
+
+class MambaChunkScanCombinedFn(torch.autograd.Function):
+    """The SSD chunk scan with its backward; ``apply(x, dt, A, B, C, chunk_size, D, z, dt_bias,
+    initial_states, seq_idx, cu_seqlens, dt_softplus, dt_limit, return_final_states,
+    return_varlen_states)`` with checked arguments (``mamba_chunk_scan_combined``).
+
+    Forward: the compiled kernel for covered CUDA inputs (``_use_cuda``), else ``ssd_forward``.
+    Backward: the compiled backward (``_ssd_ops.ssd_backward_cuda``, once it exists) after a
+    compiled forward, when varlen_states get no gradient; otherwise ``ssd_forward`` runs again
+    under autograd on detached inputs and ``torch.autograd.grad`` takes the incoming gradients
+    of out, final_states and varlen_states. Not differentiable twice.
+
+    Kept for the backward. mamba_ssm 2.3.2 saves: out (out_x with z), x, dt, dA_cumsum, A, B,
+    C, D, z, dt_bias, initial_states, seq_idx. We save: out_x with z, else out, only when the
+    compiled backward will run (the recompute needs neither), then x, dt, A, B, C, D, z,
+    dt_bias, initial_states, seq_idx (int32 after the kernel's conversion), and cu_seqlens
+    with return_varlen_states (num_seqs + 1 integers; the original has no varlen backward). No
+    dA_cumsum: both backwards recompute it.
+    """
+
+    @staticmethod
+    def forward(ctx, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens,
+                dt_softplus, dt_limit, return_final_states, return_varlen_states):
+        use_cuda, seq_idx = _use_cuda(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
+                                      cu_seqlens)
+        out, out_x, _, _, _, final_states, varlen_states = _scan_forward(
+            use_cuda, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens,
+            dt_softplus, dt_limit)
+        ctx.cuda_bwd = use_cuda and _cuda_backward()
+        kept_out = (out_x if z is not None else out) if ctx.cuda_bwd else None
+        ctx.save_for_backward(kept_out, x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx,
+                              cu_seqlens if return_varlen_states else None)
+        ctx.chunk_size, ctx.dt_softplus, ctx.dt_limit = chunk_size, dt_softplus, dt_limit
+        ctx.return_final_states, ctx.return_varlen_states = return_final_states, return_varlen_states
+        ctx.set_materialize_grads(False)
+        if not return_varlen_states:
+            return (out, final_states) if return_final_states else out
+        return (out, final_states, varlen_states) if return_final_states else (out, varlen_states)
+
+    @staticmethod
+    def backward(ctx, dout, *rest):
+        _no_double_backward()
+        kept_out, x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens = ctx.saved_tensors
+        dfinal = rest[0] if ctx.return_final_states else None
+        dvarlen = rest[-1] if ctx.return_varlen_states else None
+        n = ctx.needs_input_grad
+        needs = (n[0], n[1], n[2], n[3], n[4], n[6], n[7], n[8], n[9])
+        dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinit = _chunk_scan_backward(
+            ctx.cuda_bwd, kept_out, x, dt, A, B, C, ctx.chunk_size, D, z, dt_bias, initial_states, seq_idx,
+            cu_seqlens, ctx.dt_softplus, ctx.dt_limit, needs, dout, dfinal, dvarlen)
+        return (dx, ddt, dA, dB, dC, None, dD, dz, ddt_bias, dinit) + (None,) * 6
+
+
+def _chunk_scan(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_softplus,
+                dt_limit, return_final_states, return_varlen_states):
+    """(out, final_states, varlen_states) of checked arguments, by the path that fits: the
+    Function when autograd records; under torch.compile with gradients and no compiled backward,
+    autograd through ``ssd_forward`` (traceable, no graph break); else the forward alone."""
+    if _records(x, dt, A, B, C, D, z, dt_bias, initial_states):
+        if not is_compiling() or (x.is_cuda and _use_cuda(x, dt, A, B, C, chunk_size, D, z, dt_bias,
+                                                          initial_states, seq_idx, cu_seqlens)[0]
+                                  and _cuda_backward()):
+            res = MambaChunkScanCombinedFn.apply(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states,
+                                                 seq_idx, cu_seqlens, dt_softplus, dt_limit,
+                                                 return_final_states, return_varlen_states)
+            res = res if isinstance(res, tuple) else (res,)
+            out = res[0]
+            final_states = res[1] if return_final_states else None
+            varlen_states = res[-1] if return_varlen_states else None
+            return out, final_states, varlen_states
+        use_cuda = False
+    else:
+        use_cuda, seq_idx = _use_cuda(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
+                                      cu_seqlens)
+    res = _scan_forward(use_cuda, x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
+                        cu_seqlens, dt_softplus, dt_limit)
+    return res[0], res[5], res[6]
+
 
 
 def mamba_chunk_scan_combined(
@@ -77,8 +299,9 @@ def mamba_chunk_scan_combined(
         _ssd_checks.check_cu_seqlens(cu_seqlens, x)
     else:
         cu_seqlens = None
-    out, _, _, _, _, final_states, varlen_states = ssd_forward(
-        x, dt, A, B, C, size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, softplus, limit)
+    out, final_states, varlen_states = _chunk_scan(
+        x, dt, A, B, C, size, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, softplus, limit,
+        return_final_states, return_varlen_states)
     if not return_varlen_states:
         return (out, final_states) if return_final_states else out
     return (out, final_states, varlen_states) if return_final_states else (out, varlen_states)
@@ -92,7 +315,8 @@ def mamba_chunk_scan(
     """The scan by chunks without the clamp of dt (the original's unfused form): out."""
     size, _, softplus = _ssd_checks.check_chunk_scan(x, dt, A, B, C, chunk_size, D, z, dt_bias,
                                                      dt_softplus=dt_softplus)
-    return ssd_forward(x, dt, A, B, C, size, D, z, dt_bias, dt_softplus=softplus, dt_limit=INF_LIMIT)[0]
+    return _chunk_scan(x, dt, A, B, C, size, D, z, dt_bias, None, None, None, softplus, INF_LIMIT,
+                       False, False)[0]
 
 
 def ssd_chunk_scan_combined_ref(
@@ -251,6 +475,152 @@ def _out_proj(out: Tensor, weight: Optional[Tensor], bias: Optional[Tensor]) -> 
     return F.linear(out, weight, bias)
 
 
+def _split_composed(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chunk_size, initial_states, seq_idx,
+                    dt_limit, activation, rmsnorm_weight, rmsnorm_eps, outproj_weight, outproj_bias,
+                    norm_before_gate, meta):
+    """(out, final_states) composed of differentiable pieces: autograd records each (the conv's
+    and the norm's Functions, the chunk scan's by ``_chunk_scan``). Runs without gradients, and
+    under torch.compile with them (the Function's backward would break the graph)."""
+    nheads, hd, groups, dstate, d_nonssm = meta
+    with torch.autocast(device_type=zxbcdt.device.type, enabled=False):
+        zx0, z, x, B, C, dt = _split_parts(zxbcdt, conv1d_weight, conv1d_bias, seq_idx, activation,
+                                           nheads, hd, groups, dstate, d_nonssm)
+        size, limit, _ = _ssd_checks.check_chunk_scan(x, dt, A, B, C, chunk_size, D, None, dt_bias,
+                                                      initial_states, seq_idx, True, dt_limit)
+        gate = z if rmsnorm_weight is None else None
+        out, final_states, _ = _chunk_scan(x, dt, A, B, C, size, D, gate, dt_bias, initial_states, seq_idx,
+                                           None, True, limit, True, False)
+        out = out.flatten(-2)
+        if rmsnorm_weight is not None:
+            out = rmsnorm_fn(out, rmsnorm_weight, None, z=z.flatten(-2), eps=rmsnorm_eps,
+                             group_size=nheads * hd // groups, norm_before_gate=norm_before_gate)
+        if d_nonssm:
+            out = torch.cat([_swiglu(zx0).to(out.dtype), out], dim=-1)
+    return _out_proj(out, outproj_weight, outproj_bias), final_states
+
+
+class MambaSplitConv1dScanCombinedFn(torch.autograd.Function):
+    """Mamba-2's fused layer body with its backward (``mamba_split_conv1d_scan_combined``'s
+    arguments, then ``meta`` = (nheads, headdim, ngroups, dstate, d_nonssm) from the checks).
+
+    The forward keeps only what mamba_ssm 2.3.2 keeps, and the backward recomputes the rest: the
+    causal conv of xBC (under autograd, for its gradients), the split into x, B, C, z, dt, the
+    swiglu of zx0, the gated RMSNorm's output (``_layer_norm_bwd`` with the kept rstd, CUDA
+    kernels for CUDA tensors), the SSD's gradients (``_chunk_scan_backward``: the compiled
+    backward once it lands, else ``ssd_forward`` again under autograd) and the out projection's.
+
+    Kept for the backward, the original's list in its order: zxbcdt, conv1d_weight,
+    conv1d_bias, out_x (the SSD output before the gate and the norm, (batch, seqlen, nheads,
+    headdim) in zxbcdt's dtype), A, D, dt_bias, initial_states, seq_idx (int32 after the
+    kernel's conversion), rmsnorm_weight, rstd (float32 (ngroups * batch * seqlen,), with the
+    norm), outproj_weight, outproj_bias. Not differentiable twice.
+    """
+
+    @staticmethod
+    def forward(ctx, zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chunk_size, initial_states, seq_idx,
+                dt_limit, return_final_states, activation, rmsnorm_weight, rmsnorm_eps, outproj_weight,
+                outproj_bias, headdim, ngroups, norm_before_gate, meta):
+        nheads, hd, groups, dstate, d_nonssm = meta
+        dim = nheads * hd
+        batch, seqlen = zxbcdt.shape[:2]
+        with torch.autocast(device_type=zxbcdt.device.type, enabled=False):
+            zx0, z, x, B, C, dt = _split_parts(zxbcdt, conv1d_weight, conv1d_bias, seq_idx, activation,
+                                               nheads, hd, groups, dstate, d_nonssm)
+            size, limit, _ = _ssd_checks.check_chunk_scan(x, dt, A, B, C, chunk_size, D, None, dt_bias,
+                                                          initial_states, seq_idx, True, dt_limit)
+            gate = z if rmsnorm_weight is None else None
+            use_cuda, seq_idx = _use_cuda(x, dt, A, B, C, size, D, gate, dt_bias, initial_states, seq_idx,
+                                          None)
+            out, out_x, _, _, _, final_states, _ = _scan_forward(
+                use_cuda, x, dt, A, B, C, size, D, gate, dt_bias, initial_states, seq_idx, None, True, limit)
+            ssd_y = out_x if gate is not None else out
+            rstd = None
+            y = out.flatten(-2)
+            if rmsnorm_weight is not None:
+                y, _, rstd = _layer_norm_fwd(ssd_y.reshape(batch * seqlen, dim), rmsnorm_weight, None,
+                                             rmsnorm_eps, z=z.reshape(batch * seqlen, dim),
+                                             group_size=dim // groups, norm_before_gate=norm_before_gate,
+                                             is_rms_norm=True)
+                y = y.reshape(batch, seqlen, dim)
+            if d_nonssm:
+                y = torch.cat([_swiglu(zx0).to(y.dtype), y], dim=-1)
+        ctx.proj_dtype = _amp.autocast_dtype() if outproj_weight is not None else None
+        out = _out_proj(y, outproj_weight, outproj_bias)
+        ctx.save_for_backward(zxbcdt, conv1d_weight, conv1d_bias, ssd_y, A, D, dt_bias, initial_states,
+                              seq_idx, rmsnorm_weight, rstd, outproj_weight, outproj_bias)
+        ctx.cuda_bwd = use_cuda and _cuda_backward()
+        ctx.meta, ctx.size, ctx.limit, ctx.activation = meta, size, limit, activation
+        ctx.eps, ctx.norm_before_gate = rmsnorm_eps, norm_before_gate
+        ctx.return_final_states = return_final_states
+        return (out, final_states) if return_final_states else out
+
+    @staticmethod
+    def backward(ctx, dout, *rest):
+        _no_double_backward()
+        (zxbcdt, conv1d_weight, conv1d_bias, ssd_y, A, D, dt_bias, initial_states, seq_idx, rmsnorm_weight,
+         rstd, outproj_weight, outproj_bias) = ctx.saved_tensors
+        dfinal = rest[0] if ctx.return_final_states else None
+        nheads, hd, groups, dstate, d_nonssm = ctx.meta
+        dim = nheads * hd
+        batch, seqlen = zxbcdt.shape[:2]
+        n = ctx.needs_input_grad
+        with torch.autocast(device_type=zxbcdt.device.type, enabled=False):
+            with torch.enable_grad():  # the conv and split again, recorded for their gradients
+                leaves = [t.detach().requires_grad_(bool(need)) if t is not None else None
+                          for t, need in ((zxbcdt, n[0]), (conv1d_weight, n[1]), (conv1d_bias, n[2]))]
+                zx0, z, x, B, C, dt = _split_parts(*leaves, seq_idx, ctx.activation, nheads, hd, groups,
+                                                   dstate, d_nonssm)
+                swiglu = _swiglu(zx0) if d_nonssm else None
+            dy = dout
+            pdtype = ctx.proj_dtype
+            if outproj_weight is not None:  # through the out projection (in the autocast dtype, if any)
+                weight = outproj_weight.to(pdtype) if pdtype is not None else outproj_weight
+                dy = torch.matmul(dout.to(weight.dtype), weight).to(ssd_y.dtype)
+            dy0, dy = dy.split([d_nonssm, dim], dim=-1)
+            zd = z.detach()
+            recompute = outproj_weight is not None
+            drms = dz_norm = gated = None
+            if rmsnorm_weight is not None:
+                res = _layer_norm_bwd(dy.reshape(batch * seqlen, dim), ssd_y.reshape(batch * seqlen, dim),
+                                      rmsnorm_weight, None, ctx.eps, None, rstd,
+                                      zd.reshape(batch * seqlen, dim),
+                                      group_size=dim // groups, norm_before_gate=ctx.norm_before_gate,
+                                      is_rms_norm=True, recompute_output=recompute)
+                dssd, drms, dz_norm = res[0].reshape(ssd_y.shape), res[1], res[3].reshape(zd.shape)
+                gated, gate = (res[4] if recompute else None), None
+            else:
+                dssd, gate = dy.reshape(ssd_y.shape), zd
+                if recompute:
+                    real = compute_dtype(ssd_y)
+                    gated = (ssd_y.to(real) * F.silu(zd.to(real))).to(ssd_y.dtype)
+            conv = n[0] or n[1] or n[2]  # x, B, C come out of the conv
+            needs = (conv, n[0], n[4], conv, conv, n[5], n[0] and gate is not None, n[3], n[7])
+            dx, ddt, dA, dB, dC, dD, dz_ssd, ddt_bias, dinit = _chunk_scan_backward(
+                ctx.cuda_bwd, ssd_y, x.detach(), dt.detach(), A, B.detach(), C.detach(), ctx.size, D, gate,
+                dt_bias, initial_states, seq_idx, None, True, ctx.limit, needs, dssd, dfinal, None)
+            dweight = dbias = None
+            if outproj_weight is not None:
+                do = dout.to(weight.dtype).reshape(batch * seqlen, dout.shape[-1])
+                if n[14]:
+                    y = gated.reshape(batch, seqlen, dim)
+                    if d_nonssm:
+                        y = torch.cat([swiglu.detach().to(y.dtype), y], dim=-1)
+                    y = y.reshape(batch * seqlen, y.shape[-1]).to(weight.dtype)
+                    dweight = (do.t() @ y).to(outproj_weight.dtype)
+                if outproj_bias is not None and n[15]:
+                    dbias = do.sum(0).to(outproj_bias.dtype)
+            dz = dz_norm if dz_norm is not None else dz_ssd
+            pairs = [(o, g) for o, g in ((swiglu, dy0), (z, dz), (x, dx), (B, dB), (C, dC), (dt, ddt))
+                     if o is not None and g is not None and o.requires_grad]
+            wrt = [t for t in leaves if t is not None and t.requires_grad]
+            got = iter(torch.autograd.grad([o for o, _ in pairs], wrt, [g.to(o.dtype) for o, g in pairs],
+                                           allow_unused=True) if pairs and wrt else ())
+            dzxbcdt, dconv_w, dconv_b = (next(got) if t is not None and t.requires_grad else None
+                                         for t in leaves)
+        return (dzxbcdt, dconv_w, dconv_b, ddt_bias, dA, dD, None, dinit, None, None, None, None, drms, None,
+                dweight, dbias, None, None, None, None)
+
+
 def mamba_split_conv1d_scan_combined(
     zxbcdt: Tensor, conv1d_weight: Tensor, conv1d_bias: Optional[Tensor], dt_bias: Tensor, A: Tensor,
     D: Tensor, chunk_size: int, initial_states: Optional[Tensor] = None, seq_idx: Optional[Tensor] = None,
@@ -279,21 +649,18 @@ def mamba_split_conv1d_scan_combined(
     if seq_idx is not None:  # checked before the conv uses it
         _ssd_checks.require_shape("seq_idx", seq_idx, (batch, seqlen), "(batch, seqlen)")
         _ssd_checks.require_index("seq_idx", seq_idx)
-    with torch.autocast(device_type=zxbcdt.device.type, enabled=False):
-        zx0, z, x, B, C, dt = _split_parts(zxbcdt, conv1d_weight, conv1d_bias, seq_idx, activation,
-                                           nheads, hd, groups, dstate, d_nonssm)
-        size, limit, _ = _ssd_checks.check_chunk_scan(x, dt, A, B, C, chunk_size, D, None, dt_bias,
-                                                      initial_states, seq_idx, True, dt_limit)
-        gate = z if rmsnorm_weight is None else None
-        out, _, _, _, _, final_states, _ = ssd_forward(x, dt, A, B, C, size, D, gate, dt_bias, initial_states,
-                                                       seq_idx, None, True, limit)
-        out = out.flatten(-2)
-        if rmsnorm_weight is not None:
-            out = rmsnorm_fn(out, rmsnorm_weight, None, z=z.flatten(-2), eps=rmsnorm_eps,
-                             group_size=nheads * hd // groups, norm_before_gate=norm_before_gate)
-        if d_nonssm:
-            out = torch.cat([_swiglu(zx0).to(out.dtype), out], dim=-1)
-    out = _out_proj(out, outproj_weight, outproj_bias)
+    meta = (nheads, hd, groups, dstate, d_nonssm)
+    tensors = (zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, initial_states, rmsnorm_weight,
+               outproj_weight, outproj_bias)
+    if _records(*tensors) and not is_compiling():
+        res = MambaSplitConv1dScanCombinedFn.apply(
+            zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chunk_size, initial_states, seq_idx, dt_limit,
+            return_final_states, activation, rmsnorm_weight, rmsnorm_eps, outproj_weight, outproj_bias,
+            headdim, ngroups, norm_before_gate, meta)
+        return res
+    out, final_states = _split_composed(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chunk_size,
+                                        initial_states, seq_idx, dt_limit, activation, rmsnorm_weight,
+                                        rmsnorm_eps, outproj_weight, outproj_bias, norm_before_gate, meta)
     return (out, final_states) if return_final_states else out
 
 

@@ -66,6 +66,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from mamba_kernels.runtime.library import is_compiling
+
 Tensor = torch.Tensor
 
 # Elements of one (batches, heads, chunks, Q, Q) temporary of a block: 2**23 (32 MiB in float32)
@@ -299,7 +301,9 @@ def _forward(x, dt, A, B, C, Q, D, z, dt_bias, initial_states, seq_idx, cu_seqle
     Cq = _pad_time(C.to(real), total).reshape(batch, nchunks, Q, ngroups, dstate)
     init = initial_states.to(real) if initial_states is not None else None
     seg = _Segments(seq_idx, nchunks, Q) if seq_idx is not None else None
-    exact = not bool(torch.isfinite(x).all())
+    # reading x's values is a host sync and, under torch.compile, a data-dependent branch: there the
+    # NaN-exact product always runs (the same values for finite x, no graph break)
+    exact = is_compiling() or not bool(torch.isfinite(x).all())
     # with autograd over more than one block, each block keeps only its inputs for the backward
     # and runs again there: the (Q, Q) matrices of all blocks would otherwise be kept at once
     recording = torch.is_grad_enabled() and any(

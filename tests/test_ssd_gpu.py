@@ -1,5 +1,6 @@
-"""The SSD PyTorch path on a CUDA device: results and gradients equal the CPU computation of
-the same inputs (the device's matmuls may run TF32, hence the tolerances)."""
+"""The SSD on a CUDA device, by the PyTorch path (MAMBA_KERNELS_BACKEND=reference) and by the
+dispatch's choice (auto: the compiled forward where built): results and gradients equal the CPU
+computation of the same inputs (the device's matmuls may run TF32, hence the tolerances)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,12 @@ import torch
 from selective_scan.ssd_combined import mamba_chunk_scan_combined, mamba_split_conv1d_scan_combined
 
 pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True, params=["reference", "auto"])
+def backend(request, monkeypatch):
+    monkeypatch.setenv("MAMBA_KERNELS_BACKEND", request.param)
+    return request.param
 
 
 def _inputs(device, dtype, batch=2, seqlen=300, nheads=8, headdim=16, ngroups=2, dstate=32):
