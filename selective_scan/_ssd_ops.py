@@ -104,6 +104,8 @@ def ssd_backward_cuda(
     like B, C); dD, dz, ddt_bias and dinitial_states are None where their input is. No gradient
     for varlen states (cu_seqlens). Deterministic: two calls give bitwise equal results.
     """
+    if x.shape[-1] == 0 or B.shape[-1] == 0:  # no state: y = D x (the kernels need both sizes)
+        return _stateless_backward(dout, x, dt, A, B, C, out, D, z, dt_bias, initial_states)
     lo, hi = dt_limit
     dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinit = _bwd_op(
         dout, x, dt, A, B, C, out, int(chunk_size), D, z, dt_bias, initial_states, dfinal_states, seq_idx,
@@ -114,3 +116,26 @@ def ssd_backward_cuda(
             dz if z is not None else None,
             ddt_bias if dt_bias is not None else None,
             dinit if initial_states is not None else None)
+
+
+def _stateless_backward(dout, x, dt, A, B, C, out, D, z, dt_bias, initial_states):
+    """headdim or dstate 0: y = D x, no dependence on dt, A, B, C or the initial state."""
+    f32 = torch.float32
+    dy = dout.to(f32)
+    if z is not None:
+        s = torch.sigmoid(z.to(f32))
+        dz = (dout.to(f32) * out.to(f32) * s * (1 + z.to(f32) * (1 - s))).to(x.dtype)
+        dy = dy * z.to(f32) * s
+    else:
+        dz = None
+    dD = None
+    if D is not None:
+        Dw = D.to(f32)[:, None] if D.dim() == 1 else D.to(f32)
+        dx = (dy * Dw).to(x.dtype)
+        dDw = (dy * x.to(f32)).sum((0, 1))
+        dD = (dDw.sum(-1) if D.dim() == 1 else dDw).to(D.dtype)
+    else:
+        dx = torch.zeros_like(x)
+    return (dx, torch.zeros_like(dt), torch.zeros_like(A), torch.zeros_like(B), torch.zeros_like(C), dD, dz,
+            torch.zeros_like(dt_bias) if dt_bias is not None else None,
+            torch.zeros_like(initial_states) if initial_states is not None else None)

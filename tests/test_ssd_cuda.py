@@ -608,6 +608,14 @@ def test_bwd_empty(ops):
 
 
 @gpu
+@pytest.mark.parametrize("shape", [dict(headdim=0), dict(dstate=0)])
+def test_bwd_stateless(ops, shape):
+    # no state (the kernels need headdim and dstate >= 1): the wrapper's y = D x gradients
+    args = make(seqlen=70, z=True, init=True, dt_bias=True, D="channel", **shape)
+    check_bwd(ops, args, 64, torch.float32, dt_softplus=True)
+
+
+@gpu
 def test_bwd_errors_name_the_argument(ops):
     args = make(seqlen=64, z=True)
     x = args["x"]
