@@ -988,3 +988,24 @@ def test_backward_decomposition_matches_autograd(opts):
         assert (g is None) == (w is None), name
         if w is not None:
             torch.testing.assert_close(g, w, msg=name)
+
+
+@pytest.mark.parametrize("shape", [dict(headdim=0), dict(dstate=0)])
+def test_stateless_backward_on_cpu(shape):
+    """ssd_backward_cuda's PyTorch branch for headdim or dstate 0 (y = D x) against autograd
+    (needs the built extension to import the module, not a GPU)."""
+    try:
+        from selective_scan import _ssd_ops
+    except (ImportError, OSError) as e:
+        pytest.skip(f"extension not built: {e}")
+    torch.manual_seed(2)
+    a = make(batch=2, seqlen=20, nheads=4, z=True, init=True, dt_bias=True, D="channel", device="cpu",
+             **shape)
+    dout = torch.randn(a["x"].shape)
+    y = reference(**a, chunk_size=8)[1].float()
+    got = _ssd_ops.ssd_backward_cuda(dout, a["x"], a["dt"], a["A"], a["B"], a["C"], y, 8, D=a["D"], z=a["z"],
+                                     dt_bias=a["dt_bias"], initial_states=a["initial_states"])
+    want = reference_grads(a, 8, dout)
+    for name, g, w in zip(GRAD_NAMES, got, want):
+        w = w if w is not None else torch.zeros(g.shape, dtype=F64)
+        torch.testing.assert_close(g.to(F64), w, rtol=1e-4, atol=1e-4, msg=name)
