@@ -228,7 +228,6 @@ void launch_ssd_fwd_checked(SsdFwdParams& p, const TensorRef& out, const TensorR
   MK_CHECK(err == cudaSuccess, fn(), "kernel launch failed: ", cudaGetErrorString(err));
 }
 
-
 SsdBwdParams prepare_ssd_bwd(const TensorRef& dout, const TensorRef& x, const TensorRef& dt, const TensorRef& A,
                              const TensorRef& B, const TensorRef& C, const TensorRef& out, int64_t chunk_size,
                              const TensorRef& D, const TensorRef& z, const TensorRef& dt_bias,
