@@ -2,8 +2,9 @@
 # The Mamba-2 SSD forward and backward on a GPU machine, from the repository root: builds our extensions in
 # place unless they are built, then
 #
-#   bash bench/gpu_ssd_run.sh tests      tests/test_ssd_cuda.py, test_ssd_autograd.py, test_ssd_gpu.py (and the
-#                                        ssd_fwd / ssd_bwd sanitizer cases' verify)
+#   bash bench/gpu_ssd_run.sh tests      tests/test_ssd_cuda.py (forward and backward ops; and the ssd_fwd /
+#                                        ssd_bwd sanitizer cases' verify), the GPU tests of
+#                                        tests/test_ssd_autograd.py and tests/test_ssd_gpu.py
 #   bash bench/gpu_ssd_run.sh bench      bench/bench_ssd.py against mamba_ssm's Triton (forward; forward + backward)
 #   bash bench/gpu_ssd_run.sh sanitize   the ssd_fwd and ssd_bwd sanitizer cases under compute-sanitizer
 #
@@ -20,10 +21,11 @@ if [ -z "$(find selective_scan -name '_cuda*.so' 2>/dev/null)" ]; then
 fi
 case "$what" in
   tests)
-    # the op tests (forward and backward), then the autograd Functions over them
-    MAMBA_KERNELS_BACKEND=cuda python3 -m pytest -q tests/test_ssd_cuda.py tests/test_ssd_autograd.py \
-      tests/test_ssd_gpu.py
+    # the op tests (forward and backward)
+    MAMBA_KERNELS_BACKEND=cuda python3 -m pytest -q tests/test_ssd_cuda.py
     rc=$?
+    # the dispatch from ssd_combined (its own backend settings per test), GPU tests only
+    python3 -m pytest -q -m gpu tests/test_ssd_autograd.py tests/test_ssd_gpu.py || rc=1
     python3 scripts/sanitize_cases.py verify --family ssd_fwd || rc=1
     python3 scripts/sanitize_cases.py verify --family ssd_bwd || rc=1
     exit $rc

@@ -818,3 +818,14 @@ def test_gpu_compile_fullgraph_takes_the_kernel():
     got, names = _kernels_run(lambda: compiled(*args))
     assert any("chunk_scan_kernel" in n for n in names), names
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_backend_cuda_refuses_cpu_tensors_as_every_kernel(fresh, monkeypatch):
+    """The dispatch decides for CPU tensors too: MAMBA_KERNELS_BACKEND=cuda is an error there
+    (the compiled path cannot run), reference runs the PyTorch path."""
+    a = scan_args()
+    monkeypatch.setenv("MAMBA_KERNELS_BACKEND", "cuda")
+    with pytest.raises(RuntimeError, match="MAMBA_KERNELS_BACKEND=cuda"):
+        mamba_chunk_scan_combined(**a, chunk_size=8)
+    monkeypatch.setenv("MAMBA_KERNELS_BACKEND", "reference")
+    assert mamba_chunk_scan_combined(**a, chunk_size=8).shape == a["x"].shape
