@@ -1,11 +1,13 @@
-"""Tests of the compiled SSD chunked-scan forward (selective_scan._ssd_ops, csrc/ssd).
+"""Tests of the compiled SSD chunked-scan forward and backward (selective_scan._ssd_ops, csrc/ssd).
 
 Every GPU result is compared with a float64 step-by-step recurrence written here (per head:
 h_t = exp(dt_t A) h_(t-1) + dt_t x_t B_t^T, reset where seq_idx changes; y_t = C_t h_t + D x_t;
 the silu(z) gate), run on float64 copies of the very same inputs. Inputs are fresh random
 tensors; the op allocates its outputs with torch.empty, so the tests check that no NaN is left
-in them. GPU tests are marked ``gpu`` and skipped without a GPU (conftest.py); the schema test at
-the end runs on CPU.
+in them. The backward's gradients are compared with autograd through the same recurrence
+(``reference_grads``). GPU tests are marked ``gpu`` and skipped without a GPU (conftest.py); the
+tests in the CPU section at the end (the schemas with their fakes, the reference checked against
+chunk formulas and the PyTorch path, the backward's formulas phase by phase) run on CPU.
 """
 
 from __future__ import annotations
