@@ -1,7 +1,13 @@
-"""The SSD chunked-scan forward: ours (selective_scan._ssd_ops, csrc/ssd) against mamba_ssm's
-Triton ``mamba_chunk_scan_combined`` (forward only), at Mamba-2's shapes, in one process.
+"""The SSD chunked scan: ours (selective_scan._ssd_ops, csrc/ssd) against mamba_ssm's Triton
+``mamba_chunk_scan_combined``, forward alone and forward + backward, at Mamba-2's shapes, in one
+process.
 
     python3 bench/bench_ssd.py --ms-dir DIR [--shapes all|0,1,2] [--reps N] [--no-first-call]
+                               [--no-backward]
+
+Forward + backward: ours is ssd_forward_cuda then ssd_backward_cuda (the gradients of x, dt, A,
+B, C, D, dt_bias); Triton's is mamba_chunk_scan_combined on inputs that require grad, then
+torch.autograd.grad of its output with the same dout. Their gradients are compared too.
 
 DIR holds mamba_ssm's Python (``pip install --no-deps --target DIR`` of the 2.3.2.post1 sdist
 with MAMBA_SKIP_CUDA_BUILD=TRUE, as bench/gpu_clients_run.sh installs it into /tmp/ms_ours):
@@ -35,12 +41,13 @@ if ROOT not in sys.path:
 import provenance  # noqa: E402  (bench/, imports nothing heavy)
 
 # (batch, seqlen, nheads, headdim, dstate, ngroups, chunk, dtype); the Triton times the task
-# quoted on an H200 are in the comments
+# quoted on an H200 are in the comments (forward; forward + backward)
 SHAPES = [
-    (8, 2048, 80, 64, 128, 1, 256, "bfloat16"),  # Triton 1.296 ms
-    (4, 4096, 128, 64, 128, 8, 256, "bfloat16"),  # Triton 1.539 ms
-    (2, 8192, 32, 64, 64, 1, 256, "float32"),  # Triton 1.119 ms
+    (8, 2048, 80, 64, 128, 1, 256, "bfloat16"),  # Triton 1.296 ms; 4.611 ms
+    (4, 4096, 128, 64, 128, 8, 256, "bfloat16"),  # Triton 1.539 ms; 6.729 ms
+    (2, 8192, 32, 64, 64, 1, 256, "float32"),  # Triton 1.119 ms; 4.723 ms
 ]
+GRADS = ("x", "dt", "A", "B", "C", "D", "dt_bias")
 ORIG_MODULE = "mamba_ssm.ops.triton.ssd_combined"
 
 
@@ -52,6 +59,12 @@ def load_ours():
     lines = [f"ours: selective_scan._cuda = {provenance.require_compiled('ours', ext, ROOT)}",
              f"ours: op module = {provenance.require_file_under('ours', _ssd_ops, ROOT)}"]
     return _ssd_ops.ssd_forward_cuda, lines
+
+
+def load_ours_bwd():
+    from selective_scan import _ssd_ops
+
+    return _ssd_ops.ssd_backward_cuda
 
 
 def load_orig(ms_dir: str):
@@ -81,6 +94,7 @@ def make_inputs(shape, n_sets, seed=0):
             A=-torch.exp(torch.rand(nheads, device="cuda", generator=g)), B=r(batch, seqlen, ngroups, dstate),
             C=r(batch, seqlen, ngroups, dstate), D=torch.randn(nheads, device="cuda", generator=g),
             dt_bias=torch.randn(nheads, device="cuda", generator=g) * 0.5,
+            dout=r(batch, seqlen, nheads, headdim),
         ))
     return sets
 
@@ -96,6 +110,29 @@ def callers(shape, ours, orig):
     def t(a):
         return orig(a["x"], a["dt"], a["A"], a["B"], a["C"], chunk, D=a["D"], dt_bias=a["dt_bias"],
                     dt_softplus=True)
+
+    return {"ours": o, "triton": t}
+
+
+def grad_callers(shape, ours, ours_bwd, orig):
+    """fn(inputs) -> the gradients (GRADS order) for each side, forward included."""
+    import torch
+
+    chunk = shape[6]
+
+    def o(a):
+        y = ours(a["x"], a["dt"], a["A"], a["B"], a["C"], chunk, D=a["D"], dt_bias=a["dt_bias"],
+                 dt_softplus=True)[0]
+        g = ours_bwd(a["dout"], a["x"], a["dt"], a["A"], a["B"], a["C"], y, chunk, D=a["D"],
+                     dt_bias=a["dt_bias"], dt_softplus=True)
+        return (g[0], g[1], g[2], g[3], g[4], g[5], g[7])
+
+    def t(a):
+        leaves = [a[k].detach().requires_grad_() for k in GRADS]
+        x, dt, A, B, C, D, dt_bias = leaves
+        with torch.enable_grad():
+            out = orig(x, dt, A, B, C, chunk, D=D, dt_bias=dt_bias, dt_softplus=True)
+            return torch.autograd.grad(out, leaves, a["dout"])
 
     return {"ours": o, "triton": t}
 
@@ -133,6 +170,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default="all", help="'all' or indices into SHAPES, e.g. 0,2")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--no-first-call", action="store_true")
+    ap.add_argument("--no-backward", action="store_true", help="time the forward alone")
     ap.add_argument("--first-call-child", nargs=2, metavar=("SIDE", "SHAPE"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.first_call_child:
@@ -166,6 +204,20 @@ def main(argv=None) -> int:
         print(f"shape {shape}: ours {ms['ours']:.3f} ms | triton {ms['triton']:.3f} ms | "
               f"ours/triton {ms['ours'] / ms['triton']:.2f} | max|ours-triton|/max|triton| {diff:.2e}"
               f"{' | NaN in ours' if nan else ''}", flush=True)
+        if not args.no_backward:
+            gfns = grad_callers(shape, ours, load_ours_bwd(), orig)
+            ga, gb = gfns["ours"](sets[0]), gfns["triton"](sets[0])
+            diffs = {k: ((u.float() - v.float()).abs().max() / v.float().abs().max().clamp_min(1e-30)).item()
+                     for k, u, v in zip(GRADS, ga, gb)}
+            gnan = any(bool(torch.isnan(u).any()) for u in ga)
+            del ga, gb
+            gms = {side: time_ms(lambda j, fn=fn, sets=sets: fn(sets[j]), n_sets, reps=args.reps, inner=2)
+                   for side, fn in gfns.items()}
+            rows.append((shape, gms, 0.0, gnan))
+            print(f"shape {shape} fwd+bwd: ours {gms['ours']:.3f} ms | triton {gms['triton']:.3f} ms | "
+                  f"ours/triton {gms['ours'] / gms['triton']:.2f} | max|d ours - d triton|/max|d triton| "
+                  + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items())
+                  + (" | NaN in ours" if gnan else ""), flush=True)
         del sets
         torch.cuda.empty_cache()
     if not args.no_first_call:

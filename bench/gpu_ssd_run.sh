@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The Mamba-2 SSD forward on a GPU machine, from the repository root: builds our extensions in
+# The Mamba-2 SSD forward and backward on a GPU machine, from the repository root: builds our extensions in
 # place unless they are built, then
 #
-#   bash bench/gpu_ssd_run.sh tests      tests/test_ssd_cuda.py (and the ssd_fwd sanitizer cases' verify),
-#                                        the GPU tests of tests/test_ssd_autograd.py and tests/test_ssd_gpu.py
-#   bash bench/gpu_ssd_run.sh bench      bench/bench_ssd.py against mamba_ssm's Triton forward
+#   bash bench/gpu_ssd_run.sh tests      tests/test_ssd_cuda.py (forward and backward ops; and the ssd_fwd /
+#                                        ssd_bwd sanitizer cases' verify), the GPU tests of
+#                                        tests/test_ssd_autograd.py and tests/test_ssd_gpu.py
+#   bash bench/gpu_ssd_run.sh bench      bench/bench_ssd.py against mamba_ssm's Triton (forward; forward + backward)
+#   bash bench/gpu_ssd_run.sh sanitize   the ssd_fwd and ssd_bwd sanitizer cases under compute-sanitizer
 #
 # bench installs mamba_ssm's Python from .device/mamba_ssm-2.3.2.post1.tar.gz into /tmp/ms_ours
 # (CUDA build skipped, as bench/gpu_clients_run.sh does) unless it is there; its Triton kernels
@@ -19,11 +21,18 @@ if [ -z "$(find selective_scan -name '_cuda*.so' 2>/dev/null)" ]; then
 fi
 case "$what" in
   tests)
+    # the op tests (forward and backward)
     MAMBA_KERNELS_BACKEND=cuda python3 -m pytest -q tests/test_ssd_cuda.py
     rc=$?
     # the dispatch from ssd_combined (its own backend settings per test), GPU tests only
     python3 -m pytest -q -m gpu tests/test_ssd_autograd.py tests/test_ssd_gpu.py || rc=1
     python3 scripts/sanitize_cases.py verify --family ssd_fwd || rc=1
+    python3 scripts/sanitize_cases.py verify --family ssd_bwd || rc=1
+    exit $rc
+    ;;
+  sanitize)
+    bash scripts/sanitize.sh --family ssd_fwd "${@:2}"; rc=$?
+    bash scripts/sanitize.sh --family ssd_bwd "${@:2}" || rc=1
     exit $rc
     ;;
   bench)
@@ -37,5 +46,5 @@ case "$what" in
     }
     PYTHONPATH="$MS:/tmp/ssd_bench_deps:${PYTHONPATH:-}" python3 bench/bench_ssd.py --ms-dir "$MS" "${@:2}"
     ;;
-  *) echo "usage: bash bench/gpu_ssd_run.sh tests|bench [bench_ssd.py args]" >&2; exit 2 ;;
+  *) echo "usage: bash bench/gpu_ssd_run.sh tests|bench|sanitize [args]" >&2; exit 2 ;;
 esac

@@ -8,7 +8,7 @@
 #   bash scripts/sanitize.sh --list [--tool T]... [--family F]...     (the cases; no GPU needed)
 #
 #   --tool      memcheck, racecheck, synccheck, initcheck (repeatable or comma-separated; default all)
-#   --family    conv_fwd, conv_bwd, conv_update, scan_fwd, scan_bwd, decode, norm (likewise; default all)
+#   --family    conv_fwd, conv_bwd, conv_update, scan_fwd, scan_bwd, decode, norm, ssd_fwd, ssd_bwd (likewise; default all)
 #   --out       where summary.md, summary.tsv and sanitize-logs.tar.gz go (default $OUT, else
 #               ./sanitize-results)
 #   --jobs      sanitizer processes at a time (default 4; one GPU serves them all)

@@ -37,7 +37,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
-FAMILIES = ("conv_fwd", "conv_bwd", "conv_update", "scan_fwd", "scan_bwd", "decode", "norm", "ssd_fwd")
+FAMILIES = ("conv_fwd", "conv_bwd", "conv_update", "scan_fwd", "scan_bwd", "decode", "norm", "ssd_fwd",
+            "ssd_bwd")
 # Tools that get one process per case (the others: one process per family). synccheck over
 # several tests in one process once ended in "Fatal Python error: Aborted" with 0 errors
 # reported (docs/KERNELS.md, "Sanitizer checks"), so it never shares a process.
@@ -205,6 +206,38 @@ KINDS: Dict[str, Kind] = {
                                SD + "fwd.cu:varlen_state_kernel<T>", launches=(1, 1)),
     "ssd_fwd_varlen_f32": _k("ssd_fwd", r"::varlen_state_kernel<float>", "varlen final states, fp32",
                              launches=(1, 1)),
+    # Mamba-2 SSD backward (csrc/ssd/bwd.cu launch_typed): after the forward's C B^T, chunk states
+    # and state passing again (the recomputation; kinds of ssd_fwd), eight launches a call
+    "ssd_bwd_gate_16bit": _k("ssd_bwd", r"::gate_bwd_kernel<(?:__nv_bfloat16|__half)>",
+                             "dy = dout silu(z) and dz, 16-bit", SD + "bwd.cu:gate_bwd_kernel<T>",
+                             launches=(1, 1)),
+    "ssd_bwd_gate_f32": _k("ssd_bwd", r"::gate_bwd_kernel<float>", "dy and dz, fp32", launches=(1, 1)),
+    "ssd_bwd_dstate_16bit": _k("ssd_bwd", r"::chunk_dstate_kernel<(?:__nv_bfloat16|__half)>",
+                               "each chunk's own state gradient, 16-bit (tensor cores)",
+                               SD + "bwd.cu:chunk_dstate_kernel<T>", launches=(1, 1)),
+    "ssd_bwd_dstate_f32": _k("ssd_bwd", r"::chunk_dstate_kernel<float>", "chunk state gradients, fp32 (FMA)",
+                             launches=(1, 1)),
+    "ssd_bwd_pass": _k("ssd_bwd", r"::state_pass_bwd_kernel\b", "reverse state passing, decay partials",
+                       SD + "bwd.cu:state_pass_bwd_kernel", launches=(1, 1)),
+    "ssd_bwd_dcb_16bit": _k("ssd_bwd", r"::chunk_dcb_kernel<(?:__nv_bfloat16|__half)>",
+                            "d(C B^T) over a group's heads, dA_cumsum / dt partials, 16-bit (tensor cores)",
+                            SD + "bwd.cu:chunk_dcb_kernel<T>", launches=(1, 1)),
+    "ssd_bwd_dcb_f32": _k("ssd_bwd", r"::chunk_dcb_kernel<float>", "d(C B^T), fp32 (FMA)", launches=(1, 1)),
+    "ssd_bwd_dx_16bit": _k("ssd_bwd", r"::chunk_dx_kernel<(?:__nv_bfloat16|__half)>",
+                           "dx (anti-causal, FMA diagonal), state-weight partials, 16-bit (tensor cores)",
+                           SD + "bwd.cu:chunk_dx_kernel<T>", launches=(1, 1)),
+    "ssd_bwd_dx_f32": _k("ssd_bwd", r"::chunk_dx_kernel<float>", "dx, fp32 (FMA)", launches=(1, 1)),
+    "ssd_bwd_dbc_16bit": _k("ssd_bwd", r"::chunk_dbc_kernel<(?:__nv_bfloat16|__half)>",
+                            "dB and dC over a group's heads, 16-bit (tensor cores)",
+                            SD + "bwd.cu:chunk_dbc_kernel<T>", launches=(1, 1)),
+    "ssd_bwd_dbc_f32": _k("ssd_bwd", r"::chunk_dbc_kernel<float>", "dB and dC, fp32 (FMA)", launches=(1, 1)),
+    "ssd_bwd_ddt_16bit": _k("ssd_bwd", r"::chunk_ddt_kernel<(?:__nv_bfloat16|__half)>",
+                            "per-step sums, reverse cumsum, the dt chain, 16-bit tiles",
+                            SD + "bwd.cu:chunk_ddt_kernel<T>", launches=(1, 1)),
+    "ssd_bwd_ddt_f32": _k("ssd_bwd", r"::chunk_ddt_kernel<float>", "per-step sums, fp32 tiles",
+                          launches=(1, 1)),
+    "ssd_bwd_sum": _k("ssd_bwd", r"::param_sum_kernel\b", "dA, dt_bias, D gradients: fixed-order sums",
+                      SD + "bwd.cu:param_sum_kernel", launches=(1, 1)),
 }
 
 
@@ -227,6 +260,14 @@ def _c(name: str, family: str, kinds: Sequence[str], note: str = "", **params) -
 F32, F16, BF16 = "float32", "float16", "bfloat16"
 # the kinds every 16-bit SSD forward case reaches, in launch order
 SSD16 = ["ssd_fwd_cb_16bit", "ssd_fwd_state_16bit", "ssd_fwd_pass", "ssd_fwd_scan_16bit"]
+
+# the kinds every SSD backward case reaches (with seqlen > 0), in launch order
+SSD_BWD = ["gate", "dstate", "pass", "dcb", "dx", "dbc", "ddt", "sum"]
+
+
+def _ssd_bwd_kinds(kind: str) -> List[str]:
+    return [f"ssd_bwd_{k}" if k in ("pass", "sum") else f"ssd_bwd_{k}_{kind}" for k in SSD_BWD]
+
 
 CASES: List[Case] = [
     # ---- conv forward: odd lengths and dims, tile ends, seq_idx with padding, states
@@ -383,6 +424,17 @@ CASES: List[Case] = [
        ["ssd_fwd_cb_f32", "ssd_fwd_state_f32", "ssd_fwd_pass", "ssd_fwd_varlen_f32", "ssd_fwd_scan_f32"],
        "cu_seqlens, int64 offsets", batch=1, L=100, nheads=2, headdim=32, ngroups=1, dstate=16, chunk=64,
        dtype=F32, cu_seqlens=(0, 33, 100), cu_int64=True),
+    # ---- Mamba-2 SSD backward (the forward first, then the backward with its recomputation)
+    _c("ssd_bwd_bf16", "ssd_bwd", _ssd_bwd_kinds("16bit"),
+       "3 chunks of 128 (short last), 2 groups of 2 heads, z, D per channel, initial / final states, seq_idx",
+       batch=2, L=300, nheads=4, headdim=64, ngroups=2, dstate=64, chunk=128, dtype=BF16, z=True,
+       D="channel", init=True, seq_idx=True, dfinal=True),
+    _c("ssd_bwd_f16_partial_tiles", "ssd_bwd", _ssd_bwd_kinds("16bit"),
+       "headdim 37, dstate 80: partial channel and state tiles; x a strided slice; chunk 64",
+       batch=1, L=150, nheads=2, headdim=37, ngroups=1, dstate=80, chunk=64, dtype=F16, strided=True),
+    _c("ssd_bwd_f32", "ssd_bwd", _ssd_bwd_kinds("f32"),
+       "chunk 256 and one step past it, dstate 16, z, 8 heads in one group", batch=2, L=257, nheads=8,
+       headdim=32, ngroups=1, dstate=16, chunk=256, dtype=F32, z=True, dfinal=True),
 ]
 
 
@@ -623,6 +675,15 @@ def predict_ssd(c: Case) -> List[str]:
         ([f"ssd_fwd_scan_{kind}"] if chunks else [])
 
 
+def predict_ssd_bwd(c: Case) -> List[str]:
+    """bwd.cu, launch_typed: the gate when there are steps; the chunk kernels when batch x chunks
+    > 0; reverse state passing and the parameter sums always."""
+    p = c.params
+    kind = "f32" if p["dtype"] == F32 else "16bit"
+    steps = p["batch"] * p["L"]
+    return [k for k in _ssd_bwd_kinds(kind) if steps or k in ("ssd_bwd_pass", "ssd_bwd_sum")]
+
+
 def predict(c: Case) -> List[str]:
     """The kinds case c reaches on a 132-SM GPU, by the launchers' rules restated above."""
     if c.family.startswith("conv"):
@@ -631,6 +692,8 @@ def predict(c: Case) -> List[str]:
         return predict_scan(c)
     if c.family == "norm":
         return predict_norm(c)
+    if c.family == "ssd_bwd":
+        return predict_ssd_bwd(c)
     if c.family.startswith("ssd"):
         return predict_ssd(c)
     return predict_decode(c)
@@ -870,14 +933,23 @@ def run_ssd(c: Case, gen, _ssd_ops=None) -> None:
         seq = seq.to(DEVICE)
         cu = offsets.to(torch.int64 if p.get("cu_int64") else torch.int32).to(DEVICE)
         kw["cu_seqlens"] = cu
-    _ssd_ops.ssd_forward_cuda(x, dt, A, B, C, p["chunk"], D=D, z=z, dt_bias=_rand(H, scale=0.3, gen=gen),
-                              initial_states=init, seq_idx=seq, dt_softplus=True, dt_limit=(0.0, 2.0), **kw)
+    dt_bias = _rand(H, scale=0.3, gen=gen)
+    res = _ssd_ops.ssd_forward_cuda(x, dt, A, B, C, p["chunk"], D=D, z=z, dt_bias=dt_bias,
+                                    initial_states=init, seq_idx=seq, dt_softplus=True, dt_limit=(0.0, 2.0),
+                                    **kw)
+    if c.family == "ssd_bwd":
+        dout = _rand(batch, L, H, P, dtype=dtype, gen=gen)
+        dfinal = _rand(batch, H, P, N, gen=gen) if p.get("dfinal") else None
+        y = res[1] if z is not None else res[0]
+        _ssd_ops.ssd_backward_cuda(dout, x, dt, A, B, C, y, p["chunk"], D=D, z=z, dt_bias=dt_bias,
+                                   initial_states=init, dfinal_states=dfinal, seq_idx=seq, dt_softplus=True,
+                                   dt_limit=(0.0, 2.0))
 
 
 RUNNERS: Dict[str, Callable] = {
     "conv_fwd": run_conv, "conv_bwd": run_conv, "conv_update": run_conv,
     "scan_fwd": run_scan, "scan_bwd": run_scan, "decode": run_decode, "norm": run_norm,
-    "ssd_fwd": run_ssd,
+    "ssd_fwd": run_ssd, "ssd_bwd": run_ssd,
 }
 
 

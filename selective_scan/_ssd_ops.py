@@ -1,10 +1,11 @@
-"""The compiled forward of Mamba-2's SSD chunked scan as a torch.library custom op.
+"""The compiled forward and backward of Mamba-2's SSD chunked scan as torch.library custom ops.
 
 Importing this module loads ``selective_scan._cuda``, whose C++ side registers
-``torch.ops.mamba_kernels.ssd_chunk_scan_fwd`` (CUDA implementation; csrc/ssd). Here we add its
-fake (meta) implementation (``_ssd_meta``), so ``torch.compile(fullgraph=True)`` traces it
-without a graph break, and ``ssd_forward_cuda``, the forward with the outputs of mamba_ssm's
-internal ``_mamba_chunk_scan_combined_fwd``.
+``torch.ops.mamba_kernels.ssd_chunk_scan_fwd`` and ``ssd_chunk_scan_bwd`` (CUDA implementations;
+csrc/ssd). Here we add their fake (meta) implementations (``_ssd_meta``), so
+``torch.compile(fullgraph=True)`` traces them without a graph break; ``ssd_forward_cuda``, the
+forward with the outputs of mamba_ssm's internal ``_mamba_chunk_scan_combined_fwd``; and
+``ssd_backward_cuda``, the gradients of its inputs.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ import torch
 from mamba_kernels.runtime.library import register_fake
 
 from . import _cuda  # noqa: F401  (loading it registers the op)
-from ._ssd_meta import OP_NAME, ssd_fwd_fake
+from ._ssd_meta import BWD_OP_NAME, OP_NAME, ssd_bwd_fake, ssd_fwd_fake
 
 Tensor = torch.Tensor
 _op = getattr(torch.ops.mamba_kernels, OP_NAME).default
+_bwd_op = getattr(torch.ops.mamba_kernels, BWD_OP_NAME).default
 
 register_fake("ssd_chunk_scan_fwd")(ssd_fwd_fake)  # OP_NAME, spelled out for tests/test_abi_audit.py
+register_fake("ssd_chunk_scan_bwd")(ssd_bwd_fake)  # BWD_OP_NAME
 
 
 def ssd_forward_cuda(
@@ -70,3 +73,69 @@ def ssd_forward_cuda(
     )
     res = (out, (out_x if z is not None else None), dt_out, dA_cumsum, states, final_states)
     return res + (varlen_states,) if cu_seqlens is not None else res
+
+
+def ssd_backward_cuda(
+    dout: Tensor,
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    out: Tensor,
+    chunk_size: int,
+    D: Optional[Tensor] = None,
+    z: Optional[Tensor] = None,
+    dt_bias: Optional[Tensor] = None,
+    initial_states: Optional[Tensor] = None,
+    dfinal_states: Optional[Tensor] = None,
+    seq_idx: Optional[Tensor] = None,
+    dt_softplus: bool = False,
+    dt_limit: Tuple[float, float] = (0.0, float("inf")),
+) -> Tuple[Optional[Tensor], ...]:
+    """``(dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial_states)``: the gradients of
+    ``ssd_forward_cuda``'s inputs given ``dout``, the gradient of its ``out``, and
+    ``dfinal_states``, that of its ``final_states`` (None: zero).
+
+    The inputs are the forward's (same rules); ``out`` is y before the gate (the forward's
+    ``out_x``) when z is given, else its ``out`` (then unread). The forward's intermediates
+    (dt after bias / softplus / clamp, its running sums, the chunk states, C B^T) are recomputed,
+    nothing else is needed. Each gradient has its input's shape and dtype (dx, dz like x; dB, dC
+    like B, C); dD, dz, ddt_bias and dinitial_states are None where their input is. No gradient
+    for varlen states (cu_seqlens). Deterministic: two calls give bitwise equal results.
+    """
+    if x.shape[-1] == 0 or B.shape[-1] == 0:  # no state: y = D x (the kernels need both sizes)
+        return _stateless_backward(dout, x, dt, A, B, C, out, D, z, dt_bias, initial_states)
+    lo, hi = dt_limit
+    dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinit = _bwd_op(
+        dout, x, dt, A, B, C, out, int(chunk_size), D, z, dt_bias, initial_states, dfinal_states, seq_idx,
+        bool(dt_softplus), float(lo), float(hi),
+    )
+    return (dx, ddt, dA, dB, dC,
+            dD if D is not None else None,
+            dz if z is not None else None,
+            ddt_bias if dt_bias is not None else None,
+            dinit if initial_states is not None else None)
+
+
+def _stateless_backward(dout, x, dt, A, B, C, out, D, z, dt_bias, initial_states):
+    """headdim or dstate 0: y = D x, no dependence on dt, A, B, C or the initial state."""
+    f32 = torch.float32
+    dy = dout.to(f32)
+    if z is not None:
+        s = torch.sigmoid(z.to(f32))
+        dz = (dout.to(f32) * out.to(f32) * s * (1 + z.to(f32) * (1 - s))).to(x.dtype)
+        dy = dy * z.to(f32) * s
+    else:
+        dz = None
+    dD = None
+    if D is not None:
+        Dw = D.to(f32)[:, None] if D.dim() == 1 else D.to(f32)
+        dx = (dy * Dw).to(x.dtype)
+        dDw = (dy * x.to(f32)).sum((0, 1))
+        dD = (dDw.sum(-1) if D.dim() == 1 else dDw).to(D.dtype)
+    else:
+        dx = torch.zeros_like(x)
+    return (dx, torch.zeros_like(dt), torch.zeros_like(A), torch.zeros_like(B), torch.zeros_like(C), dD, dz,
+            torch.zeros_like(dt_bias) if dt_bias is not None else None,
+            torch.zeros_like(initial_states) if initial_states is not None else None)

@@ -58,7 +58,7 @@ __all__ = [
 ]
 
 
-# --- dispatch: the compiled forward (and backward, once it lands) or the PyTorch path -----------
+# --- dispatch: the compiled forward (and backward) or the PyTorch path ---------------------------
 
 KERNEL = "selective_scan"  # the extension family (selective_scan._cuda) the SSD kernels ship in
 _KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -200,7 +200,7 @@ class MambaChunkScanCombinedFn(torch.autograd.Function):
     return_varlen_states)`` with checked arguments (``mamba_chunk_scan_combined``).
 
     Forward: the compiled kernel for covered CUDA inputs (``_use_cuda``), else ``ssd_forward``.
-    Backward: the compiled backward (``_ssd_ops.ssd_backward_cuda``, once it exists) after a
+    Backward: the compiled backward (``_ssd_ops.ssd_backward_cuda``) after a
     compiled forward, when varlen_states get no gradient; otherwise ``ssd_forward`` runs again
     under autograd on detached inputs and ``torch.autograd.grad`` takes the incoming gradients
     of out, final_states and varlen_states. Not differentiable twice.
@@ -509,7 +509,8 @@ class MambaSplitConv1dScanCombinedFn(torch.autograd.Function):
     causal conv of xBC (under autograd, for its gradients), the split into x, B, C, z, dt, the
     swiglu of zx0, the gated RMSNorm's output (``_layer_norm_bwd`` with the kept rstd, CUDA
     kernels for CUDA tensors), the SSD's gradients (``_chunk_scan_backward``: the compiled
-    backward once it lands, else ``ssd_forward`` again under autograd) and the out projection's.
+    backward after a compiled forward, else ``ssd_forward`` again under autograd) and the out
+    projection's.
 
     Kept for the backward, the original's list in its order: zxbcdt, conv1d_weight,
     conv1d_bias, out_x (the SSD output before the gate and the norm, (batch, seqlen, nheads,

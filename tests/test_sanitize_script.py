@@ -248,6 +248,19 @@ def test_kind_patterns_tell_instantiations_apart():
         assert [t for t in names if re.search(k[f"ssd_fwd_{part}_16bit"].kernel, names[t])] == [
             "__half", "__nv_bfloat16"]
     assert re.search(k["ssd_fwd_pass"].kernel, sd + "state_pass_kernel(mamba_kernels::ssd::SsdFwdParams)")
+    for kernel in ("gate_bwd_kernel", "chunk_dstate_kernel", "chunk_dcb_kernel", "chunk_dx_kernel",
+                   "chunk_dbc_kernel", "chunk_ddt_kernel"):
+        names = {t: sd + f"{kernel}<{t}>(mamba_kernels::ssd::SsdBwdParams)"
+                 for t in ("float", "__half", "__nv_bfloat16")}
+        part = kernel.replace("chunk_", "").replace("_kernel", "").replace("_bwd", "")
+        assert [t for t in names if re.search(k[f"ssd_bwd_{part}_f32"].kernel, names[t])] == ["float"]
+        assert [t for t in names if re.search(k[f"ssd_bwd_{part}_16bit"].kernel, names[t])] == [
+            "__half", "__nv_bfloat16"]
+        assert not any(re.search(k[f"ssd_fwd_{q}_f32"].kernel, names["float"])
+                       for q in ("cb", "state", "scan"))
+    pass_bwd = sd + "state_pass_bwd_kernel(mamba_kernels::ssd::SsdBwdParams)"
+    assert re.search(k["ssd_bwd_pass"].kernel, pass_bwd) and not re.search(k["ssd_fwd_pass"].kernel, pass_bwd)
+    assert re.search(k["ssd_bwd_sum"].kernel, sd + "param_sum_kernel(mamba_kernels::ssd::SsdBwdParams)")
 
 
 def test_parse_counts():
@@ -371,6 +384,23 @@ def _reference_ops():
             return ssd_fwd_fake(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
                                 cu_seqlens, dt_softplus, *dt_limit)
 
+        @staticmethod
+        def ssd_backward_cuda(dout, x, dt, A, B, C, out, chunk_size, D=None, z=None, dt_bias=None,
+                              initial_states=None, dfinal_states=None, seq_idx=None, dt_softplus=False,
+                              dt_limit=(0.0, float("inf"))):
+            # the backward's own preconditions (csrc/ssd/ssd_host.cpp, prepare_ssd_bwd), the
+            # forward's checked by running its reference check above
+            from selective_scan._ssd_meta import ssd_bwd_fake
+
+            Ssd.ssd_forward_cuda(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx,
+                                 dt_softplus, dt_limit)
+            calls[-1] = "ssd.bwd"
+            batch, seqlen, nheads, headdim = x.shape
+            assert dout.shape == x.shape and out.shape == x.shape
+            assert dfinal_states is None or dfinal_states.shape == (batch, nheads, headdim, B.shape[3])
+            return ssd_bwd_fake(dout, x, dt, A, B, C, out, chunk_size, D, z, dt_bias, initial_states,
+                                dfinal_states, seq_idx, dt_softplus, *dt_limit)
+
     return calls, Conv, Scan, Update, Norm, Ssd
 
 
@@ -396,7 +426,7 @@ def test_case_inputs_are_valid_on_the_reference_path(monkeypatch):
         want = {"conv_fwd": ["conv.fwd"], "conv_bwd": ["conv.bwd", "conv.fwd"],
                 "conv_update": ["conv.update"],
                 "scan_fwd": ["scan.fwd"], "scan_bwd": ["scan.fwd", "scan.bwd"],
-                "decode": ["decode"], "ssd_fwd": ["ssd.fwd"],
+                "decode": ["decode"], "ssd_fwd": ["ssd.fwd"], "ssd_bwd": ["ssd.fwd", "ssd.bwd"],
                 "norm": ["norm.fwd", "norm.bwd"] if c.params.get("bwd") else ["norm.fwd"]}[c.family]
         assert calls[before:] == want, c.name
 

@@ -321,7 +321,7 @@ struct StatePassAgent {
       const float decay = expf(p.dA_cumsum[cs_base + c * p.chunk + p.chunk - 1]);
       H = keep ? decay * H + s : s;
     }
-    p.final_states[(b * p.nheads + h) * PN + e] = H;
+    if (p.final_states) p.final_states[(b * p.nheads + h) * PN + e] = H;
   }
 };
 
@@ -589,8 +589,9 @@ __global__ void __launch_bounds__(SsdPolicy<Is16Bit<T>::value>::kThreads)
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// states_only: the backward's recomputation, chunk_cb, chunk_state and state_pass (no outputs).
 template <typename T>
-cudaError_t launch_typed(const SsdFwdParams& p, cudaStream_t stream) {
+cudaError_t launch_typed(const SsdFwdParams& p, cudaStream_t stream, bool states_only) {
   using Pol = SsdPolicy<Is16Bit<T>::value>;
   const int64_t P = p.headdim, N = p.dstate;
   const int64_t state_tiles = cdiv(P, Pol::kStateP) * cdiv(N, Pol::kStateN);
@@ -621,6 +622,7 @@ cudaError_t launch_typed(const SsdFwdParams& p, cudaStream_t stream) {
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
+  if (states_only) return cudaSuccess;
   if (p.cu_seqlens && p.nseqs > 0) {
     const dim3 grid(unsigned(p.nheads), unsigned(state_tiles), unsigned(p.nseqs));
     varlen_state_kernel<T><<<grid, Pol::kThreads, 0, stream>>>(p);
@@ -637,16 +639,22 @@ cudaError_t launch_typed(const SsdFwdParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-cudaError_t launch_ssd_fwd(const SsdFwdParams& p, cudaStream_t stream) {
+namespace {
+cudaError_t launch_any(const SsdFwdParams& p, cudaStream_t stream, bool states_only) {
   if (p.chunk < 1 || p.chunk > kSsdMaxChunk) return cudaErrorInvalidValue;
   if (p.batch == 0 || p.nheads == 0 || p.headdim == 0 || p.dstate == 0) return cudaSuccess;
   switch (p.dtype) {
-    case DType::kFloat32: return launch_typed<float>(p, stream);
-    case DType::kFloat16: return launch_typed<__half>(p, stream);
-    case DType::kBFloat16: return launch_typed<__nv_bfloat16>(p, stream);
+    case DType::kFloat32: return launch_typed<float>(p, stream, states_only);
+    case DType::kFloat16: return launch_typed<__half>(p, stream, states_only);
+    case DType::kBFloat16: return launch_typed<__nv_bfloat16>(p, stream, states_only);
   }
   return cudaErrorInvalidValue;
 }
+}  // namespace
+
+cudaError_t launch_ssd_fwd(const SsdFwdParams& p, cudaStream_t stream) { return launch_any(p, stream, false); }
+
+cudaError_t launch_ssd_fwd_states(const SsdFwdParams& p, cudaStream_t stream) { return launch_any(p, stream, true); }
 
 }  // namespace ssd
 }  // namespace mamba_kernels

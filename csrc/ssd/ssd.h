@@ -82,5 +82,49 @@ constexpr int64_t kSsdMaxGridYZ = 65535;
 // is nothing to do), or cudaErrorInvalidValue for a chunk outside 1..kSsdMaxChunk.
 cudaError_t launch_ssd_fwd(const SsdFwdParams& p, cudaStream_t stream);
 
+// The forward's first three launches only (chunk_cb, chunk_state, state_pass): cb, dt_out,
+// dA_cumsum and the entering states, as the backward recomputes them (final_states may be null).
+cudaError_t launch_ssd_fwd_states(const SsdFwdParams& p, cudaStream_t stream);
+
+// The backward (csrc/ssd/bwd.cu). f holds the forward's inputs and, as buffers, the
+// intermediates the backward recomputes (dt_out, dA_cumsum, states, cb; final_states null).
+// Every output and workspace below is contiguous.
+struct SsdBwdParams {
+  SsdFwdParams f;
+  Operand dout;    // (batch, seqlen, head, p)
+  Operand out;     // y before the gate (batch, seqlen, head, p); read only with z
+  Operand dfinal;  // (batch, head, p, n); may be absent
+
+  // Outputs: dx, dz (x's dtype; dz only with z), dB, dC (x's dtype), ddt (ddt_dtype,
+  // (batch, seqlen, head)), dA (dA_dtype, (head,)), dD (dD_dtype, (head,) or (head, p)), ddt_bias
+  // (ddt_bias_dtype, (head,)), dinit (dinit_dtype, (batch, head, p, n)); null where absent.
+  void *dx = nullptr, *dz = nullptr, *dB = nullptr, *dC = nullptr, *ddt = nullptr, *dA = nullptr;
+  void *dD = nullptr, *ddt_bias = nullptr, *dinit = nullptr;
+  DType ddt_dtype = DType::kFloat32, dA_dtype = DType::kFloat32, dD_dtype = DType::kFloat32;
+  DType ddt_bias_dtype = DType::kFloat32, dinit_dtype = DType::kFloat32;
+  bool dD_per_channel = false;
+
+  // fp32 workspaces (sizes from ssd_bwd_workspace).
+  float* dy = nullptr;          // (batch, seqlen, head, p): dout silu(z)
+  float* dstates = nullptr;     // (batch, nchunks, head, p, n): the state gradients
+  float* dcb = nullptr;         // (batch, nchunks, group, chunk, chunk): d(C_t . B_s), summed over heads
+  float* step_part = nullptr;   // (batch, head, nchunks, nslots, chunk): per-step partial sums
+  float* decay_part = nullptr;  // (batch, head, nchunks, pass_blocks)
+  float* head_part = nullptr;   // (batch * nchunks, 2, head): dA and ddt_bias partials
+  float* dD_part = nullptr;     // (batch * nchunks * stiles, head, p)
+  int64_t nslots = 0, pass_blocks = 0, stiles = 0, ptiles = 0;
+};
+
+// The backward's workspace counts (in floats) for p.f's shapes and dtype; fills nslots,
+// pass_blocks, stiles, ptiles.
+struct SsdBwdWorkspace {
+  int64_t dy, dstates, dcb, step_part, decay_part, head_part, dD_part;
+};
+SsdBwdWorkspace ssd_bwd_workspace(SsdBwdParams& p);
+
+// Runs the recomputation and the backward's kernels on the stream; returns the first launch
+// error.
+cudaError_t launch_ssd_bwd(const SsdBwdParams& p, cudaStream_t stream);
+
 }  // namespace ssd
 }  // namespace mamba_kernels

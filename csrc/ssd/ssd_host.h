@@ -31,6 +31,28 @@ void launch_ssd_fwd_checked(SsdFwdParams& p, const TensorRef& out, const TensorR
                             const TensorRef& dA_cumsum, const TensorRef& states, const TensorRef& final_states,
                             const TensorRef& varlen_states, const TensorRef& cb, cudaStream_t stream);
 
+// The backward: checks every input (messages name ssd_chunk_scan_bwd) and fills everything
+// but the outputs and workspaces. out (y before the gate) is read only with z.
+SsdBwdParams prepare_ssd_bwd(const TensorRef& dout, const TensorRef& x, const TensorRef& dt, const TensorRef& A,
+                             const TensorRef& B, const TensorRef& C, const TensorRef& out, int64_t chunk_size,
+                             const TensorRef& D, const TensorRef& z, const TensorRef& dt_bias,
+                             const TensorRef& initial_states, const TensorRef& dfinal_states, const TensorRef& seq_idx,
+                             bool dt_softplus, double dt_limit_lo, double dt_limit_hi);
+
+// The backward's outputs, contiguous, as the binding allocates them: dx, dB, dC, dz in x's dtype;
+// ddt, dA, dD, ddt_bias, dinit in their inputs' dtypes and shapes (absent where the input is).
+struct BwdOutputs {
+  Scalar x_scalar = Scalar::kFloat32;
+  TensorRef dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinit;
+};
+
+// The fp32 workspace's element count (counts: its pieces, in order).
+int64_t ssd_bwd_workspace_floats(SsdBwdParams& p, int64_t (&counts)[11]);
+
+// Checked and filled here (the workspace carved into the recomputed forward intermediates and
+// the backward's own buffers), then the launches.
+void launch_ssd_bwd_checked(SsdBwdParams& p, const BwdOutputs& o, const TensorRef& workspace, cudaStream_t stream);
+
 // The workspace's shape, (batch, nchunks, ngroups, chunk_size, chunk_size).
 inline void cb_shape(const SsdFwdParams& p, int64_t (&sizes)[5]) {
   sizes[0] = p.batch;

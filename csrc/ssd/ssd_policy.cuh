@@ -42,6 +42,38 @@ struct SsdPolicy<false> {
   static constexpr int kPadF = 1;
 };
 
+// The backward's tiles (csrc/ssd/bwd.cu): kTile steps a tile (t and s alike), kP channels,
+// kN state columns, contractions kK at a time; same padding rules as the forward's.
+template <bool kHalf>
+struct SsdBwdPolicy;
+
+template <>
+struct SsdBwdPolicy<true> {
+  static constexpr int kThreads = 128;  // 4 warps, a 16-row strip each of a 64-row tile
+  static constexpr int kTile = 64;
+  static constexpr int kP = 64;
+  static constexpr int kN = 64;
+  static constexpr int kK = 64;
+  static constexpr int kPadS = 8;
+  static constexpr int kPadF = 4;
+};
+
+template <>
+struct SsdBwdPolicy<false> {
+  static constexpr int kThreads = 128;
+  static constexpr int kTile = 32;
+  static constexpr int kP = 64;
+  static constexpr int kN = 64;
+  static constexpr int kK = 32;
+  static constexpr int kPadS = 1;
+  static constexpr int kPadF = 1;
+};
+
+// The backward's per-step reduction (one thread a step of a chunk) and parameter sums.
+struct SsdBwdStepPolicy {
+  static constexpr int kThreads = 256;  // kSsdMaxChunk
+};
+
 // The state-passing kernel: one thread per state element, the chunks in sequence.
 struct SsdPassPolicy {
   static constexpr int kThreads = 256;

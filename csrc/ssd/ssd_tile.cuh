@@ -1,4 +1,4 @@
-// Block-wide products of shared-memory tiles for the SSD forward: TileAcc<TS, R, Cols, NT, kTC>
+// Block-wide products of shared-memory tiles for the SSD forward and backward: TileAcc<TS, R, Cols, NT, kTC>
 // accumulates an (R x Cols) fp32 tile of A (R x K) times B (K x Cols), both in shared memory in
 // TS, each operand row- or column-major. Two forms with one interface:
 //   kTC = true  (16-bit TS, sm_80 on): warp w of the block owns rows 16w..16w+15 as Cols / 16
@@ -80,6 +80,25 @@ struct TileAcc<TS, R, Cols, NT, false> {
     }
   }
 
+  // The anti-causal product (the backward's): exactly the terms k >= row.
+  template <bool kARow, bool kBRow>
+  __device__ __forceinline__ void mma_upper(const TS* a, int lda, const TS* b, int ldb, int K) {
+#pragma unroll 2
+    for (int k = 0; k < K; ++k) {
+      float bk[kTN];
+#pragma unroll
+      for (int j = 0; j < kTN; ++j) bk[j] = to_float(kBRow ? b[k * ldb + col(j)] : b[col(j) * ldb + k]);
+#pragma unroll
+      for (int i = 0; i < kTM; ++i) {
+        const int r = row(i);
+        if (k < r) continue;
+        const float ak = to_float(kARow ? a[r * lda + k] : a[k * lda + r]);
+#pragma unroll
+        for (int j = 0; j < kTN; ++j) v[i][j] += ak * bk[j];
+      }
+    }
+  }
+
   __device__ __forceinline__ void store(float* s, int ld) const {
 #pragma unroll
     for (int i = 0; i < kTM; ++i) {
@@ -147,6 +166,26 @@ struct TileAcc<TS, R, Cols, NT, true> {
     const int r0 = row0();
     const int kmax = causal ? r0 : K;  // causal: the k-steps strictly below the strip
     for (int k0 = 0; k0 < kmax; k0 += 16) {
+      w::fragment<w::matrix_a, 16, 16, 16, TS, ALayout> fa;
+      w::load_matrix_sync(fa, kARow ? a + r0 * lda + k0 : a + k0 * lda + r0, lda);
+#pragma unroll
+      for (int j = 0; j < kF; ++j) {
+        w::fragment<w::matrix_b, 16, 16, 16, TS, BLayout> fb;
+        w::load_matrix_sync(fb, kBRow ? b + k0 * ldb + 16 * j : b + 16 * j * ldb + k0, ldb);
+        w::mma_sync(f[j], fa, fb, f[j]);
+      }
+    }
+  }
+
+  // The anti-causal product (the backward's): the k-steps strictly above the warp's strip; the
+  // caller adds the 16 x 16 diagonal blocks' terms k >= row itself (kSplitsDiagonal).
+  template <bool kARow, bool kBRow>
+  __device__ __forceinline__ void mma_upper(const TS* a, int lda, const TS* b, int ldb, int K) {
+    namespace w = nvcuda::wmma;
+    using ALayout = typename std::conditional<kARow, w::row_major, w::col_major>::type;
+    using BLayout = typename std::conditional<kBRow, w::row_major, w::col_major>::type;
+    const int r0 = row0();
+    for (int k0 = r0 + 16; k0 < K; k0 += 16) {
       w::fragment<w::matrix_a, 16, 16, 16, TS, ALayout> fa;
       w::load_matrix_sync(fa, kARow ? a + r0 * lda + k0 : a + k0 * lda + r0, lda);
 #pragma unroll

@@ -1,0 +1,988 @@
+// The Mamba-2 SSD chunked-scan backward (math in ssd.h; the gradients in docs/KERNELS.md, "Mamba-2
+// SSD backward"). Nothing of the forward is saved but its inputs and output: the forward's first
+// three launches run again (chunk_cb, chunk_state, state_pass: C B^T, dt_out, dA_cumsum and the
+// entering states H_c), then eight launches on one stream:
+//
+// 1. gate_bwd_kernel: dy = dout silu(z) into an fp32 workspace, and dz = dout y silu'(z).
+// 2. chunk_dstate_kernel: per (head, state tile, batch x chunk), the chunk's own share of the
+//    gradient of its entering state, sum_t [seq_t = seq before c] exp(cs_t) dy_t C_t^T, a
+//    (headdim x dstate) tile product over the chunk's steps (tensor cores for 16-bit inputs).
+// 3. state_pass_bwd_kernel: one thread per state element, the chunks in reverse:
+//    dS_c = G_(c+1), G_c = own_c + keep_c exp(cs_last(c)) G_(c+1), G_nchunks = dfinal_states,
+//    dinitial_states = G_0; per block and chunk the fixed-order sum of H_c G_(c+1) (the decay's
+//    gradient).
+// 4. chunk_dcb_kernel: per ((t-tile, s-tile) at or below the diagonal, group, batch x chunk), the
+//    heads of the group in order: dM = dy x^T (tensor cores), then d(C_t . B_s) =
+//    dM exp(cs_t - cs_s) dt_s (masked by select), summed over the group's heads in head order
+//    into a workspace; each head's row sums of dM (C B^T) exp() dt and column sums of dM (C B^T)
+//    exp() go to per-step partial slots (the gradients of dA_cumsum and dt).
+// 5. chunk_dx_kernel: per (head, s-tile x channel tile, batch x chunk): dx = w_s (B_s dS_c^T)
+//    + sum_{t >= s} M[t, s] dy_t + D dy_s, the intra-chunk sum anti-causal (the k-steps above the
+//    warp's strip on tensor cores, the diagonal 16 x 16 blocks by FMA, terms t >= s only); per
+//    step and channel tile, x_s . (dS_c B_s) and dy_s . (exp(cs_s) C_s H_c) into partial slots;
+//    per channel the sum of dy x over the tile (D's gradient).
+// 6. chunk_dbc_kernel: per (step tile x state tile, group, batch x chunk), the group's heads in
+//    order: dC = sum_h m exp(cs_t) dy_h H_h + dCB B (causal), dB = sum_h w_s x_h dS_h
+//    + dCB^T C (anti-causal).
+// 7. chunk_ddt_kernel: per (head, batch x chunk), one thread a step: the slots summed in fixed
+//    order into the gradient of dA_cumsum and of dt, the reverse running sum within the chunk
+//    (the gradient of dt A), the chain through clamp, softplus and bias into ddt; per chunk the
+//    block's fixed-tree sums for dA and dt_bias.
+// 8. param_sum_kernel: dA, dt_bias's and D's gradients, one thread an output element adding
+//    the per-chunk partials in order.
+//
+// Deterministic: no atomics; every sum across blocks (heads of a group, channel tiles, chunks,
+// batch) is a fixed-order loop or a fixed tree. NaN-causal: a masked term is a select, never a
+// product with 0, and the only products whose mask runs through a NaN-carrying operand (dy in the
+// intra-chunk dx) skip the masked terms, so a NaN in dout at step t reaches no gradient of an
+// input at a step after t.
+#include <cstdint>
+#include <type_traits>
+
+#include "device_utils.cuh"
+#include "ssd.h"
+#include "ssd_policy.cuh"
+#include "ssd_tile.cuh"
+
+namespace mamba_kernels {
+namespace ssd {
+namespace {
+
+constexpr int kMaxChunk = int(kSsdMaxChunk);
+
+template <typename T>
+__device__ __forceinline__ const T* tptr(const Operand& o) {
+  return static_cast<const T*>(o.ptr);
+}
+
+struct One {
+  __device__ __forceinline__ float operator()(int) const { return 1.0f; }
+};
+
+__device__ __forceinline__ void store_as(void* out, int64_t at, DType dtype, float v) {
+  switch (dtype) {
+    case DType::kFloat32: static_cast<float*>(out)[at] = v; break;
+    case DType::kFloat16: static_cast<__half*>(out)[at] = from_float<__half>(v); break;
+    case DType::kBFloat16: static_cast<__nv_bfloat16*>(out)[at] = from_float<__nv_bfloat16>(v); break;
+  }
+}
+
+// Sum of v over the block's NT threads in a fixed tree (the same order run after run); every
+// thread must call it; the result is valid in every thread. red holds NT floats.
+template <int NT>
+__device__ __forceinline__ float block_sum(float v, float* red) {
+  red[threadIdx.x] = v;
+  __syncthreads();
+#pragma unroll
+  for (int w = NT / 2; w > 0; w /= 2) {
+    if (int(threadIdx.x) < w) red[threadIdx.x] += red[threadIdx.x + w];
+    __syncthreads();
+  }
+  const float r = red[0];
+  __syncthreads();
+  return r;
+}
+
+// A chunk's position: blockIdx.z is batch * nchunks + chunk.
+struct ChunkAt {
+  int64_t b, c, c0;
+  int Lc;  // the chunk's steps inside the sequence
+  __device__ __forceinline__ explicit ChunkAt(const SsdFwdParams& p) {
+    b = int64_t(blockIdx.z) / p.nchunks;
+    c = int64_t(blockIdx.z) % p.nchunks;
+    c0 = c * p.chunk;
+    const int64_t left = p.seqlen - c0;
+    Lc = int(left < p.chunk ? left : p.chunk);
+  }
+};
+
+// One head's steps of a chunk in shared memory: dt_out and dA_cumsum over the whole chunk (0 and
+// flat past its end, as the forward wrote them), sequence ids (0 without seq_idx), and the id of
+// the step before the chunk (0 for the first chunk: the initial state is sequence 0's).
+struct Steps {
+  float cs[kMaxChunk];
+  float dt[kMaxChunk];
+  int32_t seq[kMaxChunk];
+  float w[kMaxChunk];  // a per-step weight the caller fills
+  int32_t seq_prev;
+};
+
+template <int NT>
+__device__ __forceinline__ void load_steps(const SsdFwdParams& p, const ChunkAt& at, int64_t h, Steps& st) {
+  const int64_t base = ((at.b * p.nheads + h) * p.nchunks + at.c) * p.chunk;
+  for (int t = threadIdx.x; t < kMaxChunk; t += NT) {  // 0 past the chunk: every entry is finite
+    st.cs[t] = t < p.chunk ? p.dA_cumsum[base + t] : 0.0f;
+    st.dt[t] = t < p.chunk ? p.dt_out[base + t] : 0.0f;
+    st.seq[t] = p.seq_idx && t < at.Lc ? p.seq_idx[at.b * p.seq_s0 + (at.c0 + t) * p.seq_s1] : 0;
+  }
+  if (threadIdx.x == 0) st.seq_prev = p.seq_idx && at.c > 0 ? p.seq_idx[at.b * p.seq_s0 + (at.c0 - 1) * p.seq_s1] : 0;
+  __syncthreads();
+}
+
+// w_t = [seq_t = seq before the chunk] exp(cs_t): the weight of the entering state in y_t.
+template <int NT>
+__device__ __forceinline__ void weights_off(const ChunkAt& at, Steps& st) {
+  for (int t = threadIdx.x; t < kMaxChunk; t += NT) {
+    st.w[t] = t < at.Lc && st.seq[t] == st.seq_prev ? expf(st.cs[t]) : 0.0f;
+  }
+  __syncthreads();
+}
+
+// w_s = [seq_s = seq of the chunk's last step] exp(cs_last - cs_s) dt_s: step s's weight in the
+// chunk's state.
+template <int NT>
+__device__ __forceinline__ void weights_state(const ChunkAt& at, Steps& st) {
+  const float cs_last = st.cs[at.Lc - 1];
+  const int32_t seq_last = st.seq[at.Lc - 1];
+  for (int t = threadIdx.x; t < kMaxChunk; t += NT) {
+    st.w[t] = t < at.Lc && st.seq[t] == seq_last ? expf(cs_last - st.cs[t]) * st.dt[t] : 0.0f;
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ const float* dy_at(const SsdBwdParams& p, int64_t b, int64_t l, int64_t h, int64_t ch) {
+  const SsdFwdParams& f = p.f;
+  return p.dy + ((b * f.seqlen + l) * f.nheads + h) * f.headdim + ch;
+}
+
+// ----------------------------------------------------------------------------------- gate
+
+template <typename T>
+__global__ void __launch_bounds__(SsdBwdStepPolicy::kThreads) gate_bwd_kernel(const SsdBwdParams p) {
+  const SsdFwdParams& f = p.f;
+  const int64_t n = f.batch * f.seqlen * f.nheads * f.headdim;
+  const int64_t stride = int64_t(gridDim.x) * SsdBwdStepPolicy::kThreads;
+  for (int64_t i = int64_t(blockIdx.x) * SsdBwdStepPolicy::kThreads + threadIdx.x; i < n; i += stride) {
+    int64_t r = i;
+    const int64_t ch = r % f.headdim;
+    r /= f.headdim;
+    const int64_t h = r % f.nheads;
+    r /= f.nheads;
+    const int64_t l = r % f.seqlen, b = r / f.seqlen;
+    float d = load_as_float(p.dout.ptr, p.dout.dtype, b * p.dout.s0 + l * p.dout.s1 + h * p.dout.s2 + ch * p.dout.s3);
+    if (f.z.ptr) {
+      const float zv = to_float(tptr<T>(f.z)[b * f.z.s0 + l * f.z.s1 + h * f.z.s2 + ch * f.z.s3]);
+      const float y = load_as_float(p.out.ptr, p.out.dtype, b * p.out.s0 + l * p.out.s1 + h * p.out.s2 + ch * p.out.s3);
+      const float sg = 1.0f / (1.0f + expf(-zv));
+      static_cast<T*>(p.dz)[i] = from_float<T>(d * y * sg * (1.0f + zv * (1.0f - sg)));
+      d *= zv * sg;
+    }
+    p.dy[i] = d;
+  }
+}
+
+// ------------------------------------------------------------------ chunk state gradients
+
+// own_c = sum_t w_t dy_t^T C_t (w: weights_off), a (headdim x dstate) tile over the chunk's steps.
+template <typename T>
+struct DstateAgent {
+  using Pol = SsdBwdPolicy<Is16Bit<T>::value>;
+  static constexpr int NT = Pol::kThreads, BP = Pol::kP, BN = Pol::kN, BK = Pol::kK;
+  static constexpr int LDY = BP + Pol::kPadS, LDC = BN + Pol::kPadS, LDS = BN + Pol::kPadF;
+  static constexpr bool kTC = MK_SSD_TENSOR_CORES && Is16Bit<T>::value;
+  using Acc = TileAcc<T, BP, BN, NT, kTC>;
+
+  struct Smem {
+    Steps st;
+    alignas(32) T ys[BK * LDY];  // dy w, step-major (the product's A, column-major)
+    alignas(32) T cs[BK * LDC];  // C, step-major
+    alignas(32) float stage[BP * LDS];
+  };
+
+  const SsdBwdParams& p;
+  Smem& sm;
+  ChunkAt at;
+  int64_t h, g, p0, n0;
+
+  __device__ __forceinline__ DstateAgent(const SsdBwdParams& params, Smem& smem)
+      : p(params), sm(smem), at(params.f) {
+    h = blockIdx.x;
+    g = h / p.f.heads_per_group;
+    const int64_t ntiles = (p.f.dstate + BN - 1) / BN;
+    p0 = int64_t(blockIdx.y) / ntiles * BP;
+    n0 = int64_t(blockIdx.y) % ntiles * BN;
+  }
+
+  __device__ __forceinline__ void product(Acc& acc) {
+    const SsdFwdParams& f = p.f;
+    load_steps<NT>(f, at, h, sm.st);
+    weights_off<NT>(at, sm.st);
+    acc.zero();
+    const T* C = tptr<T>(f.C);
+    for (int k0 = 0; k0 < at.Lc; k0 += BK) {
+      const float* w = sm.st.w + k0;
+      auto weight = [w](int t) { return w[t]; };
+      auto live = [w](int t) { return w[t] != 0.0f ? 1.0f : 0.0f; };
+      auto y_row = [&](int t) { return dy_at(p, at.b, at.c0 + k0 + t, h, p0); };
+      auto c_row = [&](int t) { return C + at.b * f.C.s0 + (at.c0 + k0 + t) * f.C.s1 + g * f.C.s2 + n0 * f.C.s3; };
+      load_tile<BK, BP, NT, true, T, float>(sm.ys, LDY, y_row, weight, at.Lc - k0, int(f.headdim - p0), 1,
+                                            f.headdim % 4 == 0);
+      load_tile<BK, BN, NT, true, T, T>(sm.cs, LDC, c_row, live, at.Lc - k0, int(f.dstate - n0), f.C.s3, f.C.vec16);
+      __syncthreads();
+      acc.template mma<false, true>(sm.ys, LDY, sm.cs, LDC, BK, false);
+      __syncthreads();
+    }
+  }
+
+  __device__ __forceinline__ void store(const Acc& acc) {
+    const SsdFwdParams& f = p.f;
+    acc.store(sm.stage, LDS);
+    __syncthreads();
+    const int64_t PN = f.headdim * f.dstate;
+    float* dst = p.dstates + ((at.b * f.nchunks + at.c) * f.nheads + h) * PN;
+    for (int i = threadIdx.x; i < BP * BN; i += NT) {
+      const int pp = i / BN, n = i % BN;
+      if (p0 + pp < f.headdim && n0 + n < f.dstate) dst[(p0 + pp) * f.dstate + n0 + n] = sm.stage[pp * LDS + n];
+    }
+  }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(SsdBwdPolicy<Is16Bit<T>::value>::kThreads)
+    chunk_dstate_kernel(const SsdBwdParams p) {
+  using Agent = DstateAgent<T>;
+  __shared__ typename Agent::Smem sm;
+  Agent agent(p, sm);
+  typename Agent::Acc acc;
+  agent.product(acc);
+  agent.store(acc);
+}
+
+// -------------------------------------------------------------------- reverse state passing
+
+struct StatePassBwdAgent {
+  static constexpr int NT = SsdPassPolicy::kThreads;
+  const SsdBwdParams& p;
+  float* red;
+  int64_t b, h, e, PN, pp, n;
+  bool live;
+
+  __device__ __forceinline__ StatePassBwdAgent(const SsdBwdParams& params, float* red_smem)
+      : p(params), red(red_smem) {
+    PN = p.f.headdim * p.f.dstate;
+    e = int64_t(blockIdx.x) * NT + threadIdx.x;
+    h = blockIdx.y;
+    b = blockIdx.z;
+    live = e < PN;
+    pp = live ? e / p.f.dstate : 0;
+    n = live ? e % p.f.dstate : 0;
+  }
+
+  // Sequence id of the last step of chunk c (0 for c < 0 or without seq_idx).
+  __device__ __forceinline__ int32_t seq_last(int64_t c) const {
+    const SsdFwdParams& f = p.f;
+    if (!f.seq_idx || c < 0) return 0;
+    int64_t last = (c + 1) * f.chunk;
+    last = (last < f.seqlen ? last : f.seqlen) - 1;
+    return f.seq_idx[b * f.seq_s0 + last * f.seq_s1];
+  }
+
+  __device__ __forceinline__ void run() {
+    const SsdFwdParams& f = p.f;
+    float G = 0.0f;  // the gradient of the state leaving chunk c (entering c + 1)
+    if (live && p.dfinal.ptr) {
+      G = load_as_float(p.dfinal.ptr, p.dfinal.dtype, b * p.dfinal.s0 + h * p.dfinal.s1 + pp * p.dfinal.s2 + n * p.dfinal.s3);
+    }
+    const int64_t cs_base = (b * f.nheads + h) * f.nchunks * f.chunk;
+    for (int64_t c = f.nchunks - 1; c >= 0; --c) {
+      const int64_t slot = ((b * f.nchunks + c) * f.nheads + h) * PN + e;
+      float own = 0.0f, part = 0.0f;
+      if (live) {
+        own = p.dstates[slot];
+        p.dstates[slot] = G;  // dS_c
+        part = f.states[slot] * G;
+      }
+      const float sum = block_sum<NT>(part, red);
+      if (threadIdx.x == 0) p.decay_part[((b * f.nheads + h) * f.nchunks + c) * p.pass_blocks + blockIdx.x] = sum;
+      const bool keep = seq_last(c) == seq_last(c - 1);
+      const float decay = expf(f.dA_cumsum[cs_base + c * f.chunk + f.chunk - 1]);
+      G = keep ? own + decay * G : own;
+    }
+    if (live && p.dinit) store_as(p.dinit, (b * f.nheads + h) * PN + e, p.dinit_dtype, G);
+  }
+};
+
+__global__ void __launch_bounds__(SsdPassPolicy::kThreads) state_pass_bwd_kernel(const SsdBwdParams p) {
+  __shared__ float red[SsdPassPolicy::kThreads];
+  StatePassBwdAgent(p, red).run();
+}
+
+// ------------------------------------------------------------------------- d(C B^T) tiles
+
+template <typename T>
+struct DcbAgent {
+  using Pol = SsdBwdPolicy<Is16Bit<T>::value>;
+  static constexpr int NT = Pol::kThreads, BT = Pol::kTile, BS = BT, BK = Pol::kK;
+  static constexpr int LDK = BK + Pol::kPadS, LDS = BS + Pol::kPadF;
+  static constexpr bool kTC = MK_SSD_TENSOR_CORES && Is16Bit<T>::value;
+  using Acc = TileAcc<T, BT, BS, NT, kTC>;
+  static_assert(BT <= NT, "a thread a row and a column");
+
+  struct Operands {
+    alignas(32) T a[BT * LDK];  // dy rows
+    alignas(32) T b[BS * LDK];  // x rows
+  };
+  struct Smem {
+    Steps st;
+    union {  // the operands, then (the product done) dM in fp32
+      Operands op;
+      alignas(32) float stage[BT * LDS];
+    } u;
+    alignas(32) float dcb[BT * BS];  // d(C B^T), summed over the group's heads in order
+  };
+
+  const SsdBwdParams& p;
+  Smem& sm;
+  ChunkAt at;
+  int64_t g;
+  int ntl, ti, si, t0, s0;
+
+  __device__ __forceinline__ DcbAgent(const SsdBwdParams& params, Smem& smem) : p(params), sm(smem), at(params.f) {
+    ntl = int((p.f.chunk + BT - 1) / BT);
+    ti = int(blockIdx.x) / ntl;
+    si = int(blockIdx.x) % ntl;
+    t0 = ti * BT;
+    s0 = si * BS;
+    g = blockIdx.y;
+  }
+
+  __device__ __forceinline__ bool active() const { return si <= ti && t0 < at.Lc; }
+
+  __device__ __forceinline__ void head(Acc& acc, int64_t h) {
+    const SsdFwdParams& f = p.f;
+    load_steps<NT>(f, at, h, sm.st);
+    acc.zero();
+    const T* x = tptr<T>(f.x);
+    for (int k0 = 0; k0 < f.headdim; k0 += BK) {
+      auto y_row = [&](int t) { return dy_at(p, at.b, at.c0 + t0 + t, h, k0); };
+      auto x_row = [&](int s) { return x + at.b * f.x.s0 + (at.c0 + s0 + s) * f.x.s1 + h * f.x.s2 + k0 * f.x.s3; };
+      load_tile<BT, BK, NT, false, T, float>(sm.u.op.a, LDK, y_row, One{}, at.Lc - t0, int(f.headdim - k0), 1,
+                                             f.headdim % 4 == 0);
+      load_tile<BS, BK, NT, false, T, T>(sm.u.op.b, LDK, x_row, One{}, at.Lc - s0, int(f.headdim - k0), f.x.s3,
+                                         f.x.vec16);
+      __syncthreads();
+      acc.template mma<true, false>(sm.u.op.a, LDK, sm.u.op.b, LDK, BK, false);
+      __syncthreads();
+    }
+    float* stage = sm.u.stage;
+    acc.store(stage, LDS);
+    __syncthreads();
+    const int64_t L = f.chunk;
+    const float* cb = f.cb + ((at.b * f.nchunks + at.c) * f.ngroups + g) * L * L;
+    for (int i = threadIdx.x; i < BT * BS; i += NT) {
+      const int t = i / BS, s = i % BS;
+      const int r = t0 + t, q = s0 + s;
+      const bool keep = q <= r && r < at.Lc && sm.st.seq[q] == sm.st.seq[r];
+      const float dM = stage[t * LDS + s];
+      const float e = keep ? expf(sm.st.cs[r] - sm.st.cs[q]) : 0.0f;
+      const float F = keep ? dM * cb[r * L + q] * e : 0.0f;
+      sm.dcb[i] += keep ? dM * e * sm.st.dt[q] : 0.0f;
+      stage[t * LDS + s] = F;
+    }
+    __syncthreads();
+    // per-step partials: row sums of F dt_s (to t), column sums of F (to s)
+    const int tid = threadIdx.x;
+    float* part = p.step_part + ((at.b * f.nheads + h) * f.nchunks + at.c) * p.nslots * L;
+    if (tid < BT && t0 + tid < at.Lc) {
+      float acc_r = 0.0f;
+      for (int s = 0; s < BS; ++s) acc_r += stage[tid * LDS + s] * sm.st.dt[s0 + s];
+      part[int64_t(si) * L + t0 + tid] = acc_r;
+    }
+    if (tid < BS && s0 + tid < at.Lc) {
+      float acc_c = 0.0f;
+      for (int t = 0; t < BT; ++t) acc_c += stage[t * LDS + tid];
+      part[int64_t(ntl + ti) * L + s0 + tid] = acc_c;
+    }
+    __syncthreads();
+  }
+
+  __device__ __forceinline__ void run() {
+    for (int i = threadIdx.x; i < BT * BS; i += NT) sm.dcb[i] = 0.0f;
+    Acc acc;
+    const int64_t hpg = p.f.heads_per_group;
+    for (int64_t k = 0; k < hpg; ++k) head(acc, g * hpg + k);
+    const int64_t L = p.f.chunk;
+    float* dst = p.dcb + ((at.b * p.f.nchunks + at.c) * p.f.ngroups + g) * L * L;
+    for (int i = threadIdx.x; i < BT * BS; i += NT) {
+      const int t = i / BS, s = i % BS;
+      if (t0 + t < at.Lc && s0 + s < at.Lc) dst[(t0 + t) * L + s0 + s] = sm.dcb[i];
+    }
+  }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(SsdBwdPolicy<Is16Bit<T>::value>::kThreads) chunk_dcb_kernel(const SsdBwdParams p) {
+  using Agent = DcbAgent<T>;
+  __shared__ typename Agent::Smem sm;
+  Agent agent(p, sm);
+  if (!agent.active()) return;  // above the diagonal or past the chunk's end (uniform)
+  agent.run();
+}
+
+// ---------------------------------------------------------------------------------- dx
+
+template <typename T>
+struct DxAgent {
+  using Pol = SsdBwdPolicy<Is16Bit<T>::value>;
+  static constexpr int NT = Pol::kThreads, BS = Pol::kTile, BT = BS, BP = Pol::kP, BK = Pol::kK;
+  static constexpr int LDK = BK + Pol::kPadS;  // B / C rows and dS / H rows (state columns)
+  static constexpr int LDM = BT + Pol::kPadS;  // M^T rows
+  static constexpr int LDX = BP + Pol::kPadS;  // dy rows
+  static constexpr int LDS = BP + Pol::kPadF;
+  static constexpr bool kTC = MK_SSD_TENSOR_CORES && Is16Bit<T>::value;
+  using Acc = TileAcc<T, BS, BP, NT, kTC>;
+  static_assert(BS <= NT && BP <= NT, "a thread a row and a channel");
+  static constexpr int cmax(int a, int b) { return a > b ? a : b; }
+
+  struct Smem {
+    Steps st;
+    alignas(32) T a[cmax(BS * LDK, BS * LDM)];
+    alignas(32) T b[cmax(BP * LDK, BT * LDX)];
+    alignas(32) float stage[BS * LDS];
+  };
+
+  const SsdBwdParams& p;
+  Smem& sm;
+  ChunkAt at;
+  int64_t h, g, p0, PN, slot_base;
+  int si, pi, s0, ntl, ptiles;
+
+  __device__ __forceinline__ DxAgent(const SsdBwdParams& params, Smem& smem) : p(params), sm(smem), at(params.f) {
+    h = blockIdx.x;
+    g = h / p.f.heads_per_group;
+    ptiles = int(p.ptiles);
+    ntl = int(p.stiles);
+    si = int(blockIdx.y) / ptiles;
+    pi = int(blockIdx.y) % ptiles;
+    s0 = si * BS;
+    p0 = int64_t(pi) * BP;
+    PN = p.f.headdim * p.f.dstate;
+    slot_base = ((at.b * p.f.nheads + h) * p.f.nchunks + at.c) * p.nslots * p.f.chunk;
+  }
+
+  __device__ __forceinline__ bool active() const { return s0 < at.Lc; }
+
+  __device__ __forceinline__ float* dD_row() const {
+    return p.dD_part + ((int64_t(blockIdx.z) * p.stiles + si) * p.f.nheads + h) * p.f.headdim;
+  }
+
+  // An inactive tile's share of D's gradient is 0.
+  __device__ __forceinline__ void zero_dD() const {
+    for (int i = threadIdx.x; i < BP; i += NT) {
+      if (p0 + i < p.f.headdim) dD_row()[p0 + i] = 0.0f;
+    }
+  }
+
+  // acc = rows s of a (B or C, state columns) times the rows p of a (P x N) fp32 state's
+  // transpose.
+  __device__ __forceinline__ void state_product(Acc& acc, const Operand& op, const float* S) {
+    const SsdFwdParams& f = p.f;
+    const T* base = tptr<T>(op);
+    for (int k0 = 0; k0 < f.dstate; k0 += BK) {
+      auto a_row = [&](int s) { return base + at.b * op.s0 + (at.c0 + s0 + s) * op.s1 + g * op.s2 + k0 * op.s3; };
+      auto s_row = [&](int pp) { return S + (p0 + pp) * f.dstate + k0; };
+      load_tile<BS, BK, NT, false, T, T>(sm.a, LDK, a_row, One{}, at.Lc - s0, int(f.dstate - k0), op.s3, op.vec16);
+      load_tile<BP, BK, NT, false, T, float>(sm.b, LDK, s_row, One{}, int(f.headdim - p0), int(f.dstate - k0), 1,
+                                             f.dstate % 4 == 0);
+      __syncthreads();
+      acc.template mma<true, false>(sm.a, LDK, sm.b, LDK, BK, false);
+      __syncthreads();
+    }
+  }
+
+  __device__ __forceinline__ float x_val(int64_t s, int64_t ch) const {
+    const SsdFwdParams& f = p.f;
+    return to_float(tptr<T>(f.x)[at.b * f.x.s0 + (at.c0 + s) * f.x.s1 + h * f.x.s2 + ch * f.x.s3]);
+  }
+
+  // Partial slot k at the tile's steps: sum over the tile's channels of v(s, pp) stage[s, pp].
+  template <typename V>
+  __device__ __forceinline__ void row_slot(int64_t k, const V& v, bool scale_off) {
+    const int tid = threadIdx.x;
+    const int cols = int(p.f.headdim - p0 < BP ? p.f.headdim - p0 : BP);
+    if (tid < BS && s0 + tid < at.Lc) {
+      const int s = s0 + tid;
+      float acc = 0.0f;
+      for (int pp = 0; pp < cols; ++pp) acc += v(s, p0 + pp) * sm.stage[tid * LDS + pp];
+      if (scale_off) acc = sm.st.seq[s] == sm.st.seq_prev ? expf(sm.st.cs[s]) * acc : 0.0f;
+      p.step_part[slot_base + k * p.f.chunk + s] = acc;
+    }
+    __syncthreads();
+  }
+
+  __device__ __forceinline__ void run() {
+    const SsdFwdParams& f = p.f;
+    load_steps<NT>(f, at, h, sm.st);
+    weights_state<NT>(at, sm.st);
+    const int64_t slot = ((at.b * f.nchunks + at.c) * f.nheads + h) * PN;
+    Acc acc;
+    // dy_s . (C_s H_c^T): the gradient of the entering state's decay exp(cs_s) in y_s
+    acc.zero();
+    if (at.c > 0 || f.init.ptr) state_product(acc, f.C, f.states + slot);
+    acc.store(sm.stage, LDS);
+    __syncthreads();
+    row_slot(2 * ntl + ptiles + pi, [&](int s, int64_t ch) { return *dy_at(p, at.b, at.c0 + s, h, ch); }, true);
+    // (B_s dS_c^T): x_s . it is the gradient of the step weight w_s; w_s times it is dx's state part
+    acc.zero();
+    state_product(acc, f.B, p.dstates + slot);
+    acc.store(sm.stage, LDS);
+    __syncthreads();
+    row_slot(2 * ntl + pi, [&](int s, int64_t ch) { return x_val(s, ch); }, false);
+    for (int i = threadIdx.x; i < BS * BP; i += NT) {
+      const int s = i / BP, pp = i % BP;
+      const float w = sm.st.w[s0 + s];
+      sm.stage[s * LDS + pp] = w != 0.0f ? sm.stage[s * LDS + pp] * w : 0.0f;
+    }
+    __syncthreads();
+    acc.load(sm.stage, LDS);
+    __syncthreads();
+    intra(acc);
+    finish(acc);
+  }
+
+  // acc += sum over t >= s of M[t, s] dy_t, t-blocks from the last to the diagonal one (whose M^T
+  // and dy stay in the buffers for the diagonal fix-up).
+  __device__ __forceinline__ void intra(Acc& acc) {
+    const SsdFwdParams& f = p.f;
+    const int64_t L = f.chunk;
+    const float* cb = f.cb + ((at.b * f.nchunks + at.c) * f.ngroups + g) * L * L;
+    const T zero = from_float<T>(0.0f);
+    const int last = (at.Lc + BT - 1) / BT - 1;
+    for (int tb = last; tb >= si; --tb) {
+      const int t0 = tb * BT;
+      const bool diag = tb == si;
+      for (int i = threadIdx.x; i < BS * BT; i += NT) {
+        const int s = i / BT, t = i % BT;
+        const int r = t0 + t, q = s0 + s;
+        const bool keep = q <= r && r < at.Lc && sm.st.seq[q] == sm.st.seq[r];
+        sm.a[s * LDM + t] =
+            keep ? from_float<T>(cb[r * L + q] * expf(sm.st.cs[r] - sm.st.cs[q]) * sm.st.dt[q]) : zero;
+      }
+      auto y_row = [&](int t) { return dy_at(p, at.b, at.c0 + t0 + t, h, p0); };
+      load_tile<BT, BP, NT, false, T, float>(sm.b, LDX, y_row, One{}, at.Lc - t0, int(f.headdim - p0), 1,
+                                             f.headdim % 4 == 0);
+      __syncthreads();
+      if (diag) {
+        acc.template mma_upper<true, true>(sm.a, LDM, sm.b, LDX, BT);
+      } else {
+        acc.template mma<true, true>(sm.a, LDM, sm.b, LDX, BT, false);
+        __syncthreads();
+      }
+    }
+  }
+
+  __device__ __forceinline__ void finish(const Acc& acc) {
+    const SsdFwdParams& f = p.f;
+    acc.store(sm.stage, LDS);
+    __syncthreads();
+    if (Acc::kSplitsDiagonal) {
+      for (int i = threadIdx.x; i < BS * BP; i += NT) {
+        const int s = i / BP, pp = i % BP;
+        float v = 0.0f;
+        for (int t = s; t < s / 16 * 16 + 16; ++t) v += to_float(sm.a[s * LDM + t]) * to_float(sm.b[t * LDX + pp]);
+        sm.stage[s * LDS + pp] += v;
+      }
+      __syncthreads();
+    }
+    T* dx = static_cast<T*>(p.dx);
+    for (int i = threadIdx.x; i < BS * BP; i += NT) {
+      const int s = i / BP, pp = i % BP;
+      const int64_t ch = p0 + pp;
+      if (s0 + s >= at.Lc || ch >= f.headdim) continue;
+      const int64_t l = at.c0 + s0 + s;
+      float v = sm.stage[s * LDS + pp];
+      if (f.D.ptr) v += load_as_float(f.D.ptr, f.D.dtype, h * f.D.s0 + ch * f.D.s1) * *dy_at(p, at.b, l, h, ch);
+      dx[((at.b * f.seqlen + l) * f.nheads + h) * f.headdim + ch] = from_float<T>(v);
+    }
+    // D's gradient: sum over the tile's steps of dy x, a thread a channel, steps in order
+    for (int pp = threadIdx.x; pp < BP; pp += NT) {
+      const int64_t ch = p0 + pp;
+      if (ch >= f.headdim) continue;
+      float v = 0.0f;
+      for (int s = s0; s < at.Lc && s < s0 + BS; ++s) v += *dy_at(p, at.b, at.c0 + s, h, ch) * x_val(s, ch);
+      dD_row()[ch] = v;
+    }
+  }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(SsdBwdPolicy<Is16Bit<T>::value>::kThreads) chunk_dx_kernel(const SsdBwdParams p) {
+  using Agent = DxAgent<T>;
+  __shared__ typename Agent::Smem sm;
+  Agent agent(p, sm);
+  if (!agent.active()) {  // a tile past the end of the last chunk (uniform)
+    agent.zero_dD();
+    return;
+  }
+  agent.run();
+}
+
+// ------------------------------------------------------------------------------- dB, dC
+
+template <typename T>
+struct DbcAgent {
+  using Pol = SsdBwdPolicy<Is16Bit<T>::value>;
+  static constexpr int NT = Pol::kThreads, BT = Pol::kTile, BN = Pol::kN, BK = Pol::kK;
+  static constexpr int LDA = BK + Pol::kPadS;  // dy / x rows (channels)
+  static constexpr int LDM = BT + Pol::kPadS;  // dCB rows
+  static constexpr int LDB = BN + Pol::kPadS;  // H / dS / B / C rows (state columns)
+  static constexpr int LDS = BN + Pol::kPadF;
+  static constexpr bool kTC = MK_SSD_TENSOR_CORES && Is16Bit<T>::value;
+  using Acc = TileAcc<T, BT, BN, NT, kTC>;
+  static constexpr int cmax(int a, int b) { return a > b ? a : b; }
+
+  struct Smem {
+    Steps st;
+    alignas(32) T a[cmax(BT * LDA, BT * LDM)];
+    alignas(32) T b[cmax(BK * LDB, BT * LDB)];
+    alignas(32) float stage[BT * LDS];
+  };
+
+  const SsdBwdParams& p;
+  Smem& sm;
+  ChunkAt at;
+  int64_t g, n0, PN;
+  int ti, t0, ntl;
+
+  __device__ __forceinline__ DbcAgent(const SsdBwdParams& params, Smem& smem) : p(params), sm(smem), at(params.f) {
+    const int64_t ntn = (p.f.dstate + BN - 1) / BN;
+    ti = int(int64_t(blockIdx.x) / ntn);
+    n0 = int64_t(blockIdx.x) % ntn * BN;
+    t0 = ti * BT;
+    g = blockIdx.y;
+    ntl = int((p.f.chunk + BT - 1) / BT);
+    PN = p.f.headdim * p.f.dstate;
+  }
+
+  __device__ __forceinline__ bool active() const { return t0 < at.Lc; }
+
+  // acc += sum over channels of (w_r a_r) S, a the tile's rows (dy from the workspace, or x),
+  // S a (P x N) fp32 state (rows p).
+  template <typename TG, typename Row>
+  __device__ __forceinline__ void head_product(Acc& acc, const Row& a_row, int64_t acs, bool a_vec, const float* S) {
+    const SsdFwdParams& f = p.f;
+    const float* w = sm.st.w + t0;
+    auto weight = [w](int t) { return w[t]; };
+    for (int k0 = 0; k0 < f.headdim; k0 += BK) {
+      auto row = [&](int t) { return a_row(t, k0); };
+      auto s_row = [&](int k) { return S + (k0 + k) * f.dstate + n0; };
+      load_tile<BT, BK, NT, true, T, TG>(sm.a, LDA, row, weight, at.Lc - t0, int(f.headdim - k0), acs, a_vec);
+      load_tile<BK, BN, NT, false, T, float>(sm.b, LDB, s_row, One{}, int(f.headdim - k0), int(f.dstate - n0), 1,
+                                             f.dstate % 4 == 0);
+      __syncthreads();
+      acc.template mma<true, true>(sm.a, LDA, sm.b, LDB, BK, false);
+      __syncthreads();
+    }
+  }
+
+  // acc += the group's dCB tiles times B (dC, kTrans false: rows t, the s-blocks up to the
+  // diagonal) or dCB^T times C (dB, kTrans: rows s, the t-blocks from the diagonal on).
+  template <bool kTrans>
+  __device__ __forceinline__ void dcb_product(Acc& acc, const Operand& op) {
+    const SsdFwdParams& f = p.f;
+    const int64_t L = f.chunk;
+    const float* dcb = p.dcb + ((at.b * f.nchunks + at.c) * f.ngroups + g) * L * L;
+    const T* base = tptr<T>(op);
+    const int last = (at.Lc + BT - 1) / BT - 1;
+    const int lo = kTrans ? ti : 0, hi = kTrans ? last : ti;
+    for (int kb = lo; kb <= hi; ++kb) {
+      const int k0 = kb * BT;
+      // the dCB tile, rows t: (t0.., k0..) for dC, (k0.., t0..) for dB
+      const int r0 = kTrans ? k0 : t0, c0 = kTrans ? t0 : k0;
+      auto m_row = [&](int r) { return dcb + (r0 + r) * L + c0; };
+      auto o_row = [&](int k) { return base + at.b * op.s0 + (at.c0 + k0 + k) * op.s1 + g * op.s2 + n0 * op.s3; };
+      load_tile<BT, BT, NT, false, T, float>(sm.a, LDM, m_row, One{}, at.Lc - r0, at.Lc - c0, 1, L % 4 == 0);
+      load_tile<BT, BN, NT, false, T, T>(sm.b, LDB, o_row, One{}, at.Lc - k0, int(f.dstate - n0), op.s3, op.vec16);
+      __syncthreads();
+      acc.template mma<!kTrans, true>(sm.a, LDM, sm.b, LDB, BT, false);
+      __syncthreads();
+    }
+  }
+
+  __device__ __forceinline__ void store(const Acc& acc, void* out) {
+    const SsdFwdParams& f = p.f;
+    acc.store(sm.stage, LDS);
+    __syncthreads();
+    T* o = static_cast<T*>(out);
+    for (int i = threadIdx.x; i < BT * BN; i += NT) {
+      const int t = i / BN, n = i % BN;
+      if (t0 + t < at.Lc && n0 + n < f.dstate) {
+        o[((at.b * f.seqlen + at.c0 + t0 + t) * f.ngroups + g) * f.dstate + n0 + n] = from_float<T>(sm.stage[t * LDS + n]);
+      }
+    }
+    __syncthreads();
+  }
+
+  __device__ __forceinline__ void run() {
+    const SsdFwdParams& f = p.f;
+    const T* x = tptr<T>(f.x);
+    const int64_t hpg = f.heads_per_group;
+    Acc acc;
+    // dC
+    acc.zero();
+    if (at.c > 0 || f.init.ptr) {
+      for (int64_t k = 0; k < hpg; ++k) {
+        const int64_t h = g * hpg + k;
+        load_steps<NT>(f, at, h, sm.st);
+        weights_off<NT>(at, sm.st);
+        auto y_row = [&](int t, int k0) { return dy_at(p, at.b, at.c0 + t0 + t, h, k0); };
+        head_product<float>(acc, y_row, 1, f.headdim % 4 == 0, f.states + ((at.b * f.nchunks + at.c) * f.nheads + h) * PN);
+      }
+    }
+    dcb_product<false>(acc, f.B);
+    store(acc, p.dC);
+    // dB
+    acc.zero();
+    for (int64_t k = 0; k < hpg; ++k) {
+      const int64_t h = g * hpg + k;
+      load_steps<NT>(f, at, h, sm.st);
+      weights_state<NT>(at, sm.st);
+      auto x_row = [&](int t, int k0) {
+        return x + at.b * f.x.s0 + (at.c0 + t0 + t) * f.x.s1 + h * f.x.s2 + k0 * f.x.s3;
+      };
+      head_product<T>(acc, x_row, f.x.s3, f.x.vec16, p.dstates + ((at.b * f.nchunks + at.c) * f.nheads + h) * PN);
+    }
+    dcb_product<true>(acc, f.C);
+    store(acc, p.dB);
+  }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(SsdBwdPolicy<Is16Bit<T>::value>::kThreads) chunk_dbc_kernel(const SsdBwdParams p) {
+  using Agent = DbcAgent<T>;
+  __shared__ typename Agent::Smem sm;
+  Agent agent(p, sm);
+  if (!agent.active()) return;  // past the end of the last chunk (uniform)
+  agent.run();
+}
+
+// ---------------------------------------------------------------------- per-step reduction
+
+__device__ __forceinline__ float softplus_dt(float d) { return d <= 20.0f ? log1pf(expf(d)) : d; }
+
+template <typename T>
+struct DdtAgent {
+  static constexpr int NT = SsdBwdStepPolicy::kThreads;
+  static constexpr int BT = SsdBwdPolicy<Is16Bit<T>::value>::kTile;
+  static_assert(NT >= kMaxChunk, "a thread a step");
+
+  struct Smem {
+    Steps st;
+    float v[2][kMaxChunk];
+    float red[NT];
+  };
+
+  const SsdBwdParams& p;
+  Smem& sm;
+  ChunkAt at;
+  int64_t h;
+
+  __device__ __forceinline__ DdtAgent(const SsdBwdParams& params, Smem& smem) : p(params), sm(smem), at(params.f) {
+    h = blockIdx.x;
+  }
+
+  __device__ __forceinline__ void run() {
+    const SsdFwdParams& f = p.f;
+    load_steps<NT>(f, at, h, sm.st);
+    const int t = threadIdx.x;
+    const int64_t L = f.chunk;
+    const int ntl = int(p.stiles), ptiles = int(p.ptiles);
+    const int last_tile = (at.Lc + BT - 1) / BT - 1;
+    const float cs_last = sm.st.cs[at.Lc - 1];
+    const int32_t seq_last = sm.st.seq[at.Lc - 1];
+    const float* part = p.step_part + ((at.b * f.nheads + h) * f.nchunks + at.c) * p.nslots * L;
+    float dcs = 0.0f, ddt = 0.0f, last = 0.0f;
+    if (t < at.Lc) {
+      const int ti = t / BT;
+      float row = 0.0f, col = 0.0f, dw = 0.0f, off = 0.0f;
+      for (int k = 0; k <= ti; ++k) row += part[k * L + t];
+      for (int k = ti; k <= last_tile; ++k) col += part[(ntl + k) * L + t];
+      for (int k = 0; k < ptiles; ++k) dw += part[(2 * ntl + k) * L + t];
+      for (int k = 0; k < ptiles; ++k) off += part[(2 * ntl + ptiles + k) * L + t];
+      const bool in_state = sm.st.seq[t] == seq_last;
+      const float e = in_state ? expf(cs_last - sm.st.cs[t]) : 0.0f;
+      const float wdw = in_state ? dw * e * sm.st.dt[t] : 0.0f;
+      dcs = row - sm.st.dt[t] * col + off - wdw;
+      ddt = col + (in_state ? dw * e : 0.0f);
+      last = wdw;
+    }
+    const float last_sum = block_sum<NT>(last, sm.red);
+    float decay_sum = 0.0f;
+    if (t == 0) {
+      const float* dp = p.decay_part + ((at.b * f.nheads + h) * f.nchunks + at.c) * p.pass_blocks;
+      for (int64_t k = 0; k < p.pass_blocks; ++k) decay_sum += dp[k];
+    }
+    // the state leaving the chunk decays by exp(cs_last): its gradient, and the step weights'
+    // share of cs_last, go to the chunk's last step
+    if (t == at.Lc - 1) dcs += last_sum;
+    sm.v[0][t] = dcs;
+    __syncthreads();
+    if (t == 0) {
+      const bool keep = seq_last == sm.st.seq_prev;
+      if (keep) sm.v[0][at.Lc - 1] += expf(cs_last) * decay_sum;
+    }
+    __syncthreads();
+    // da_t = sum of dcs_u over u >= t (a reverse inclusive scan, fixed steps)
+    int cur = 0;
+    for (int off = 1; off < NT; off *= 2) {
+      float v = sm.v[cur][t];
+      if (t + off < NT) v += sm.v[cur][t + off];
+      sm.v[1 - cur][t] = v;
+      cur = 1 - cur;
+      __syncthreads();
+    }
+    const float da = t < at.Lc ? sm.v[cur][t] : 0.0f;
+    const float A = load_as_float(f.A.ptr, f.A.dtype, h * f.A.s0);
+    float g = 0.0f, da_dt = 0.0f;
+    if (t < at.Lc) {
+      const float total = ddt + da * A;
+      const int64_t l = at.c0 + t;
+      float v = load_as_float(f.dt.ptr, f.dt.dtype, at.b * f.dt.s0 + l * f.dt.s1 + h * f.dt.s2);
+      if (f.dt_bias.ptr) v += load_as_float(f.dt_bias.ptr, f.dt_bias.dtype, h * f.dt_bias.s0);
+      const float d = f.dt_softplus ? softplus_dt(v) : v;
+      const bool inside = d >= f.dt_lo && d <= f.dt_hi;
+      const float dsp = f.dt_softplus && v <= 20.0f ? 1.0f / (1.0f + expf(-v)) : 1.0f;
+      g = inside ? total * dsp : 0.0f;
+      store_as(p.ddt, (at.b * f.seqlen + l) * f.nheads + h, p.ddt_dtype, g);
+      da_dt = da * sm.st.dt[t];
+    }
+    const float sA = block_sum<NT>(da_dt, sm.red);
+    const float sB = block_sum<NT>(g, sm.red);
+    if (t == 0) {
+      p.head_part[(int64_t(blockIdx.z) * 2 + 0) * f.nheads + h] = sA;
+      p.head_part[(int64_t(blockIdx.z) * 2 + 1) * f.nheads + h] = sB;
+    }
+  }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(SsdBwdStepPolicy::kThreads) chunk_ddt_kernel(const SsdBwdParams p) {
+  using Agent = DdtAgent<T>;
+  __shared__ typename Agent::Smem sm;
+  Agent(p, sm).run();
+}
+
+// dA, dt_bias and D gradients: one thread an output element, adding the partials of every
+// (batch, chunk[, step tile]) in order.
+__global__ void __launch_bounds__(SsdBwdStepPolicy::kThreads) param_sum_kernel(const SsdBwdParams p) {
+  const SsdFwdParams& f = p.f;
+  const int64_t H = f.nheads, P = f.headdim;
+  const int64_t i = int64_t(blockIdx.x) * SsdBwdStepPolicy::kThreads + threadIdx.x;
+  const int64_t bc = f.batch * f.nchunks;
+  const int64_t nD = f.D.ptr ? (p.dD_per_channel ? H * P : H) : 0;
+  if (i < 2 * H) {
+    const int64_t which = i / H, h = i % H;
+    void* out = which == 0 ? p.dA : p.ddt_bias;
+    if (!out) return;
+    float acc = 0.0f;
+    for (int64_t r = 0; r < bc; ++r) acc += p.head_part[(r * 2 + which) * H + h];
+    store_as(out, h, which == 0 ? p.dA_dtype : p.ddt_bias_dtype, acc);
+  } else if (i < 2 * H + nD) {
+    const int64_t j = i - 2 * H;
+    const int64_t rows = bc * p.stiles;
+    float acc = 0.0f;
+    if (p.dD_per_channel) {
+      for (int64_t r = 0; r < rows; ++r) acc += p.dD_part[r * H * P + j];
+    } else {
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t ch = 0; ch < P; ++ch) acc += p.dD_part[(r * H + j) * P + ch];
+      }
+    }
+    store_as(p.dD, j, p.dD_dtype, acc);
+  }
+}
+
+// --------------------------------------------------------------------------------- launcher
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+template <typename T>
+cudaError_t launch_typed(const SsdBwdParams& p, cudaStream_t stream) {
+  using Pol = SsdBwdPolicy<Is16Bit<T>::value>;
+  const SsdFwdParams& f = p.f;
+  const int64_t bc = f.batch * f.nchunks;
+  const int64_t state_tiles = cdiv(f.headdim, Pol::kP) * cdiv(f.dstate, Pol::kN);
+  const int64_t ntl = cdiv(f.chunk, Pol::kTile);
+  const int64_t dx_tiles = ntl * cdiv(f.headdim, Pol::kP);
+  const int64_t dbc_tiles = ntl * cdiv(f.dstate, Pol::kN);
+  if (bc > kSsdMaxGridYZ || state_tiles > kSsdMaxGridYZ || dx_tiles > kSsdMaxGridYZ || f.ngroups > kSsdMaxGridYZ ||
+      f.batch > kSsdMaxGridYZ || f.nheads > kSsdMaxGridYZ || p.pass_blocks > INT32_MAX || dbc_tiles > INT32_MAX ||
+      p.stiles != ntl || p.ptiles != cdiv(f.headdim, Pol::kP)) {
+    return cudaErrorInvalidValue;
+  }
+  cudaError_t err = launch_ssd_fwd_states(f, stream);
+  if (err != cudaSuccess) return err;
+  const int64_t n = f.batch * f.seqlen * f.nheads * f.headdim;
+  if (n > 0) {
+    const int64_t blocks = cdiv(n, SsdBwdStepPolicy::kThreads);
+    gate_bwd_kernel<T><<<unsigned(blocks < 65536 ? blocks : 65536), SsdBwdStepPolicy::kThreads, 0, stream>>>(p);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+  if (bc > 0) {
+    chunk_dstate_kernel<T>
+        <<<dim3(unsigned(f.nheads), unsigned(state_tiles), unsigned(bc)), Pol::kThreads, 0, stream>>>(p);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+  if (f.batch > 0) {
+    state_pass_bwd_kernel<<<dim3(unsigned(p.pass_blocks), unsigned(f.nheads), unsigned(f.batch)),
+                            SsdPassPolicy::kThreads, 0, stream>>>(p);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+  if (bc > 0) {
+    chunk_dcb_kernel<T>
+        <<<dim3(unsigned(ntl * ntl), unsigned(f.ngroups), unsigned(bc)), Pol::kThreads, 0, stream>>>(p);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    chunk_dx_kernel<T><<<dim3(unsigned(f.nheads), unsigned(dx_tiles), unsigned(bc)), Pol::kThreads, 0, stream>>>(p);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    chunk_dbc_kernel<T>
+        <<<dim3(unsigned(dbc_tiles), unsigned(f.ngroups), unsigned(bc)), Pol::kThreads, 0, stream>>>(p);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    chunk_ddt_kernel<T>
+        <<<dim3(unsigned(f.nheads), 1u, unsigned(bc)), SsdBwdStepPolicy::kThreads, 0, stream>>>(p);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  }
+  const int64_t nD = f.D.ptr ? (p.dD_per_channel ? f.nheads * f.headdim : f.nheads) : 0;
+  const int64_t sums = 2 * f.nheads + nD;
+  param_sum_kernel<<<unsigned(cdiv(sums, SsdBwdStepPolicy::kThreads)), SsdBwdStepPolicy::kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+SsdBwdWorkspace ssd_bwd_workspace(SsdBwdParams& p) {
+  const SsdFwdParams& f = p.f;
+  const bool half = f.dtype != DType::kFloat32;
+  const int64_t tile = half ? SsdBwdPolicy<true>::kTile : SsdBwdPolicy<false>::kTile;
+  const int64_t ptile = half ? SsdBwdPolicy<true>::kP : SsdBwdPolicy<false>::kP;
+  p.stiles = cdiv(f.chunk, tile);
+  p.ptiles = cdiv(f.headdim, ptile);
+  p.nslots = 2 * p.stiles + 2 * p.ptiles;
+  p.pass_blocks = cdiv(f.headdim * f.dstate, SsdPassPolicy::kThreads);
+  const int64_t BH = f.batch * f.nheads, bc = f.batch * f.nchunks;
+  SsdBwdWorkspace w;
+  w.dy = f.batch * f.seqlen * f.nheads * f.headdim;
+  w.dstates = bc * f.nheads * f.headdim * f.dstate;
+  w.dcb = bc * f.ngroups * f.chunk * f.chunk;
+  w.step_part = BH * f.nchunks * p.nslots * f.chunk;
+  w.decay_part = BH * f.nchunks * p.pass_blocks;
+  w.head_part = bc * 2 * f.nheads;
+  w.dD_part = bc * p.stiles * f.nheads * f.headdim;
+  return w;
+}
+
+cudaError_t launch_ssd_bwd(const SsdBwdParams& p, cudaStream_t stream) {
+  const SsdFwdParams& f = p.f;
+  if (f.chunk < 1 || f.chunk > kSsdMaxChunk) return cudaErrorInvalidValue;
+  // batch 0 still sums the (zero) parameter gradients; the host code rejects headdim or dstate 0
+  if (f.nheads == 0) return cudaSuccess;
+  if (f.headdim == 0 || f.dstate == 0) return cudaErrorInvalidValue;
+  switch (f.dtype) {
+    case DType::kFloat32: return launch_typed<float>(p, stream);
+    case DType::kFloat16: return launch_typed<__half>(p, stream);
+    case DType::kBFloat16: return launch_typed<__nv_bfloat16>(p, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace ssd
+}  // namespace mamba_kernels
