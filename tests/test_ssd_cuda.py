@@ -267,11 +267,13 @@ def test_seq_idx_change_at_chunk_starts(ops):
     check(ops, args, 64, torch.float32)
 
 
-@gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_strided_inputs(ops, dtype):
-    # mamba2's split of one projection: x, z, B, C and dt are slices of a bigger tensor
-    batch, seqlen, nheads, headdim, ngroups, dstate = 2, 133, 4, 32, 2, 32
+SPLIT_SIZES = (2, 133, 4, 32, 2, 32)  # batch, seqlen, nheads, headdim, ngroups, dstate
+
+
+def _split_projection(dtype):
+    """The operands as mamba2's split of one projection makes them: x, z, B, C and dt are
+    strided slices of one (batch, seqlen, width) tensor."""
+    batch, seqlen, nheads, headdim, ngroups, dstate = SPLIT_SIZES
     width = 2 * nheads * headdim + 2 * ngroups * dstate + nheads + 5
     zxbcdt = torch.randn(batch, seqlen, width, device="cuda").to(dtype)
     o = 0
@@ -284,9 +286,17 @@ def test_strided_inputs(ops, dtype):
     C = zxbcdt[..., o:o + ngroups * dstate].view(batch, seqlen, ngroups, dstate)
     o += ngroups * dstate
     dt = zxbcdt[..., o:o + nheads].float() * 0.5
-    args = dict(x=x, dt=dt, A=-torch.rand(nheads, device="cuda") - 0.5, B=B, C=C,
-                D=torch.randn(nheads, headdim, device="cuda")[:, ::1], z=z,
+    return dict(x=x, dt=dt, A=-torch.rand(nheads, device="cuda") - 0.5, B=B, C=C,
+                D=torch.randn(nheads, headdim, device="cuda"), z=z,
                 dt_bias=torch.randn(nheads, device="cuda") * 0.3, initial_states=None, seq_idx=None)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_strided_inputs(ops, dtype):
+    # mamba2's split of one projection: x, z, B, C and dt are slices of a bigger tensor
+    batch, seqlen, nheads, headdim, ngroups, dstate = SPLIT_SIZES
+    args = _split_projection(dtype)
     check(ops, args, 64, dtype, dt_softplus=True)
     # a non-contiguous last axis and transposed heads
     big = torch.randn(batch, seqlen, nheads, 2 * headdim, device="cuda").to(dtype)
@@ -517,22 +527,8 @@ def test_bwd_seq_idx_change_at_chunk_starts(ops):
 @gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_bwd_strided_inputs(ops, dtype):
-    batch, seqlen, nheads, headdim, ngroups, dstate = 2, 133, 4, 32, 2, 32
-    width = 2 * nheads * headdim + 2 * ngroups * dstate + nheads + 5
-    zxbcdt = torch.randn(batch, seqlen, width, device="cuda").to(dtype)
-    o = 0
-    z = zxbcdt[..., o:o + nheads * headdim].view(batch, seqlen, nheads, headdim)
-    o += nheads * headdim
-    x = zxbcdt[..., o:o + nheads * headdim].view(batch, seqlen, nheads, headdim)
-    o += nheads * headdim
-    B = zxbcdt[..., o:o + ngroups * dstate].view(batch, seqlen, ngroups, dstate)
-    o += ngroups * dstate
-    C = zxbcdt[..., o:o + ngroups * dstate].view(batch, seqlen, ngroups, dstate)
-    o += ngroups * dstate
-    dt = zxbcdt[..., o:o + nheads].float() * 0.5
-    args = dict(x=x, dt=dt, A=-torch.rand(nheads, device="cuda") - 0.5, B=B, C=C,
-                D=torch.randn(nheads, headdim, device="cuda"), z=z,
-                dt_bias=torch.randn(nheads, device="cuda") * 0.3, initial_states=None, seq_idx=None)
+    batch, seqlen, nheads, headdim, ngroups, dstate = SPLIT_SIZES
+    args = _split_projection(dtype)
     check_bwd(ops, args, 64, dtype, dt_softplus=True)
     big = torch.randn(batch, seqlen, nheads, 2 * headdim, device="cuda").to(dtype)
     args["x"] = big[..., ::2]
