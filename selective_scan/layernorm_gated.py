@@ -517,67 +517,49 @@ def rmsnorm_fn(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_g
     return _checked_call(x, weight, bias, z, eps, group_size, norm_before_gate, True)
 
 
-class LayerNorm(torch.nn.Module):
+class _GatedNorm(torch.nn.Module):
+    """The two modules' shared body: a learnable weight (ones) of ``hidden_size``, a bias
+    (zeros) for the LayerNorm and a None parameter for the RMSNorm (as the original registers),
+    ``forward(x, z=None)``; group_size None is one group of hidden_size channels."""
+
+    is_rms_norm = False
+
+    def __init__(
+        self, hidden_size, eps=1e-5, group_size=None, norm_before_gate=True, device=None, dtype=None
+    ):
+        factory_kwargs = {"device": device, "dtype": dtype}
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(torch.empty(hidden_size, **factory_kwargs))
+        if self.is_rms_norm:
+            self.register_parameter("bias", None)
+        else:
+            self.bias = torch.nn.Parameter(torch.empty(hidden_size, **factory_kwargs))
+        self.group_size = group_size
+        self.norm_before_gate = norm_before_gate
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        torch.nn.init.ones_(self.weight)
+        if self.bias is not None:
+            torch.nn.init.zeros_(self.bias)
+
+    def forward(self, x, z=None):
+        fn = rmsnorm_fn if self.is_rms_norm else layernorm_fn
+        return fn(x, self.weight, self.bias, z=z, eps=self.eps, group_size=self.group_size,
+                  norm_before_gate=self.norm_before_gate)
+
+
+class LayerNorm(_GatedNorm):
     """Gated LayerNorm with a learnable weight (ones) and bias (zeros) of ``hidden_size``;
     ``forward(x, z=None)``. group_size None is one group of hidden_size channels."""
 
-    def __init__(
-        self, hidden_size, eps=1e-5, group_size=None, norm_before_gate=True, device=None, dtype=None
-    ):
-        factory_kwargs = {"device": device, "dtype": dtype}
-        super().__init__()
-        self.eps = eps
-        self.weight = torch.nn.Parameter(torch.empty(hidden_size, **factory_kwargs))
-        self.bias = torch.nn.Parameter(torch.empty(hidden_size, **factory_kwargs))
-        self.group_size = group_size
-        self.norm_before_gate = norm_before_gate
-        self.reset_parameters()
 
-    def reset_parameters(self):
-        torch.nn.init.ones_(self.weight)
-        torch.nn.init.zeros_(self.bias)
-
-    def forward(self, x, z=None):
-        return layernorm_fn(
-            x,
-            self.weight,
-            self.bias,
-            z=z,
-            group_size=self.group_size,
-            eps=self.eps,
-            norm_before_gate=self.norm_before_gate,
-        )
-
-
-class RMSNorm(torch.nn.Module):
+class RMSNorm(_GatedNorm):
     """Gated RMSNorm with a learnable weight (ones) of ``hidden_size`` and no bias (a None
     parameter, as the original registers); ``forward(x, z=None)``."""
 
-    def __init__(
-        self, hidden_size, eps=1e-5, group_size=None, norm_before_gate=True, device=None, dtype=None
-    ):
-        factory_kwargs = {"device": device, "dtype": dtype}
-        super().__init__()
-        self.eps = eps
-        self.weight = torch.nn.Parameter(torch.empty(hidden_size, **factory_kwargs))
-        self.register_parameter("bias", None)
-        self.group_size = group_size
-        self.norm_before_gate = norm_before_gate
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        torch.nn.init.ones_(self.weight)
-
-    def forward(self, x, z=None):
-        return rmsnorm_fn(
-            x,
-            self.weight,
-            self.bias,
-            z=z,
-            eps=self.eps,
-            group_size=self.group_size,
-            norm_before_gate=self.norm_before_gate,
-        )
+    is_rms_norm = True
 
 
 __all__ = [
