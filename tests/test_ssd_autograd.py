@@ -155,6 +155,12 @@ def test_only_final_states_used_and_unused_inputs():
     close(grads_of([final], mine), grads_of([plain[5]], ref))
 
 
+def _plain_varlen(ref, cu):
+    """The PyTorch forward with varlen states, on the reference leaves (chunk 8)."""
+    return ssd_forward(*(ref[k] for k in ("x", "dt", "A", "B", "C")), 8, ref["D"], ref["z"], ref["dt_bias"],
+                       ref["initial_states"], ref["seq_idx"], cu)
+
+
 @pytest.mark.parametrize("final", [False, True])
 def test_varlen_states_gradient_runs_the_recompute(final, monkeypatch):
     """varlen states get gradients (the original refuses): through the PyTorch recompute, even
@@ -167,16 +173,7 @@ def test_varlen_states_gradient_runs_the_recompute(final, monkeypatch):
     res = mamba_chunk_scan_combined(
         **mine, chunk_size=8, cu_seqlens=cu, return_final_states=final, return_varlen_states=True
     )
-    plain = ssd_forward(
-        *(ref[k] for k in ("x", "dt", "A", "B", "C")),
-        8,
-        ref["D"],
-        ref["z"],
-        ref["dt_bias"],
-        ref["initial_states"],
-        ref["seq_idx"],
-        cu,
-    )
+    plain = _plain_varlen(ref, cu)
     want = (plain[0], plain[5], plain[6]) if final else (plain[0], plain[6])
     close(grads_of(res, mine), grads_of(want, ref))
     # the compiled backward is not asked for a varlen-states gradient (stand-in forward on the CPU)
@@ -184,16 +181,7 @@ def test_varlen_states_gradient_runs_the_recompute(final, monkeypatch):
     mine = leaves(a)
     res = mamba_chunk_scan_combined(**mine, chunk_size=8, cu_seqlens=cu, return_varlen_states=True)
     ref = leaves(a)
-    plain = ssd_forward(
-        *(ref[k] for k in ("x", "dt", "A", "B", "C")),
-        8,
-        ref["D"],
-        ref["z"],
-        ref["dt_bias"],
-        ref["initial_states"],
-        ref["seq_idx"],
-        cu,
-    )
+    plain = _plain_varlen(ref, cu)
     close(grads_of(res, mine), grads_of((plain[0], plain[6]), ref))
     assert calls == ["fwd"]
     mine = leaves(a)

@@ -291,19 +291,25 @@ def _split_projection(dtype):
                 dt_bias=torch.randn(nheads, device="cuda") * 0.3, initial_states=None, seq_idx=None)
 
 
-@gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_strided_inputs(ops, dtype):
-    # mamba2's split of one projection: x, z, B, C and dt are slices of a bigger tensor
+def _restride(args, dtype):
+    """x with a non-contiguous last axis, B with its heads and steps transposed, initial states
+    with their last two axes transposed; no z."""
     batch, seqlen, nheads, headdim, ngroups, dstate = SPLIT_SIZES
-    args = _split_projection(dtype)
-    check(ops, args, 64, dtype, dt_softplus=True)
-    # a non-contiguous last axis and transposed heads
     big = torch.randn(batch, seqlen, nheads, 2 * headdim, device="cuda").to(dtype)
     args["x"] = big[..., ::2]
     args["z"] = None
     args["B"] = torch.randn(batch, ngroups, seqlen, dstate, device="cuda").to(dtype).transpose(1, 2)
     args["initial_states"] = torch.randn(batch, nheads, dstate, headdim, device="cuda").transpose(2, 3)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_strided_inputs(ops, dtype):
+    # mamba2's split of one projection: x, z, B, C and dt are slices of a bigger tensor
+    args = _split_projection(dtype)
+    check(ops, args, 64, dtype, dt_softplus=True)
+    # a non-contiguous last axis and transposed heads
+    _restride(args, dtype)
     check(ops, args, 64, dtype, dt_softplus=True)
 
 
@@ -530,11 +536,7 @@ def test_bwd_strided_inputs(ops, dtype):
     batch, seqlen, nheads, headdim, ngroups, dstate = SPLIT_SIZES
     args = _split_projection(dtype)
     check_bwd(ops, args, 64, dtype, dt_softplus=True)
-    big = torch.randn(batch, seqlen, nheads, 2 * headdim, device="cuda").to(dtype)
-    args["x"] = big[..., ::2]
-    args["z"] = None
-    args["B"] = torch.randn(batch, ngroups, seqlen, dstate, device="cuda").to(dtype).transpose(1, 2)
-    args["initial_states"] = torch.randn(batch, nheads, dstate, headdim, device="cuda").transpose(2, 3)
+    _restride(args, dtype)
     check_bwd(ops, args, 64, dtype, dfinal=True, dt_softplus=True)
     # a strided dout and out
     fwd = call(ops, args, 64, dt_softplus=True)
