@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(kBwdMaxTeam)
               const float y = xhat * w[e] + (has_b ? b[e] : 0.f);
               const float sg = sigmoid(zz);
               dzv[e] = g * y * sg * (1.f + zz * (1.f - sg));
-              ov[e] = y * zz * sg;
+              ov[e] = y * silu(zz);  // as the forward rounds it: the recomputed output equals it bitwise
               g *= zz * sg;
             } else {
               ov[e] = xhat * w[e] + (has_b ? b[e] : 0.f);

@@ -185,6 +185,7 @@ struct ChunkStateAgent {
     const int rows = hi - k0;
     const float* w = sm.w + k0;
     auto weight = [w](int t) { return w[t]; };
+    auto live = [w](int t) { return w[t] != 0.0f ? 1.0f : 0.0f; };  // B masked, not scaled
     auto x_row = [&](int t) {
       return x + at.b * p.x.s0 + (at.c0 + k0 + t) * p.x.s1 + at.h * p.x.s2 + p0 * p.x.s3;
     };
@@ -192,7 +193,7 @@ struct ChunkStateAgent {
       return B + at.b * p.B.s0 + (at.c0 + k0 + t) * p.B.s1 + at.g * p.B.s2 + n0 * p.B.s3;
     };
     load_tile<BK, BP, NT, true, T, T>(sm.xs, LDX, x_row, weight, rows, int(p.headdim - p0), p.x.s3, p.x.vec16);
-    load_tile<BK, BN, NT, true, T, T>(sm.bs, LDB, b_row, weight, rows, int(p.dstate - n0), p.B.s3, p.B.vec16);
+    load_tile<BK, BN, NT, true, T, T>(sm.bs, LDB, b_row, live, rows, int(p.dstate - n0), p.B.s3, p.B.vec16);
   }
 
   __device__ __forceinline__ void state(Acc& acc) {
