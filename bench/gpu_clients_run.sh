@@ -20,10 +20,10 @@
 #   ab       bench/e2e_ab.py: the same mamba_ssm rows with ours and the original in one process,
 #            their calls interleaved round by round (the host-bound rows drift between processes
 #            by more than the differences measured); needs the original wheel, like e2e
-#   host     bench/compat_host_ab.py: the host time of each selective_scan_cuda.fwd / bwd call at
+#   host     bench/experiments/compat_host_ab.py: the host time of each selective_scan_cuda.fwd / bwd call at
 #            the small block's scan, ours, the original and our op alone, interleaved (what the
 #            host-bound rows of ab wait on); needs the original wheel, like e2e
-#   lmhost   bench/lm_host_sides.py: the LM forward with the scan's fwd of each side, our op alone,
+#   lmhost   bench/experiments/lm_host_sides.py: the LM forward with the scan's fwd of each side, our op alone,
 #            and the original behind 10 and 20 us of busy wait (what host time per call costs in
 #            place); needs the original wheel, like e2e
 #   compile  torch.compile of a Mamba block on our ops (graph breaks, compiled vs eager)
@@ -160,7 +160,7 @@ if has ab; then
 fi
 if has host; then
   if [ -d "$ORIG/mamba_ssm" ]; then
-    (cd /tmp && MAMBA_KERNELS_BACKEND=cuda PYTHONPATH="$REPO" timeout "$(limit 120)" ${PIN[@]+"${PIN[@]}"} python3 "$REPO/bench/compat_host_ab.py" \
+    (cd /tmp && MAMBA_KERNELS_BACKEND=cuda PYTHONPATH="$REPO" timeout "$(limit 120)" ${PIN[@]+"${PIN[@]}"} python3 "$REPO/bench/experiments/compat_host_ab.py" \
       --orig-dir "$ORIG" >"$OUT/compat_host.md" 2>"$OUT/compat_host.err")
     note "host: rc=$?"
     { echo "## selective_scan_cuda host time per call"; echo; sed -n '1,/^## ours: fwd/p' "$OUT/compat_host.md" | head -n -1; } >>"$REPORT"
@@ -170,7 +170,7 @@ if has host; then
 fi
 if has lmhost; then
   if [ -d "$ORIG/mamba_ssm" ]; then
-    (cd /tmp && MAMBA_KERNELS_BACKEND=cuda PYTHONPATH="$P_OURS" timeout "$(limit 200)" ${PIN[@]+"${PIN[@]}"} python3 "$REPO/bench/lm_host_sides.py" \
+    (cd /tmp && MAMBA_KERNELS_BACKEND=cuda PYTHONPATH="$P_OURS" timeout "$(limit 200)" ${PIN[@]+"${PIN[@]}"} python3 "$REPO/bench/experiments/lm_host_sides.py" \
       --orig-dir "$ORIG" >"$OUT/lm_host_sides.md" 2>"$OUT/lm_host_sides.err")
     note "lmhost: rc=$?"
     cat "$OUT/lm_host_sides.md" >>"$REPORT"

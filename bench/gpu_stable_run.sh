@@ -12,7 +12,7 @@
 #                  they run from a copy of tests/ so the tree's packages cannot shadow the wheel
 #   peer           bench/peer_tests.sh conv ours, with the wheel first on the path
 #   bench          bench/compare_bindings.py measure for both, then compare ($OUT/bindings.md)
-#   overhead       bench/op_overhead.py (host cost per call of every op) under each binding, twice
+#   overhead       bench/experiments/op_overhead.py (host cost per call of every op) under each binding, twice
 #   classic_tests  the same GPU suites against the classic build
 # Environment: OUT (logs), SITE (/tmp/stable_site), CLASSIC (/tmp/classic), GPU_TEST_N (8).
 set -uo pipefail
@@ -97,11 +97,11 @@ if has bench; then
     >"$OUT/bindings.md" 2>&1
   cat "$OUT/bindings.md" | tee -a "$OUT/stable_run.log"
 fi
-if has overhead; then  # bench/op_overhead.py under each binding, twice, alternating
+if has overhead; then  # bench/experiments/op_overhead.py under each binding, twice, alternating
   wait_classic
   for i in 1 2; do
     for b in "stable:$SITE" "classic:$CLASSIC"; do
-      (cd /tmp && PYTHONPATH="${b#*:}" timeout 90 python3 "$REPO/bench/op_overhead.py" \
+      (cd /tmp && PYTHONPATH="${b#*:}" timeout 90 python3 "$REPO/bench/experiments/op_overhead.py" \
         >"$OUT/overhead_${b%%:*}_$i.log" 2>&1)
       log "overhead ${b%%:*} run $i: rc=$?"
       grep -E " us$" "$OUT/overhead_${b%%:*}_$i.log" | tee -a "$OUT/stable_run.log"

@@ -1,6 +1,6 @@
 """Host cost of one call at each layer, for the build first on sys.path (run once per binding):
 
-    PYTHONPATH=<build> python3 bench/op_overhead.py
+    PYTHONPATH=<build> python3 bench/experiments/op_overhead.py
 
 Times (microseconds per call, back-to-back, one synchronize at the end, median of 5) the
 decode step at batch 1 x 64 channels three ways: the registered op called directly
@@ -21,7 +21,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 from _timing import wall_ms  # noqa: E402
 from provenance import ours_extension_lines  # noqa: E402
 

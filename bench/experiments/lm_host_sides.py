@@ -18,7 +18,7 @@ Sides:
   two 16-element tensors): what one call of each kind costs in place, with the same GPU work.
   The op row less the pybind11 row is what our op's call path costs over the original's;
 - ours, pybind11 entry (with --pybind-probe):  our forward op called from a pybind11 function
-  through the C++ dispatcher (bench/pybind_entry_probe.py, JIT-built): our op without the
+  through the C++ dispatcher (bench/experiments/pybind_entry_probe.py, JIT-built): our op without the
   ``torch.ops`` entry from Python.
 
 Each side's calls are also timed where they run (a perf_counter before and after each call of
@@ -43,7 +43,7 @@ import types
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 import e2e_ab  # noqa: E402
 import e2e_mamba as e2e  # noqa: E402
 import provenance  # noqa: E402
@@ -105,7 +105,7 @@ def main() -> int:
     ap.add_argument("--orig-dir", required=True)
     ap.add_argument("--reps", type=int, default=40)
     ap.add_argument("--pad", default="10,20", help="comma-separated us of the calibration sides")
-    ap.add_argument("--pybind-probe", action="store_true", help="add the side of bench/pybind_entry_probe.py")
+    ap.add_argument("--pybind-probe", action="store_true", help="add the side of bench/experiments/pybind_entry_probe.py")
     a = ap.parse_args()
     try:
         import mamba_ssm.ops.selective_scan_interface as iface

@@ -1,7 +1,7 @@
 """Where a selective-scan forward call's host time goes: the same call taken apart, layer by
 layer, every side timed in the same rounds (interleaved, the GPU idle before each call).
 
-    PYTHONPATH=<this checkout> python3 bench/host_decompose.py --orig-dir DIR \
+    PYTHONPATH=<this checkout> python3 bench/experiments/host_decompose.py --orig-dir DIR \
         [--shape 4x1536x2048] [--rounds 200]
 
 Sides (each one call, MambaInnerFn's layouts, recompute form):
@@ -31,7 +31,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 import provenance  # noqa: E402
 from compat_host_ab import inputs  # noqa: E402
 

@@ -1,6 +1,6 @@
 """The recompute form's backward, two ways, on our kernels only (GPU):
 
-    python3 bench/bwd_states_ab.py [--shapes 4x1536x2048,...] [--reps 30]
+    python3 bench/experiments/bwd_states_ab.py [--shapes 4x1536x2048,...] [--reps 30]
 
 * spaced: what ``selective_scan_cuda.bwd`` does under ``recompute`` for real A, dstate <= 16:
   the backward op starts from the forward's x (a state every 1024 steps, in pairs) and
@@ -23,8 +23,8 @@ import sys
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, BENCH)
 import _timing as T  # noqa: E402
 import provenance  # noqa: E402
 

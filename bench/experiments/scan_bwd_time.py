@@ -2,7 +2,7 @@
 layouts: each kernel's time per call (torch.profiler), the call's wall time (CUDA events) and the
 memory the call allocates beyond its inputs.
 
-    PYTHONPATH=<this checkout> python3 bench/scan_bwd_time.py [--orig-dir DIR] \
+    PYTHONPATH=<this checkout> python3 bench/experiments/scan_bwd_time.py [--orig-dir DIR] \
         [--shapes 4x1536x2048,2x1536x2048] [--dtype bf16] [--reps 30]
 
 Why: the small block's backward is where the in-kernel dB/dC sums (docs/SCAN.md) win or lose,
@@ -24,7 +24,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 import provenance  # noqa: E402
 from compat_host_ab import inputs  # noqa: E402
 
@@ -78,7 +78,7 @@ def main() -> int:
     a = ap.parse_args()
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
     os.environ.setdefault("MAMBA_KERNELS_BACKEND", "cuda")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     for line in provenance.ours_extension_lines(root):
         print("ours:", line)
     import selective_scan._ops  # noqa: F401  (loads our extension, which registers the ops)

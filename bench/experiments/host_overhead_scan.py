@@ -1,8 +1,8 @@
 """Host (Python-side) overhead of the scan's decode step (selective_state_update), on CPU.
 
-    .venv/bin/python bench/host_overhead_scan.py [--reps 31] [--calls 2000] [--root DIR]
+    .venv/bin/python bench/experiments/host_overhead_scan.py [--reps 31] [--calls 2000] [--root DIR]
 
-Same method as bench/host_overhead.py (whose helpers this imports): the compiled op
+Same method as bench/experiments/host_overhead.py (whose helpers this imports): the compiled op
 ``torch.ops.mamba_kernels.selective_state_update`` is defined here with a CPU kernel (in
 Python) that only allocates the output (``selective_scan._cuda`` is a dummy module), and
 the dispatch decision is made as for CUDA tensors. So every call runs the real validation,
@@ -10,7 +10,7 @@ dispatch decision and ``_update_ops`` wrapper on CPU tensors, plus a stand-in op
 cost is printed on the first line: the rest is what our Python layers add.
 
 Shapes: "one head" is batch 1, dim 64, dstate 16, bf16 state/x/dt/B/C, fp32 A and D,
-dt_softplus (bench/op_overhead.py's call on the H200); "heads" is batch 4 of 8 slots, 8
+dt_softplus (bench/experiments/op_overhead.py's call on the H200); "heads" is batch 4 of 8 slots, 8
 heads of dim 64, one group, dstate 128, z, dt_bias and int32 state_batch_indices. "A
 requires grad" is a model called outside ``torch.no_grad()`` (A derived from a parameter);
 "inside torch.no_grad()" includes entering and leaving the caller's ``no_grad`` (its own row).

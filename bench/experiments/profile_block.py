@@ -2,7 +2,7 @@
 wall time the caller waits for, and the block's memory through a training step, in the order
 the sections are given.
 
-    PYTHONPATH=<mamba_ssm and the kernels to profile> python3 bench/profile_block.py \
+    PYTHONPATH=<mamba_ssm and the kernels to profile> python3 bench/experiments/profile_block.py \
         [--dtype bf16] [--what block-fwd,block-train,lm-fwd,lm-train,memory]
 
 Run once per stack (ours: mamba_ssm's Python over our selective_scan_cuda; orig: mamba_ssm's

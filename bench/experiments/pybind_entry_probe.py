@@ -3,7 +3,7 @@ pybind11 function (JIT-built here with torch.utils.cpp_extension.load_inline) th
 registered forward op through the C++ dispatcher, with no Python of ours and no ``torch.ops``
 entry in between.
 
-What it answers (bench/lm_host_sides.py, side "ours, pybind11 entry"): how much of our call's
+What it answers (bench/experiments/lm_host_sides.py, side "ours, pybind11 entry"): how much of our call's
 host cost in a model is the Python entry into a torch.library op (``torch.ops``' argument
 parsing and boxing), which the original's pybind11 function does not pay. The probe links the
 running torch's C++ ABI, so it can only ever be a per-torch-minor build: the stable-ABI wheel
@@ -11,7 +11,7 @@ cannot ship it. It covers the compatibility module's common case only (CUDA, rea
 "recompute" states layout, B and C of 3 or 4 dimensions) and checks nothing beyond what the op
 checks.
 
-    python3 bench/pybind_entry_probe.py   # builds it (about a minute) and runs one call
+    python3 bench/experiments/pybind_entry_probe.py   # builds it (about a minute) and runs one call
 """
 
 from __future__ import annotations

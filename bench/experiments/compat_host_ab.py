@@ -1,11 +1,11 @@
 """Host time of ``selective_scan_cuda.fwd`` / ``bwd``, ours against the original, as mamba_ssm's
 MambaInnerFn calls them, in one process with the calls interleaved.
 
-    PYTHONPATH=<this checkout> python3 bench/compat_host_ab.py --orig-dir DIR \
+    PYTHONPATH=<this checkout> python3 bench/experiments/compat_host_ab.py --orig-dir DIR \
         [--shape 4x1536x2048] [--rounds 40]
 
 Why: mamba_ssm's small block (d_model 768: 1536 inner channels, batch 4, length 2048) and its LM
-are host-bound on the H200. Their kernels take half the wall time (bench/profile_block.py), so
+are host-bound on the H200. Their kernels take half the wall time (bench/experiments/profile_block.py), so
 what a side's Python and binding cost the host per call decides those rows. Each round times,
 for each side (first side alternating), the host time of one call (perf_counter around the call,
 no synchronisation: the GPU runs behind) and the wall time of the call with a synchronisation
@@ -30,7 +30,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/
 import provenance  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 """Host (Python-side) overhead of causal_conv1d's compiled path, measured on CPU, no GPU.
 
-    .venv/bin/python bench/host_overhead.py [--reps 31] [--calls 2000] [--root DIR]
+    .venv/bin/python bench/experiments/host_overhead.py [--reps 31] [--calls 2000] [--root DIR]
 
 The compiled ops are replaced, in this process only, by stand-ins: the four
 ``torch.ops.mamba_kernels.causal_conv1d_*`` schemas are defined here with CPU kernels (in
@@ -53,7 +53,7 @@ from typing import Callable, List, Optional
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 

@@ -18,7 +18,7 @@ small torch ops, then a 32 MB buffer written, which pushes the caches), timed al
 interleaved: what a call costs between a model's other work, where its code and data have
 gone cold.
 
-    .venv/bin/python bench/call_paths_cpu.py [--rounds 600]
+    .venv/bin/python bench/experiments/call_paths_cpu.py [--rounds 600]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """How far bf16 alone moves a random-weight transformers MambaForCausalLM's logits (CPU).
 
-    PYTHONPATH=<a directory with transformers> python3 bench/bf16_sensitivity.py
+    PYTHONPATH=<a directory with transformers> python3 bench/experiments/bf16_sensitivity.py
 
 The model of bench/e2e_mamba.py (d_model 768, 4 layers, vocab 1024, seed 0), its own PyTorch
 path, run in float32 and, with the same weights, in bfloat16, on a 256-token sequence; prints

@@ -1,15 +1,15 @@
 """Host (Python-side) overhead of ``selective_scan_fn`` and ``causal_conv1d_fn``, on CPU, no GPU.
 
-    .venv/bin/python bench/host_overhead_fn.py [--reps 31] [--calls 2000] [--root DIR]
+    .venv/bin/python bench/experiments/host_overhead_fn.py [--reps 31] [--calls 2000] [--root DIR]
 
-Same method as bench/host_overhead.py (whose helpers this imports): the compiled ops
+Same method as bench/experiments/host_overhead.py (whose helpers this imports): the compiled ops
 ``torch.ops.mamba_kernels.selective_scan_{fwd,bwd}`` and ``causal_conv1d_*`` are defined here
 with CPU kernels (in Python) that only allocate their outputs (the ``_cuda`` modules are
 dummies), and the dispatch decision is made as for CUDA tensors. So every call runs the real
 validation, dispatch decision, knob reads, ``autograd.Function`` machinery and op dispatch on
 CPU tensors, plus stand-in ops whose own cost is on the first lines: the rest is what our
 Python layers add. What the C++ op does on a GPU host (its checks, allocations on the device,
-the launch) is not in these numbers: bench/op_overhead.py times that on the GPU.
+the launch) is not in these numbers: bench/experiments/op_overhead.py times that on the GPU.
 
 Shape: bench/bench_selective_scan.py's overhead row, (batch 1, dim 64, seqlen 128, dstate 16)
 bf16, variable B and C (1, 1, 16, 128), z, D and delta_bias fp32, softplus; the conv: x (1, 64,
