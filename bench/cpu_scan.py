@@ -20,7 +20,7 @@ softplus (the Mamba block's configuration), it times:
 The speed-up is against the faster of the two loops. Times are the best of ``--repeat`` runs
 (the loops: ``--loop-repeat``). ``--loop-backward`` also times the reference loop's autograd
 backward, which takes about 15 minutes at 2x256x4096x16 on a 2-core CPU.
-Results: bench/RESULTS.md, section "CPU: chunked selective scan vs per-step loop".
+Results: docs/notes/bench-passes.md, section "CPU: chunked selective scan vs per-step loop".
 """
 
 from __future__ import annotations

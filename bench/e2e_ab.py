@@ -4,7 +4,7 @@
                            [--control ours|orig]
 
 Why one process: the small block's, the LM's and generate's rows are host-bound, and between two
-processes of the same kernels they moved by 30 % and changed sign (bench/RESULTS.md, the fourth
+processes of the same kernels they moved by 30 % and changed sign (docs/notes/bench-passes.md, the fourth
 and fifth passes), more than the differences being measured. Here both sides run on one model,
 one set of weights and inputs, in one process:
 

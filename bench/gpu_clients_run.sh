@@ -36,7 +36,7 @@
 # Environment: OUT, GPU_RUN_BUDGET (seconds, default 570), E2E_ARGS (extra args to e2e_mamba.py run),
 # AB_ARGS (extra args to e2e_ab.py; default E2E_ARGS), PIN_CPU (the core the interleaved
 # timings of ab, host and lmhost run on, default 5; empty: unpinned. On the H200's VM a pinned
-# LM forward spread less between rounds, bench/RESULTS.md fifteenth pass).
+# LM forward spread less between rounds, docs/notes/bench-passes.md fifteenth pass).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)

@@ -207,7 +207,7 @@ def test_entry_under_torch_compile():
     # one graph: dynamo traces the Python function in the entry's place (the entry itself is a
     # builtin it cannot trace), and that function must reach the same op: every output, x's
     # states included, bitwise (torch 2.11 once traced it to the PyTorch path, whose x holds
-    # only the last state: bench/RESULTS.md, eighteenth pass)
+    # only the last state: docs/notes/bench-passes.md, eighteenth pass)
     compiled = torch.compile(f, fullgraph=True)(*args)
     assert len(compiled) == len(eager) == 3
     for got, want in zip(compiled, eager):

@@ -18,7 +18,7 @@ Sides (each one call, MambaInnerFn's layouts, recompute form):
                  a wrapper makes around an op costs on this host.
 
 Why: the small block's and the LM's rows wait on the host, and the host moves by 2x between
-runs, so only sides timed in the same rounds can be compared (bench/RESULTS.md, tenth pass).
+runs, so only sides timed in the same rounds can be compared (docs/notes/bench-passes.md, tenth pass).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ the median host time of one call in place, which the calibration rows need not c
 
 Why: the LM forward waits on the host, and a call timed in a loop runs warm; in a model each
 call runs between other work. The calibration rows show how added host time passes into the
-wall time: on the H200 monotonically but not one for one (bench/RESULTS.md, fifteenth pass), so
+wall time: on the H200 monotonically but not one for one (docs/notes/bench-passes.md, fifteenth pass), so
 they rank the sides' costs, and the last column gives each call's own time.
 Both sides' files are checked (bench/provenance.py) and printed first; exit 2 when they fail.
 """
