@@ -97,7 +97,8 @@ def check_table(table: object, where: str) -> None:
                 raise RecordError(f"{where}: record {i}: {k} {rec[k]!r} is not the table's {table[k]!r}")
 
 
-def load_tables(directory: str = TABLES) -> List[Tuple[str, dict]]:
+def load_tables(directory: Optional[str] = None) -> List[Tuple[str, dict]]:
+    directory = directory or TABLES
     tables = []
     for name in sorted(os.listdir(directory)):
         if not name.endswith(".json"):
@@ -183,7 +184,7 @@ def render(tables: Sequence[Tuple[str, dict]]) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_page(directory: str = TABLES) -> str:
+def render_page(directory: Optional[str] = None) -> str:
     return render(load_tables(directory))
 
 
@@ -210,8 +211,9 @@ def _key(rec: dict) -> Tuple[object, ...]:
     return rec["shape"], rec.get("variant"), rec["dtype"]
 
 
-def update(new_files: Sequence[str], directory: str = TABLES) -> List[str]:
+def update(new_files: Sequence[str], directory: Optional[str] = None) -> List[str]:
     """Merge records into their tables; returns the table files written."""
+    directory = directory or TABLES
     tables = load_tables(directory)
     by_op = {(t["op"], t["client"]): (p, t) for p, t in tables}
     touched: Dict[str, dict] = {}

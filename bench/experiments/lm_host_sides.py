@@ -105,7 +105,7 @@ def main() -> int:
     ap.add_argument("--orig-dir", required=True)
     ap.add_argument("--reps", type=int, default=40)
     ap.add_argument("--pad", default="10,20", help="comma-separated us of the calibration sides")
-    ap.add_argument("--pybind-probe", action="store_true", help="add the side of bench/experiments/pybind_entry_probe.py")
+    ap.add_argument("--pybind-probe", action="store_true", help="add the side of pybind_entry_probe.py")
     a = ap.parse_args()
     try:
         import mamba_ssm.ops.selective_scan_interface as iface

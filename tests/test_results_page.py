@@ -1,0 +1,185 @@
+"""bench/RESULTS.md is what bench/results.py writes from bench/results/*.json, so the page cannot
+drift from its records; the records carry their provenance, and a malformed one is refused by name."""
+import copy
+import json
+import os
+import shutil
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import results  # noqa: E402
+
+
+def test_committed_page_is_the_render():
+    with open(results.PAGE) as f:
+        page = f.read()
+    assert page == results.render_page(), "run: python3 bench/results.py render"
+    assert results.main(["check"]) == 0
+
+
+def test_page_stays_short():
+    # A page a user reads in two minutes: the passes live in docs/notes/.
+    with open(results.PAGE) as f:
+        assert len(f.read().splitlines()) <= 210
+
+
+def test_every_record_has_its_fields():
+    tables = results.load_tables()
+    assert len(tables) >= 8
+    n = 0
+    for path, table in tables:
+        for rec in table["records"]:
+            n += 1
+            for key in results.REQUIRED:
+                assert key in rec, (path, key)
+            assert rec["date"].startswith("20") and rec["commit"] and rec["command"] and rec["gpu"]
+            assert rec["ratio"] is not None or rec["ours"] is not None
+    assert n > 50
+
+
+def test_each_table_is_one_op_or_client():
+    seen = set()
+    for _, table in results.load_tables():
+        key = (table["op"], table["client"])
+        assert key not in seen
+        seen.add(key)
+        assert {(r["op"], r["client"]) for r in table["records"]} <= {key}
+
+
+def test_unmeasured_tables_say_so_and_hold_no_figures():
+    by_op = {t["op"]: t for _, t in results.load_tables()}
+    for op in ("ssd", "layernorm_gated"):
+        assert by_op[op]["records"] == [] and by_op[op]["pending"]
+    page = results.render_page()
+    assert page.count("Not measured yet") == 2
+
+
+def _copy_tables(tmp_path):
+    d = tmp_path / "results"
+    shutil.copytree(results.TABLES, d)
+    return d
+
+
+def _edit(d, name, fn):
+    p = d / name
+    table = json.loads(p.read_text())
+    fn(table)
+    p.write_text(json.dumps(table))
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda t: t["records"][0].pop("commit"), "selective_scan_fwd.json: record 0: missing field(s) commit"),
+    (lambda t: t["records"][1].update(ratio_kind="faster"), "record 1: field 'ratio_kind' must be one of"),
+    (lambda t: t["records"][0].update(ours="fast"), "record 0: field 'ours' must be a number"),
+    (lambda t: t["records"][0].update(ratio="1.2x"), "record 0: field 'ratio' must be a number or null"),
+    (lambda t: t["records"][0].update(date=""), "record 0: field 'date' must be a non-empty string"),
+    (lambda t: t["records"][0].update(speed=1), "record 0: unknown field(s) speed"),
+    (lambda t: t["records"][0].update(interval=[1]), "record 0: field 'interval' must be [low, high]"),
+    (lambda t: t["records"][0].update(op="selective_scan bwd"), "record 0: op 'selective_scan bwd' is not"),
+    (lambda t: t["records"][0].update(ours=None, ratio=None), "record 0: a record needs a figure or a ratio"),
+    (lambda t: t.pop("title"), "missing table field(s) title"),
+    (lambda t: t.update(records=[]), "a table without records says why in 'pending'"),
+])
+def test_malformed_records_are_refused_by_name(tmp_path, change, message):
+    d = _copy_tables(tmp_path)
+    _edit(d, "selective_scan_fwd.json", change)
+    with pytest.raises(results.RecordError) as e:
+        results.render_page(str(d))
+    assert message in str(e.value)
+
+
+def test_a_file_that_is_not_json_is_named(tmp_path):
+    d = _copy_tables(tmp_path)
+    (d / "build.json").write_text("{not json")
+    with pytest.raises(results.RecordError, match="build.json: not JSON"):
+        results.load_tables(str(d))
+
+
+def test_cli_fails_clearly_on_a_malformed_record(tmp_path, monkeypatch, capsys):
+    d = _copy_tables(tmp_path)
+    _edit(d, "build.json", lambda t: t["records"][0].pop("gpu"))
+    monkeypatch.setattr(results, "TABLES", str(d))
+    monkeypatch.setattr(results, "PAGE", str(tmp_path / "RESULTS.md"))
+    assert results.main(["render"]) == 2
+    assert "build.json: record 0: missing field(s) gpu" in capsys.readouterr().err
+    assert not (tmp_path / "RESULTS.md").exists()
+
+
+def test_check_says_when_the_page_differs(tmp_path, monkeypatch, capsys):
+    page = tmp_path / "RESULTS.md"
+    page.write_text("# edited by hand\n")
+    monkeypatch.setattr(results, "PAGE", str(page))
+    assert results.main(["check"]) == 1
+    assert "run python3 bench/results.py render" in capsys.readouterr().err
+    assert results.main(["render"]) == 0
+    assert results.main(["check"]) == 0
+
+
+def _new_record(**over):
+    fields = dict(op="selective_scan fwd", client=None, shape="(8, 2048, 2048, 16)",
+                  variant="call from Python", dtype="bf16", ours=0.3, original=0.6, unit="ms", ratio=2.0,
+                  ratio_kind="speedup",
+                  gpu="a GPU", date="2026-12-07 08:00 UTC", commit="abc1234", command="python3 bench/x.py")
+    fields.update(over)
+    return results.record(**fields)
+
+
+def test_update_replaces_the_same_case_and_appends_new_ones(tmp_path, monkeypatch):
+    d = _copy_tables(tmp_path)
+    monkeypatch.setattr(results, "PAGE", str(tmp_path / "RESULTS.md"))
+    before = json.loads((d / "selective_scan_fwd.json").read_text())["records"]
+    new = tmp_path / "new.json"
+    results.write_records(str(new), [_new_record(), _new_record(shape="(3, 3, 3, 3)")])
+    written = results.update([str(new)], str(d))
+    assert [os.path.basename(p) for p in written] == ["selective_scan_fwd.json"]
+    after = json.loads((d / "selective_scan_fwd.json").read_text())["records"]
+    assert len(after) == len(before) + 1
+    assert after[0]["commit"] == "abc1234" and after[0]["ours"] == 0.3
+    assert after[1:-1] == before[1:] and after[-1]["shape"] == "(3, 3, 3, 3)"
+    page = results.render_page(str(d))
+    assert "| (8, 2048, 2048, 16), call from Python | bf16 | 0.3 ms | 0.6 ms | 2x |" in page
+
+
+def test_update_fills_a_pending_table(tmp_path):
+    d = _copy_tables(tmp_path)
+    new = tmp_path / "new.json"
+    results.write_records(str(new), [_new_record(op="ssd", variant="forward")])
+    results.update([str(new)], str(d))
+    table = json.loads((d / "ssd.json").read_text())
+    assert "pending" not in table and len(table["records"]) == 1
+    assert results.render_page(str(d)).count("Not measured yet") == 1
+
+
+def test_update_refuses_a_record_without_a_table(tmp_path):
+    d = _copy_tables(tmp_path)
+    new = tmp_path / "new.json"
+    results.write_records(str(new), [_new_record(op="something else")])
+    with pytest.raises(results.RecordError, match="no table .* for op 'something else'"):
+        results.update([str(new)], str(d))
+
+
+def test_record_refuses_what_the_schema_does_not_know():
+    with pytest.raises(results.RecordError, match="unknown field"):
+        _new_record(speedup=2)
+    with pytest.raises(results.RecordError, match="missing field"):
+        fields = dict(op="ssd", client=None)
+        results.record(**fields)
+    rec = _new_record(interval=None)
+    assert "interval" not in rec  # optional fields left out when not measured
+
+
+def test_render_does_not_change_the_tables():
+    tables = results.load_tables()
+    frozen = copy.deepcopy(tables)
+    results.render(tables)
+    assert tables == frozen
+
+
+def test_links_to_the_page_and_the_notes_resolve():
+    for path in ("bench/RESULTS.md", "docs/notes/bench-passes.md", "bench/README.md"):
+        assert os.path.isfile(os.path.join(ROOT, path)), path
+    with open(os.path.join(ROOT, "README.md")) as f:
+        assert "(bench/RESULTS.md)" in f.read()
