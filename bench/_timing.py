@@ -241,3 +241,9 @@ def command_line(env_vars: Sequence[str] = ()) -> str:
 
 def utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def run_context(root: str, env_vars: Sequence[str] = ()) -> Dict[str, str]:
+    """The provenance a bench/results record carries: GPU, date, commit and the command."""
+    return {"gpu": gpu_description(), "date": utc_now(), "commit": git_revision(root),
+            "command": command_line(env_vars)}

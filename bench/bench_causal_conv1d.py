@@ -2,7 +2,7 @@
 extension and its cpp_functions, loaded from files so the two packages named causal_conv1d
 do not collide) and torch's grouped conv1d. Prints markdown tables.
 
-    python3 bench/bench_causal_conv1d.py [--orig-dir DIR] [--quick]
+    python3 bench/bench_causal_conv1d.py [--orig-dir DIR] [--quick] [--json PATH]
 
 DIR holds the original's installed wheel (causal_conv1d_cuda*.so and causal_conv1d/); its
 cpp_functions must bind that .so and ours must be this checkout's compiled extensions
@@ -10,7 +10,8 @@ cpp_functions must bind that .so and ours must be this checkout's compiled exten
 time is the median over many repetitions, timed with CUDA events after a warm-up, each
 repetition a loop of calls on rotating input sets (so L2 holds none of them). "eager" runs
 the public functional layer (causal_conv1d.cpp_functions on both sides), Python overhead
-included; "graph" replays the same calls from a CUDA graph: kernel time only.
+included; "graph" replays the same calls from a CUDA graph: kernel time only. ``--json PATH``
+also writes the graph times as bench/results records (``python3 bench/results.py update PATH``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ for _p in (ROOT, os.path.dirname(os.path.abspath(__file__))):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
+import _timing as T  # noqa: E402
 import provenance  # noqa: E402  (bench/provenance.py: what each side loaded)
+import results  # noqa: E402  (bench/results.py: the results page's records)
 
 SHAPES = [  # (batch, dim, seqlen, width), dtype
     ((8, 5120, 2048, 4), torch.bfloat16),
@@ -240,10 +243,30 @@ def print_tables(rows, dec, copy_gbs: float) -> None:
         )
 
 
+def json_records(rows, dec, context: Dict[str, str]) -> List[dict]:
+    """The graph (kernel) times as bench/results records: what the tables' speedups compare."""
+    recs = []
+    for r in rows:
+        o, g = r["res"].get("ours", {}), r["res"].get("original", {})
+        dtype = str(r["dtype"]).replace("torch.", "")
+        for op, key in (("causal_conv1d fwd", "fwd_graph"), ("causal_conv1d fwd+bwd", "fwdbwd_graph")):
+            if o.get(key) is not None:
+                recs.append(results.speedup_record(op, str(r["shape"]), dtype, o[key], g.get(key), "ms",
+                                                   context, variant=f"{r['layout']}, graph"))
+    for r in dec:
+        o, g = r["res"].get("ours", {}), r["res"].get("original", {})
+        if o.get("graph") is not None:
+            shape = f"({r['batch']}, {r['dim']})"
+            recs.append(results.speedup_record("causal_conv1d update", shape, "bfloat16", o["graph"],
+                                               g.get("graph"), "ms", context, variant="graph"))
+    return recs
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--orig-dir", default=None, help="directory with the original's installed wheel")
     ap.add_argument("--quick", action="store_true", help="skip the torch conv1d baseline")
+    ap.add_argument("--json", metavar="PATH", help="also write the results as bench/results records")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
@@ -264,6 +287,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     rows = conv_cases(orig, copy_gbs, args.quick)
     dec = decode_cases(orig)
     print_tables(rows, dec, copy_gbs)
+    if args.json:
+        results.write_records(args.json, json_records(rows, dec, T.run_context(ROOT)))
     return 0
 
 

@@ -1,6 +1,7 @@
 """Side-by-side timing of Mamba-2's gated RMSNorm: ours against mamba_ssm's Triton kernels.
 
     python3 bench/bench_layernorm_gated.py [--orig-dir DIR] [--shapes SPEC,...] [--reps N] [--device cuda|cpu]
+                                           [--json PATH]
 
 SPEC is batch x seqlen x dim / group_size : dtype [: options], e.g. ``16x2048x5120/640:bf16``
 (group_size ``-`` for one group; options ``nbg`` = norm_before_gate, ``noz`` = no gate,
@@ -25,6 +26,8 @@ original's reference function uses it). Without DIR only ours is timed.
 Provenance (bench/provenance.py), before anything is timed: the original's module must be the
 file under DIR; ours must be this checkout's selective_scan with its compiled extension (on
 CUDA). The header names every module's file; a side that is not what it claims exits 2.
+``--json PATH`` also writes the timed rows as bench/results records (``python3 bench/results.py
+update PATH``).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ sys.path.insert(1, ROOT)
 
 import _timing  # noqa: E402
 import provenance  # noqa: E402
+import results  # noqa: E402  (bench/results.py: the results page's records)
 import torch  # noqa: E402
 
 DEFAULT_SHAPES = [
@@ -190,12 +194,25 @@ def timers(mod, spec: Spec, device: str, reps: int) -> Dict[str, Optional[float]
     return out  # the input sets go with the closures
 
 
+def json_records(measured, context: Dict[str, str]) -> List[dict]:
+    """(SPEC, ours {"fwd", "fwd+bwd"} ms, original's) rows as bench/results records."""
+    recs = []
+    for text, t_ours, t_orig in measured:
+        dtype = text.split(":")[1]
+        for key, variant in (("fwd", "forward"), ("fwd+bwd", "forward + backward")):
+            if t_ours[key] is not None:
+                recs.append(results.speedup_record("layernorm_gated", text, dtype, t_ours[key], t_orig[key],
+                                                   "ms", context, variant=variant))
+    return recs
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--orig-dir", default=os.environ.get("ORIG_MS"))
     ap.add_argument("--shapes", default=",".join(DEFAULT_SHAPES))
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--json", metavar="PATH", help="also write the timed rows as bench/results records")
     args = ap.parse_args(argv)
     device = args.device
     try:
@@ -219,6 +236,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "| fwd+bwd ours | fwd+bwd orig | fwd+bwd orig/ours | fwd+bwd GB/s ours |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
+    measured = []
     for text in args.shapes.split(","):
         spec = Spec(text)
         agree = compare(ours, orig, spec, device) if orig is not None else "-"
@@ -238,6 +256,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"| {_timing.ratio(t_orig['fwd+bwd'], t_ours['fwd+bwd'])} | {gbs(t_ours['fwd+bwd'], True)} |",
             flush=True,
         )
+        measured.append((text, t_ours, t_orig))
+    if args.json:
+        context = _timing.run_context(ROOT, ("MAMBA_KERNELS_BACKEND", "MAMBA_KERNELS_BINDING"))
+        results.write_records(args.json, json_records(measured, context))
     return 0
 
 

@@ -2,6 +2,7 @@
 
     python3 bench/bench_selective_scan.py [--orig-dir DIR] [--orig-only] [--quick]
         [--only fwd,bwd,decode,overhead] [--shapes 8x2048x2048x16:bf16,...|tiny] [--device cuda|cpu]
+        [--json PATH]
 
 Sections, each one Markdown table:
   fwd       selective_scan_fn forward at each shape (batch x dim x seqlen x dstate : dtype)
@@ -34,7 +35,8 @@ one under DIR and the selective_scan_cuda it binds DIR's compiled file (loaded f
 so our compatibility module selective_scan_cuda.py cannot stand in for it whatever sys.path
 says); ours must be this checkout's packages with, on CUDA, their compiled extensions. The
 header lists every module's file; a side that is not what it claims stops the run (exit 2).
-`--device cpu --shapes tiny` is a smoke test of our side alone.
+`--device cpu --shapes tiny` is a smoke test of our side alone. ``--json PATH`` also writes the
+fwd, bwd and decode rows as bench/results records (``python3 bench/results.py update PATH``).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ for _p in (ROOT, os.path.dirname(os.path.abspath(__file__))):
 
 import _timing as T  # noqa: E402  (bench/ is not a package)
 import provenance  # noqa: E402
+import results  # noqa: E402  (bench/results.py: the results page's records)
 
 Tensor = torch.Tensor
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -307,7 +310,8 @@ def _free(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-def scan_section(kind: str, shapes, impls: List[Impl], opt: Options) -> None:
+def scan_section(kind: str, shapes, impls: List[Impl], opt: Options,
+                 measured: Optional[List[dict]] = None) -> None:
     grad = kind == "bwd"
     impls = [i for i in impls if i.scan is not None]
     title = "forward + backward (autograd.grad w.r.t. all 8 inputs)" if grad else "forward"
@@ -357,6 +361,9 @@ def scan_section(kind: str, shapes, impls: List[Impl], opt: Options) -> None:
                 with torch.no_grad():
                     res[impl.name] = _timings(fn, n_sets, opt, notes, f"{label} {impl.name}")
         _row([f"({b}, {d}, {L}, {n})", DTYPE_NAMES[dtype], verdict] + _cells(res, impls, not ok))
+        if measured is not None and ok:
+            measured.append({"section": kind, "shape": f"({b}, {d}, {L}, {n})", "dtype": DTYPE_NAMES[dtype],
+                             "res": dict(res)})
         del sets, gouts
         _free(opt.device)
     print()
@@ -396,24 +403,26 @@ DECODE_GRAPH_ROUNDS = 60   # paired replays of each side's graph
 
 
 def _paired_graphs(timers: Dict[str, Optional[Callable[[], float]]], opt: Options,
-                   res: Dict[str, Tuple[Optional[float], Optional[float]]]) -> str:
+                   res: Dict[str, Tuple[Optional[float], Optional[float]]],
+                   ) -> Optional[Tuple[float, float, float]]:
     """Replays each side's graph in paired rounds and fills in res's graph times (each side's
     median); with both sides, the median of the rounds' speedups (original / ours) and its
-    95 % interval, as a cell ("-" when a side has no graph)."""
+    95 % interval (None when a side has no graph)."""
     live = {k: t for k, t in timers.items() if t is not None}
     if not live:
-        return "-"
+        return None
     samples = T.paired_rounds(live, DECODE_GRAPH_ROUNDS if not opt.quick else 20)
     for name, xs in samples.items():
         res[name] = (res[name][0], statistics.median(xs))
     if set(samples) != {"ours", "original"}:
-        return "-"
+        return None
     speedups = [o / u for o, u in zip(samples["original"], samples["ours"])]
     lo, hi = T.median_ci(speedups)
-    return f"{statistics.median(speedups):.3f}x ({lo:.3f}-{hi:.3f})"
+    return statistics.median(speedups), lo, hi
 
 
-def decode_section(batches: Sequence[int], dim: int, impls: List[Impl], opt: Options) -> None:
+def decode_section(batches: Sequence[int], dim: int, impls: List[Impl], opt: Options,
+                   measured: Optional[List[dict]] = None) -> None:
     impls = [i for i in impls if i.update is not None]
     print(f"\n## selective_state_update (decode, one token), dim {dim}, dstate {DECODE_DSTATE}, "
           "state fp32, x/dt/z/B/C bf16, ms per call\n")
@@ -461,8 +470,13 @@ def decode_section(batches: Sequence[int], dim: int, impls: List[Impl], opt: Opt
             timed = partial(T.time_ms, partial(_copy_state, sets), n_sets, graph=True, reps=opt.reps,
                             inner=20, device=opt.device, budget_ms=opt.budget)
             floor = [T.fmt(T.safe(timed, notes, f"batch {batch} state copy"), 4)]
-        interval = [paired] if len(impls) == 2 and opt.device == "cuda" else []
+        cell = "-" if paired is None else f"{paired[0]:.3f}x ({paired[1]:.3f}-{paired[2]:.3f})"
+        interval = [cell] if len(impls) == 2 and opt.device == "cuda" else []
         _row([str(batch), verdict] + _cells(res, impls, not ok, digits=4) + interval + floor)
+        if measured is not None and ok:
+            shape = f"batch {batch}, dim {dim}, dstate {DECODE_DSTATE}"
+            measured.append({"section": "decode", "shape": shape, "dtype": "fp32 state, bf16 activations",
+                             "res": dict(res), "paired": paired})
         del sets
         _free(opt.device)
     print("\n\"call\": host clock over back-to-back calls from Python, one synchronize at the end. "
@@ -583,6 +597,37 @@ def _triton_version() -> str:
         return "absent"
 
 
+SECTION_OPS = {"fwd": "selective_scan fwd", "bwd": "selective_scan fwd+bwd",
+               "decode": "selective_state_update"}
+
+
+def json_records(measured: Sequence[dict], context: Dict[str, str]) -> List[dict]:
+    """The fwd, bwd and decode rows as bench/results records: scan rows by the call from Python
+    (with the graph's ratio beside it), decode rows by the paired graph rounds and by the call."""
+    recs = []
+    for m in measured:
+        op, res = SECTION_OPS[m["section"]], m["res"]
+        o_call, o_graph = res.get("ours", (None, None))
+        g_call, g_graph = res.get("original", (None, None))
+        common = dict(op=op, shape=m["shape"], dtype=m["dtype"], unit="ms", context=context)
+        if m["section"] != "decode":
+            if o_call is not None:
+                rg = round(g_graph / o_graph, 3) if g_graph and o_graph else None
+                recs.append(results.speedup_record(ours=o_call, original=g_call, variant="call from Python",
+                                                   ratio_graph=rg, **common))
+            continue
+        if o_graph is not None:
+            paired = m.get("paired")
+            extra = {} if paired is None else {"ratio": round(paired[0], 3),
+                                               "interval": [round(paired[1], 3), round(paired[2], 3)]}
+            recs.append(results.speedup_record(ours=o_graph, original=g_graph, variant="graph",
+                                               **extra, **common))
+        if o_call is not None:
+            recs.append(results.speedup_record(ours=o_call, original=g_call, variant="call from Python",
+                                               **common))
+    return recs
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--orig-dir", default=None, help="where the original's wheel was installed (--target)")
@@ -594,6 +639,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--decode-dim", type=int, default=None, help=f"default {DECODE_DIM}; 256 with tiny")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", metavar="PATH",
+                    help="also write the fwd, bwd and decode rows as bench/results records")
     args = ap.parse_args(argv)
     only = [s.strip().replace("fwdbwd", "bwd") for s in args.only.split(",") if s.strip()]
     unknown = sorted(set(only) - set(SECTIONS))
@@ -628,14 +675,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         orig_about = ["not loaded (no --orig-dir): nothing is checked against it"]
     header(impls, args, orig_about)
     opt = Options(args.device, args.quick, args.seed)
+    measured: List[dict] = []
     if "fwd" in only:
-        scan_section("fwd", shapes, impls, opt)
+        scan_section("fwd", shapes, impls, opt, measured)
     if "bwd" in only:
-        scan_section("bwd", shapes, impls, opt)
+        scan_section("bwd", shapes, impls, opt, measured)
     if "decode" in only:
-        decode_section(batches, dim, impls, opt)
+        decode_section(batches, dim, impls, opt, measured)
     if "overhead" in only:
         overhead_section(impls, opt)
+    if args.json:
+        context = T.run_context(ROOT, ("MAMBA_KERNELS_BINDING",))
+        results.write_records(args.json, json_records(measured, context))
     return 0
 
 

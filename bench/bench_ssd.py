@@ -3,7 +3,7 @@
 process.
 
     python3 bench/bench_ssd.py --ms-dir DIR [--shapes all|0,1,2] [--reps N] [--no-first-call]
-                               [--no-backward]
+                               [--no-backward] [--json PATH]
 
 Forward + backward: ours is ssd_forward_cuda then ssd_backward_cuda (the gradients of x, dt, A,
 B, C, D, dt_bias); Triton's is mamba_chunk_scan_combined on inputs that require grad, then
@@ -20,6 +20,8 @@ compiled selective_scan._cuda of this checkout, the original's ssd_combined.py u
 outputs of the two sides are compared (max |difference| / max |value|). Times are CUDA-event
 medians of loops over several input sets (bench/_timing.py). The first call of each side in a
 fresh process (Triton compiles and autotunes there) is timed in a child process per side.
+``--json PATH`` also writes the timed rows as bench/results records (``python3 bench/results.py
+update PATH``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 import provenance  # noqa: E402  (bench/, imports nothing heavy)
+import results  # noqa: E402  (bench/results.py, standard library only)
 
 # (batch, seqlen, nheads, headdim, dstate, ngroups, chunk, dtype); the Triton times the task
 # quoted on an H200 are in the comments (forward; forward + backward)
@@ -49,6 +52,18 @@ SHAPES = [
 ]
 GRADS = ("x", "dt", "A", "B", "C", "D", "dt_bias")
 ORIG_MODULE = "mamba_ssm.ops.triton.ssd_combined"
+
+
+def shape_text(shape) -> str:
+    names = ("batch", "seqlen", "nheads", "headdim", "dstate", "ngroups", "chunk")
+    return ", ".join(f"{n} {v}" for n, v in zip(names, shape))
+
+
+def json_records(measured, context):
+    """(kind, shape, {"ours": ms, "triton": ms}) rows as bench/results records of the op "ssd"."""
+    return [results.speedup_record("ssd", shape_text(shape), shape[7], ms["ours"], ms.get("triton"), "ms",
+                                   context, variant=kind)
+            for kind, shape, ms in measured if ms.get("ours") is not None]
 
 
 def load_ours():
@@ -171,6 +186,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--no-first-call", action="store_true")
     ap.add_argument("--no-backward", action="store_true", help="time the forward alone")
+    ap.add_argument("--json", metavar="PATH", help="also write the timed rows as bench/results records")
     ap.add_argument("--first-call-child", nargs=2, metavar=("SIDE", "SHAPE"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.first_call_child:
@@ -186,7 +202,7 @@ def main(argv=None) -> int:
     for line in lines_o + lines_t:
         print("provenance:", line)
     idxs = range(len(SHAPES)) if args.shapes == "all" else [int(i) for i in args.shapes.split(",")]
-    rows = []
+    rows, measured = [], []
     for i in idxs:
         shape = SHAPES[i]
         n_sets = n_sets_for(set_bytes(shape), most=4)
@@ -201,6 +217,8 @@ def main(argv=None) -> int:
             with torch.no_grad():
                 ms[side] = time_ms(lambda j, fn=fn, sets=sets: fn(sets[j]), n_sets, reps=args.reps, inner=5)
         rows.append((shape, ms, diff, nan))
+        if not nan and diff <= (1e-2 if shape[7] == "float32" else 5e-2):  # a wrong answer has no speed
+            measured.append(("forward", shape, ms))
         print(f"shape {shape}: ours {ms['ours']:.3f} ms | triton {ms['triton']:.3f} ms | "
               f"ours/triton {ms['ours'] / ms['triton']:.2f} | max|ours-triton|/max|triton| {diff:.2e}"
               f"{' | NaN in ours' if nan else ''}", flush=True)
@@ -214,6 +232,8 @@ def main(argv=None) -> int:
             gms = {side: time_ms(lambda j, fn=fn, sets=sets: fn(sets[j]), n_sets, reps=args.reps, inner=2)
                    for side, fn in gfns.items()}
             rows.append((shape, gms, 0.0, gnan))
+            if not gnan:
+                measured.append(("forward + backward", shape, gms))
             print(f"shape {shape} fwd+bwd: ours {gms['ours']:.3f} ms | triton {gms['triton']:.3f} ms | "
                   f"ours/triton {gms['ours'] / gms['triton']:.2f} | max|d ours - d triton|/max|d triton| "
                   + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items())
@@ -229,6 +249,10 @@ def main(argv=None) -> int:
             ok = r.returncode == 0 and r.stdout.strip()
             res = r.stdout.strip().splitlines()[-1] if ok else r.stderr[-500:]
             print(f"first call in a fresh process, {side}, shape {SHAPES[i0]}: {res}", flush=True)
+    if args.json:
+        from _timing import run_context
+
+        results.write_records(args.json, json_records(measured, run_context(ROOT)))
     bad = [r for r in rows if r[3] or r[2] > (1e-2 if r[0][7] == "float32" else 5e-2)]
     return 1 if bad else 0
 

@@ -117,27 +117,26 @@ def load_tables(directory: Optional[str] = None) -> List[Tuple[str, dict]]:
     return sorted(tables, key=lambda pt: pt[1]["order"])
 
 
+def _num(v: object) -> str:
+    """A figure as written: strings verbatim, numbers from a benchmark to six significant digits."""
+    return v if isinstance(v, str) else f"{v:g}"
+
+
 def _figure(v: object, unit: str) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        v = f"{v:.4g}" if abs(v) < 1000 else f"{v:.0f}"
-    return f"{v} {unit}"
+    return "-" if v is None else f"{_num(v)} {unit}"
 
 
 def _ratio(rec: dict) -> str:
-    r = rec["ratio"]
-    if r is None:
+    if rec["ratio"] is None:
         return "-"
-    if isinstance(r, float):
-        r = f"{r:.3g}"
+    r = _num(rec["ratio"])
     text = f"{r}x" if rec["ratio_kind"] == "speedup" else f"ours/orig {r}"
     if rec.get("computed"):
         text += "*"
     if "interval" in rec:
-        text += f" ({rec['interval'][0]}-{rec['interval'][1]})"
+        text += f" ({_num(rec['interval'][0])}-{_num(rec['interval'][1])})"
     if rec.get("ratio_graph") is not None:
-        text += f", graph {rec['ratio_graph']}x"
+        text += f", graph {_num(rec['ratio_graph'])}x"
     return text
 
 
@@ -197,6 +196,17 @@ def record(**fields: object) -> dict:
         raise RecordError(f"record: unknown field(s) {', '.join(sorted(extra))}")
     check_record(rec, "record")
     return rec
+
+
+def speedup_record(op: str, shape: str, dtype: str, ours: float, original: Optional[float], unit: str,
+                   context: Dict[str, str], client: Optional[str] = None, ratio: Optional[float] = None,
+                   **optional: object) -> dict:
+    """A timed case: the ratio is the original's time over ours unless given (a paired median)."""
+    if ratio is None and original is not None and ours > 0:
+        ratio = round(original / ours, 3)
+    return record(op=op, client=client, shape=shape, dtype=dtype, ours=round(ours, 5),
+                  original=None if original is None else round(original, 5), unit=unit, ratio=ratio,
+                  ratio_kind="speedup", **context, **optional)
 
 
 def write_records(path: str, records: Sequence[dict]) -> None:

@@ -183,3 +183,75 @@ def test_links_to_the_page_and_the_notes_resolve():
         assert os.path.isfile(os.path.join(ROOT, path)), path
     with open(os.path.join(ROOT, "README.md")) as f:
         assert "(bench/RESULTS.md)" in f.read()
+
+
+# The benchmarks' --json writers, fed synthetic timings (the benchmarks themselves need a GPU).
+CONTEXT = {"gpu": "a GPU", "date": "2026-12-07 08:00 UTC", "commit": "abc1234",
+           "command": "python3 bench/b.py"}
+
+
+def _merged_page(tmp_path, recs):
+    d = _copy_tables(tmp_path)
+    new = tmp_path / "new.json"
+    results.write_records(str(new), recs)
+    results.update([str(new)], str(d))
+    return d, results.render_page(str(d))
+
+
+def test_conv_json_records_replace_the_cases_they_measured(tmp_path):
+    import bench_causal_conv1d as b
+    import torch
+
+    res = {"ours": {"fwd_graph": 0.08, "fwdbwd_graph": 0.2},
+           "original": {"fwd_graph": 0.1, "fwdbwd_graph": None}}
+    rows = [{"shape": (8, 5120, 2048, 4), "dtype": torch.bfloat16, "layout": "channel-first", "res": res}]
+    dec = [{"batch": 64, "dim": 5120, "res": {"ours": {"graph": 0.004}, "original": {"graph": 0.005}}},
+           {"batch": 128, "dim": 5120, "res": {"ours": {"graph": None}}}]  # a failed timing writes nothing
+    recs = b.json_records(rows, dec, CONTEXT)
+    assert [(r["op"], r["ratio"]) for r in recs] == [
+        ("causal_conv1d fwd", 1.25), ("causal_conv1d fwd+bwd", None), ("causal_conv1d update", 1.25)]
+    d, page = _merged_page(tmp_path, recs)
+    fwd = json.loads((d / "causal_conv1d_fwd.json").read_text())["records"]
+    assert len(fwd) == 8 and fwd[0]["commit"] == "abc1234" and fwd[0]["dtype"] == "bfloat16"
+    assert "| (8, 5120, 2048, 4), channel-first, graph | bfloat16 | 0.08 ms | 0.1 ms | 1.25x |" in page
+
+
+def test_scan_json_records_keep_the_paired_interval(tmp_path):
+    import bench_selective_scan as b
+
+    measured = [
+        {"section": "fwd", "shape": "(8, 2048, 2048, 16)", "dtype": "bf16",
+         "res": {"ours": (0.33, 0.32), "original": (0.6, 0.64)}},
+        {"section": "bwd", "shape": "(8, 2048, 2048, 16)", "dtype": "bf16", "res": {"ours": (2.0, None)}},
+        {"section": "decode", "shape": "batch 1, dim 5120, dstate 16",
+         "dtype": "fp32 state, bf16 activations",
+         "res": {"ours": (0.013, 0.0018), "original": (0.085, 0.0018)}, "paired": (1.0034, 1.0001, 1.0072)},
+    ]
+    recs = b.json_records(measured, CONTEXT)
+    fwd, bwd, graph, call = recs
+    assert fwd["ratio"] == 1.818 and fwd["ratio_graph"] == 2.0 and fwd["variant"] == "call from Python"
+    assert bwd["op"] == "selective_scan fwd+bwd" and bwd["ratio"] is None and "ratio_graph" not in bwd
+    assert graph["variant"] == "graph" and graph["ratio"] == 1.003 and graph["interval"] == [1.0, 1.007]
+    assert call["variant"] == "call from Python" and call["ratio"] == 6.538
+    d, page = _merged_page(tmp_path, recs)
+    dec = json.loads((d / "selective_state_update.json").read_text())["records"]
+    assert dec[0]["commit"] == "abc1234" and dec[1]["variant"] == "graph, second run"
+    assert "| 0.0018 ms | 0.0018 ms | 1.003x (1-1.007) |" in page
+    assert "| 0.33 ms | 0.6 ms | 1.818x, graph 2x |" in page
+
+
+def test_ssd_and_norm_json_records_fill_their_pending_tables(tmp_path):
+    import bench_layernorm_gated as norm
+    import bench_ssd as ssd
+
+    shape = (8, 2048, 80, 64, 128, 1, 256, "bfloat16")
+    recs = ssd.json_records([("forward", shape, {"ours": 1.0, "triton": 1.3}),
+                             ("forward + backward", shape, {"ours": 4.0, "triton": 4.6})], CONTEXT)
+    assert [r["ratio"] for r in recs] == [1.3, 1.15]
+    assert recs[0]["shape"] == "batch 8, seqlen 2048, nheads 80, headdim 64, dstate 128, ngroups 1, chunk 256"
+    recs += norm.json_records([("16x2048x5120/640:bf16", {"fwd": 0.2, "fwd+bwd": 0.5},
+                                {"fwd": 0.3, "fwd+bwd": None})], CONTEXT)
+    assert [(r["op"], r["variant"], r["dtype"]) for r in recs[2:]] == [
+        ("layernorm_gated", "forward", "bf16"), ("layernorm_gated", "forward + backward", "bf16")]
+    _, page = _merged_page(tmp_path, recs)
+    assert "Not measured yet" not in page
