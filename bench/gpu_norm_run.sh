@@ -12,7 +12,8 @@
 #           its kinds name (torch.profiler; the sanitizer run itself: scripts/sanitize.sh --family norm)
 #   bench   bench/bench_layernorm_gated.py against mamba_ssm's Triton rmsnorm_fn, from $MS_DIR
 #           (default /tmp/ms_ours, installed there from .device/mamba_ssm-2.3.2.post1.tar.gz with
-#           its CUDA build skipped when missing; the norm is Triton, so its Python is the original)
+#           its CUDA build skipped when missing; the norm is Triton, so its Python is the original);
+#           its records in $OUT/results_norm.json (bench/results.py update, for the results page)
 # Environment: OUT (default /tmp/gpu_norm_out), MS_DIR, BENCH_ARGS (extra args to the bench).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -55,7 +56,7 @@ if has bench; then
   fi
   orig=()
   [ -d "$MS_DIR/mamba_ssm" ] && orig=(--orig-dir "$MS_DIR")
-  timeout 400 python3 bench/bench_layernorm_gated.py "${orig[@]}" ${BENCH_ARGS:-} >"$OUT/bench.md" 2>"$OUT/bench.err"
+  timeout 400 python3 bench/bench_layernorm_gated.py "${orig[@]}" ${BENCH_ARGS:-} --json "$OUT/results_norm.json" >"$OUT/bench.md" 2>"$OUT/bench.err"
   log "bench: rc=$?"
   cat "$OUT/bench.md" | tee -a "$OUT/run.log"
 fi

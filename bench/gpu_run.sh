@@ -7,7 +7,8 @@
 #      (build time, .so size stripped);
 #   3. tests/test_causal_conv1d_cuda.py;
 #   4. the original's own tests/test_causal_conv1d.py, unmodified, against our package;
-#   5. bench/bench_causal_conv1d.py, ours vs the original vs torch.
+#   5. bench/bench_causal_conv1d.py, ours vs the original vs torch; its records in $OUT/results_conv.json
+#      (bench/results.py update them into the results page).
 # Usage: bash bench/gpu_run.sh [build] [diag] [test] [origtest] [bench]   (default: all but diag)
 # Each phase has a time limit so the whole run ends inside one 10-minute call.
 set -uo pipefail
@@ -140,7 +141,7 @@ if has bench; then
     python3 -m pip install -q --no-deps --no-index --target /tmp/orig "$w" && ORIG_ARG="--orig-dir /tmp/orig"
   fi
   log "benchmark ($ORIG_ARG)"
-  timeout $(($(left) > 30 ? $(left) : 30)) python3 bench/bench_causal_conv1d.py $ORIG_ARG >"$OUT/bench.md" 2>&1
+  timeout $(($(left) > 30 ? $(left) : 30)) python3 bench/bench_causal_conv1d.py $ORIG_ARG --json "$OUT/results_conv.json" >"$OUT/bench.md" 2>&1
   log "benchmark rc=$?"
   cat "$OUT/bench.md"
 fi

@@ -21,7 +21,8 @@
 #   peer       mamba_ssm's own tests/ops/test_selective_scan.py and
 #              tests/ops/triton/test_selective_state_update.py (copies in .device/peer/),
 #              unmodified, against our package through an import shim (see below)
-#   bench      bench/bench_selective_scan.py --orig-dir /tmp/orig $BENCH_ARGS > $OUT/bench_scan.md
+#   bench      bench/bench_selective_scan.py --orig-dir /tmp/orig $BENCH_ARGS > $OUT/bench_scan.md,
+#              its records in $OUT/results_scan.json (bench/results.py update, for the results page)
 #              (only after bench/provenance.py proved both sides: the original's interface bound
 #              to the .so of /tmp/orig, ours this checkout's compiled extensions; the script
 #              checks again itself and prints every module's file in its header)
@@ -255,7 +256,7 @@ if has bench; then
   [ $ORIG_OK = 1 ] && oa="--orig-dir $ORIG"
   if [ $OURS_OK = 1 ] || [ "${MAMBA_KERNELS_BACKEND}" = reference ]; then
     log "bench: bench_selective_scan.py $oa ${BENCH_ARGS:-}"
-    timeout "$(limit 600)" python3 bench/bench_selective_scan.py $oa ${BENCH_ARGS:-} \
+    timeout "$(limit 600)" python3 bench/bench_selective_scan.py $oa ${BENCH_ARGS:-} --json "$OUT/results_scan.json" \
       >"$OUT/bench_scan.md" 2>"$OUT/bench_scan.err"
     log "bench: rc=$? (2: PROVENANCE FAILED inside the script, nothing timed)"
     tail -5 "$OUT/bench_scan.err" | tee -a "$OUT/run.log"
