@@ -255,3 +255,20 @@ def test_ssd_and_norm_json_records_fill_their_pending_tables(tmp_path):
         ("layernorm_gated", "forward", "bf16"), ("layernorm_gated", "forward + backward", "bf16")]
     _, page = _merged_page(tmp_path, recs)
     assert "Not measured yet" not in page
+
+
+def test_transcribed_figures_are_in_the_notes():
+    # Figures written as strings were copied from the passes; a benchmark's --json writes numbers.
+    with open(os.path.join(ROOT, "docs", "notes", "bench-passes.md")) as f:
+        notes = f.read()
+    missing = []
+    for path, table in results.load_tables():
+        for i, rec in enumerate(table["records"]):
+            fields = ["ours", "original"] + ([] if rec.get("computed") else ["ratio", "ratio_graph"])
+            values = [rec.get(k) for k in fields] + list(rec.get("interval", []))
+            missing += [f"{os.path.basename(path)}: record {i}: {v}" for v in values
+                        if isinstance(v, str) and v not in notes]
+            # 5126de2 is the commit that wrote the conv section ("ours: the commit of this section")
+            if rec["commit"][:7] not in notes and rec["commit"][:7] != "5126de2":
+                missing.append(f"{os.path.basename(path)}: record {i}: commit {rec['commit']}")
+    assert missing == []
