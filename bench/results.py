@@ -144,19 +144,15 @@ INTRO = """\
 # Results against the originals
 
 Our kernels against the packages they replace (causal-conv1d 1.7.0; mamba_ssm 2.3.2.post1's CUDA
-scan, Triton decode step and models), both sides built for sm_90 and timed in one process: one
-table per op and per client, each row with its date, commit and command (`[n]`, under the table).
+scan, Triton kernels and models), both built for sm_90 and timed in one process; each row with
+its date, commit and command (`[n]`, under its table). Written by `python3 bench/results.py
+render` from bench/results/*.json (tests/test_results_page.py fails when it differs); refresh a
+table by running its benchmark with `--json PATH`, then `python3 bench/results.py update PATH`.
+The dated passes behind the figures: [docs/notes/bench-passes.md](../docs/notes/bench-passes.md).
 
-Written by `python3 bench/results.py render` from bench/results/*.json; do not edit it by hand
-(tests/test_results_page.py fails when it differs). To refresh a table, run its benchmark with
-`--json PATH` on the GPU machine, then `python3 bench/results.py update PATH`. The dated passes
-behind these figures, with what was tried and not kept, are in
-[docs/notes/bench-passes.md](../docs/notes/bench-passes.md) (cited elsewhere as "bench/RESULTS.md, Nth pass").
-
-Ratios: `1.81x` is a speedup (the original's time over ours, or our rate over the original's:
-above 1, ours is faster); `ours/orig 0.893` is our time or size over the original's (below 1,
-ours is better); `*` marks a ratio computed from the row's two figures; brackets hold the 95 %
-interval of the median of paired rounds."""
+Ratios: `1.81x` is a speedup (the original's time over ours: above 1, ours is faster);
+`ours/orig 0.893` is our time or size over the original's (below 1, ours is better); `*` marks a
+ratio computed from the row's two figures; brackets hold a 95 % interval of paired rounds."""
 
 
 def render(tables: Sequence[Tuple[str, dict]]) -> str:

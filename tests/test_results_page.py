@@ -51,10 +51,12 @@ def test_each_table_is_one_op_or_client():
 
 def test_unmeasured_tables_say_so_and_hold_no_figures():
     by_op = {t["op"]: t for _, t in results.load_tables()}
-    for op in ("ssd", "layernorm_gated"):
+    pending = [op for op, t in by_op.items() if "pending" in t]
+    assert pending == ["layernorm_gated"]  # its kernel has not been timed against Triton yet
+    for op in pending:
         assert by_op[op]["records"] == [] and by_op[op]["pending"]
     page = results.render_page()
-    assert page.count("Not measured yet") == 2
+    assert page.count("Not measured yet") == len(pending)
 
 
 def _copy_tables(tmp_path):
@@ -146,11 +148,11 @@ def test_update_replaces_the_same_case_and_appends_new_ones(tmp_path, monkeypatc
 def test_update_fills_a_pending_table(tmp_path):
     d = _copy_tables(tmp_path)
     new = tmp_path / "new.json"
-    results.write_records(str(new), [_new_record(op="ssd", variant="forward")])
+    results.write_records(str(new), [_new_record(op="layernorm_gated", variant="forward")])
     results.update([str(new)], str(d))
-    table = json.loads((d / "ssd.json").read_text())
+    table = json.loads((d / "layernorm_gated.json").read_text())
     assert "pending" not in table and len(table["records"]) == 1
-    assert results.render_page(str(d)).count("Not measured yet") == 1
+    assert results.render_page(str(d)).count("Not measured yet") == 0
 
 
 def test_update_refuses_a_record_without_a_table(tmp_path):
@@ -272,6 +274,7 @@ def test_transcribed_figures_are_in_the_notes():
             # section"), and the scan section's "selective_scan bwd: 16-byte shared reads..."
             named = {"5126de2": "Ours (commit of this section)",
                      "71f83bb": "selective_scan bwd: 16-byte shared reads"}
-            if rec["commit"][:7] not in notes and named.get(rec["commit"][:7], "\0") not in notes:
+            transcribed = any(isinstance(rec.get(k), str) for k in ("ours", "original", "ratio"))
+            if transcribed and rec["commit"][:7] not in notes and named.get(rec["commit"][:7], "\0") not in notes:
                 missing.append(f"{os.path.basename(path)}: record {i}: commit {rec['commit']}")
     assert missing == []

@@ -74,6 +74,9 @@ void check_same_dtype(const TensorRef& t, const TensorRef& x, const char* name) 
 
 // Row-major contiguous (an axis of one element may have any stride).
 bool row_major(const TensorRef& t) {
+  for (int64_t i = 0; i < t.dim; ++i) {
+    if (t.size(i) == 0) return true;  // no elements: torch gives an empty tensor any strides
+  }
   int64_t want = 1;
   for (int64_t i = t.dim - 1; i >= 0; --i) {
     if (t.size(i) != 1 && t.stride(i) != want) return false;
