@@ -14,6 +14,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import matrix_counts
 import pytest
 
 from ci import build_cell
@@ -789,7 +790,8 @@ def test_torch_index_fetcher_against_a_local_page(monkeypatch):
 def test_main_reads_pytorchs_index_unless_told_not_to(capsys):
     fetch = _fake_torch_index()
     assert pf.main(["--platform", "win_amd64"], fetcher=_fake_pypi(), torch_fetcher=fetch) == 0
-    assert "looked up on PyTorch's index for 109 of 109 cells" in capsys.readouterr().out
+    n = matrix_counts.wheel_counts()["win_amd64"]
+    assert n > 0 and f"looked up on PyTorch's index for {n} of {n} cells" in capsys.readouterr().out
     fetch.read.clear()
     assert pf.main(["--platform", "win_amd64", "--no-torch-index"], fetcher=_fake_pypi(),
                    torch_fetcher=fetch) == 0
