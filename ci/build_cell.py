@@ -18,7 +18,7 @@ from the project's root, but check-installed from a folder holding only CHECK_SO
                     and report the expected build metadata, and the PyTorch paths match their
                     float64 references on the cell's torch (ci/pytorch_path_check.py)
 
-CELL is a cell id as ``python -m mamba_kernels matrix --json`` prints it, e.g.
+CELL is a cell id as ``python -m ci.cell_fields --json`` prints it, e.g.
 ``cu128torch2.8-cp311-linux_x86_64`` or ``cu130stable2.10-cp310-linux_x86_64``. verify checks:
 the file name is exactly the one the matrix predicts (label, Python and ABI tags, platform
 tag); METADATA carries the same version and requires ``torch==M.m.*`` (classic) or
@@ -50,7 +50,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-from ci import platforms
+from ci import cell_fields, platforms
 from ci.platforms.base import PIP_RETRIES, PIP_TIMEOUT_S, CellError, download, log, pip_install, sh
 from mamba_kernels.build import plan as build
 from mamba_kernels.facts import support, variant, versions
@@ -194,7 +194,7 @@ PYPI = "pypi"
 def torch_index_url(cell: support.Cell, torch_index: Optional[str] = None, which: str = BUILD) -> str:
     """The index the cell's build (or test) torch comes from: ``torch_index``, else PyTorch's index
     of its CUDA variant (``https://download.pytorch.org/whl/cu128``)."""
-    return torch_index or matrix.torch_index(torch_of(cell, which)[1])
+    return torch_index or cell_fields.torch_index(torch_of(cell, which)[1])
 
 
 def torch_install_args(
@@ -640,7 +640,7 @@ def cibuildwheel_env(cell: support.Cell, sccache_dir: Optional[str] = None) -> D
     """The CIBW_* environment selecting exactly this cell (with ci/cibuildwheel.toml): the
     shared part here, the platform's part (CIBW_ENVIRONMENT_<OS>, image, container; on Linux
     the compiler cache in ``sccache_dir`` on the host) from its cell builder."""
-    f = matrix.ci_fields(cell)
+    f = cell_fields.ci_fields(cell)
     env = {
         CELL_VAR: f["id"],
         "CIBW_BUILD": f["cibw_build"],

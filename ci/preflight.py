@@ -64,7 +64,8 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from ci import build_cell, plan, platforms  # plan: the plan step's matrices, whose size GitHub limits
+# plan: the plan step's matrices, whose size GitHub limits
+from ci import build_cell, cell_fields, plan, platforms
 from mamba_kernels.build import archs as build_archs
 from mamba_kernels.build import plan as build
 from mamba_kernels.build import toolchain as build_toolchain
@@ -77,7 +78,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # ----------------------------------------------------------------------------- facts
 
 # GitHub's limit on the jobs one matrix may generate.
-MATRIX_LIMIT = matrix.GITHUB_MATRIX_LIMIT
+MATRIX_LIMIT = cell_fields.GITHUB_MATRIX_LIMIT
 # release.yml's plan step splits the cells into one matrix per platform, each run by its own
 # build job (build-linux-x86_64, build-linux-aarch64, build-windows via build-cells.yml).
 RELEASE_WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
@@ -421,7 +422,7 @@ def check_environment(cell: support.Cell, report: CellReport, env: Optional[Mapp
     for k, v in want.items():
         if got.get(k) != v:
             report.fail("environment", f"cibuildwheel reads {k}={got.get(k)!r}, intended {v!r}")
-    ident = matrix.cibuildwheel_identifier(cell)
+    ident = cell_fields.cibuildwheel_identifier(cell)
     if env.get("CIBW_BUILD") != ident:
         report.fail("environment", f"CIBW_BUILD={env.get('CIBW_BUILD')!r}, the cell is {ident!r}")
     if ident not in _cibuildwheel_identifiers(kind):
@@ -437,7 +438,7 @@ def check_environment(cell: support.Cell, report: CellReport, env: Optional[Mapp
         if image not in _cibuildwheel_images().get(arch, set()):
             report.fail("environment", f"CIBW_MANYLINUX_{arch.upper()}_IMAGE={image!r} is not an image "
                                        f"cibuildwheel pins for {arch}")
-        elif image != matrix.ci_fields(cell)["cibw_image"]:
+        elif image != cell_fields.cibw_image(cell):
             report.fail("environment", f"image {image!r} is not the cell's {cell.manylinux}")
     return got
 
@@ -636,7 +637,7 @@ def check_msvc(cell: support.Cell, report: CellReport, env: Mapping[str, str]) -
     build_cell loads the prompt with, else the runner's default) is in its nvcc's _MSC_VER range,
     and that MSVC's STL accepts the nvcc (error STL1002 otherwise). No flag overrides either."""
     cuda = cell.cuda
-    runner = matrix.RUNNERS[cell.platform]
+    runner = cell_fields.RUNNERS[cell.platform]
     chosen = env.get(MSVC_TOOLSET_VAR, "")
     if chosen:
         toolset = MSVC_TOOLSETS.get(chosen)
@@ -679,7 +680,7 @@ def check_compiler(cell: support.Cell, report: CellReport, env: Mapping[str, str
     if max_gcc is None:
         report.fail("compiler", f"no GCC fact for nvcc {cuda}: add it to ci/preflight.py")
         return
-    image = matrix.ci_fields(cell)["cibw_image"]
+    image = cell_fields.cibw_image(cell)
     # The host compiler of the C++ files (CXX) and of nvcc (the -ccbin of the compile command as
     # nvcc sees it, torch's and ours included: nvcc_command_lines).
     names: Dict[str, str] = {}
@@ -715,7 +716,7 @@ def check_compiler(cell: support.Cell, report: CellReport, env: Mapping[str, str
 def toolkit_pins(cell: support.Cell) -> List[Requirement]:
     """The exact packages the cell installs from PyPI for its CUDA toolkit (none when the toolkit
     comes from NVIDIA's RPM repository or Windows installer)."""
-    if matrix.toolkit_source(cell) != "pypi":
+    if cell_fields.toolkit_source(cell) != "pypi":
         return []
     return [Requirement(r) for r in support.pypi_toolkit(cell.cuda).requirements()
             + [support.PYPI_CUOBJDUMP]]
@@ -837,13 +838,13 @@ def disk_estimate(cell: support.Cell, env: Mapping[str, str]) -> Dict[str, float
     kind = plat.name
     parts: Dict[str, float] = {}
     if plat.in_container:
-        parts["image"] = DISK_GB["image"][matrix.ci_fields(cell)["cibw_image"]]
+        parts["image"] = DISK_GB["image"][cell_fields.cibw_image(cell)]
     parts["torch"] = DISK_GB["torch"][kind]
     parts["download"] = DISK_GB["download"][kind]
     if env.get("PIP_NO_CACHE_DIR", "").lower() not in ("1", "true", "yes", "on"):
         # pip keeps a second copy of every download in its cache.
         parts["pip cache"] = DISK_GB["download"][kind]
-    parts["toolkit"] = DISK_GB["toolkit"][matrix.toolkit_source(cell)]
+    parts["toolkit"] = DISK_GB["toolkit"][cell_fields.toolkit_source(cell)]
     parts["build"] = DISK_GB["build"]
     # The checkout, and the clean copy of the project the build runs from: on Linux that copy is
     # on the disk twice (cibuildwheel copies it once more into the container), and the restored

@@ -17,7 +17,7 @@ from pathlib import Path
 import matrix_counts
 import pytest
 
-from ci import build_cell
+from ci import build_cell, cell_fields
 from ci import preflight as pf
 from ci.platforms import linux, windows
 from mamba_kernels.facts import support
@@ -711,7 +711,8 @@ def test_every_cells_exact_torch_build_is_looked_up_on_pytorchs_index():
     rc, lines = _run(None, pf.Registry(_fake_pypi()), torch_index=pf.Registry(fetch))
     assert rc == 0, "\n".join(lines)
     n = len(support.cells())
-    urls = {matrix.torch_index(cuda) for c in support.cells() for cuda in (c.build_with[1], c.test_with[1])}
+    urls = {cell_fields.torch_index(cuda)
+            for c in support.cells() for cuda in (c.build_with[1], c.test_with[1])}
     assert sorted(fetch.read) == sorted(urls)  # one page per CUDA variant, however many cells need it
     assert (f"torch: the exact build (torch==X.Y.Z+cuXYZ) looked up on PyTorch's index for {n} of {n} cells "
             f"({len(urls)} index pages read)") in lines[-1]
@@ -776,7 +777,7 @@ def test_torch_index_fetcher_against_a_local_page(monkeypatch):
         with pytest.raises(pf.RegistryError, match=r"HTTP 500 \(2 tries\)"):
             fetch(f"{base}/broken")
         # the cells' indexes, as the preflight's main reads them, pointed at this server
-        monkeypatch.setattr(matrix, "TORCH_INDEX", base + "/{tag}")
+        monkeypatch.setattr(cell_fields, "TORCH_INDEX", base + "/{tag}")
         rep = pf.check_cell(_cell("cu128torch2.8-cp311-win_amd64"), torch_index=pf.Registry(fetch))
         assert rep.problems == [] and rep.exact_torch_checked
         rep = pf.check_cell(_cell("cu126torch2.8-cp311-win_amd64"), torch_index=pf.Registry(fetch))
