@@ -38,6 +38,8 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import html.parser
+import importlib
+import importlib.util
 import json
 import os
 import re
@@ -593,11 +595,8 @@ def check_installed(cell: support.Cell, torch_release: Optional[str] = None) -> 
     """Run in a clean environment with the wheel and torch installed: import and compare.
     ``torch_release`` ("2.16"): the torch expected instead of the cell's test torch (a stable
     wheel smoke-tested on a newer torch, ci/torch_watch.py)."""
-    import importlib
-
+    # torch is installed only where this command runs: the other commands run without it
     import torch
-
-    from mamba_kernels.runtime import buildinfo
 
     problems = []
     test_torch = torch_release or torch_of(cell, TEST)[0]
@@ -868,8 +867,6 @@ def run_cibuildwheel(cell: support.Cell, output_dir: str, sccache_dir: Optional[
 
 def torch_lib_dir() -> Optional[str]:
     """torch's lib/ folder in this environment (found without importing torch), or None."""
-    import importlib.util
-
     spec = importlib.util.find_spec("torch")
     return str(Path(spec.origin).parent / "lib") if spec and spec.origin else None
 

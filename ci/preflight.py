@@ -45,9 +45,12 @@ from __future__ import annotations
 
 import argparse
 import configparser
+import fnmatch
 import json
+import os
 import re
 import shlex
+import subprocess
 import sys
 import threading
 import time
@@ -63,6 +66,11 @@ from packaging.specifiers import SpecifierSet
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
+
+try:
+    import tomllib
+except ImportError:  # Python < 3.11
+    import tomli as tomllib  # type: ignore[no-redef]
 
 # plan: the plan step's matrices, whose size GitHub limits
 from ci import build_cell, cell_fields, plan, platforms
@@ -143,9 +151,6 @@ GB = 1e9
 def _tree_bytes(root: Path, excludes: Sequence[str] = ()) -> int:
     """Bytes of the files under ``root``, leaving out names matching ``excludes`` (the way
     shutil.ignore_patterns does for build_cell.stage_project)."""
-    import fnmatch
-    import os
-
     total = 0
     for folder, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if not any(fnmatch.fnmatch(d, pat) for pat in excludes)]
@@ -160,8 +165,6 @@ def _tree_bytes(root: Path, excludes: Sequence[str] = ()) -> int:
 
 def _tracked_bytes(root: Path) -> Optional[int]:
     """Bytes of the files git tracks under ``root`` (what CI's checkout holds), None without git."""
-    import subprocess
-
     try:
         out = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True,
                              check=True).stdout
@@ -355,6 +358,7 @@ class CellReport:
 
 def cibw_environment(cell: support.Cell, env: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """The cell's environment as cibuildwheel itself evaluates CIBW_ENVIRONMENT_<OS>."""
+    # cibuildwheel: the test extra and the release jobs have it, the other checks run without it
     from cibuildwheel.environment import parse_environment
 
     env = build_cell.cibuildwheel_env(cell) if env is None else env
@@ -366,19 +370,15 @@ def cibw_environment(cell: support.Cell, env: Optional[Mapping[str, str]] = None
 
 
 def _cibuildwheel_identifiers(kind: str) -> Set[str]:
-    import cibuildwheel
+    import cibuildwheel  # the test extra and the release jobs have it (see cibw_environment)
 
-    try:
-        import tomllib
-    except ImportError:  # Python < 3.11
-        import tomli as tomllib  # type: ignore[no-redef]
     path = Path(cibuildwheel.__file__).parent / "resources" / "build-platforms.toml"
     data = tomllib.loads(path.read_text())
     return {c["identifier"] for c in data[kind]["python_configurations"]}
 
 
 def _cibuildwheel_images() -> Dict[str, Set[str]]:
-    import cibuildwheel
+    import cibuildwheel  # the test extra and the release jobs have it (see cibw_environment)
 
     cfg = configparser.ConfigParser()
     cfg.read(Path(cibuildwheel.__file__).parent / "resources" / "pinned_docker_images.cfg")
@@ -386,26 +386,18 @@ def _cibuildwheel_images() -> Dict[str, Set[str]]:
 
 
 def _skip_config() -> str:
-    try:
-        import tomllib
-    except ImportError:  # Python < 3.11
-        import tomli as tomllib  # type: ignore[no-redef]
     skip = tomllib.loads(build_cell.CIBW_CONFIG.read_text())["tool"]["cibuildwheel"].get("skip", [])
     return " ".join(skip) if isinstance(skip, list) else str(skip)
 
 
 def _requires_python() -> SpecifierSet:
-    try:
-        import tomllib
-    except ImportError:  # Python < 3.11
-        import tomli as tomllib  # type: ignore[no-redef]
     return SpecifierSet(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"])
 
 
 def check_environment(cell: support.Cell, report: CellReport, env: Optional[Mapping[str, str]] = None
                       ) -> Optional[Dict[str, str]]:
     """cibuildwheel's view of the cell's environment and identifier; returns the parsed environment."""
-    from cibuildwheel.selector import BuildSelector
+    from cibuildwheel.selector import BuildSelector  # the test extra and the release jobs have it
 
     env = build_cell.cibuildwheel_env(cell) if env is None else env
     try:

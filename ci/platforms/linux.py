@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import sys
+import tarfile
+import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -118,9 +120,6 @@ def install_redist_toolkit(
     """Unpack NVIDIA's redistributable archives of ``tk`` (each downloaded with retries and
     checked against its sha256 by base.download) into ``home``, shaped as torch expects (lib64
     beside lib, the targets/ folder nvcc's profile names), with cuobjdump from PyPI."""
-    import tarfile
-    import tempfile
-
     home.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="mamba-kernels-redist-") as tmp:
         for name, (version, sha256) in tk.archives.items():
