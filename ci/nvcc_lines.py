@@ -11,7 +11,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ci import platforms
 from mamba_kernels.build import archs as build_archs
-from mamba_kernels.build import plan as build
+from mamba_kernels.build import flags as build_flags
 from mamba_kernels.build import toolchain as build_toolchain
 from mamba_kernels.facts import support, versions
 from mamba_kernels.release import matrix
@@ -57,7 +57,7 @@ def our_nvcc_flags(cell: support.Cell) -> List[str]:
     """The nvcc flags our build passes for the cell (mamba_kernels/build/plan.py, release build)."""
     plan = build_archs.choose_archs(arch_list=None, release=True, gpu_capabilities=(), cuda=cell.cuda,
                                     platform=cell.platform)
-    return build.compile_flags(platform=cell.platform, cxx_std=cell.cxx_std, nvcc_version=cell.cuda,
+    return build_flags.compile_flags(platform=cell.platform, cxx_std=cell.cxx_std, nvcc_version=cell.cuda,
                                arch_plan=plan, nvcc_threads=2, release=True, cxx11_abi=cell.cxx11_abi,
                                binding=matrix.binding(cell))["nvcc"]
 

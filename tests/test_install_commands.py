@@ -63,6 +63,7 @@ from typing import Dict, List
 import pytest
 from wheel_files import write_wheel
 
+from mamba_kernels.build import binding as build_binding
 from mamba_kernels.build import plan as build
 from mamba_kernels.facts import release_index, support, variant
 from mamba_kernels.facts.version import __version__
@@ -76,7 +77,8 @@ DOC_SITE = release_index.RELEASE_INDEX  # the one name of the release index
 DOC_LABEL = "cu130stable2.10"
 DOC_TORCH_INDEX = "https://download.pytorch.org/whl/cu130"
 TEST_TORCH = "2.13.0+cpu"  # the stable wheel's requirement (torch>=2.10) accepts it
-TEST_LABEL = variant.stable_label("13.0", build.STABLE_TARGET)  # the one a release builds: cu130stable2.10
+# the one a release builds: cu130stable2.10
+TEST_LABEL = variant.stable_label("13.0", build_binding.STABLE_TARGET)
 CASES = ("torch installed", "fresh")
 SHIPPED = ("mamba_kernels", "causal_conv1d", "selective_scan")  # [tool.setuptools] packages
 # Imports allowed beyond the wheel's requirements: setup.py's helpers (build time) and the release

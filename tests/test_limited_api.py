@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mamba_kernels.build import binding as build_binding
 from mamba_kernels.build import plan as build
 from mamba_kernels.facts import support, variant
 
@@ -56,7 +57,8 @@ def test_stable_setup_defines_the_limited_api_where_the_tags_promise_it(tmp_path
     for kind in ("cxx", "nvcc"):
         assert ext.extra_compile_args[kind].count(DEFINE) == 1, (kind, ext.extra_compile_args[kind])
     # torch (>= 2.7) appends its own Py_LIMITED_API to such an extension: the same value as ours
-    assert getattr(cpp_extension, "min_supported_cpython", build.LIMITED_API) == build.LIMITED_API
+    limited = build_binding.LIMITED_API
+    assert getattr(cpp_extension, "min_supported_cpython", limited) == limited
 
 
 @needs_nvcc

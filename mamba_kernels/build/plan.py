@@ -1,4 +1,5 @@
-"""The source build of the CUDA extensions: knobs, the decision to build, flags, build info.
+"""The source build of the CUDA extensions: knobs, the decision to build, build info (the
+binding it compiles is build/binding.py's, its jobs and flags build/flags.py's).
 
 setup.py calls :func:`setup_kwargs`; everything else here is a pure function over plain
 facts so it can be tested without torch, nvcc or a GPU. Importing this module does not
@@ -41,6 +42,8 @@ from ..facts.variant import CLASSIC, STABLE
 from ..facts.version import __version__
 from ..runtime import buildinfo, knobs, terminal
 from . import archs as build_archs
+from . import binding as build_binding
+from . import flags as build_flags
 from . import toolchain as build_toolchain
 
 # The build's knobs, named in the registry (runtime/knobs.py).
@@ -66,10 +69,6 @@ GENERATED_DIR = os.path.join("build", "mamba_kernels_generated")
 BUILD_INFO_HEADER = "mamba_kernels_build_info.h"
 REVISION_FILE = "SOURCE_REVISION"  # written into the sdist, read when there is no git
 MIN_TORCH = (2, 1)
-GIB = 1 << 30
-NVCC_MEMORY_PER_THREAD = 2 * GIB  # rough peak of one nvcc thread on these kernels, with margin
-
-
 class BuildError(RuntimeError):
     """A source build was required (FORCE_BUILD or RELEASE) and cannot happen."""
 
@@ -190,140 +189,6 @@ def cuda_major_problem(nvcc_version: str, torch_cuda: str, home: str) -> Optiona
     return None
 
 
-# ----------------------------------------------------------------------------- binding
-
-# The torch release a stable-ABI build targets: the binary runs on it and every later torch.
-STABLE_TARGET = support.STABLE_ABI_MIN_TORCH
-
-
-def choose_binding(knob: str, torch_version: str) -> str:
-    """The binding to compile: ``stable`` (PyTorch's stable ABI, one binary for every torch from
-    STABLE_TARGET on) or ``classic`` (the C++ API, tied to the build torch's minor). ``auto``
-    takes stable whenever the build torch has the target's stable API; forcing stable with an
-    older torch is a ValueError (its headers lack that API)."""
-    has_stable = versions.minor_key(torch_version) >= versions.minor_key(STABLE_TARGET)
-    if knob == CLASSIC or (knob == "auto" and not has_stable):
-        return CLASSIC
-    if not has_stable:
-        raise ValueError(
-            f"{knobs.BINDING_VAR}=stable needs torch >= {STABLE_TARGET} to build against (the first release "
-            f"whose stable ABI covers these kernels), the build torch is {torch_version}: install a newer "
-            f"torch or set {knobs.BINDING_VAR}=classic"
-        )
-    return STABLE
-
-
-def target_version_macro(target: str) -> str:
-    """TORCH_TARGET_VERSION for torch ``target`` ("2.10" -> 0x020a000000000000): major in the top
-    byte, minor in the next, patch and ABI tag zero (torch/csrc/stable/version.h's encoding)."""
-    major, minor_ = versions.minor_key(target)
-    return f"0x{major:02x}{minor_:02x}000000000000"
-
-
-def limited_api_macro(python: str) -> str:
-    """Py_LIMITED_API for the oldest CPython ``python`` an abi3 module serves ("3.10" ->
-    0x030A0000): PY_VERSION_HEX's layout, major and minor in the top two bytes, the rest zero."""
-    major, minor_ = versions.minor_key(python, "Python")
-    return f"0x{major:02X}{minor_:02X}0000"
-
-
-# The stable wheel's abi3 floor (tagged cp310-abi3, support.STABLE_ABI_PYTHON) as the define that
-# makes Python.h show only the limited API of that CPython.
-LIMITED_API = limited_api_macro(support.STABLE_ABI_PYTHON)
-
-
-def binding_defines(binding: str) -> List[str]:
-    """Defines of a binding's compile (cxx and nvcc alike, every translation unit). Stable: the
-    target version, so every stable API newer than STABLE_TARGET is compiled out (and the
-    non-stable torch headers refuse to compile); USE_CUDA, under which the stable shim declares
-    its CUDA entry points (the current stream); and Py_LIMITED_API at the wheel's abi3 floor, so
-    whatever includes Python.h (the module object, the error hook) sees only the limited API
-    the cp310-abi3 tag promises (docs/COMPAT.md §11). torch >= 2.7 adds the same define to a
-    ``py_limited_api`` extension itself; ours does not depend on that (setup_kwargs makes
-    torch's value ours)."""
-    if binding != STABLE:
-        return []
-    return [f"-DTORCH_TARGET_VERSION={target_version_macro(STABLE_TARGET)}", "-DUSE_CUDA",
-            f"-DPy_LIMITED_API={LIMITED_API}"]
-
-
-# ----------------------------------------------------------------------------- jobs and flags
-
-
-def available_memory() -> Optional[int]:
-    """MemAvailable in bytes (Linux), else None."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def choose_parallelism(
-    cpus: int,
-    mem_available: Optional[int],
-    n_targets: int,
-    max_jobs: Optional[int],
-    nvcc_threads: Optional[int],
-) -> Tuple[int, int]:
-    """(compile jobs, nvcc threads per job). nvcc threads parallelise the architectures of one
-    file; jobs parallelise files. Memory, not cores, is what runs out: each nvcc thread is
-    budgeted NVCC_MEMORY_PER_THREAD."""
-    cpus = max(1, cpus)
-    threads = nvcc_threads or max(1, min(n_targets, 4, cpus))
-    if max_jobs:
-        return max_jobs, threads
-    jobs = max(1, cpus // threads)
-    if mem_available is not None:
-        jobs = max(1, min(jobs, mem_available // (NVCC_MEMORY_PER_THREAD * threads)))
-    return int(jobs), threads
-
-
-def compile_flags(
-    *,
-    platform: str,
-    cxx_std: int,
-    nvcc_version: str,
-    arch_plan: build_archs.ArchPlan,
-    nvcc_threads: int,
-    release: bool,
-    cxx11_abi: Optional[bool],
-    binding: str = CLASSIC,
-) -> Dict[str, List[str]]:
-    """{'cxx': [...], 'nvcc': [...], 'link': [...]} for every extension."""
-    nvcc_v = versions.key(nvcc_version)
-    nvcc = ["-O3", f"--threads={nvcc_threads}"] + build_archs.gencode_flags(arch_plan)
-    if support.PLATFORM_BY_NAME[platform].os == "windows":
-        # MSVC: standard-conforming mode and a truthful __cplusplus (torch checks it); CCCL in
-        # CUDA >= 13.2 needs the conforming preprocessor (docs/COMPAT.md §6).
-        msvc = ["/permissive-", "/Zc:__cplusplus"]
-        cxx = ["/O2", f"/std:c++{cxx_std}"] + msvc
-        host = msvc + (["/Zc:preprocessor"] if nvcc_v >= (13, 2) else [])
-        for flag in host:
-            nvcc += ["-Xcompiler", flag]
-        link: List[str] = []  # torch adds -std for nvcc on Windows itself
-    else:
-        # The ABI define explicitly: newer torch no longer adds it, older torch adds the same value.
-        abi = [f"-D_GLIBCXX_USE_CXX11_ABI={int(bool(cxx11_abi))}"]
-        cxx = ["-O3", f"-std=c++{cxx_std}"] + abi
-        nvcc[:0] = [f"-std=c++{cxx_std}"] + abi
-        link = []
-        if release:
-            cxx.append("-g0")  # Python's CFLAGS often carry -g
-            link.append("-s")
-    if release:
-        if nvcc_v >= (12, 8):
-            nvcc.append("--compress-mode=size")
-    else:
-        nvcc.append("-lineinfo")
-    cxx += binding_defines(binding)
-    nvcc += binding_defines(binding)
-    return {"cxx": cxx, "nvcc": nvcc, "link": link}
-
-
 # ----------------------------------------------------------------------------- build info
 
 
@@ -383,7 +248,7 @@ def build_info(
         source_revision=revision,
         release=release,
         binding=binding,
-        stable_target=STABLE_TARGET if binding == STABLE else None,
+        stable_target=build_binding.STABLE_TARGET if binding == STABLE else None,
         cuda_major=int(nvcc_version.split(".")[0]),
     )
 
@@ -463,7 +328,7 @@ def install_requires(release_torch: Optional[str] = None, binding: str = CLASSIC
     served index and checks the imports against this list)."""
     if release_torch is not None:
         if binding == STABLE:
-            return [variant.stable_torch_requirement(STABLE_TARGET)]
+            return [variant.stable_torch_requirement(build_binding.STABLE_TARGET)]
         return [variant.torch_requirement(release_torch)]
     return [f"torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}"]
 
@@ -521,7 +386,7 @@ def make_plan(root: str, environ: Mapping[str, str]) -> Plan:
     torch = _buildable_torch(root, k)
     if isinstance(torch, Plan):
         return torch
-    binding = choose_binding(k.binding, torch.version)
+    binding = build_binding.choose_binding(k.binding, torch.version)
     sources = kernel_sources(root, binding)
     assert torch.cuda is not None
     platform = current_platform()
@@ -603,7 +468,7 @@ def _release_version(k: BuildKnobs, torch: TorchFacts, binding: str, cxx11_abi: 
     """(the version, the requirements): a release build's carry its label and its torch pin."""
     assert torch.cuda is not None
     if k.release and binding == STABLE:
-        return (variant.stable_release_version(__version__, torch.cuda, STABLE_TARGET),
+        return (variant.stable_release_version(__version__, torch.cuda, build_binding.STABLE_TARGET),
                 install_requires(release_torch=torch.version, binding=binding))
     if k.release:
         return (variant.release_version(__version__, torch.version, torch.cuda, cxx11_abi),
@@ -617,10 +482,10 @@ def _build_plan(root: str, k: BuildKnobs, torch: TorchFacts, binding: str, sourc
     home, nvcc_version, cxx_std = tools.home, tools.nvcc_version, tools.cxx_std
     cxx11_abi = True if k.force_cxx11_abi else torch.cxx11_abi
     n_targets = len(arch_plan.sass) + len(arch_plan.ptx)
-    jobs, threads = choose_parallelism(
-        os.cpu_count() or 1, available_memory(), n_targets, k.max_jobs, k.nvcc_threads
+    jobs, threads = build_flags.choose_parallelism(
+        os.cpu_count() or 1, build_flags.available_memory(), n_targets, k.max_jobs, k.nvcc_threads
     )
-    flags = compile_flags(
+    flags = build_flags.compile_flags(
         platform=platform, cxx_std=cxx_std, nvcc_version=nvcc_version, arch_plan=arch_plan,
         nvcc_threads=threads, release=k.release, cxx11_abi=cxx11_abi, binding=binding,
     )
@@ -634,7 +499,7 @@ def _build_plan(root: str, k: BuildKnobs, torch: TorchFacts, binding: str, sourc
     progress = (
         f"mamba-kernels: building {', '.join(k_ + '._cuda' for k_ in sources)} for {arch_plan.describe()}; "
         f"nvcc {nvcc_version} ({home.path}, {home.how}), {compiler_text}, c++{cxx_std}, "
-        f"torch {torch.version} ({variant.abi_name(cxx11_abi)} ABI); {binding_text(binding)}; "
+        f"torch {torch.version} ({variant.abi_name(cxx11_abi)} ABI); {build_binding.binding_text(binding)}; "
         f"{jobs} jobs x {threads} nvcc threads; "
         f"{'release' if k.release else 'development'} flags: nvcc {' '.join(flags['nvcc'])}; "
         f"cxx {' '.join(flags['cxx'])}; link {' '.join(flags['link']) or '-'}"
@@ -651,13 +516,6 @@ def _build_plan(root: str, k: BuildKnobs, torch: TorchFacts, binding: str, sourc
         include_dirs=[os.path.join(root, "csrc", "common"), gen], env=env,
         force_cxx11_abi=k.force_cxx11_abi, info=info, binding=binding,
     )
-
-
-def binding_text(binding: str) -> str:
-    if binding == STABLE:
-        tag = variant.python_tag(support.STABLE_ABI_PYTHON)
-        return f"stable-ABI binding for torch >= {STABLE_TARGET} ({tag}-abi3 module)"
-    return "classic binding for this torch minor"
 
 
 # ----------------------------------------------------------------------------- setup.py glue
@@ -740,7 +598,7 @@ def setup_kwargs(root: str, environ: Optional[Mapping[str, str]] = None) -> Dict
         # torch >= 2.7 defines Py_LIMITED_API=<min_supported_cpython> for a py_limited_api
         # extension after our flags (torch's documented way to pick another floor is to set this
         # name): the same value as ours, so the last definition is still the wheel's cp310 floor.
-        cpp_extension.min_supported_cpython = LIMITED_API
+        cpp_extension.min_supported_cpython = build_binding.LIMITED_API
     ext_modules = [
         cpp_extension.CUDAExtension(
             name=f"{kernel}._cuda",
