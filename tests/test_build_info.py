@@ -15,13 +15,14 @@ import torch
 
 from mamba_kernels.build import archs as build_archs
 from mamba_kernels.build import plan as build
+from mamba_kernels.build import torch_env
 from mamba_kernels.facts import release_index
 from mamba_kernels.runtime import buildinfo, dispatch
 
 
 def sample_info(**over):
     plan = build_archs.ArchPlan(*build_archs.parse_arch_list("8.0;9.0+PTX"), "x")
-    facts = build.TorchFacts("2.14.1+cu130", "13.0", True, "/nowhere")
+    facts = torch_env.TorchFacts("2.14.1+cu130", "13.0", True, "/nowhere")
     info = build.build_info(
         torch=facts, nvcc_version="13.0", cxx11_abi=True, host_compiler='gcc 12.2.0 "quoted" \\ path',
         cxx_std=20, arch_plan=plan, platform="linux_x86_64", revision="abc123", release=True,
@@ -33,7 +34,7 @@ def sample_info(**over):
 
 def stable_info(**over):
     plan = build_archs.ArchPlan(*build_archs.parse_arch_list("9.0"), "x")
-    facts = build.TorchFacts("2.14.1+cu130", "13.0", True, "/nowhere")
+    facts = torch_env.TorchFacts("2.14.1+cu130", "13.0", True, "/nowhere")
     info = build.build_info(
         torch=facts, nvcc_version="13.0", cxx11_abi=True, host_compiler="gcc 12.2.0", cxx_std=20,
         arch_plan=plan, platform="linux_x86_64", revision="abc123", release=True,

@@ -11,6 +11,7 @@ from mamba_kernels.build import binding as build_binding
 from mamba_kernels.build import flags as build_flags
 from mamba_kernels.build import plan as build
 from mamba_kernels.build import toolchain as build_toolchain
+from mamba_kernels.build import torch_env
 
 # ----------------------------------------------------------------------------- knobs
 
@@ -183,27 +184,27 @@ def test_msvc_runtime_is_the_dynamic_one():
 
 
 def facts(version="2.14.1+cu130", cuda="13.0"):
-    return build.TorchFacts(version, cuda, True, "/nowhere")
+    return torch_env.TorchFacts(version, cuda, True, "/nowhere")
 
 
 def test_torch_problems():
-    assert build.torch_problem(facts()) is None
-    assert "CPU-only build" in build.torch_problem(facts("2.14.1+cpu", None))
-    assert "older than 2.1" in build.torch_problem(facts("2.0.1", "11.8"))
+    assert torch_env.torch_problem(facts()) is None
+    assert "CPU-only build" in torch_env.torch_problem(facts("2.14.1+cpu", None))
+    assert "older than 2.1" in torch_env.torch_problem(facts("2.0.1", "11.8"))
 
 
 def test_cuda_major_mismatch_is_named():
-    assert build.cuda_major_problem("13.0", "13.2", "/usr/local/cuda") is None
-    msg = build.cuda_major_problem("12.8", "13.0", "/opt/cuda-12.8")
+    assert torch_env.cuda_major_problem("13.0", "13.2", "/usr/local/cuda") is None
+    msg = torch_env.cuda_major_problem("12.8", "13.0", "/opt/cuda-12.8")
     assert "nvcc in /opt/cuda-12.8 is CUDA 12.8 but torch was built with CUDA 13.0" in msg
     assert "CUDA 13.x toolkit" in msg
 
 
 def test_required_cxx_std():
-    assert build.required_cxx_std("2.14.1+cu130") == 20
-    assert build.required_cxx_std("2.12.0") == 17
-    assert build.required_cxx_std("2.16.0") == 20  # newer than the table
-    assert build.required_cxx_std("2.0.0") == 17
+    assert torch_env.required_cxx_std("2.14.1+cu130") == 20
+    assert torch_env.required_cxx_std("2.12.0") == 17
+    assert torch_env.required_cxx_std("2.16.0") == 20  # newer than the table
+    assert torch_env.required_cxx_std("2.0.0") == 17
 
 
 def test_nvcc_probe_messages():
@@ -247,7 +248,7 @@ def test_make_plan_skip_and_missing_sources(tmp_path):
 # builds only when asked, as the sdist path does, and says what it builds or why not in one line.
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CUDA_TORCH_NO_GPU = build.TorchFacts("2.14.1+cu130", "13.0", True, "/nowhere")
+CUDA_TORCH_NO_GPU = torch_env.TorchFacts("2.14.1+cu130", "13.0", True, "/nowhere")
 
 
 def _no_toolkit(environ, search_paths=()):
@@ -256,7 +257,7 @@ def _no_toolkit(environ, search_paths=()):
 
 @pytest.fixture
 def cuda_torch_no_gpu(monkeypatch):
-    monkeypatch.setattr(build, "gather_torch_facts", lambda: (CUDA_TORCH_NO_GPU, None))
+    monkeypatch.setattr(torch_env, "gather_torch_facts", lambda: (CUDA_TORCH_NO_GPU, None))
 
 
 def test_checkout_build_without_gpu_builds_nothing_unless_asked(cuda_torch_no_gpu, monkeypatch):

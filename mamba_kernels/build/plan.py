@@ -1,5 +1,6 @@
 """The source build of the CUDA extensions: knobs, the decision to build, build info (the
-binding it compiles is build/binding.py's, its jobs and flags build/flags.py's).
+torch it reads is build/torch_env.py's, the binding it compiles build/binding.py's, its jobs and
+flags build/flags.py's).
 
 setup.py calls :func:`setup_kwargs`; everything else here is a pure function over plain
 facts so it can be tested without torch, nvcc or a GPU. Importing this module does not
@@ -28,7 +29,6 @@ import argparse
 import glob
 import json
 import os
-import platform
 import subprocess
 import sys
 import sysconfig
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ..facts import support, variant, versions
+from ..facts import support, variant
 from ..facts.variant import CLASSIC, STABLE
 from ..facts.version import __version__
 from ..runtime import buildinfo, knobs, terminal
@@ -45,6 +45,7 @@ from . import archs as build_archs
 from . import binding as build_binding
 from . import flags as build_flags
 from . import toolchain as build_toolchain
+from . import torch_env
 
 # The build's knobs, named in the registry (runtime/knobs.py).
 FORCE_BUILD_VAR = knobs.FORCE_BUILD_VAR
@@ -68,7 +69,7 @@ KERNEL_FOLDERS: Dict[str, Tuple[str, ...]] = {
 GENERATED_DIR = os.path.join("build", "mamba_kernels_generated")
 BUILD_INFO_HEADER = "mamba_kernels_build_info.h"
 REVISION_FILE = "SOURCE_REVISION"  # written into the sdist, read when there is no git
-MIN_TORCH = (2, 1)
+
 class BuildError(RuntimeError):
     """A source build was required (FORCE_BUILD or RELEASE) and cannot happen."""
 
@@ -112,83 +113,6 @@ def read_knobs(environ: Mapping[str, str]) -> BuildKnobs:
     return k
 
 
-# ----------------------------------------------------------------------------- facts
-
-
-@dataclass(frozen=True)
-class TorchFacts:
-    version: str  # "2.14.1+cu130"
-    cuda: Optional[str]  # torch.version.cuda
-    cxx11_abi: bool
-    include_dir: str
-    gpu_capabilities: Tuple[Tuple[int, int], ...] = ()
-
-
-def gather_torch_facts() -> Tuple[Optional[TorchFacts], Optional[str]]:
-    """(facts, None) or (None, why torch cannot be used)."""
-    try:
-        # Not torch.utils.cpp_extension yet: it fixes CUDA_HOME on import (see setup_kwargs).
-        import torch
-    except ImportError as e:
-        return None, (
-            f"torch is not importable in the build environment ({e}); with pip, build with "
-            "--no-build-isolation against the torch you have installed"
-        )
-    caps: List[Tuple[int, int]] = []
-    try:
-        if torch.version.cuda and torch.cuda.is_available():
-            caps = [torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())]
-    except Exception:  # no driver, broken driver: build for the default list instead
-        caps = []
-    include = os.path.join(os.path.dirname(torch.__file__), "include")
-    facts = TorchFacts(
-        torch.__version__, torch.version.cuda, bool(torch._C._GLIBCXX_USE_CXX11_ABI), include, tuple(caps)
-    )
-    return facts, None
-
-
-def current_platform() -> str:
-    """This machine's platform name; on a machine we build no wheels for, the first platform of
-    its OS (else the first platform), so a local build still has flags and a BUILD_INFO."""
-    name = support.platform_of(sys.platform, platform.machine())
-    if name is not None:
-        return name
-    same_os = [p.name for p in support.PLATFORM_RECORDS if p.markers["sys_platform"] == sys.platform]
-    return (same_os or support.PLATFORMS)[0]
-
-
-def required_cxx_std(torch_version: str) -> int:
-    """The C++ standard to compile against this torch with (support table; newer than the
-    table: 20, older: 17)."""
-    try:
-        return support.torch_release(torch_version).cxx_std
-    except ValueError:
-        newest = support.RELEASES[-1]
-        return newest.cxx_std if versions.minor_key(torch_version) > versions.key(newest.torch) else 17
-
-
-def torch_problem(facts: TorchFacts) -> Optional[str]:
-    """Why this torch cannot get a CUDA build, or None."""
-    if versions.minor_key(facts.version) < MIN_TORCH:
-        return f"torch {facts.version} is older than {MIN_TORCH[0]}.{MIN_TORCH[1]}, the oldest supported"
-    if not facts.cuda:
-        return (
-            f"the installed torch {facts.version} is a CPU-only build (torch.version.cuda is None); "
-            "install a CUDA build of torch to build the CUDA extensions"
-        )
-    return None
-
-
-def cuda_major_problem(nvcc_version: str, torch_cuda: str, home: str) -> Optional[str]:
-    if nvcc_version.split(".")[0] != torch_cuda.split(".")[0]:
-        return (
-            f"nvcc in {home} is CUDA {nvcc_version} but torch was built with CUDA {torch_cuda}: "
-            f"the major versions must match. Point CUDA_HOME at a CUDA {torch_cuda.split('.')[0]}.x "
-            "toolkit, or install the torch build for your toolkit"
-        )
-    return None
-
-
 # ----------------------------------------------------------------------------- build info
 
 
@@ -216,7 +140,7 @@ def source_revision(root: str) -> str:
 
 def build_info(
     *,
-    torch: TorchFacts,
+    torch: torch_env.TorchFacts,
     nvcc_version: str,
     cxx11_abi: bool,
     host_compiler: str,
@@ -319,7 +243,7 @@ class Plan:
 def install_requires(release_torch: Optional[str] = None, binding: str = CLASSIC) -> List[str]:
     """The wheel's Requires-Dist: torch only. A classic release wheel pins the torch release it
     was built against (``torch==2.14.*``), a stable one needs its target or newer
-    (``torch>=2.10``), any other build needs torch >= MIN_TORCH.
+    (``torch>=2.10``), any other build needs torch >= torch_env.MIN_TORCH.
 
     Nothing else belongs here: at run time the packages import only torch and the standard
     library, and the install commands in README.md resolve our wheel from a variant index that
@@ -330,7 +254,7 @@ def install_requires(release_torch: Optional[str] = None, binding: str = CLASSIC
         if binding == STABLE:
             return [variant.stable_torch_requirement(build_binding.STABLE_TARGET)]
         return [variant.torch_requirement(release_torch)]
-    return [f"torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}"]
+    return [f"torch>={torch_env.MIN_TORCH[0]}.{torch_env.MIN_TORCH[1]}"]
 
 
 def arch_decision(k: BuildKnobs, gpus: Sequence[str]) -> Tuple[bool, str]:
@@ -389,7 +313,7 @@ def make_plan(root: str, environ: Mapping[str, str]) -> Plan:
     binding = build_binding.choose_binding(k.binding, torch.version)
     sources = kernel_sources(root, binding)
     assert torch.cuda is not None
-    platform = current_platform()
+    platform = torch_env.current_platform()
     tools = _usable_toolchain(k, torch, environ, platform)
     if isinstance(tools, Plan):
         return tools
@@ -406,17 +330,17 @@ def make_plan(root: str, environ: Mapping[str, str]) -> Plan:
     return _build_plan(root, k, torch, binding, sources, platform, tools, arch_plan)
 
 
-def _buildable_torch(root: str, k: BuildKnobs) -> Union[TorchFacts, Plan]:
+def _buildable_torch(root: str, k: BuildKnobs) -> Union[torch_env.TorchFacts, Plan]:
     """The torch to build against, or the pure plan: the knobs, the sources, torch itself and
     the architecture decision may each say there is nothing to build."""
     if k.skip:
         return _pure(k, f"{SKIP_BUILD_VAR} is on")
     if not kernel_sources(root):
         return _pure(k, f"no kernel sources in {os.path.join(root, 'csrc')}")
-    torch, why = gather_torch_facts()
+    torch, why = torch_env.gather_torch_facts()
     if torch is None:
         return _pure(k, why or "torch is not importable")
-    problem = torch_problem(torch)
+    problem = torch_env.torch_problem(torch)
     if problem:
         return _pure(k, problem)
     wanted, why = arch_decision(k, [f"{a}.{b}" for a, b in torch.gpu_capabilities])
@@ -437,7 +361,7 @@ class _Toolchain:
     compiler: Optional[Tuple[str, str]]  # (family, version)
 
 
-def _usable_toolchain(k: BuildKnobs, torch: TorchFacts, environ: Mapping[str, str],
+def _usable_toolchain(k: BuildKnobs, torch: torch_env.TorchFacts, environ: Mapping[str, str],
                       platform: str) -> Union[_Toolchain, Plan]:
     """The CUDA toolkit and host compiler, each probed, or the pure plan saying which is unusable."""
     assert torch.cuda is not None
@@ -451,10 +375,10 @@ def _usable_toolchain(k: BuildKnobs, torch: TorchFacts, environ: Mapping[str, st
     nvcc_version, nvcc_archs = build_toolchain.nvcc_facts(home.path)
     if nvcc_version is None:
         return _pure(k, f"cannot read the version of {home.path}/bin/nvcc")
-    problem = cuda_major_problem(nvcc_version, torch.cuda, home.path)
+    problem = torch_env.cuda_major_problem(nvcc_version, torch.cuda, home.path)
     if problem:
         return _pure(k, problem)
-    cxx_std = required_cxx_std(torch.version)
+    cxx_std = torch_env.required_cxx_std(torch.version)
     problem = build_toolchain.probe_nvcc(home.path, cxx_std, environ, nvcc_version)
     cxx, compiler = build_toolchain.host_compiler(environ)
     problem = problem or build_toolchain.probe_torch_headers(cxx, cxx_std, torch.include_dir)
@@ -463,7 +387,7 @@ def _usable_toolchain(k: BuildKnobs, torch: TorchFacts, environ: Mapping[str, st
     return _Toolchain(home, nvcc_version, nvcc_archs, cxx_std, cxx, compiler)
 
 
-def _release_version(k: BuildKnobs, torch: TorchFacts, binding: str, cxx11_abi: bool
+def _release_version(k: BuildKnobs, torch: torch_env.TorchFacts, binding: str, cxx11_abi: bool
                      ) -> Tuple[str, List[str]]:
     """(the version, the requirements): a release build's carry its label and its torch pin."""
     assert torch.cuda is not None
@@ -476,8 +400,9 @@ def _release_version(k: BuildKnobs, torch: TorchFacts, binding: str, cxx11_abi: 
     return __version__, install_requires()
 
 
-def _build_plan(root: str, k: BuildKnobs, torch: TorchFacts, binding: str, sources: Dict[str, List[str]],
-                platform: str, tools: _Toolchain, arch_plan: build_archs.ArchPlan) -> Plan:
+def _build_plan(root: str, k: BuildKnobs, torch: torch_env.TorchFacts, binding: str,
+                sources: Dict[str, List[str]], platform: str, tools: _Toolchain,
+                arch_plan: build_archs.ArchPlan) -> Plan:
     """The plan of a build: jobs, flags, version, BUILD_INFO, the progress line, the environment."""
     home, nvcc_version, cxx_std = tools.home, tools.nvcc_version, tools.cxx_std
     cxx11_abi = True if k.force_cxx11_abi else torch.cxx11_abi
@@ -637,7 +562,7 @@ def compile_binding(root: str, binding: str, environ: Mapping[str, str]) -> int:
     units of ``binding`` alone with the flags and include paths a build of it would use: the
     compile check's way to keep the binding it does not build compilable. Linux host compilers
     only; returns the number of files that failed."""
-    if support.PLATFORM_BY_NAME[current_platform()].os == "windows":
+    if support.PLATFORM_BY_NAME[torch_env.current_platform()].os == "windows":
         raise BuildError("the binding-only compile runs with GCC or Clang (Linux)")
     env = dict(environ)
     env[knobs.BINDING_VAR] = binding
