@@ -54,7 +54,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from ci import cell_fields, platforms
 from ci.platforms.base import PIP_RETRIES, PIP_TIMEOUT_S, CellError, download, log, pip_install, sh
-from mamba_kernels.build import plan as build
+from mamba_kernels.build import build_info as binfo
+from mamba_kernels.build import sources as build_sources
 from mamba_kernels.facts import support, variant, versions
 from mamba_kernels.facts.version import __version__
 from mamba_kernels.install import wheel_metadata
@@ -129,7 +130,7 @@ def stage_project(dest: Path, root: Path = ROOT) -> Path:
     in (the copy has no .git to read it from)."""
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(root, dest, ignore=copy_ignore(root))
-    (dest / build.REVISION_FILE).write_text(build.source_revision(str(root)) + "\n")
+    (dest / binfo.REVISION_FILE).write_text(binfo.source_revision(str(root)) + "\n")
     return dest
 
 
@@ -150,7 +151,7 @@ def cell_of_wheel(path: Path) -> support.Cell:
 
 
 def kernels_with_sources() -> List[str]:
-    return sorted(build.kernel_sources(str(ROOT)))
+    return sorted(build_sources.kernel_sources(str(ROOT)))
 
 
 # ----------------------------------------------------------------------------- toolchain

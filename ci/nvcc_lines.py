@@ -54,7 +54,7 @@ def torch_nvcc_command(cell: support.Cell, ours: Sequence[str], env: Mapping[str
 
 
 def our_nvcc_flags(cell: support.Cell) -> List[str]:
-    """The nvcc flags our build passes for the cell (mamba_kernels/build/plan.py, release build)."""
+    """The nvcc flags our build passes for the cell (mamba_kernels/build/flags.py, release build)."""
     plan = build_archs.choose_archs(arch_list=None, release=True, gpu_capabilities=(), cuda=cell.cuda,
                                     platform=cell.platform)
     return build_flags.compile_flags(platform=cell.platform, cxx_std=cell.cxx_std, nvcc_version=cell.cuda,

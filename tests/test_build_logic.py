@@ -10,6 +10,7 @@ from mamba_kernels.build import archs as build_archs
 from mamba_kernels.build import binding as build_binding
 from mamba_kernels.build import flags as build_flags
 from mamba_kernels.build import plan as build
+from mamba_kernels.build import sources as build_sources
 from mamba_kernels.build import toolchain as build_toolchain
 from mamba_kernels.build import torch_env
 
@@ -322,7 +323,7 @@ def test_kernel_sources_glob(tmp_path):
     (tmp_path / "csrc" / "selective_scan").mkdir(parents=True)
     for name in ("b.cu", "a.cpp", "x.h", "c.cuh"):
         (tmp_path / "csrc" / "causal_conv1d" / name).write_text("")
-    assert build.kernel_sources(str(tmp_path)) == {
+    assert build_sources.kernel_sources(str(tmp_path)) == {
         "causal_conv1d": ["csrc/causal_conv1d/a.cpp", "csrc/causal_conv1d/b.cu"]
     }
 
@@ -334,11 +335,11 @@ def test_kernel_sources_of_a_family_built_into_another_module(tmp_path):
               "ssd/stable/binding.cpp", "ssd/classic/binding.cpp", "common/stable/errors.cpp"):
         (tmp_path / "csrc" / f).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "csrc" / f).write_text("")
-    assert build.kernel_sources(str(tmp_path), "stable") == {"selective_scan": [
+    assert build_sources.kernel_sources(str(tmp_path), "stable") == {"selective_scan": [
         "csrc/common/stable/errors.cpp", "csrc/selective_scan/fwd.cu",
         "csrc/selective_scan/stable/binding.cpp", "csrc/ssd/chunk.cu", "csrc/ssd/host.cpp",
         "csrc/ssd/stable/binding.cpp"]}
-    assert str(tmp_path / "csrc" / "ssd" / "classic" / "binding.cpp") in build.binding_only_sources(
+    assert str(tmp_path / "csrc" / "ssd" / "classic" / "binding.cpp") in build_sources.binding_only_sources(
         str(tmp_path), "classic")
 
 
@@ -451,11 +452,11 @@ def test_sources_per_binding(tmp_path):
               "causal_conv1d/stable/binding.cpp", "common/classic/errors.cpp", "common/stable/errors.cpp"):
         (tmp_path / "csrc" / f).write_text("")
     shared = ["csrc/causal_conv1d/conv_host.cpp", "csrc/causal_conv1d/fwd.cu"]
-    assert build.kernel_sources(str(tmp_path), "stable") == {"causal_conv1d": sorted(
+    assert build_sources.kernel_sources(str(tmp_path), "stable") == {"causal_conv1d": sorted(
         shared + ["csrc/causal_conv1d/stable/binding.cpp", "csrc/common/stable/errors.cpp"])}
-    assert build.kernel_sources(str(tmp_path), "classic") == {"causal_conv1d": sorted(
+    assert build_sources.kernel_sources(str(tmp_path), "classic") == {"causal_conv1d": sorted(
         shared + ["csrc/causal_conv1d/classic/binding.cpp", "csrc/common/classic/errors.cpp"])}
-    assert build.binding_only_sources(str(tmp_path), "classic") == [
+    assert build_sources.binding_only_sources(str(tmp_path), "classic") == [
         str(tmp_path / "csrc" / "causal_conv1d" / "classic" / "binding.cpp"),
         str(tmp_path / "csrc" / "common" / "classic" / "errors.cpp"),
     ]

@@ -1,6 +1,6 @@
-"""The source build of the CUDA extensions: knobs, the decision to build, build info (the
+"""The source build of the CUDA extensions: knobs, the decision to build, the setup.py glue (the
 torch it reads is build/torch_env.py's, the binding it compiles build/binding.py's, its jobs and
-flags build/flags.py's).
+flags build/flags.py's, its sources build/sources.py's, BUILD_INFO build/build_info.py's).
 
 setup.py calls :func:`setup_kwargs`; everything else here is a pure function over plain
 facts so it can be tested without torch, nvcc or a GPU. Importing this module does not
@@ -26,8 +26,6 @@ the sdist backend's rule too. One line says what is built or why nothing is (:fu
 from __future__ import annotations
 
 import argparse
-import glob
-import json
 import os
 import subprocess
 import sys
@@ -40,10 +38,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from ..facts import support, variant
 from ..facts.variant import CLASSIC, STABLE
 from ..facts.version import __version__
-from ..runtime import buildinfo, knobs, terminal
+from ..runtime import knobs, terminal
 from . import archs as build_archs
 from . import binding as build_binding
+from . import build_info as binfo
 from . import flags as build_flags
+from . import sources as build_sources
 from . import toolchain as build_toolchain
 from . import torch_env
 
@@ -57,18 +57,6 @@ MAX_JOBS_VAR = knobs.MAX_JOBS_VAR
 # the build's line goes to stderr only (the installer shows it with -v).
 FROM_SDIST_VAR = knobs.FROM_SDIST_VAR
 NVCC_THREADS_VAR = knobs.NVCC_THREADS_VAR
-
-KERNELS: Tuple[str, ...] = ("causal_conv1d", "selective_scan")  # the extensions: <kernel>._cuda
-# The csrc/ folders each extension is built from: a kernel family (its kernels, host code and
-# bindings/) that ships inside another family's module, as the Mamba-2 ops do inside the
-# selective scan's, is listed after that family's own folder.
-KERNEL_FOLDERS: Dict[str, Tuple[str, ...]] = {
-    "causal_conv1d": ("causal_conv1d",),
-    "selective_scan": ("selective_scan", "ssd", "layernorm_gated"),
-}
-GENERATED_DIR = os.path.join("build", "mamba_kernels_generated")
-BUILD_INFO_HEADER = "mamba_kernels_build_info.h"
-REVISION_FILE = "SOURCE_REVISION"  # written into the sdist, read when there is no git
 
 class BuildError(RuntimeError):
     """A source build was required (FORCE_BUILD or RELEASE) and cannot happen."""
@@ -111,112 +99,6 @@ def read_knobs(environ: Mapping[str, str]) -> BuildKnobs:
     if k.arch_list is not None:
         build_archs.parse_arch_list(k.arch_list)  # fail early on a typo
     return k
-
-
-# ----------------------------------------------------------------------------- build info
-
-
-def source_revision(root: str) -> str:
-    """The git commit of ``root`` (+'-dirty' with uncommitted changes), else the revision
-    written into the sdist, else 'unknown'."""
-    try:
-        rev = subprocess.run(
-            ["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30
-        )
-        if rev.returncode == 0 and rev.stdout.strip():
-            dirty = subprocess.run(
-                ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True, text=True, timeout=30,
-            )
-            return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        pass
-    path = os.path.join(root, REVISION_FILE)
-    if os.path.isfile(path):
-        with open(path) as f:
-            return f.read().strip() or "unknown"
-    return "unknown"
-
-
-def build_info(
-    *,
-    torch: torch_env.TorchFacts,
-    nvcc_version: str,
-    cxx11_abi: bool,
-    host_compiler: str,
-    cxx_std: int,
-    arch_plan: build_archs.ArchPlan,
-    platform: str,
-    revision: str,
-    release: bool,
-    version: str = __version__,
-    binding: str = CLASSIC,
-) -> Dict[str, Any]:
-    """The metadata compiled into each extension (read back by mamba_kernels.runtime.buildinfo).
-    ``binding`` and ``stable_target`` (the oldest torch a stable binary runs on; null for
-    classic) decide which rule the runtime guard applies; ``cuda_major`` is the CUDA runtime
-    major the binary links (libcudart.so.<major>), which the stable ABI does not cover."""
-    assert torch.cuda is not None
-    return buildinfo.record(
-        format=buildinfo.FORMAT,
-        package_version=version,
-        torch_version=torch.version,
-        torch_cuda=torch.cuda,
-        nvcc_version=nvcc_version,
-        cxx11_abi=None if support.PLATFORM_BY_NAME[platform].cxx11_abi is None else cxx11_abi,
-        host_compiler=host_compiler,
-        cxx_standard=f"c++{cxx_std}",
-        sass=arch_plan.sass_names,
-        ptx=arch_plan.ptx_names,
-        platform=platform,
-        source_revision=revision,
-        release=release,
-        binding=binding,
-        stable_target=build_binding.STABLE_TARGET if binding == STABLE else None,
-        cuda_major=int(nvcc_version.split(".")[0]),
-    )
-
-
-def build_info_header(info: Mapping[str, Any]) -> str:
-    """A C header defining MAMBA_KERNELS_BUILD_INFO as a string literal holding ``info`` as JSON."""
-    text = json.dumps(info, sort_keys=True, separators=(",", ":"))
-    literal = text.replace("\\", "\\\\").replace('"', '\\"')
-    return (
-        "// Generated by mamba_kernels/build/plan.py at build time; do not edit or commit.\n"
-        "#pragma once\n"
-        f'#define {knobs.BUILD_INFO_MACRO} "{literal}"\n'
-    )
-
-
-def write_if_changed(path: str, text: str) -> None:
-    """Write only on change, so ninja does not rebuild for an identical header."""
-    if os.path.isfile(path):
-        with open(path) as f:
-            if f.read() == text:
-                return
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(text)
-
-
-def kernel_sources(root: str, binding: str = CLASSIC) -> Dict[str, List[str]]:
-    """kernel -> its sources relative to ``root`` (kernels without sources omitted): for each of
-    its folders (``KERNEL_FOLDERS``) the kernels and the host code both bindings share
-    (csrc/<folder>/*.cu, *.cpp) and the binding's own files (csrc/<folder>/<binding>/*.cpp), then
-    the binding's error hook (csrc/common/<binding>/*.cpp)."""
-    found: Dict[str, List[str]] = {}
-    common = glob.glob(os.path.join(root, "csrc", "common", binding, "*.cpp"))
-    for kernel in KERNELS:
-        files = []
-        for folder in KERNEL_FOLDERS[kernel]:
-            shared = []
-            for ext in ("*.cpp", "*.cu"):
-                shared += glob.glob(os.path.join(root, "csrc", folder, ext))
-            if shared:
-                files += shared + glob.glob(os.path.join(root, "csrc", folder, binding, "*.cpp"))
-        if files:
-            found[kernel] = sorted(os.path.relpath(f, root).replace(os.sep, "/") for f in files + common)
-    return found
 
 
 # ----------------------------------------------------------------------------- the plan
@@ -311,7 +193,7 @@ def make_plan(root: str, environ: Mapping[str, str]) -> Plan:
     if isinstance(torch, Plan):
         return torch
     binding = build_binding.choose_binding(k.binding, torch.version)
-    sources = kernel_sources(root, binding)
+    sources = build_sources.kernel_sources(root, binding)
     assert torch.cuda is not None
     platform = torch_env.current_platform()
     tools = _usable_toolchain(k, torch, environ, platform)
@@ -335,7 +217,7 @@ def _buildable_torch(root: str, k: BuildKnobs) -> Union[torch_env.TorchFacts, Pl
     the architecture decision may each say there is nothing to build."""
     if k.skip:
         return _pure(k, f"{SKIP_BUILD_VAR} is on")
-    if not kernel_sources(root):
+    if not build_sources.kernel_sources(root):
         return _pure(k, f"no kernel sources in {os.path.join(root, 'csrc')}")
     torch, why = torch_env.gather_torch_facts()
     if torch is None:
@@ -416,9 +298,9 @@ def _build_plan(root: str, k: BuildKnobs, torch: torch_env.TorchFacts, binding: 
     )
     compiler_text = " ".join(tools.compiler) if tools.compiler else tools.cxx
     version, requires = _release_version(k, torch, binding, cxx11_abi)
-    info = build_info(
+    info = binfo.build_info(
         torch=torch, nvcc_version=nvcc_version, cxx11_abi=cxx11_abi, host_compiler=compiler_text,
-        cxx_std=cxx_std, arch_plan=arch_plan, platform=platform, revision=source_revision(root),
+        cxx_std=cxx_std, arch_plan=arch_plan, platform=platform, revision=binfo.source_revision(root),
         release=k.release, version=version, binding=binding,
     )
     progress = (
@@ -435,7 +317,7 @@ def _build_plan(root: str, k: BuildKnobs, torch: torch_env.TorchFacts, binding: 
         # Our -gencode flags make torch skip its own arch guessing; keep its knob consistent.
         build_archs.ARCH_LIST_VAR: ";".join(str(a) for a in arch_plan.sass),
     }
-    gen = os.path.join(root, GENERATED_DIR)
+    gen = os.path.join(root, binfo.GENERATED_DIR)
     return Plan(
         version, requires, build=True, progress=progress, sources=sources, flags=flags,
         include_dirs=[os.path.join(root, "csrc", "common"), gen], env=env,
@@ -455,12 +337,12 @@ def _sdist_class() -> type:
 
         def make_release_tree(self, base_dir: str, files: Sequence[str]) -> None:
             super().make_release_tree(base_dir, files)
-            path = os.path.join(base_dir, REVISION_FILE)
+            path = os.path.join(base_dir, binfo.REVISION_FILE)
             if os.path.exists(path):
                 os.remove(path)  # a hard link to the source tree's copy: do not write through it
             root = os.path.dirname(os.path.abspath(self.distribution.script_name))
             with open(path, "w") as f:
-                f.write(source_revision(root) + "\n")
+                f.write(binfo.source_revision(root) + "\n")
 
     return SdistWithRevision
 
@@ -508,7 +390,8 @@ def setup_kwargs(root: str, environ: Optional[Mapping[str, str]] = None) -> Dict
         kwargs.update(ext_modules=[], cmdclass=cmdclass)
         return kwargs
     os.environ.update(plan.env)
-    write_if_changed(os.path.join(root, GENERATED_DIR, BUILD_INFO_HEADER), build_info_header(plan.info))
+    binfo.write_if_changed(os.path.join(root, binfo.GENERATED_DIR, binfo.BUILD_INFO_HEADER),
+                           binfo.build_info_header(plan.info))
     # optional: setup.py imports this module before torch may be installed
     import torch
     from torch.utils import cpp_extension
@@ -547,16 +430,6 @@ def setup_kwargs(root: str, environ: Optional[Mapping[str, str]] = None) -> Dict
 # ----------------------------------------------------------------------------- binding-only compile
 
 
-def binding_only_sources(root: str, binding: str) -> List[str]:
-    """The translation units that belong to ``binding`` alone (the kernels and the shared host
-    code are the same for both bindings)."""
-    files = glob.glob(os.path.join(root, "csrc", "common", binding, "*.cpp"))
-    for kernel in KERNELS:
-        for folder in KERNEL_FOLDERS[kernel]:
-            files += glob.glob(os.path.join(root, "csrc", folder, binding, "*.cpp"))
-    return sorted(files)
-
-
 def compile_binding(root: str, binding: str, environ: Mapping[str, str]) -> int:
     """Compile (every check of a compile, no code generated: ``-fsyntax-only``) the translation
     units of ``binding`` alone with the flags and include paths a build of it would use: the
@@ -583,7 +456,7 @@ def compile_binding(root: str, binding: str, environ: Mapping[str, str]) -> int:
     flags = list(plan.flags["cxx"]) + ["-fPIC", "-DTORCH_API_INCLUDE_EXTENSION_H"]
     flags.append("-DTORCH_EXTENSION_NAME=_cuda")  # the stable binding's Py_LIMITED_API is in plan.flags
     failed = 0
-    for src in binding_only_sources(root, binding):
+    for src in build_sources.binding_only_sources(root, binding):
         cmd = [cxx, "-fsyntax-only", *flags, *(f"-I{d}" for d in includes), src]
         if subprocess.run(cmd).returncode != 0:
             where = os.path.relpath(src, root)
