@@ -10,9 +10,9 @@ from mamba_kernels.build import archs as build_archs
 from mamba_kernels.build import binding as build_binding
 from mamba_kernels.build import flags as build_flags
 from mamba_kernels.build import plan as build
+from mamba_kernels.build import setup_glue, torch_env
 from mamba_kernels.build import sources as build_sources
 from mamba_kernels.build import toolchain as build_toolchain
-from mamba_kernels.build import torch_env
 
 # ----------------------------------------------------------------------------- knobs
 
@@ -305,7 +305,7 @@ def test_the_one_line_of_a_build_that_compiles_nothing(cuda_torch_no_gpu, monkey
 
     shown = []
     monkeypatch.setattr(terminal, "to_terminal", lambda line, environ=None: shown.append(line) or True)
-    kwargs = build.setup_kwargs(ROOT, {})
+    kwargs = setup_glue.setup_kwargs(ROOT, {})
     assert kwargs["ext_modules"] == [] and shown == [] and capsys.readouterr().err == ""
     monkeypatch.chdir(tmp_path)
     cmd = kwargs["cmdclass"]["build_py"](Distribution({"name": "x", "packages": []}))

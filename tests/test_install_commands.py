@@ -85,7 +85,7 @@ SHIPPED = ("mamba_kernels", "causal_conv1d", "selective_scan")  # [tool.setuptoo
 # tooling behind the `index` and `matrix` verbs (run in CI, where the build tools are installed).
 # test_runtime_works_without_build_tools checks that the run-time paths never reach them.
 TOOL_IMPORTS = {
-    "mamba_kernels/build/plan.py": {"setuptools"},
+    "mamba_kernels/build/setup_glue.py": {"setuptools"},
     "mamba_kernels/release/index.py": {"packaging"},
     "mamba_kernels/release/wheel_check.py": {"packaging"},
     "mamba_kernels/release/published.py": {"packaging"},

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mamba_kernels.build import binding as build_binding
-from mamba_kernels.build import plan as build
+from mamba_kernels.build import setup_glue
 from mamba_kernels.facts import support, variant
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +45,7 @@ def _tree(tmp_path: Path) -> Path:
 def _kwargs(root: Path, binding: str) -> dict:
     env = dict(os.environ, MAMBA_KERNELS_FORCE_BUILD="1", TORCH_CUDA_ARCH_LIST="9.0",
                CUDA_HOME=str(NVCC.parent.parent), MAMBA_KERNELS_BINDING=binding)
-    return build.setup_kwargs(str(root), env)
+    return setup_glue.setup_kwargs(str(root), env)
 
 
 @needs_nvcc
