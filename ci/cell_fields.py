@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Dict, List, Optional
 
@@ -109,6 +110,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ValueError as e:
         print(f"python -m ci.cell_fields: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and the like: stop quietly, as the verb does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     if not cells:
         print("python -m ci.cell_fields: no cell matches these filters", file=sys.stderr)
         return 1

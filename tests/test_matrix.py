@@ -285,3 +285,18 @@ def test_releasing_shows_the_generated_table_and_readme_the_counts():
     readme = " ".join((root / "README.md").read_text().split())
     n = matrix.counts(matrix.select())
     assert f"the release builds {n['total']} wheels in all" in readme
+
+
+def test_ci_fields_into_a_closed_pipe_stop_quietly():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    p = subprocess.Popen([sys.executable, "-m", "ci.cell_fields", "--json"],  # ~300 KB
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         cwd=Path(__file__).resolve().parent.parent)
+    p.stdout.read(10)
+    p.stdout.close()  # like `| head -c 10`
+    err = p.stderr.read().decode()
+    p.wait()
+    assert "Traceback" not in err
