@@ -1,5 +1,6 @@
 """Thin setup: the version, the torch requirement and the CUDA extensions come from
-mamba_kernels/build/plan.py (importable without torch), which explains every decision."""
+mamba_kernels/build/setup_glue.py, which follows mamba_kernels/build/plan.py (importable without
+torch, it explains every decision)."""
 
 import os
 import sys
@@ -8,7 +9,8 @@ from setuptools import setup
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, ROOT)
-from mamba_kernels.build.plan import BuildError, setup_kwargs  # noqa: E402
+from mamba_kernels.build.plan import BuildError  # noqa: E402
+from mamba_kernels.build.setup_glue import setup_kwargs  # noqa: E402
 
 try:
     kwargs = setup_kwargs(ROOT)

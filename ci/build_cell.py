@@ -18,7 +18,7 @@ from the project's root, but check-installed from a folder holding only CHECK_SO
                     and report the expected build metadata, and the PyTorch paths match their
                     float64 references on the cell's torch (ci/pytorch_path_check.py)
 
-CELL is a cell id as ``python -m mamba_kernels matrix --json`` prints it, e.g.
+CELL is a cell id as ``python -m ci.cell_fields --json`` prints it, e.g.
 ``cu128torch2.8-cp311-linux_x86_64`` or ``cu130stable2.10-cp310-linux_x86_64``. verify checks:
 the file name is exactly the one the matrix predicts (label, Python and ABI tags, platform
 tag); METADATA carries the same version and requires ``torch==M.m.*`` (classic) or
@@ -38,6 +38,8 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import html.parser
+import importlib
+import importlib.util
 import json
 import os
 import re
@@ -50,9 +52,10 @@ import zipfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-from ci import platforms
+from ci import cell_fields, platforms
 from ci.platforms.base import PIP_RETRIES, PIP_TIMEOUT_S, CellError, download, log, pip_install, sh
-from mamba_kernels.build import plan as build
+from mamba_kernels.build import build_info as binfo
+from mamba_kernels.build import sources as build_sources
 from mamba_kernels.facts import support, variant, versions
 from mamba_kernels.facts.version import __version__
 from mamba_kernels.install import wheel_metadata
@@ -127,7 +130,7 @@ def stage_project(dest: Path, root: Path = ROOT) -> Path:
     in (the copy has no .git to read it from)."""
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(root, dest, ignore=copy_ignore(root))
-    (dest / build.REVISION_FILE).write_text(build.source_revision(str(root)) + "\n")
+    (dest / binfo.REVISION_FILE).write_text(binfo.source_revision(str(root)) + "\n")
     return dest
 
 
@@ -148,7 +151,7 @@ def cell_of_wheel(path: Path) -> support.Cell:
 
 
 def kernels_with_sources() -> List[str]:
-    return sorted(build.kernel_sources(str(ROOT)))
+    return sorted(build_sources.kernel_sources(str(ROOT)))
 
 
 # ----------------------------------------------------------------------------- toolchain
@@ -194,7 +197,7 @@ PYPI = "pypi"
 def torch_index_url(cell: support.Cell, torch_index: Optional[str] = None, which: str = BUILD) -> str:
     """The index the cell's build (or test) torch comes from: ``torch_index``, else PyTorch's index
     of its CUDA variant (``https://download.pytorch.org/whl/cu128``)."""
-    return torch_index or matrix.torch_index(torch_of(cell, which)[1])
+    return torch_index or cell_fields.torch_index(torch_of(cell, which)[1])
 
 
 def torch_install_args(
@@ -593,11 +596,8 @@ def check_installed(cell: support.Cell, torch_release: Optional[str] = None) -> 
     """Run in a clean environment with the wheel and torch installed: import and compare.
     ``torch_release`` ("2.16"): the torch expected instead of the cell's test torch (a stable
     wheel smoke-tested on a newer torch, ci/torch_watch.py)."""
-    import importlib
-
+    # torch is installed only where this command runs: the other commands run without it
     import torch
-
-    from mamba_kernels.runtime import buildinfo
 
     problems = []
     test_torch = torch_release or torch_of(cell, TEST)[0]
@@ -640,7 +640,7 @@ def cibuildwheel_env(cell: support.Cell, sccache_dir: Optional[str] = None) -> D
     """The CIBW_* environment selecting exactly this cell (with ci/cibuildwheel.toml): the
     shared part here, the platform's part (CIBW_ENVIRONMENT_<OS>, image, container; on Linux
     the compiler cache in ``sccache_dir`` on the host) from its cell builder."""
-    f = matrix.ci_fields(cell)
+    f = cell_fields.ci_fields(cell)
     env = {
         CELL_VAR: f["id"],
         "CIBW_BUILD": f["cibw_build"],
@@ -868,8 +868,6 @@ def run_cibuildwheel(cell: support.Cell, output_dir: str, sccache_dir: Optional[
 
 def torch_lib_dir() -> Optional[str]:
     """torch's lib/ folder in this environment (found without importing torch), or None."""
-    import importlib.util
-
     spec = importlib.util.find_spec("torch")
     return str(Path(spec.origin).parent / "lib") if spec and spec.origin else None
 

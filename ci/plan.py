@@ -26,7 +26,7 @@ import json
 import re
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from ci import platforms
+from ci import cell_fields, platforms
 from mamba_kernels.facts import support, versions
 from mamba_kernels.release import matrix
 
@@ -38,7 +38,7 @@ BUILD_FIELDS: Tuple[str, ...] = (
 # GitHub: the outputs of one job may total at most 1 MB, their size approximated as UTF-16
 # (two bytes per character here: the JSON is ASCII); docs/RELEASING.md.
 OUTPUT_LIMIT_BYTES = 1024 * 1024
-JOB_LIMIT = matrix.GITHUB_MATRIX_LIMIT
+JOB_LIMIT = cell_fields.GITHUB_MATRIX_LIMIT
 
 
 class PlanError(RuntimeError):
@@ -66,8 +66,8 @@ def toolkit_origin(cell: support.Cell) -> str:
     """Where CI gets the cell's CUDA toolkit, as exactly as the facts tell: PyPI's packages,
     NVIDIA's RPM repository of one RHEL release ("rhel7", "rhel8") or its redistributable archives
     ("redist"), as support.json's linux_toolkits chooses for the image; NVIDIA's Windows installer.
-    matrix.toolkit_source where linux_toolkits knows no source for the cell (the build says why)."""
-    source = matrix.toolkit_source(cell)
+    cell_fields.toolkit_source where linux_toolkits knows no source for the cell (the build says why)."""
+    source = cell_fields.toolkit_source(cell)
     if source == "nvidia-repo":
         try:
             return platforms.linux.cell_toolkit(cell).source
@@ -122,7 +122,7 @@ def smoke_cells(cells: Sequence[support.Cell]) -> List[support.Cell]:
 
 def build_entry(cell: support.Cell) -> Dict[str, object]:
     """A build job's matrix entry: the fields build-cells.yml reads."""
-    fields = matrix.ci_fields(cell)
+    fields = cell_fields.ci_fields(cell)
     return {k: fields[k] for k in BUILD_FIELDS}
 
 

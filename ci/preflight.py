@@ -39,35 +39,35 @@ and per job matrix (release.yml runs one build job, with one matrix, per platfor
 256 jobs, GitHub's limit for one matrix, with the headroom reported. Over the stable cells of
 each platform: every CUDA variant every release from 2.10 on ships there is served by one of
 them (same CUDA major, the cell's minor not above the variant's).
+
+This module holds the checks and the run; what they read is in modules of its own: the
+registries (ci/registries.py), the nvcc command lines of a build (ci/nvcc_lines.py) and the
+disk estimate (ci/disk.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import configparser
-import json
 import re
 import shlex
 import sys
-import threading
 import time
-import urllib.error
-import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
-from packaging.tags import Tag, compatible_tags, cpython_tags
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from ci import build_cell, plan, platforms  # plan: the plan step's matrices, whose size GitHub limits
-from mamba_kernels.build import archs as build_archs
-from mamba_kernels.build import plan as build
-from mamba_kernels.build import toolchain as build_toolchain
+try:
+    import tomllib
+except ImportError:  # Python < 3.11
+    import tomli as tomllib  # type: ignore[no-redef]
+
+# plan: the plan step's matrices, whose size GitHub limits
+from ci import build_cell, cell_fields, disk, nvcc_lines, plan, platforms, registries
 from mamba_kernels.facts import support, versions
 from mamba_kernels.release import matrix
 from mamba_kernels.runtime import knobs
@@ -77,7 +77,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # ----------------------------------------------------------------------------- facts
 
 # GitHub's limit on the jobs one matrix may generate.
-MATRIX_LIMIT = matrix.GITHUB_MATRIX_LIMIT
+MATRIX_LIMIT = cell_fields.GITHUB_MATRIX_LIMIT
 # release.yml's plan step splits the cells into one matrix per platform, each run by its own
 # build job (build-linux-x86_64, build-linux-aarch64, build-windows via build-cells.yml).
 RELEASE_WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
@@ -117,223 +117,7 @@ MSVC_TOOLSET_VAR = platforms.windows.MSVC_TOOLSET_VAR
 # 2026-01-03 and reverted that the same day; docs/COMPAT.md §7.2).
 IMAGE_GCC: Dict[str, int] = dict(support.IMAGE_GCC)
 
-# Free disk of GitHub's standard Linux and Windows runners, as GitHub states it: 14 GB.
-RUNNER_FREE_DISK_GB = 14.0
-# The peak disk use of a cell, in GB, per part (estimates, rounded up):
-DISK_GB = {
-    # The manylinux image as docker stores it on the runner's disk (Linux builds run in it).
-    "image": {"manylinux2014": 2.5, "manylinux_2_28": 3.0},
-    # torch with its CUDA wheels (and triton), installed once per cell: measured 5.3 GB for
-    # torch 2.14.1+cu130 on Linux x86_64 (torch 1.2, nvidia-* 3.2, triton 0.9); Windows' torch
-    # carries the CUDA libraries inside its own wheel.
-    "torch": {"linux": 5.3, "windows": 5.5},
-    # The downloaded wheels pip holds in its temporary folder until that install finishes.
-    "download": {"linux": 2.9, "windows": 2.8},
-    # The CUDA toolkit: PyPI's 13.x compiler packages; NVIDIA's RPMs with a gcc-toolset and the
-    # package manager's cache; NVIDIA's Windows network installer with its downloads.
-    "toolkit": {"pypi": 0.4, "nvidia-repo": 1.0, "nvidia-installer": 1.5},
-    # Object files, the built and the repaired wheel (1.5 GB with the compiler cache, which is
-    # counted on its own from SCCACHE_CACHE_SIZE).
-    "build": 1.1,
-}
-GB = 1e9
-
-
-def _tree_bytes(root: Path, excludes: Sequence[str] = ()) -> int:
-    """Bytes of the files under ``root``, leaving out names matching ``excludes`` (the way
-    shutil.ignore_patterns does for build_cell.stage_project)."""
-    import fnmatch
-    import os
-
-    total = 0
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if not any(fnmatch.fnmatch(d, pat) for pat in excludes)]
-        for f in files:
-            if not any(fnmatch.fnmatch(f, pat) for pat in excludes):
-                try:
-                    total += (Path(folder) / f).lstat().st_size
-                except OSError:
-                    pass
-    return total
-
-
-def _tracked_bytes(root: Path) -> Optional[int]:
-    """Bytes of the files git tracks under ``root`` (what CI's checkout holds), None without git."""
-    import subprocess
-
-    try:
-        out = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True,
-                             check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    total = 0
-    for name in out.decode(errors="replace").split("\0"):
-        if name:
-            try:
-                total += (root / name).lstat().st_size
-            except OSError:
-                pass
-    return total
-
-
-def project_sizes(root: Path = ROOT) -> Dict[str, float]:
-    """GB of the checkout as CI has it (its files and .git; never less than the copy) and of the
-    clean copy a build starts from (build_cell.stage_project: no .git, cache or outputs): the
-    files git tracks, or without git every file but build_cell.COPY_EXCLUDES."""
-    tracked = _tracked_bytes(root)
-    copy = (tracked if tracked is not None else _tree_bytes(root, build_cell.COPY_EXCLUDES)) / GB
-    git = _tree_bytes(root / ".git") / GB if (root / ".git").is_dir() else copy
-    return {"checkout": copy + git, "copy": copy}
-
-
-_PROJECT: Dict[str, float] = {}
-
-
-def _project() -> Dict[str, float]:
-    if not _PROJECT:
-        _PROJECT.update(project_sizes())
-    return _PROJECT
-
-
-def _cache_gb(size: str) -> float:
-    """sccache's SCCACHE_CACHE_SIZE ("400M", "2G") in GB."""
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)", size.strip().upper())
-    if not m:
-        raise ValueError(f"SCCACHE_CACHE_SIZE={size!r} is not a size")
-    return float(m.group(1)) * {"": 1e-9, "K": 1e-6, "M": 1e-3, "G": 1.0, "T": 1e3}[m.group(2)]
-
-REGISTRY_URL = "https://pypi.org/pypi"
-
-
-# ----------------------------------------------------------------------------- registry
-
-
-class RegistryError(RuntimeError):
-    """The registry could not be read (network, HTTP status, bad answer): one line."""
-
-
-# A fetcher takes a project name and returns PyPI's project JSON ({"releases": {version:
-# [file, ...]}, ...}), or None when the registry has no such project; it raises RegistryError
-# when it cannot tell.
-Fetcher = Callable[[str], Optional[dict]]
-
-
-def read_url(url: str, parse: Callable[[bytes], object], timeout: float, tries: int) -> Optional[object]:
-    """``parse`` of the body of ``url``, None on a 404; each of ``tries`` attempts a second apart,
-    a network error, another HTTP status or a body ``parse`` refuses (ValueError) retried; then
-    RegistryError naming the URL, the last cause and the count."""
-    reason = ""
-    for attempt in range(tries):
-        if attempt:
-            time.sleep(1.0)
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 (https or test URL)
-                data = r.read()
-        except urllib.error.HTTPError as e:
-            if e.code == 404:
-                return None
-            reason = f"HTTP {e.code}"
-            continue
-        except (urllib.error.URLError, OSError) as e:
-            reason = str(getattr(e, "reason", e)) or type(e).__name__
-            continue
-        try:
-            return parse(data)
-        except ValueError as e:
-            reason = str(e)
-    raise RegistryError(f"could not read {url}: {reason} ({tries} tries)")
-
-
-def _project_json(data: bytes) -> dict:
-    try:
-        doc = json.loads(data)
-    except ValueError:
-        raise ValueError("the answer is not JSON") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("releases"), dict):
-        raise ValueError("the answer has no releases")
-    return doc
-
-
-def http_fetcher(base_url: str = REGISTRY_URL, timeout: float = 15.0, tries: int = 2) -> Fetcher:
-    """Reads ``<base_url>/<name>/json`` (PyPI's JSON API, one request per project), retrying once."""
-
-    def fetch(name: str) -> Optional[dict]:
-        return read_url(f"{base_url.rstrip('/')}/{name}/json", _project_json, timeout, tries)  # type: ignore
-
-    return fetch
-
-
-class Registry:
-    """Project JSON per name, fetched once (concurrently by :meth:`prefetch`), kept in memory."""
-
-    def __init__(self, fetch: Fetcher, workers: int = 16) -> None:
-        self._fetch = fetch
-        self._workers = workers
-        self._docs: Dict[str, object] = {}  # name -> dict, None (no such project) or RegistryError
-        self._lock = threading.Lock()
-        self.requests = 0
-
-    def _get(self, name: str) -> object:
-        try:
-            doc = self._fetch(name)
-        except RegistryError as e:
-            doc = e
-        except Exception as e:  # a fetcher bug or an unexpected answer: still one line
-            doc = RegistryError(f"{name}: {type(e).__name__}: {e}")
-        with self._lock:
-            self.requests += 1
-            self._docs[name] = doc
-        return doc
-
-    def prefetch(self, names: Iterable[str]) -> None:
-        todo = sorted({n for n in names if n not in self._docs})
-        if todo:
-            with ThreadPoolExecutor(max_workers=max(1, min(self._workers, len(todo)))) as ex:
-                list(ex.map(self._get, todo))
-
-    def doc(self, name: str) -> object:
-        """What the fetcher answered for ``name`` (None: no such project or page). Raises
-        RegistryError when it could not be read."""
-        doc = self._docs[name] if name in self._docs else self._get(name)
-        if isinstance(doc, RegistryError):
-            raise doc
-        return doc
-
-    def releases(self, name: str) -> Optional[Dict[str, List[dict]]]:
-        """version -> files of project ``name``; None when the registry has no such project.
-        Raises RegistryError when the registry could not be read."""
-        doc = self.doc(name)
-        return None if doc is None else doc["releases"]  # type: ignore[index]
-
-    def errors(self) -> List[str]:
-        return sorted(str(d) for d in self._docs.values() if isinstance(d, RegistryError))
-
-
-def supported_tags(python: str, platform: str, glibc: Optional[Tuple[int, int]]) -> Set[Tag]:
-    """The wheel tags pip accepts for CPython ``python`` on ``platform`` (a Linux one with glibc
-    ``glibc``, the manylinux image's)."""
-    major, minor = (int(x) for x in python.split("."))
-    plats = platforms.for_tag(platform).wheel_platforms(platform, glibc)
-    py = (major, minor)
-    interp = f"cp{major}{minor}"
-    return set(cpython_tags(py, abis=[interp], platforms=plats)) | set(compatible_tags(py, interp, plats))
-
-
 cell_glibc = build_cell.cell_glibc
-
-
-def _wheel_fits(files: Sequence[dict], tags: Set[Tag]) -> bool:
-    for f in files:
-        name = f.get("filename", "")
-        if f.get("yanked") or not name.endswith(".whl"):
-            continue
-        try:
-            _, _, _, file_tags = parse_wheel_filename(name)
-        except InvalidWheelFilename:
-            continue
-        if file_tags & tags:
-            return True
-    return False
 
 
 # ----------------------------------------------------------------------------- per cell
@@ -354,6 +138,7 @@ class CellReport:
 
 def cibw_environment(cell: support.Cell, env: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """The cell's environment as cibuildwheel itself evaluates CIBW_ENVIRONMENT_<OS>."""
+    # cibuildwheel: the test extra and the release jobs have it, the other checks run without it
     from cibuildwheel.environment import parse_environment
 
     env = build_cell.cibuildwheel_env(cell) if env is None else env
@@ -365,19 +150,15 @@ def cibw_environment(cell: support.Cell, env: Optional[Mapping[str, str]] = None
 
 
 def _cibuildwheel_identifiers(kind: str) -> Set[str]:
-    import cibuildwheel
+    import cibuildwheel  # the test extra and the release jobs have it (see cibw_environment)
 
-    try:
-        import tomllib
-    except ImportError:  # Python < 3.11
-        import tomli as tomllib  # type: ignore[no-redef]
     path = Path(cibuildwheel.__file__).parent / "resources" / "build-platforms.toml"
     data = tomllib.loads(path.read_text())
     return {c["identifier"] for c in data[kind]["python_configurations"]}
 
 
 def _cibuildwheel_images() -> Dict[str, Set[str]]:
-    import cibuildwheel
+    import cibuildwheel  # the test extra and the release jobs have it (see cibw_environment)
 
     cfg = configparser.ConfigParser()
     cfg.read(Path(cibuildwheel.__file__).parent / "resources" / "pinned_docker_images.cfg")
@@ -385,26 +166,18 @@ def _cibuildwheel_images() -> Dict[str, Set[str]]:
 
 
 def _skip_config() -> str:
-    try:
-        import tomllib
-    except ImportError:  # Python < 3.11
-        import tomli as tomllib  # type: ignore[no-redef]
     skip = tomllib.loads(build_cell.CIBW_CONFIG.read_text())["tool"]["cibuildwheel"].get("skip", [])
     return " ".join(skip) if isinstance(skip, list) else str(skip)
 
 
 def _requires_python() -> SpecifierSet:
-    try:
-        import tomllib
-    except ImportError:  # Python < 3.11
-        import tomli as tomllib  # type: ignore[no-redef]
     return SpecifierSet(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"])
 
 
 def check_environment(cell: support.Cell, report: CellReport, env: Optional[Mapping[str, str]] = None
                       ) -> Optional[Dict[str, str]]:
     """cibuildwheel's view of the cell's environment and identifier; returns the parsed environment."""
-    from cibuildwheel.selector import BuildSelector
+    from cibuildwheel.selector import BuildSelector  # the test extra and the release jobs have it
 
     env = build_cell.cibuildwheel_env(cell) if env is None else env
     try:
@@ -421,7 +194,7 @@ def check_environment(cell: support.Cell, report: CellReport, env: Optional[Mapp
     for k, v in want.items():
         if got.get(k) != v:
             report.fail("environment", f"cibuildwheel reads {k}={got.get(k)!r}, intended {v!r}")
-    ident = matrix.cibuildwheel_identifier(cell)
+    ident = cell_fields.cibuildwheel_identifier(cell)
     if env.get("CIBW_BUILD") != ident:
         report.fail("environment", f"CIBW_BUILD={env.get('CIBW_BUILD')!r}, the cell is {ident!r}")
     if ident not in _cibuildwheel_identifiers(kind):
@@ -437,7 +210,7 @@ def check_environment(cell: support.Cell, report: CellReport, env: Optional[Mapp
         if image not in _cibuildwheel_images().get(arch, set()):
             report.fail("environment", f"CIBW_MANYLINUX_{arch.upper()}_IMAGE={image!r} is not an image "
                                        f"cibuildwheel pins for {arch}")
-        elif image != matrix.ci_fields(cell)["cibw_image"]:
+        elif image != cell_fields.cibw_image(cell):
             report.fail("environment", f"image {image!r} is not the cell's {cell.manylinux}")
     return got
 
@@ -513,118 +286,18 @@ def _gcc_of(path: str) -> Optional[int]:
 
 # ----------------------------------------------------------------------------- nvcc command lines
 
-# nvcc's options that take one value (docs/COMPAT.md §7.3). Given twice, nvcc either stops
-# ("redefinition of argument") or keeps the last value with a warning, depending on the release:
-# neither is a build to ship, so the preflight refuses any of them twice.
-NVCC_SINGLE_VALUED: Tuple[Tuple[str, ...], ...] = support.NVCC_SINGLE_VALUED
-# Stand-ins for the paths of one compile (they only need to be words on the command line).
-_SRC, _OBJ = "csrc/kernel.cu", "build/kernel.o"
-
-
-def _msvc(cell: support.Cell) -> bool:
-    """Whether nvcc's host compiler for the cell is MSVC (else GCC): torch's flags, the probe's
-    and the compiler rules follow from it."""
-    return platforms.for_cell(cell).host_compiler == "msvc"
-
-
-def torch_nvcc_command(cell: support.Cell, ours: Sequence[str], env: Mapping[str, str]) -> List[str]:
-    """The arguments torch's extension builder (the cell's build torch) gives nvcc for one of our
-    .cu files, as its ninja rule writes them: its common flags, ours, the standard and the host
-    compiler where ours name none, the dependency file unless told not to, -c and -o."""
-    msvc = _msvc(cell)
-    flags = ["-D__CUDA_NO_HALF_OPERATORS__", "--expt-relaxed-constexpr"]
-    if msvc:
-        flags = ["-Xcompiler", "/MD"] + flags + list(ours)
-    else:
-        flags += ["--compiler-options", "'-fPIC'"] + list(ours)
-    if not any(f.startswith("-std=") for f in flags):
-        flags.append(f"-std=c++{cell.cxx_std}")
-    cc = env.get("CC")
-    build_torch = cell.build_with[0]
-    ccbin_since = versions.minor_key(support.TORCH_CCBIN_FROM_CC_SINCE)
-    if (not msvc and cc and versions.minor_key(build_torch) >= ccbin_since
-            and not any(f.startswith(("-ccbin", "--compiler-bindir")) for f in flags)):
-        flags += ["-ccbin", cc]
-    deps = [] if env.get("TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES") == "1" else [
-        "--generate-dependencies-with-compile", "--dependency-output", _OBJ + ".d"]
-    return deps + ["-c", _SRC, "-o", _OBJ] + flags
-
-
-def our_nvcc_flags(cell: support.Cell) -> List[str]:
-    """The nvcc flags our build passes for the cell (mamba_kernels/build/plan.py, release build)."""
-    plan = build_archs.choose_archs(arch_list=None, release=True, gpu_capabilities=(), cuda=cell.cuda,
-                                    platform=cell.platform)
-    return build.compile_flags(platform=cell.platform, cxx_std=cell.cxx_std, nvcc_version=cell.cuda,
-                               arch_plan=plan, nvcc_threads=2, release=True, cxx11_abi=cell.cxx11_abi,
-                               binding=matrix.binding(cell))["nvcc"]
-
-
-def nvcc_command_lines(cell: support.Cell, env: Mapping[str, str]) -> Dict[str, List[str]]:
-    """What nvcc itself sees, per command the build runs (``build``: torch's compile of our
-    sources; ``probe``: build_toolchain's probe before it): NVCC_PREPEND_FLAGS, the command
-    line, NVCC_APPEND_FLAGS, which nvcc reads from the environment and joins in that order."""
-    pre = shlex.split(env.get("NVCC_PREPEND_FLAGS", ""))
-    post = shlex.split(env.get("NVCC_APPEND_FLAGS", ""))
-    msvc = _msvc(cell)
-    probe = build_toolchain.nvcc_probe_command("nvcc", "probe.cu", cell.cxx_std, env, windows=msvc)[1:]
-    return {
-        "build": pre + torch_nvcc_command(cell, our_nvcc_flags(cell), env) + post,
-        "probe": pre + probe + post,
-    }
-
-
-def option_values(args: Sequence[str]) -> Dict[str, List[str]]:
-    """nvcc's single-valued options in ``args``, each with the values given: long name -> values."""
-    seen: Dict[str, List[str]] = {}
-    i = 0
-    while i < len(args):
-        word, value, step = args[i], None, 1
-        for names in NVCC_SINGLE_VALUED:
-            for name in names:
-                if word == name:
-                    value = args[i + 1] if i + 1 < len(args) else ""
-                    step = 2
-                elif word.startswith(name + "="):
-                    value = word[len(name) + 1:]
-                elif name == "-O" and re.fullmatch(r"-O\d", word):
-                    value = word[2:]
-                if value is not None:
-                    seen.setdefault(names[-1], []).append(value)
-                    break
-            if value is not None:
-                break
-        i += step
-    return seen
-
-
-def repeated_options(args: Sequence[str]) -> Dict[str, List[str]]:
-    """The single-valued options ``args`` give more than once: long name -> values."""
-    return {k: v for k, v in option_values(args).items() if len(v) > 1}
-
-
 def check_nvcc(cell: support.Cell, report: CellReport, env: Mapping[str, str]) -> Dict[str, List[str]]:
     """No nvcc command the build runs gives a single-valued option twice; returns the lines."""
-    lines = nvcc_command_lines(cell, env)
-    from_env = option_values(shlex.split(env.get("NVCC_PREPEND_FLAGS", ""))
+    lines = nvcc_lines.nvcc_command_lines(cell, env)
+    from_env = nvcc_lines.option_values(shlex.split(env.get("NVCC_PREPEND_FLAGS", ""))
                              + shlex.split(env.get("NVCC_APPEND_FLAGS", "")))
     for which, args in lines.items():
-        for option, values in repeated_options(args).items():
+        for option, values in nvcc_lines.repeated_options(args).items():
             why = (" (one from NVCC_PREPEND_FLAGS/NVCC_APPEND_FLAGS, which torch's check for an "
                    "existing host compiler and our probe cannot see)" if option in from_env else "")
             report.fail("nvcc", f"the {which} command gives nvcc {option} {len(values)} times "
                                 f"({', '.join(values)}){why}")
     return lines
-
-
-def host_compiler_of(args: Sequence[str]) -> Optional[str]:
-    """The host compiler an nvcc command line names (its last -ccbin), or None (nvcc's default)."""
-    found = None
-    for i, w in enumerate(args):
-        if w in ("-ccbin", "--compiler-bindir") and i + 1 < len(args):
-            found = args[i + 1]
-        elif w.startswith(("-ccbin=", "--compiler-bindir=")):
-            found = w.split("=", 1)[1]
-    return found
 
 
 def _msc(ver: int) -> str:
@@ -636,7 +309,7 @@ def check_msvc(cell: support.Cell, report: CellReport, env: Mapping[str, str]) -
     build_cell loads the prompt with, else the runner's default) is in its nvcc's _MSC_VER range,
     and that MSVC's STL accepts the nvcc (error STL1002 otherwise). No flag overrides either."""
     cuda = cell.cuda
-    runner = matrix.RUNNERS[cell.platform]
+    runner = cell_fields.RUNNERS[cell.platform]
     chosen = env.get(MSVC_TOOLSET_VAR, "")
     if chosen:
         toolset = MSVC_TOOLSETS.get(chosen)
@@ -672,20 +345,20 @@ def check_msvc(cell: support.Cell, report: CellReport, env: Mapping[str, str]) -
 def check_compiler(cell: support.Cell, report: CellReport, env: Mapping[str, str]) -> None:
     """The host compiler nvcc meets is one it accepts (check_msvc on Windows)."""
     cuda = cell.cuda
-    if _msvc(cell):
+    if nvcc_lines.host_is_msvc(cell):
         check_msvc(cell, report, env)
         return
     max_gcc = NVCC_MAX_GCC.get(cuda)
     if max_gcc is None:
         report.fail("compiler", f"no GCC fact for nvcc {cuda}: add it to ci/preflight.py")
         return
-    image = matrix.ci_fields(cell)["cibw_image"]
+    image = cell_fields.cibw_image(cell)
     # The host compiler of the C++ files (CXX) and of nvcc (the -ccbin of the compile command as
-    # nvcc sees it, torch's and ours included: nvcc_command_lines).
+    # nvcc sees it, torch's and ours included: nvcc_lines.nvcc_command_lines).
     names: Dict[str, str] = {}
     if env.get("CXX"):
         names["CXX"] = env["CXX"]
-    ccbin = host_compiler_of(nvcc_command_lines(cell, env)["build"])
+    ccbin = nvcc_lines.host_compiler_of(nvcc_lines.nvcc_command_lines(cell, env)["build"])
     if ccbin:
         names["nvcc -ccbin"] = ccbin
     chosen: Dict[str, Optional[int]] = {k: _gcc_of(v) for k, v in names.items()}
@@ -715,7 +388,7 @@ def check_compiler(cell: support.Cell, report: CellReport, env: Mapping[str, str
 def toolkit_pins(cell: support.Cell) -> List[Requirement]:
     """The exact packages the cell installs from PyPI for its CUDA toolkit (none when the toolkit
     comes from NVIDIA's RPM repository or Windows installer)."""
-    if matrix.toolkit_source(cell) != "pypi":
+    if cell_fields.toolkit_source(cell) != "pypi":
         return []
     return [Requirement(r) for r in support.pypi_toolkit(cell.cuda).requirements()
             + [support.PYPI_CUOBJDUMP]]
@@ -742,8 +415,8 @@ def _exact_version(req: Requirement) -> Optional[str]:
     return None
 
 
-def check_registry(cell: support.Cell, report: CellReport, registry: Registry) -> None:
-    tags = supported_tags(cell.python, cell.platform, cell_glibc(cell))
+def check_registry(cell: support.Cell, report: CellReport, registry: registries.Registry) -> None:
+    tags = registries.supported_tags(cell.python, cell.platform, cell_glibc(cell))
     where = f"{cell.platform} cp{cell.python.replace('.', '')}"
     unreadable: List[str] = []
     for req in toolkit_pins(cell):
@@ -753,18 +426,18 @@ def check_registry(cell: support.Cell, report: CellReport, registry: Registry) -
             continue
         try:
             releases = registry.releases(req.name)
-        except RegistryError as e:
+        except registries.RegistryError as e:
             unreadable.append(str(e))
             continue
         if releases is None:
             report.fail("registry", f"PyPI has no project {req.name}")
         elif version not in releases:
             report.fail("registry", f"PyPI has no {req.name} {version}")
-        elif not _wheel_fits(releases[version], tags):
+        elif not registries.wheel_fits(releases[version], tags):
             report.fail("registry", f"PyPI's {req.name} {version} has no wheel for {where}")
     try:
         releases = registry.releases("torch")
-    except RegistryError as e:
+    except registries.RegistryError as e:
         unreadable.append(str(e))
         releases = None
     else:
@@ -777,7 +450,7 @@ def check_registry(cell: support.Cell, report: CellReport, registry: Registry) -
                     ver = Version(v)
                 except InvalidVersion:
                     continue
-                if not ver.is_prerelease and ver in spec and _wheel_fits(files, tags):
+                if not ver.is_prerelease and ver in spec and registries.wheel_fits(files, tags):
                     found = True
                     break
             if not found:
@@ -787,28 +460,13 @@ def check_registry(cell: support.Cell, report: CellReport, registry: Registry) -
         report.fail("registry", unreadable[0] + more)
 
 
-# A fetcher of PyTorch's index: an index URL (https://download.pytorch.org/whl/cu128) -> the file
-# names its torch page lists, None when it has no such page; RegistryError when it cannot tell.
-IndexFetcher = Callable[[str], Optional[List[str]]]
-
-
-def torch_index_fetcher(timeout: float = 15.0, tries: int = 2) -> IndexFetcher:
-    """Reads ``<index URL>/torch/`` (a PEP 503 page, build_cell.simple_page_files), retrying once."""
-
-    def fetch(index_url: str) -> Optional[List[str]]:
-        page = lambda data: build_cell.simple_page_files(data.decode("utf-8", errors="replace"))  # noqa: E731
-        return read_url(f"{index_url.rstrip('/')}/torch/", page, timeout, tries)  # type: ignore
-
-    return fetch
-
-
 def torch_index_urls(cell: support.Cell) -> List[str]:
     """PyTorch's indexes the cell's torches come from (its build torch's and its test torch's)."""
     return list(dict.fromkeys(build_cell.torch_index_url(cell, None, which)
                               for which in (build_cell.BUILD, build_cell.TEST)))
 
 
-def check_torch_index(cell: support.Cell, report: CellReport, index: Registry) -> bool:
+def check_torch_index(cell: support.Cell, report: CellReport, index: registries.Registry) -> bool:
     """The exact build of each of the cell's torches is on PyTorch's index of its CUDA variant;
     True when every page it needs was read (else that torch is left to check_registry)."""
     checked = True
@@ -820,7 +478,7 @@ def check_torch_index(cell: support.Cell, report: CellReport, index: Registry) -
         url = build_cell.torch_index_url(cell, None, which)
         try:
             files = index.doc(url)
-        except RegistryError:
+        except registries.RegistryError:
             checked = False
             continue
         want = f"torch {torch}.*+{matrix.cuda_tag(cuda)}"
@@ -831,58 +489,11 @@ def check_torch_index(cell: support.Cell, report: CellReport, index: Registry) -
     return checked
 
 
-def disk_estimate(cell: support.Cell, env: Mapping[str, str]) -> Dict[str, float]:
-    """The cell's peak disk use per part, in GB (DISK_GB)."""
-    plat = platforms.for_cell(cell)
-    kind = plat.name
-    parts: Dict[str, float] = {}
-    if plat.in_container:
-        parts["image"] = DISK_GB["image"][matrix.ci_fields(cell)["cibw_image"]]
-    parts["torch"] = DISK_GB["torch"][kind]
-    parts["download"] = DISK_GB["download"][kind]
-    if env.get("PIP_NO_CACHE_DIR", "").lower() not in ("1", "true", "yes", "on"):
-        # pip keeps a second copy of every download in its cache.
-        parts["pip cache"] = DISK_GB["download"][kind]
-    parts["toolkit"] = DISK_GB["toolkit"][matrix.toolkit_source(cell)]
-    parts["build"] = DISK_GB["build"]
-    # The checkout, and the clean copy of the project the build runs from: on Linux that copy is
-    # on the disk twice (cibuildwheel copies it once more into the container), and the restored
-    # compiler cache sits in the checkout (mounted into the container, never copied).
-    proj = _project()
-    parts["checkout"] = proj["checkout"]
-    parts["project copy"] = proj["copy"] * (2 if plat.in_container else 1)
-    if plat.in_container:
-        parts["compiler cache"] = _cache_gb(env.get("SCCACHE_CACHE_SIZE", "0"))
-    return parts
-
-
-# What is on the disk in each phase of a cell's job, beyond what stays from start to end (the
-# image, the checkout, the project copies, the compiler cache and a pip cache): pip's downloads
-# exist only while torch is installed (pip removes its temporary folder when it is done); a
-# stable cell's test replaces the build's torch with its target while the toolkit and the build
-# outputs are still there.
-DISK_PHASES = {
-    "torch install": ("torch", "download"),
-    "build": ("torch", "toolkit", "build"),
-    "stable test": ("toolkit", "build", "torch", "download"),
-}
-_ALWAYS = ("image", "checkout", "project copy", "compiler cache", "pip cache")
-
-
-def disk_peak(cell: support.Cell, parts: Mapping[str, float]) -> Tuple[float, str]:
-    """The largest phase of ``parts`` (GB) and its name."""
-    base = sum(parts.get(k, 0.0) for k in _ALWAYS)
-    phases = {n: base + sum(parts.get(k, 0.0) for k in ks) for n, ks in DISK_PHASES.items()
-              if cell.stable or n != "stable test"}
-    name = max(phases, key=phases.get)
-    return phases[name], name
-
-
 def check_disk(cell: support.Cell, report: CellReport, env: Mapping[str, str],
-               free_gb: float = RUNNER_FREE_DISK_GB) -> None:
-    parts = disk_estimate(cell, env)
+               free_gb: float = disk.RUNNER_FREE_DISK_GB) -> None:
+    parts = disk.disk_estimate(cell, env)
     report.disk_parts = parts
-    peak, phase = disk_peak(cell, parts)
+    peak, phase = disk.disk_peak(cell, parts)
     report.disk_gb = round(peak, 1)
     if report.disk_gb >= free_gb:
         report.fail("disk", f"estimated {report.disk_gb:.1f} GB at its peak ({phase}; parts: "
@@ -890,9 +501,9 @@ def check_disk(cell: support.Cell, report: CellReport, env: Mapping[str, str],
                             + f") against the runner's {free_gb:.1f} GB free")
 
 
-def check_cell(cell: support.Cell, registry: Optional[Registry] = None,
-               env: Optional[Mapping[str, str]] = None, free_gb: float = RUNNER_FREE_DISK_GB,
-               torch_index: Optional[Registry] = None) -> CellReport:
+def check_cell(cell: support.Cell, registry: Optional[registries.Registry] = None,
+               env: Optional[Mapping[str, str]] = None, free_gb: float = disk.RUNNER_FREE_DISK_GB,
+               torch_index: Optional[registries.Registry] = None) -> CellReport:
     """Every check of one cell; ``registry`` None skips PyPI's, ``torch_index`` None PyTorch's index."""
     report = CellReport(matrix.cell_id(cell))
     parsed = check_environment(cell, report, env)
@@ -937,14 +548,14 @@ def check_matrices(cells: Sequence[support.Cell], limit: int = MATRIX_LIMIT,
 
 def preflight(
     cells: Optional[Sequence[support.Cell]] = None,
-    registry: Optional[Registry] = None,
+    registry: Optional[registries.Registry] = None,
     verbose: bool = False,
     out=None,
     env_of: Optional[Callable[[support.Cell], Mapping[str, str]]] = None,
-    free_gb: float = RUNNER_FREE_DISK_GB,
+    free_gb: float = disk.RUNNER_FREE_DISK_GB,
     limit: int = MATRIX_LIMIT,
     workflow: Path = RELEASE_WORKFLOW,
-    torch_index: Optional[Registry] = None,
+    torch_index: Optional[registries.Registry] = None,
 ) -> int:
     """Check ``cells`` (default: the whole matrix), print the report, return the exit status.
     ``registry``: PyPI's projects; ``torch_index``: PyTorch's index pages (None: not checked)."""
@@ -1019,14 +630,15 @@ def preflight(
     return 1 if failed or matrix_problems else 0
 
 
-def main(argv: Optional[List[str]] = None, fetcher: Optional[Fetcher] = None,
-         torch_fetcher: Optional[IndexFetcher] = None) -> int:
+def main(argv: Optional[List[str]] = None, fetcher: Optional[registries.Fetcher] = None,
+         torch_fetcher: Optional[registries.IndexFetcher] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ci.preflight", description=__doc__.split("\n\n")[0])
     p.add_argument("--offline", action="store_true", help="skip the registry checks (PyPI, PyTorch's index)")
     p.add_argument("--no-torch-index", action="store_true",
                    help="skip PyTorch's index (the exact torch build of every cell); PyPI is still read")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per cell with its disk estimate")
-    p.add_argument("--registry-url", default=REGISTRY_URL, help=f"PyPI's JSON API (default {REGISTRY_URL})")
+    p.add_argument("--registry-url", default=registries.REGISTRY_URL,
+                   help=f"PyPI's JSON API (default {registries.REGISTRY_URL})")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds per registry request (default 15)")
     p.add_argument("--platform", choices=support.PLATFORMS, help="only the cells of this platform")
     p.add_argument("--torch", help="only the cells serving this torch release, e.g. 2.8 (2.10 and newer: "
@@ -1040,9 +652,11 @@ def main(argv: Optional[List[str]] = None, fetcher: Optional[Fetcher] = None,
     registry = None
     torch_index = None
     if not args.offline:
-        registry = Registry(fetcher or http_fetcher(args.registry_url, timeout=args.timeout))
+        fetch = fetcher or registries.http_fetcher(args.registry_url, timeout=args.timeout)
+        registry = registries.Registry(fetch)
         if not args.no_torch_index:
-            torch_index = Registry(torch_fetcher or torch_index_fetcher(timeout=args.timeout))
+            fetch_index = torch_fetcher or registries.torch_index_fetcher(timeout=args.timeout)
+            torch_index = registries.Registry(fetch_index)
     return preflight(cells, registry, verbose=args.verbose, torch_index=torch_index)
 
 

@@ -14,6 +14,7 @@ Errors are one ``::error title=pulls::`` line and exit status 1.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -67,8 +68,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         api = release_assets.http_api(token)
         if args.cmd == "list":
-            import json
-
             print(json.dumps(list_pulls(api, args.repo)))
         else:
             print(open_pull(api, args.repo, args.head, args.title, args.body_file.read_text(), args.base,

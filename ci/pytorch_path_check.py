@@ -70,6 +70,8 @@ def problems() -> List[str]:
 
 
 def _checks() -> List[str]:
+    # the kernel packages first on the path (the installed wheel's in a smoke test), imported once
+    # problems() has set the backend knob
     from causal_conv1d import causal_conv1d_fn, causal_conv1d_update
     from causal_conv1d.causal_conv1d_interface import causal_conv1d_ref
     from selective_scan import selective_scan_fn, selective_scan_ref, selective_state_update

@@ -37,6 +37,8 @@ Exit status 0 only when every job and check passed.
 from __future__ import annotations
 
 import argparse
+import functools
+import http.server
 import json
 import os
 import re
@@ -45,14 +47,17 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ci import platforms
+from ci import plan, platforms
 from ci.rehearsal import github_api, standins
+from mamba_kernels.facts import support, variant
 from mamba_kernels.install import wheel_metadata
+from mamba_kernels.release import matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = ROOT / "ci" / "rehearsal"
@@ -106,9 +111,9 @@ def free_port() -> int:
 def load_yaml(text: str) -> dict:
     """A workflow file's data: PyYAML (the rehearsal's tools), else ruamel.yaml (the test extra)."""
     try:
-        import yaml
+        import yaml  # PyYAML: the rehearsal's tools install it, the test extra does not
     except ImportError:
-        from ruamel.yaml import YAML
+        from ruamel.yaml import YAML  # the test extra's (check-jsonschema brings it)
 
         return YAML(typ="safe").load(text)
     return yaml.safe_load(text)
@@ -408,8 +413,6 @@ def run_act(
 
 def cells_not_built(built: Sequence[str]) -> List[Tuple[str, str]]:
     """Every other cell of the matrix, with the reason this machine does not build it."""
-    from mamba_kernels.release import matrix
-
     rows = []
     for cell in matrix.select():
         cid = matrix.cell_id(cell)
@@ -614,10 +617,6 @@ def rehearse_release(args: argparse.Namespace, work: Path, tools: Path) -> int:
     api = github_api.GitHubStandIn(state, token=TOKEN).start()
     procs = []
     try:
-        from mamba_kernels.facts import variant
-        from mamba_kernels.facts.version import __version__  # noqa: F401  (the tool's own tree)
-        from mamba_kernels.release import matrix
-
         cell = matrix.find_cell(CELL)
         expected = re.sub(r"manylinux_\d+_\d+", floor, variant.wheel_name(version, cell))
         # a half-done publish of an earlier attempt: the draft holds this wheel's name, half-uploaded
@@ -766,9 +765,6 @@ def rehearse_pull_request(args: argparse.Namespace, work: Path, tools: Path) -> 
     rc, log = run_act(tools, origin, work, "pull_request", event, WORKFLOWS[0], env, {}, "plan", "")
     jobs = read_log(log)
     print("\n".join(table(jobs)))
-    from ci import plan
-    from mamba_kernels.release import matrix
-
     smoke = plan.select("pull_request")
     print(f"\nthe pull request's smoke cells ({len(smoke)}, one per toolchain family; not built here):")
     for cell in smoke:
@@ -787,8 +783,6 @@ def rehearse_pull_request(args: argparse.Namespace, work: Path, tools: Path) -> 
 def pypi_answer(new: str = "2.16.0") -> dict:
     """A stand-in for PyPI's JSON for torch: every release of the table, and ``new``, a release it
     lacks, with CPython 3.11-3.13 wheels on each platform and CUDA 13.2 as its default."""
-    from mamba_kernels.facts import support, variant
-
     # each platform's wheel tag, as a stable cell of it has it (manylinux_2_28_x86_64, win_amd64)
     tags = sorted({variant.platform_tag(c).split(".")[0] for c in support.stable_cells()})
     releases = {
@@ -810,10 +804,6 @@ def pypi_answer(new: str = "2.16.0") -> dict:
 
 def serve_folder(folder: Path) -> Tuple[str, object]:
     """A plain HTTP server of ``folder`` on 127.0.0.1 in a thread: (base URL, server)."""
-    import functools
-    import http.server
-    import threading
-
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *a):  # noqa: D102
             pass

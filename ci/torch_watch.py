@@ -43,7 +43,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
-from ci import platforms
+from ci import cell_fields, platforms
 from ci.platforms import base
 from mamba_kernels.facts import support, variant, versions
 from mamba_kernels.release import matrix
@@ -166,10 +166,10 @@ def plan(entry: Dict[str, Any]) -> Dict[str, Any]:
                 "torch": new.torch,
                 "torch_cuda": cuda,
                 "torch_requirement": variant.torch_requirement(new.torch),
-                "torch_index": matrix.torch_index(cuda),
+                "torch_index": cell_fields.torch_index(cuda),
                 "python": pythons[-1],
                 "platform": plat,
-                "runner": matrix.RUNNERS[plat],
+                "runner": cell_fields.RUNNERS[plat],
                 "cell": matrix.cell_id(cell),
                 "label": variant.cell_label(cell),
             })

@@ -1,6 +1,12 @@
 """The package's import graph, read from the source with ast: floors import only downward
 (mamba_kernels.layers.LAYERS), no module imports itself through others, and a function-local
-import names only an optional third-party module, with a comment saying why."""
+import names only an optional third-party module, with a comment saying why.
+
+ci/ (the release tooling, outside the wheel) sits above every floor: it may import the package,
+nothing shipped imports it, its modules import each other without a circle, and a function-local
+import there names only what may be absent where its other commands run (a third-party module,
+the kernel packages or a ci module that needs them), with a comment; never the standard library
+or mamba_kernels."""
 
 from __future__ import annotations
 
@@ -14,6 +20,11 @@ from mamba_kernels.layers import LAYERS
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "mamba_kernels"
+CI = "ci"
+# What the wheel ships or the build runs (pyproject's packages and py-modules, setup.py, the
+# build backend): none of it may import ci.
+SHIPPED = ("mamba_kernels", "causal_conv1d", "selective_scan", "selective_scan_cuda.py",
+           "causal_conv1d_cuda.py", "setup.py", "build_backend")
 STDLIB = set(sys.stdlib_module_names) if hasattr(sys, "stdlib_module_names") else set()
 
 
@@ -22,8 +33,8 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def modules(root: Path) -> Dict[str, Path]:
-    return {module_name(p, root): p for p in sorted((root / PACKAGE).rglob("*.py"))}
+def modules(root: Path, package: str = PACKAGE) -> Dict[str, Path]:
+    return {module_name(p, root): p for p in sorted((root / package).rglob("*.py"))}
 
 
 def _resolve(node: ast.ImportFrom, here: str, is_package: bool) -> str:
@@ -35,9 +46,10 @@ def _resolve(node: ast.ImportFrom, here: str, is_package: bool) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def edges(root: Path) -> Dict[str, List[Tuple[str, int, bool]]]:
-    """Per module: (imported module of ours, line, whether at module level) for every import."""
-    mods = modules(root)
+def edges(root: Path, package: str = PACKAGE) -> Dict[str, List[Tuple[str, int, bool]]]:
+    """Per module of ``package``: (imported module of the package, line, whether at module level)
+    for every import."""
+    mods = modules(root, package)
     out: Dict[str, List[Tuple[str, int, bool]]] = {}
     for name, path in mods.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
@@ -55,7 +67,7 @@ def edges(root: Path) -> Dict[str, List[Tuple[str, int, bool]]]:
                 # `from pkg import mod` names a module when pkg.mod is one of ours
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in n.names]
             for t in targets:
-                if t == PACKAGE or t.startswith(PACKAGE + "."):
+                if t == package or t.startswith(package + "."):
                     found.append((t, n.lineno, id(n) in top))
         out[name] = found
     return out
@@ -80,9 +92,9 @@ def upward_imports(root: Path) -> List[str]:
     return bad
 
 
-def circles(root: Path) -> List[List[str]]:
+def circles(root: Path, package: str = PACKAGE) -> List[List[str]]:
     """Every strongly connected set of two or more modules (Tarjan), each sorted."""
-    graph: Dict[str, Set[str]] = {m: {t for t, _, _ in f} for m, f in edges(root).items()}
+    graph: Dict[str, Set[str]] = {m: {t for t, _, _ in f} for m, f in edges(root, package).items()}
     index: Dict[str, int] = {}
     low: Dict[str, int] = {}
     stack: List[str] = []
@@ -128,11 +140,19 @@ def _explained(lines: List[str], lineno: int) -> bool:
     return i >= 0 and lines[i].strip().startswith("#")
 
 
-def unmarked_local_imports(root: Path) -> List[str]:
-    """Imports inside a function or class that are not an optional third-party module with a
-    comment on the import's line or the line above it."""
+def _optional(head: str, package: str) -> bool:
+    """Whether a module of ``package`` may import ``head`` inside a function (with a comment)."""
+    if head in STDLIB or head == PACKAGE:
+        return False
+    return head != package or package == CI  # a ci module may import one that needs torch
+
+
+def unmarked_local_imports(root: Path, package: str = PACKAGE) -> List[str]:
+    """Imports inside a function or class that are not an optional module with a comment on the
+    import's line or the line above it: in the package, optional means third-party; in ci/, any
+    module but the standard library's and mamba_kernels (which ci/ always has)."""
     bad = []
-    for name, path in modules(root).items():
+    for name, path in modules(root, package).items():
         lines = path.read_text(encoding="utf-8").splitlines()
         tree = ast.parse("\n".join(lines), str(path))
         for scope in ast.walk(tree):
@@ -142,13 +162,13 @@ def unmarked_local_imports(root: Path) -> List[str]:
                 if not isinstance(n, (ast.Import, ast.ImportFrom)):
                     continue
                 if isinstance(n, ast.ImportFrom):
-                    heads = [(n.module or "").split(".")[0]] if not n.level else [PACKAGE]
+                    heads = [(n.module or "").split(".")[0]] if not n.level else [package]
                 else:
                     heads = [a.name.split(".")[0] for a in n.names]
-                third_party = all(h not in STDLIB and h != PACKAGE for h in heads)
+                optional = all(_optional(h, package) for h in heads)
                 commented = _explained(lines, n.lineno)
-                if not (third_party and commented):
-                    what = "no comment saying why" if third_party else "our own or standard-library module"
+                if not (optional and commented):
+                    what = "no comment saying why" if optional else "our own or standard-library module"
                     bad.append(f"{name}:{n.lineno} imports {', '.join(heads)} inside a function ({what})")
     return bad
 
@@ -165,6 +185,26 @@ def test_function_local_imports_are_optional_third_party_and_explained():
     assert unmarked_local_imports(ROOT) == []
 
 
+def imports_of_ci(root: Path) -> List[str]:
+    """Every import of ci in what the wheel ships or the build runs."""
+    bad = []
+    for top in SHIPPED:
+        path = root / top
+        for f in [path] if path.suffix == ".py" else sorted(path.rglob("*.py")):
+            for n in ast.walk(ast.parse(f.read_text(encoding="utf-8"), str(f))):
+                names = [a.name for a in n.names] if isinstance(n, ast.Import) else (
+                    [n.module or ""] if isinstance(n, ast.ImportFrom) and not n.level else [])
+                bad += [f"{f.relative_to(root)}:{n.lineno} imports {m}" for m in names
+                        if m.split(".")[0] == CI]
+    return bad
+
+
+def test_ci_sits_above_the_package():
+    assert imports_of_ci(ROOT) == []
+    assert circles(ROOT, CI) == []
+    assert unmarked_local_imports(ROOT, CI) == []
+
+
 def test_every_floor_is_a_package_with_a_purpose():
     for layer in LAYERS:
         init = ROOT / PACKAGE / layer / "__init__.py"
@@ -176,7 +216,8 @@ def test_every_floor_is_a_package_with_a_purpose():
 
 
 def _copy(tmp_path: Path) -> Path:
-    subprocess.run(["cp", "-r", str(ROOT / PACKAGE), str(tmp_path / PACKAGE)], check=True)
+    for top in (*SHIPPED, CI):
+        subprocess.run(["cp", "-r", str(ROOT / top), str(tmp_path / top)], check=True)
     return tmp_path
 
 
@@ -190,3 +231,18 @@ def test_the_checks_fail_on_an_injected_upward_import_circle_and_local_import(tm
     assert any("mamba_kernels.facts.support" in c and "mamba_kernels.release.matrix" in c
                for c in circles(root))
     assert any("facts.support" in b and "json" in b for b in unmarked_local_imports(root))
+
+
+def test_the_ci_checks_fail_on_an_injected_ci_import_circle_and_local_import(tmp_path):
+    root = _copy(tmp_path)
+    version = root / PACKAGE / "facts" / "version.py"
+    version.write_text(version.read_text(encoding="utf-8") + "\nimport ci.plan  # noqa: F401\n")
+    assert any("version.py" in b and "ci.plan" in b for b in imports_of_ci(root))
+    plan = root / CI / "plan.py"
+    plan.write_text(plan.read_text(encoding="utf-8") + "\nfrom ci import preflight  # noqa: F401\n\n\n"
+                    "def _late():\n    from mamba_kernels.facts import support\n    import json\n"
+                    "    return json, support\n", encoding="utf-8")
+    assert any("ci.plan" in c and "ci.preflight" in c for c in circles(root, CI))
+    bad = unmarked_local_imports(root, CI)
+    assert any("ci.plan" in b and "mamba_kernels" in b for b in bad)
+    assert any("ci.plan" in b and "json" in b for b in bad)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ci import build_cell, platforms
+from ci import build_cell, cell_fields, platforms
 from ci.platforms import linux, windows
 from ci.platforms.base import CellError, environment_string
 from mamba_kernels.facts import support, variant
@@ -708,7 +708,7 @@ def test_torch_comes_from_the_cells_pytorch_index_alone():
         for which in (build_cell.BUILD, build_cell.TEST):
             torch, cuda = build_cell.torch_of(cell, which)
             assert build_cell.torch_install_args(cell, None, which) == [
-                f"torch=={torch}.*", "--index-url", matrix.torch_index(cuda)], matrix.cell_id(cell)
+                f"torch=={torch}.*", "--index-url", cell_fields.torch_index(cuda)], matrix.cell_id(cell)
     (cell,) = matrix.select(torch="2.8", cuda="12.8", python="3.11", platform="linux_x86_64")
     assert build_cell.torch_install_args(cell, None, version="2.8.1+cu128") == [
         "torch==2.8.1+cu128", "--index-url", "https://download.pytorch.org/whl/cu128"]

@@ -14,15 +14,16 @@ import pytest
 import torch
 
 from mamba_kernels.build import archs as build_archs
-from mamba_kernels.build import plan as build
+from mamba_kernels.build import build_info as binfo
+from mamba_kernels.build import torch_env
 from mamba_kernels.facts import release_index
 from mamba_kernels.runtime import buildinfo, dispatch
 
 
 def sample_info(**over):
     plan = build_archs.ArchPlan(*build_archs.parse_arch_list("8.0;9.0+PTX"), "x")
-    facts = build.TorchFacts("2.14.1+cu130", "13.0", True, "/nowhere")
-    info = build.build_info(
+    facts = torch_env.TorchFacts("2.14.1+cu130", "13.0", True, "/nowhere")
+    info = binfo.build_info(
         torch=facts, nvcc_version="13.0", cxx11_abi=True, host_compiler='gcc 12.2.0 "quoted" \\ path',
         cxx_std=20, arch_plan=plan, platform="linux_x86_64", revision="abc123", release=True,
         version="0.1.0+cu130torch2.14",
@@ -33,8 +34,8 @@ def sample_info(**over):
 
 def stable_info(**over):
     plan = build_archs.ArchPlan(*build_archs.parse_arch_list("9.0"), "x")
-    facts = build.TorchFacts("2.14.1+cu130", "13.0", True, "/nowhere")
-    info = build.build_info(
+    facts = torch_env.TorchFacts("2.14.1+cu130", "13.0", True, "/nowhere")
+    info = binfo.build_info(
         torch=facts, nvcc_version="13.0", cxx11_abi=True, host_compiler="gcc 12.2.0", cxx_std=20,
         arch_plan=plan, platform="linux_x86_64", revision="abc123", release=True,
         version="0.1.0+cu130stable2.10", binding="stable",
@@ -128,7 +129,7 @@ def test_build_info_fields():
 @pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 def test_header_is_a_c_string_holding_the_json(tmp_path):
     info = sample_info()
-    (tmp_path / build.BUILD_INFO_HEADER).write_text(build.build_info_header(info))
+    (tmp_path / binfo.BUILD_INFO_HEADER).write_text(binfo.build_info_header(info))
     (tmp_path / "main.cpp").write_text(
         '#include <cstdio>\n#include "mamba_kernels_build_info.h"\n'
         "int main() { std::fputs(MAMBA_KERNELS_BUILD_INFO, stdout); return 0; }\n"
@@ -141,18 +142,18 @@ def test_header_is_a_c_string_holding_the_json(tmp_path):
 
 def test_write_if_changed_keeps_mtime(tmp_path):
     path = tmp_path / "gen" / "h.h"
-    build.write_if_changed(str(path), "a")
+    binfo.write_if_changed(str(path), "a")
     before = path.stat().st_mtime_ns
-    build.write_if_changed(str(path), "a")
+    binfo.write_if_changed(str(path), "a")
     assert path.stat().st_mtime_ns == before
-    build.write_if_changed(str(path), "b")
+    binfo.write_if_changed(str(path), "b")
     assert path.read_text() == "b"
 
 
 def test_source_revision_git_sdist_unknown(tmp_path):
-    assert build.source_revision(str(tmp_path)) == "unknown"
-    (tmp_path / build.REVISION_FILE).write_text("deadbeef\n")
-    assert build.source_revision(str(tmp_path)) == "deadbeef"
+    assert binfo.source_revision(str(tmp_path)) == "unknown"
+    (tmp_path / binfo.REVISION_FILE).write_text("deadbeef\n")
+    assert binfo.source_revision(str(tmp_path)) == "deadbeef"
     if shutil.which("git"):
         repo = tmp_path / "repo"
         repo.mkdir()
@@ -162,9 +163,9 @@ def test_source_revision_git_sdist_unknown(tmp_path):
         subprocess.run(git + ["add", "f"], check=True)
         subprocess.run(git + ["commit", "-qm", "x"], check=True)
         head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-        assert build.source_revision(str(repo)) == head
+        assert binfo.source_revision(str(repo)) == head
         (repo / "f").write_text("2")
-        assert build.source_revision(str(repo)) == head + "-dirty"
+        assert binfo.source_revision(str(repo)) == head + "-dirty"
 
 
 # ----------------------------------------------------------------------------- the guard

@@ -7,7 +7,11 @@ from pathlib import Path
 import pytest
 
 from mamba_kernels.build import archs as build_archs
+from mamba_kernels.build import binding as build_binding
+from mamba_kernels.build import flags as build_flags
 from mamba_kernels.build import plan as build
+from mamba_kernels.build import setup_glue, torch_env
+from mamba_kernels.build import sources as build_sources
 from mamba_kernels.build import toolchain as build_toolchain
 
 # ----------------------------------------------------------------------------- knobs
@@ -116,12 +120,12 @@ def test_unsupported_archs_are_named():
 
 def test_parallelism():
     gib = 1 << 30
-    assert build.choose_parallelism(2, 18 * gib, 1, None, None) == (2, 1)
-    assert build.choose_parallelism(16, 128 * gib, 7, None, None) == (4, 4)
-    assert build.choose_parallelism(16, 9 * gib, 1, None, None) == (4, 1)  # memory bound: 9 GiB / 2 GiB
-    assert build.choose_parallelism(64, 1 * gib, 6, None, None) == (1, 4)  # never below one job
-    assert build.choose_parallelism(8, None, 2, None, 1) == (8, 1)
-    assert build.choose_parallelism(8, 1 * gib, 2, 5, 3) == (5, 3)  # knobs win
+    assert build_flags.choose_parallelism(2, 18 * gib, 1, None, None) == (2, 1)
+    assert build_flags.choose_parallelism(16, 128 * gib, 7, None, None) == (4, 4)
+    assert build_flags.choose_parallelism(16, 9 * gib, 1, None, None) == (4, 1)  # memory bound: 9 GiB / 2 GiB
+    assert build_flags.choose_parallelism(64, 1 * gib, 6, None, None) == (1, 4)  # never below one job
+    assert build_flags.choose_parallelism(8, None, 2, None, 1) == (8, 1)
+    assert build_flags.choose_parallelism(8, 1 * gib, 2, 5, 3) == (5, 3)  # knobs win
 
 
 def plan90():
@@ -129,33 +133,36 @@ def plan90():
 
 
 def test_linux_development_flags():
-    f = build.compile_flags(platform="linux_x86_64", cxx_std=20, nvcc_version="13.0", arch_plan=plan90(),
-                            nvcc_threads=1, release=False, cxx11_abi=True)
+    f = build_flags.compile_flags(platform="linux_x86_64", cxx_std=20, nvcc_version="13.0",
+                                  arch_plan=plan90(),
+                                  nvcc_threads=1, release=False, cxx11_abi=True)
     assert f["nvcc"][:2] == ["-std=c++20", "-D_GLIBCXX_USE_CXX11_ABI=1"]
     assert "-lineinfo" in f["nvcc"] and "-gencode=arch=compute_90,code=sm_90" in f["nvcc"]
     assert f["cxx"] == ["-O3", "-std=c++20", "-D_GLIBCXX_USE_CXX11_ABI=1"] and f["link"] == []
 
 
 def test_linux_release_flags_strip_debug_info():
-    f = build.compile_flags(platform="linux_aarch64", cxx_std=17, nvcc_version="12.8", arch_plan=plan90(),
-                            nvcc_threads=2, release=True, cxx11_abi=False)
+    f = build_flags.compile_flags(platform="linux_aarch64", cxx_std=17, nvcc_version="12.8",
+                                  arch_plan=plan90(),
+                                  nvcc_threads=2, release=True, cxx11_abi=False)
     assert "-lineinfo" not in f["nvcc"] and not any(x == "-g" for x in f["nvcc"] + f["cxx"])
     assert "-g0" in f["cxx"] and f["link"] == ["-s"]
     assert "--compress-mode=size" in f["nvcc"] and "-D_GLIBCXX_USE_CXX11_ABI=0" in f["cxx"]
-    old = build.compile_flags(platform="linux_x86_64", cxx_std=17, nvcc_version="11.8", arch_plan=plan90(),
-                              nvcc_threads=2, release=True, cxx11_abi=False)
+    old = build_flags.compile_flags(platform="linux_x86_64", cxx_std=17, nvcc_version="11.8",
+                                    arch_plan=plan90(),
+                                    nvcc_threads=2, release=True, cxx11_abi=False)
     assert not any("compress-mode" in x for x in old["nvcc"])  # nvcc < 12.8 has no such option
 
 
 def test_msvc_flags():
-    f = build.compile_flags(platform="win_amd64", cxx_std=20, nvcc_version="13.2", arch_plan=plan90(),
-                            nvcc_threads=1, release=True, cxx11_abi=None)
+    f = build_flags.compile_flags(platform="win_amd64", cxx_std=20, nvcc_version="13.2", arch_plan=plan90(),
+                                  nvcc_threads=1, release=True, cxx11_abi=None)
     assert f["cxx"] == ["/O2", "/std:c++20", "/permissive-", "/Zc:__cplusplus"]
     host = [f["nvcc"][i + 1] for i, x in enumerate(f["nvcc"]) if x == "-Xcompiler"]
     assert host == ["/permissive-", "/Zc:__cplusplus", "/Zc:preprocessor"]  # CCCL in CUDA >= 13.2
     assert not any(x.startswith(("-std", "-D_GLIBCXX")) for x in f["nvcc"]) and f["link"] == []
-    f = build.compile_flags(platform="win_amd64", cxx_std=17, nvcc_version="13.0", arch_plan=plan90(),
-                            nvcc_threads=1, release=False, cxx11_abi=None)
+    f = build_flags.compile_flags(platform="win_amd64", cxx_std=17, nvcc_version="13.0", arch_plan=plan90(),
+                                  nvcc_threads=1, release=False, cxx11_abi=None)
     assert "/std:c++17" in f["cxx"] and "/Zc:preprocessor" not in f["nvcc"]
 
 
@@ -167,8 +174,9 @@ def test_msvc_runtime_is_the_dynamic_one():
 
     assert "/MD" in cpp_extension.COMMON_MSVC_FLAGS  # what torch adds to every host and nvcc compile
     for release in (False, True):
-        f = build.compile_flags(platform="win_amd64", cxx_std=20, nvcc_version="13.2", arch_plan=plan90(),
-                                nvcc_threads=1, release=release, cxx11_abi=None)
+        f = build_flags.compile_flags(platform="win_amd64", cxx_std=20, nvcc_version="13.2",
+                                      arch_plan=plan90(),
+                                      nvcc_threads=1, release=release, cxx11_abi=None)
         flags = f["cxx"] + f["nvcc"] + f["link"]
         assert not any(x.upper().lstrip("-/").startswith(("MT", "XCOMPILER=/MT")) for x in flags)
 
@@ -177,27 +185,27 @@ def test_msvc_runtime_is_the_dynamic_one():
 
 
 def facts(version="2.14.1+cu130", cuda="13.0"):
-    return build.TorchFacts(version, cuda, True, "/nowhere")
+    return torch_env.TorchFacts(version, cuda, True, "/nowhere")
 
 
 def test_torch_problems():
-    assert build.torch_problem(facts()) is None
-    assert "CPU-only build" in build.torch_problem(facts("2.14.1+cpu", None))
-    assert "older than 2.1" in build.torch_problem(facts("2.0.1", "11.8"))
+    assert torch_env.torch_problem(facts()) is None
+    assert "CPU-only build" in torch_env.torch_problem(facts("2.14.1+cpu", None))
+    assert "older than 2.1" in torch_env.torch_problem(facts("2.0.1", "11.8"))
 
 
 def test_cuda_major_mismatch_is_named():
-    assert build.cuda_major_problem("13.0", "13.2", "/usr/local/cuda") is None
-    msg = build.cuda_major_problem("12.8", "13.0", "/opt/cuda-12.8")
+    assert torch_env.cuda_major_problem("13.0", "13.2", "/usr/local/cuda") is None
+    msg = torch_env.cuda_major_problem("12.8", "13.0", "/opt/cuda-12.8")
     assert "nvcc in /opt/cuda-12.8 is CUDA 12.8 but torch was built with CUDA 13.0" in msg
     assert "CUDA 13.x toolkit" in msg
 
 
 def test_required_cxx_std():
-    assert build.required_cxx_std("2.14.1+cu130") == 20
-    assert build.required_cxx_std("2.12.0") == 17
-    assert build.required_cxx_std("2.16.0") == 20  # newer than the table
-    assert build.required_cxx_std("2.0.0") == 17
+    assert torch_env.required_cxx_std("2.14.1+cu130") == 20
+    assert torch_env.required_cxx_std("2.12.0") == 17
+    assert torch_env.required_cxx_std("2.16.0") == 20  # newer than the table
+    assert torch_env.required_cxx_std("2.0.0") == 17
 
 
 def test_nvcc_probe_messages():
@@ -241,7 +249,7 @@ def test_make_plan_skip_and_missing_sources(tmp_path):
 # builds only when asked, as the sdist path does, and says what it builds or why not in one line.
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CUDA_TORCH_NO_GPU = build.TorchFacts("2.14.1+cu130", "13.0", True, "/nowhere")
+CUDA_TORCH_NO_GPU = torch_env.TorchFacts("2.14.1+cu130", "13.0", True, "/nowhere")
 
 
 def _no_toolkit(environ, search_paths=()):
@@ -250,7 +258,7 @@ def _no_toolkit(environ, search_paths=()):
 
 @pytest.fixture
 def cuda_torch_no_gpu(monkeypatch):
-    monkeypatch.setattr(build, "gather_torch_facts", lambda: (CUDA_TORCH_NO_GPU, None))
+    monkeypatch.setattr(torch_env, "gather_torch_facts", lambda: (CUDA_TORCH_NO_GPU, None))
 
 
 def test_checkout_build_without_gpu_builds_nothing_unless_asked(cuda_torch_no_gpu, monkeypatch):
@@ -297,7 +305,7 @@ def test_the_one_line_of_a_build_that_compiles_nothing(cuda_torch_no_gpu, monkey
 
     shown = []
     monkeypatch.setattr(terminal, "to_terminal", lambda line, environ=None: shown.append(line) or True)
-    kwargs = build.setup_kwargs(ROOT, {})
+    kwargs = setup_glue.setup_kwargs(ROOT, {})
     assert kwargs["ext_modules"] == [] and shown == [] and capsys.readouterr().err == ""
     monkeypatch.chdir(tmp_path)
     cmd = kwargs["cmdclass"]["build_py"](Distribution({"name": "x", "packages": []}))
@@ -315,7 +323,7 @@ def test_kernel_sources_glob(tmp_path):
     (tmp_path / "csrc" / "selective_scan").mkdir(parents=True)
     for name in ("b.cu", "a.cpp", "x.h", "c.cuh"):
         (tmp_path / "csrc" / "causal_conv1d" / name).write_text("")
-    assert build.kernel_sources(str(tmp_path)) == {
+    assert build_sources.kernel_sources(str(tmp_path)) == {
         "causal_conv1d": ["csrc/causal_conv1d/a.cpp", "csrc/causal_conv1d/b.cu"]
     }
 
@@ -327,11 +335,11 @@ def test_kernel_sources_of_a_family_built_into_another_module(tmp_path):
               "ssd/stable/binding.cpp", "ssd/classic/binding.cpp", "common/stable/errors.cpp"):
         (tmp_path / "csrc" / f).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "csrc" / f).write_text("")
-    assert build.kernel_sources(str(tmp_path), "stable") == {"selective_scan": [
+    assert build_sources.kernel_sources(str(tmp_path), "stable") == {"selective_scan": [
         "csrc/common/stable/errors.cpp", "csrc/selective_scan/fwd.cu",
         "csrc/selective_scan/stable/binding.cpp", "csrc/ssd/chunk.cu", "csrc/ssd/host.cpp",
         "csrc/ssd/stable/binding.cpp"]}
-    assert str(tmp_path / "csrc" / "ssd" / "classic" / "binding.cpp") in build.binding_only_sources(
+    assert str(tmp_path / "csrc" / "ssd" / "classic" / "binding.cpp") in build_sources.binding_only_sources(
         str(tmp_path), "classic")
 
 
@@ -405,28 +413,28 @@ def test_version_parsers():
     ],
 )
 def test_choose_binding(knob, torch_version, want):
-    assert build.choose_binding(knob, torch_version) == want
+    assert build_binding.choose_binding(knob, torch_version) == want
 
 
 def test_forcing_stable_on_an_old_torch_is_an_error():
     with pytest.raises(ValueError, match=r"BINDING=stable needs torch >= 2.10 .* the build torch is 2.9.1"):
-        build.choose_binding("stable", "2.9.1")
+        build_binding.choose_binding("stable", "2.9.1")
     assert build.read_knobs({"MAMBA_KERNELS_BINDING": "stable"}).binding == "stable"
     with pytest.raises(ValueError, match="MAMBA_KERNELS_BINDING='both' is not a binding"):
         build.read_knobs({"MAMBA_KERNELS_BINDING": "both"})
 
 
 def test_stable_flags_target_torch_2_10_on_cxx_and_nvcc():
-    assert build.target_version_macro("2.10") == "0x020a000000000000"
-    assert build.target_version_macro("2.9") == "0x0209000000000000"
+    assert build_binding.target_version_macro("2.10") == "0x020a000000000000"
+    assert build_binding.target_version_macro("2.9") == "0x0209000000000000"
     for platform in ("linux_x86_64", "win_amd64"):
-        f = build.compile_flags(platform=platform, cxx_std=20, nvcc_version="13.0", arch_plan=plan90(),
-                                nvcc_threads=1, release=True, cxx11_abi=True, binding="stable")
+        f = build_flags.compile_flags(platform=platform, cxx_std=20, nvcc_version="13.0", arch_plan=plan90(),
+                                      nvcc_threads=1, release=True, cxx11_abi=True, binding="stable")
         for kind in ("cxx", "nvcc"):
             assert "-DTORCH_TARGET_VERSION=0x020a000000000000" in f[kind] and "-DUSE_CUDA" in f[kind]
-    classic = build.compile_flags(platform="linux_x86_64", cxx_std=20, nvcc_version="13.0",
-                                  arch_plan=plan90(), nvcc_threads=1, release=True, cxx11_abi=True,
-                                  binding="classic")
+    classic = build_flags.compile_flags(platform="linux_x86_64", cxx_std=20, nvcc_version="13.0",
+                                        arch_plan=plan90(), nvcc_threads=1, release=True, cxx11_abi=True,
+                                        binding="classic")
     assert not any("TORCH_TARGET_VERSION" in x for x in classic["cxx"] + classic["nvcc"])
 
 
@@ -444,11 +452,11 @@ def test_sources_per_binding(tmp_path):
               "causal_conv1d/stable/binding.cpp", "common/classic/errors.cpp", "common/stable/errors.cpp"):
         (tmp_path / "csrc" / f).write_text("")
     shared = ["csrc/causal_conv1d/conv_host.cpp", "csrc/causal_conv1d/fwd.cu"]
-    assert build.kernel_sources(str(tmp_path), "stable") == {"causal_conv1d": sorted(
+    assert build_sources.kernel_sources(str(tmp_path), "stable") == {"causal_conv1d": sorted(
         shared + ["csrc/causal_conv1d/stable/binding.cpp", "csrc/common/stable/errors.cpp"])}
-    assert build.kernel_sources(str(tmp_path), "classic") == {"causal_conv1d": sorted(
+    assert build_sources.kernel_sources(str(tmp_path), "classic") == {"causal_conv1d": sorted(
         shared + ["csrc/causal_conv1d/classic/binding.cpp", "csrc/common/classic/errors.cpp"])}
-    assert build.binding_only_sources(str(tmp_path), "classic") == [
+    assert build_sources.binding_only_sources(str(tmp_path), "classic") == [
         str(tmp_path / "csrc" / "causal_conv1d" / "classic" / "binding.cpp"),
         str(tmp_path / "csrc" / "common" / "classic" / "errors.cpp"),
     ]
@@ -482,14 +490,15 @@ def test_stable_flags_define_py_limited_api_at_the_abi3_floor_and_classic_flags_
     # sees Python.h's limited API of 3.10 only; the classic build's Python.h is the full one.
     from mamba_kernels.facts import support, variant
 
-    assert build.limited_api_macro("3.10") == "0x030A0000" == build.LIMITED_API
-    assert build.limited_api_macro("3.12") == "0x030C0000"
+    assert build_binding.limited_api_macro("3.10") == "0x030A0000" == build_binding.LIMITED_API
+    assert build_binding.limited_api_macro("3.12") == "0x030C0000"
     assert variant.python_tag(support.STABLE_ABI_PYTHON) == "cp310"
     define = "-DPy_LIMITED_API=0x030A0000"
     for platform in ("linux_x86_64", "linux_aarch64", "win_amd64"):
         for binding in ("stable", "classic"):
-            f = build.compile_flags(platform=platform, cxx_std=20, nvcc_version="13.0", arch_plan=plan90(),
-                                    nvcc_threads=1, release=True, cxx11_abi=True, binding=binding)
+            f = build_flags.compile_flags(platform=platform, cxx_std=20, nvcc_version="13.0",
+                                          arch_plan=plan90(),
+                                          nvcc_threads=1, release=True, cxx11_abi=True, binding=binding)
             for kind in ("cxx", "nvcc"):
                 limited = [x for x in f[kind] if "Py_LIMITED_API" in x]
                 assert limited == ([define] if binding == "stable" else []), (platform, binding, kind)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mamba_kernels.build import plan as build
+from mamba_kernels.build import sources as build_sources
 from mamba_kernels.build import toolchain as build_toolchain
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,8 +64,8 @@ def test_host_code_has_no_maybe_uninitialized(monkeypatch):
         flags.append("-DPy_LIMITED_API=0x030A0000")
     files = [f for fs in plan.sources.values() for f in fs if f.endswith("binding.cpp")]
     # one binding file per kernel folder that has one (the Mamba-2 families ship in selective_scan._cuda)
-    want = sorted(f"csrc/{folder}/{plan.binding}/binding.cpp" for kernel in build.KERNELS
-                  for folder in build.KERNEL_FOLDERS[kernel]
+    want = sorted(f"csrc/{folder}/{plan.binding}/binding.cpp" for kernel in build_sources.KERNELS
+                  for folder in build_sources.KERNEL_FOLDERS[kernel]
                   if (ROOT / "csrc" / folder / plan.binding / "binding.cpp").exists())
     assert sorted(files) == want and len(files) >= 3, files
     assert f"csrc/ssd/{plan.binding}/binding.cpp" in files

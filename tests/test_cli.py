@@ -81,7 +81,7 @@ def test_program_returns_mains_status_and_then_ignores_ctrl_c():
 
 def test_output_into_a_closed_pipe_stops_quietly():
     p = subprocess.Popen(
-        [sys.executable, "-m", "mamba_kernels", "matrix", "--json"],  # ~300 KB: over a pipe buffer
+        [sys.executable, "-m", "mamba_kernels", "matrix", "--json"],  # ~200 KB: over a pipe buffer
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     p.stdout.read(10)

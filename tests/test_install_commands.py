@@ -63,6 +63,7 @@ from typing import Dict, List
 import pytest
 from wheel_files import write_wheel
 
+from mamba_kernels.build import binding as build_binding
 from mamba_kernels.build import plan as build
 from mamba_kernels.facts import release_index, support, variant
 from mamba_kernels.facts.version import __version__
@@ -76,14 +77,15 @@ DOC_SITE = release_index.RELEASE_INDEX  # the one name of the release index
 DOC_LABEL = "cu130stable2.10"
 DOC_TORCH_INDEX = "https://download.pytorch.org/whl/cu130"
 TEST_TORCH = "2.13.0+cpu"  # the stable wheel's requirement (torch>=2.10) accepts it
-TEST_LABEL = variant.stable_label("13.0", build.STABLE_TARGET)  # the one a release builds: cu130stable2.10
+# the one a release builds: cu130stable2.10
+TEST_LABEL = variant.stable_label("13.0", build_binding.STABLE_TARGET)
 CASES = ("torch installed", "fresh")
 SHIPPED = ("mamba_kernels", "causal_conv1d", "selective_scan")  # [tool.setuptools] packages
 # Imports allowed beyond the wheel's requirements: setup.py's helpers (build time) and the release
 # tooling behind the `index` and `matrix` verbs (run in CI, where the build tools are installed).
 # test_runtime_works_without_build_tools checks that the run-time paths never reach them.
 TOOL_IMPORTS = {
-    "mamba_kernels/build/plan.py": {"setuptools"},
+    "mamba_kernels/build/setup_glue.py": {"setuptools"},
     "mamba_kernels/release/index.py": {"packaging"},
     "mamba_kernels/release/wheel_check.py": {"packaging"},
     "mamba_kernels/release/published.py": {"packaging"},

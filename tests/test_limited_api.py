@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mamba_kernels.build import plan as build
+from mamba_kernels.build import binding as build_binding
+from mamba_kernels.build import setup_glue
 from mamba_kernels.facts import support, variant
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,7 +45,7 @@ def _tree(tmp_path: Path) -> Path:
 def _kwargs(root: Path, binding: str) -> dict:
     env = dict(os.environ, MAMBA_KERNELS_FORCE_BUILD="1", TORCH_CUDA_ARCH_LIST="9.0",
                CUDA_HOME=str(NVCC.parent.parent), MAMBA_KERNELS_BINDING=binding)
-    return build.setup_kwargs(str(root), env)
+    return setup_glue.setup_kwargs(str(root), env)
 
 
 @needs_nvcc
@@ -56,7 +57,8 @@ def test_stable_setup_defines_the_limited_api_where_the_tags_promise_it(tmp_path
     for kind in ("cxx", "nvcc"):
         assert ext.extra_compile_args[kind].count(DEFINE) == 1, (kind, ext.extra_compile_args[kind])
     # torch (>= 2.7) appends its own Py_LIMITED_API to such an extension: the same value as ours
-    assert getattr(cpp_extension, "min_supported_cpython", build.LIMITED_API) == build.LIMITED_API
+    limited = build_binding.LIMITED_API
+    assert getattr(cpp_extension, "min_supported_cpython", limited) == limited
 
 
 @needs_nvcc

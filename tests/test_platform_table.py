@@ -1,6 +1,7 @@
 """One platform table: every fact of a platform is its record in facts/support.json, so a new
 platform is a data change. Shown with a fictitious one (linux_ppc64le) added to a temporary copy
-of the package: the matrix plans its cells with their runner and cibuildwheel fields, the wheel
+of the package and ci/: the matrix plans its cells, ci/ gives them their runner and cibuildwheel
+fields, the wheel
 names carry its label and tag, and the resolver picks its wheel, without a line of code changed."""
 
 import json
@@ -10,19 +11,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ci import cell_fields
 from mamba_kernels.facts import support
-from mamba_kernels.release import matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 NEW = "linux_ppc64le"
 
 
 def _copy_with_new_platform(tmp_path: Path) -> Path:
-    """A copy of the package whose support table has a platform more: a Linux machine whose torch
-    builds are cxx11 and ship the CUDA variants of Linux aarch64."""
+    """A copy of the package and ci/ whose support table has a platform more: a Linux machine
+    whose torch builds are cxx11 and ship the CUDA variants of Linux aarch64."""
     dest = tmp_path / "tree"
-    shutil.copytree(ROOT / "mamba_kernels", dest / "mamba_kernels",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("mamba_kernels", "ci"):
+        shutil.copytree(ROOT / package, dest / package, ignore=shutil.ignore_patterns("__pycache__"))
     path = dest / "mamba_kernels" / "facts" / "support.json"
     data = support.read_data(path)
     record = dict(data["platforms"][1])  # linux_aarch64's keys, in their order
@@ -41,10 +42,10 @@ def _copy_with_new_platform(tmp_path: Path) -> Path:
     return dest
 
 
-def _run(tree: Path, *args: str) -> str:
+def _run(tree: Path, *args: str, module: str = "mamba_kernels") -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAMBA_KERNELS_")}
     env["PYTHONPATH"] = str(tree)
-    r = subprocess.run([sys.executable, "-m", "mamba_kernels", *args], cwd=tree, env=env,
+    r = subprocess.run([sys.executable, "-m", module, *args], cwd=tree, env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, (args, r.stdout, r.stderr)
     return r.stdout
@@ -52,14 +53,14 @@ def _run(tree: Path, *args: str) -> str:
 
 def test_the_real_table_has_no_such_platform():
     # the copy below is what adds it: the table here does not
-    assert NEW not in support.PLATFORMS and NEW not in matrix.RUNNERS
+    assert NEW not in support.PLATFORMS and NEW not in cell_fields.RUNNERS
 
 
 def test_a_new_platform_is_planned_labelled_and_resolved_from_data_alone(tmp_path):
     tree = _copy_with_new_platform(tmp_path)
 
     # planned: its cells, with the runner label and cibuildwheel fields of its record
-    planned = json.loads(_run(tree, "matrix", "--platform", NEW, "--json"))
+    planned = json.loads(_run(tree, "--platform", NEW, "--json", module="ci.cell_fields"))
     cells = planned["cells"]
     assert cells and planned["counts"][NEW] == len(cells) and all(c["platform"] == NEW for c in cells)
     assert any(c["stable"] for c in cells) and any(not c["stable"] for c in cells)
@@ -68,7 +69,7 @@ def test_a_new_platform_is_planned_labelled_and_resolved_from_data_alone(tmp_pat
         assert (c["cibw_platform"], c["cibw_archs"]) == ("linux", "ppc64le"), c["id"]
         assert c["cibw_build"].endswith("-manylinux_ppc64le"), c["id"]
         assert c["cxx11_abi"] is (None if c["stable"] else True), c["id"]
-    github = json.loads(_run(tree, "matrix", "--platform", NEW, "--github"))
+    github = json.loads(_run(tree, "--platform", NEW, "--github", module="ci.cell_fields"))
     assert {e["runner"] for e in github["include"]} == {"ubuntu-24.04-ppc64le"}
     by_arch = json.loads(_run(tree, "matrix", "--arch", "ppc64le", "--json"))["cells"]
     assert [c["id"] for c in by_arch] == [c["id"] for c in cells]

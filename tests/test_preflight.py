@@ -14,9 +14,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import matrix_counts
 import pytest
 
-from ci import build_cell
+from ci import build_cell, cell_fields, disk, nvcc_lines, registries
 from ci import preflight as pf
 from ci.platforms import linux, windows
 from mamba_kernels.facts import support
@@ -98,7 +99,7 @@ def test_real_matrix_offline_passes():
 
 def test_real_matrix_with_a_registry_that_has_every_pin_passes():
     fetch = _fake_pypi()
-    registry = pf.Registry(fetch)
+    registry = registries.Registry(fetch)
     rc, lines = _run(None, registry)
     assert rc == 0, "\n".join(lines)
     # one request per project, however many cells pin it
@@ -289,10 +290,10 @@ def test_the_old_host_compiler_environment_gives_nvcc_two_host_compilers(monkeyp
 def test_every_cell_gives_nvcc_one_host_compiler():
     for cell in support.cells():
         env = pf.cibw_environment(cell)
-        lines = pf.nvcc_command_lines(cell, env)
+        lines = nvcc_lines.nvcc_command_lines(cell, env)
         for which, args in lines.items():
-            assert pf.repeated_options(args) == {}, (matrix.cell_id(cell), which, args)
-        ccbins = pf.option_values(lines["build"]).get("--compiler-bindir", [])
+            assert nvcc_lines.repeated_options(args) == {}, (matrix.cell_id(cell), which, args)
+        ccbins = nvcc_lines.option_values(lines["build"]).get("--compiler-bindir", [])
         if cell.manylinux == "manylinux_2_28" and cell.cuda in support.HOST_GCC:
             assert ccbins == [env["CC"]] and "NVCC_PREPEND_FLAGS" not in env, matrix.cell_id(cell)
         else:
@@ -303,17 +304,17 @@ def test_torchs_additions_are_simulated_per_release():
     cell = _cell(MANYLINUX_2_28_12)
     env = {"CC": "/x/gcc", "TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES": "1"}
     ours = ["-O3", "-std=c++17"]
-    args = pf.torch_nvcc_command(cell, ours, env)
+    args = nvcc_lines.torch_nvcc_command(cell, ours, env)
     assert args[-2:] == ["-ccbin", "/x/gcc"] and args.count("-std=c++17") == 1
     assert "--dependency-output" not in args
     # torch leaves -ccbin and -std alone when the extension's flags carry them
-    args = pf.torch_nvcc_command(cell, ours + ["-ccbin", "/y/g++"], env)
-    assert pf.option_values(args)["--compiler-bindir"] == ["/y/g++"]
+    args = nvcc_lines.torch_nvcc_command(cell, ours + ["-ccbin", "/y/g++"], env)
+    assert nvcc_lines.option_values(args)["--compiler-bindir"] == ["/y/g++"]
     # without the skip knob torch's ninja rule writes a dependency file
-    assert "--dependency-output" in pf.torch_nvcc_command(cell, ours, {})
+    assert "--dependency-output" in nvcc_lines.torch_nvcc_command(cell, ours, {})
     # Windows: no -ccbin from torch, whatever CC says
     win = _cell(WIN_NEW)
-    assert "-ccbin" not in pf.torch_nvcc_command(win, [], {"CC": "cl"})
+    assert "-ccbin" not in nvcc_lines.torch_nvcc_command(win, [], {"CC": "cl"})
 
 
 @pytest.mark.parametrize("args, want", [
@@ -324,7 +325,7 @@ def test_torchs_additions_are_simulated_per_release():
     (["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90", "-DX", "-DY"], {}),
 ])
 def test_repeated_single_valued_options(args, want):
-    assert pf.repeated_options(args) == want
+    assert nvcc_lines.repeated_options(args) == want
 
 
 def test_a_ccbin_in_nvcc_flags_from_the_environment_fails_the_preflight(monkeypatch):
@@ -355,7 +356,7 @@ def test_linux_cxx20_needs_gcc_10(monkeypatch):
 
 def test_pinned_toolkit_version_missing_from_the_registry_fails(monkeypatch):
     # The 13.4 defect of issue 8: nvidia-cuda-cccl==13.4.* does not exist on PyPI.
-    registry = pf.Registry(_fake_pypi())  # PyPI as it is: every real pin
+    registry = registries.Registry(_fake_pypi())  # PyPI as it is: every real pin
     release, versions = support._PYPI_TOOLKITS["13.4"]
     monkeypatch.setitem(support._PYPI_TOOLKITS, "13.4", (release, versions[:3] + ("13.4.92",) + versions[4:]))
     # No cell builds with CUDA 13.4 since the stable cells; its pins are still checked alike.
@@ -367,34 +368,35 @@ def test_pinned_toolkit_version_missing_from_the_registry_fails(monkeypatch):
 def test_pin_without_a_wheel_for_the_platform_fails():
     cuo, version = support.PYPI_CUOBJDUMP.split("==")
     only_x86 = {version: [_wheel(f"nvidia_cuda_cuobjdump-{version}-py3-none-manylinux_2_17_x86_64.whl")]}
-    registry = pf.Registry(_fake_pypi(**{cuo: only_x86}))
+    registry = registries.Registry(_fake_pypi(**{cuo: only_x86}))
     assert pf.check_cell(_cell("cu130torch2.9-cp312-linux_x86_64"), registry).problems == []
     rep = pf.check_cell(_cell("cu130torch2.9-cp312-linux_aarch64"), registry)
     assert rep.problems == [f"registry: PyPI's {cuo} {version} has no wheel for linux_aarch64 cp312"]
 
 
 def test_wheel_newer_than_the_image_glibc_does_not_count():
-    tags = pf.supported_tags("3.11", "linux_x86_64", (2, 17))
-    assert not pf._wheel_fits([_wheel("x-1-py3-none-manylinux_2_28_x86_64.whl")], tags)
-    assert pf._wheel_fits([_wheel("x-1-py3-none-manylinux1_x86_64.whl")], tags)
-    assert not pf._wheel_fits([dict(_wheel("x-1-py3-none-manylinux1_x86_64.whl"), yanked=True)], tags)
-    assert not pf._wheel_fits([_wheel("x-1-cp312-cp312-manylinux1_x86_64.whl")], tags)
+    tags = registries.supported_tags("3.11", "linux_x86_64", (2, 17))
+    assert not registries.wheel_fits([_wheel("x-1-py3-none-manylinux_2_28_x86_64.whl")], tags)
+    assert registries.wheel_fits([_wheel("x-1-py3-none-manylinux1_x86_64.whl")], tags)
+    assert not registries.wheel_fits([dict(_wheel("x-1-py3-none-manylinux1_x86_64.whl"), yanked=True)], tags)
+    assert not registries.wheel_fits([_wheel("x-1-cp312-cp312-manylinux1_x86_64.whl")], tags)
 
 
 def test_torch_without_a_wheel_for_the_python_and_platform_fails():
     fetch = _fake_pypi()
     cell = support.Cell("2.5", "12.4", "3.13", "win_amd64", None, None, 17)
     rep = pf.CellReport("x")
-    pf.check_registry(cell, rep, pf.Registry(fetch))
+    pf.check_registry(cell, rep, registries.Registry(fetch))
     assert rep.problems == ["registry: PyPI has no torch 2.5.* wheel for win_amd64 cp313"]
 
 
 def test_unreadable_registry_is_one_line_per_cell_and_fails(monkeypatch):
     def down(name):
-        raise pf.RegistryError(f"could not read https://pypi.invalid/pypi/{name}/json: timed out (2 tries)")
+        raise registries.RegistryError(
+            f"could not read https://pypi.invalid/pypi/{name}/json: timed out (2 tries)")
 
     cells = [_cell(LINUX_13), _cell(WIN_NEW)]
-    rc, lines = _run(cells, pf.Registry(down))
+    rc, lines = _run(cells, registries.Registry(down))
     assert rc == 1
     assert [ln.split(":")[0] for ln in lines[:-1]] == [f"FAIL {matrix.cell_id(c)}" for c in cells]
     assert "timed out" in lines[0] and "Traceback" not in "\n".join(lines)
@@ -437,20 +439,20 @@ def json_server():
 
 
 def test_http_fetcher_against_a_local_json_server(json_server):
-    fetch = pf.http_fetcher(json_server, timeout=5)
+    fetch = registries.http_fetcher(json_server, timeout=5)
     assert fetch("torch")["releases"]["2.9.0"]
     assert fetch("no-such-project") is None
-    with pytest.raises(pf.RegistryError, match=r"HTTP 500 \(2 tries\)"):
+    with pytest.raises(registries.RegistryError, match=r"HTTP 500 \(2 tries\)"):
         fetch("broken")
-    rep = pf.check_cell(_cell(WIN_NEW), pf.Registry(fetch))
+    rep = pf.check_cell(_cell(WIN_NEW), registries.Registry(fetch))
     assert rep.problems == []
-    rep = pf.check_cell(_cell("cu130torch2.9-cp313-win_amd64"), pf.Registry(fetch))
+    rep = pf.check_cell(_cell("cu130torch2.9-cp313-win_amd64"), registries.Registry(fetch))
     assert rep.problems == ["registry: PyPI has no torch 2.9.* wheel for win_amd64 cp313"]
 
 
 def test_http_fetcher_unreachable_is_one_line():
-    fetch = pf.http_fetcher("http://127.0.0.1:9/pypi", timeout=2)  # the discard port: refused
-    with pytest.raises(pf.RegistryError) as e:
+    fetch = registries.http_fetcher("http://127.0.0.1:9/pypi", timeout=2)  # the discard port: refused
+    with pytest.raises(registries.RegistryError) as e:
         fetch("torch")
     assert "\n" not in str(e.value) and "could not read http://127.0.0.1:9/pypi/torch/json" in str(e.value)
 
@@ -481,7 +483,7 @@ def test_disk_estimate_counts_a_pip_cache_and_fails_over_the_free_disk():
     parsed = pf.cibw_environment(cell)
     rep = pf.CellReport("x")
     pf.check_disk(cell, rep, parsed)
-    assert rep.problems == [] and 0 < rep.disk_gb < pf.RUNNER_FREE_DISK_GB
+    assert rep.problems == [] and 0 < rep.disk_gb < disk.RUNNER_FREE_DISK_GB
     with_cache = {k: v for k, v in parsed.items() if k != "PIP_NO_CACHE_DIR"}
     rep2 = pf.CellReport("x")
     pf.check_disk(cell, rep2, with_cache)
@@ -497,7 +499,7 @@ def test_disk_estimate_counts_a_pip_cache_and_fails_over_the_free_disk():
 
 def test_the_stable_cells_pass_and_force_their_binding():
     cells = matrix.select(binding="stable")
-    rc, lines = _run(cells, pf.Registry(_fake_pypi()))
+    rc, lines = _run(cells, registries.Registry(_fake_pypi()))
     assert rc == 0, "\n".join(lines)
     assert lines[-1].startswith("preflight passed: 9 cells, 9 pass, 0 fail;")
     cell = _cell(STABLE_12)
@@ -556,10 +558,10 @@ def test_every_cuda_variant_from_2_10_on_needs_a_stable_cell():
 def test_a_stable_cell_checks_the_registry_for_its_build_and_its_test_torch():
     torch = dict(_fake_pypi()("torch")["releases"])
     del torch["2.10.0"]
-    rep = pf.check_cell(_cell(STABLE_13), pf.Registry(_fake_pypi(torch=torch)))
+    rep = pf.check_cell(_cell(STABLE_13), registries.Registry(_fake_pypi(torch=torch)))
     assert rep.problems == ["registry: PyPI has no torch 2.10.* wheel for linux_x86_64 cp310"]
     del torch["2.14.0"]
-    rep = pf.check_cell(_cell(STABLE_13), pf.Registry(_fake_pypi(torch=torch)))
+    rep = pf.check_cell(_cell(STABLE_13), registries.Registry(_fake_pypi(torch=torch)))
     assert rep.problems == ["registry: PyPI has no torch 2.14.* wheel for linux_x86_64 cp310",
                             "registry: PyPI has no torch 2.10.* wheel for linux_x86_64 cp310"]
 
@@ -569,25 +571,25 @@ def test_a_stable_cell_checks_the_registry_for_its_build_and_its_test_torch():
 
 def test_disk_counts_the_checkout_the_clean_copies_and_the_compiler_cache():
     linux, win = _cell(LINUX_13), _cell(WIN_NEW)
-    lp = pf.disk_estimate(linux, pf.cibw_environment(linux))
-    wp = pf.disk_estimate(win, pf.cibw_environment(win))
-    proj = pf._project()  # measured once per run (other files may change while the suite runs)
+    lp = disk.disk_estimate(linux, pf.cibw_environment(linux))
+    wp = disk.disk_estimate(win, pf.cibw_environment(win))
+    proj = disk.cached_project_sizes()  # measured once per run (other files may change while the suite runs)
     assert proj["checkout"] >= proj["copy"] > 0
     # Linux: the staged copy and cibuildwheel's copy of it into the container; Windows builds
     # from the staged copy itself
     assert lp["project copy"] == pytest.approx(2 * proj["copy"])
     assert wp["project copy"] == pytest.approx(proj["copy"])
     assert lp["compiler cache"] == pytest.approx(0.4) and "compiler cache" not in wp  # SCCACHE_CACHE_SIZE
-    assert pf._cache_gb("2G") == 2.0 and pf._cache_gb("400M") == pytest.approx(0.4)
+    assert disk.cache_gb("2G") == 2.0 and disk.cache_gb("400M") == pytest.approx(0.4)
 
 
 def test_disk_peak_is_the_largest_phase():
     stable, classic = _cell(STABLE_12), _cell(LINUX_12)
     parts = {"image": 3.0, "torch": 5.0, "download": 3.0, "toolkit": 1.0, "build": 1.0, "checkout": 0.1}
     # classic: torch is installed once; its downloads are gone before the toolkit and the build
-    assert pf.disk_peak(classic, parts) == (pytest.approx(11.1), "torch install")
+    assert disk.disk_peak(classic, parts) == (pytest.approx(11.1), "torch install")
     # stable: the target torch is downloaded while the build's outputs are still there
-    assert pf.disk_peak(stable, parts) == (pytest.approx(13.1), "stable test")
+    assert disk.disk_peak(stable, parts) == (pytest.approx(13.1), "stable test")
 
 
 def test_the_build_runs_from_a_copy_without_git_cache_or_outputs(tmp_path):
@@ -689,7 +691,7 @@ def _fake_torch_index(drop=(), unreadable=()):
     def fetch(url):
         read.append(url)
         if url in unreadable:
-            raise pf.RegistryError(f"could not read {url}/torch/: timed out (2 tries)")
+            raise registries.RegistryError(f"could not read {url}/torch/: timed out (2 tries)")
         tag = url.rsplit("/", 1)[-1]
         names = []
         for rel in support.RELEASES:
@@ -707,10 +709,11 @@ def _fake_torch_index(drop=(), unreadable=()):
 
 def test_every_cells_exact_torch_build_is_looked_up_on_pytorchs_index():
     fetch = _fake_torch_index()
-    rc, lines = _run(None, pf.Registry(_fake_pypi()), torch_index=pf.Registry(fetch))
+    rc, lines = _run(None, registries.Registry(_fake_pypi()), torch_index=registries.Registry(fetch))
     assert rc == 0, "\n".join(lines)
     n = len(support.cells())
-    urls = {matrix.torch_index(cuda) for c in support.cells() for cuda in (c.build_with[1], c.test_with[1])}
+    urls = {cell_fields.torch_index(cuda)
+            for c in support.cells() for cuda in (c.build_with[1], c.test_with[1])}
     assert sorted(fetch.read) == sorted(urls)  # one page per CUDA variant, however many cells need it
     assert (f"torch: the exact build (torch==X.Y.Z+cuXYZ) looked up on PyTorch's index for {n} of {n} cells "
             f"({len(urls)} index pages read)") in lines[-1]
@@ -723,7 +726,7 @@ def test_a_cell_whose_exact_torch_build_pytorchs_index_lacks_fails():
                                     "torch-2.10.0+cu130-cp310-cp310-manylinux_2_28_aarch64.whl"})
     cells = [_cell(i) for i in ("cu128torch2.8-cp312-win_amd64", "cu128torch2.8-cp313-win_amd64",
                                 "cu130stable2.10-cp310-linux_x86_64", "cu130stable2.10-cp310-linux_aarch64")]
-    rc, lines = _run(cells, torch_index=pf.Registry(fetch))
+    rc, lines = _run(cells, torch_index=registries.Registry(fetch))
     assert rc == 1
     assert [ln for ln in lines if ln.startswith("FAIL cu")] == [  # (a subset: the stable coverage fails too)
         "FAIL cu128torch2.8-cp313-win_amd64: torch-index: https://download.pytorch.org/whl/cu128 has no "
@@ -735,8 +738,8 @@ def test_a_cell_whose_exact_torch_build_pytorchs_index_lacks_fails():
 
 def test_an_unreadable_pytorch_index_is_said_and_pypi_stands_in():
     unreadable = {"https://download.pytorch.org/whl/cu128"}
-    rc, lines = _run(None, pf.Registry(_fake_pypi()),
-                     torch_index=pf.Registry(_fake_torch_index(unreadable=unreadable)))
+    rc, lines = _run(None, registries.Registry(_fake_pypi()),
+                     torch_index=registries.Registry(_fake_torch_index(unreadable=unreadable)))
     assert rc == 0, "\n".join(lines)
     cells = support.cells()
     rest = [c for c in cells if "12.8" in (c.build_with[1], c.test_with[1])]
@@ -769,16 +772,16 @@ def test_torch_index_fetcher_against_a_local_page(monkeypatch):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         base = f"http://127.0.0.1:{server.server_address[1]}/whl"
-        fetch = pf.torch_index_fetcher(timeout=5)
+        fetch = registries.torch_index_fetcher(timeout=5)
         assert fetch(f"{base}/cu128") == ["torch-2.8.0+cu128-cp311-cp311-win_amd64.whl"]  # yanked: left out
         assert fetch(f"{base}/cu999") is None
-        with pytest.raises(pf.RegistryError, match=r"HTTP 500 \(2 tries\)"):
+        with pytest.raises(registries.RegistryError, match=r"HTTP 500 \(2 tries\)"):
             fetch(f"{base}/broken")
         # the cells' indexes, as the preflight's main reads them, pointed at this server
-        monkeypatch.setattr(matrix, "TORCH_INDEX", base + "/{tag}")
-        rep = pf.check_cell(_cell("cu128torch2.8-cp311-win_amd64"), torch_index=pf.Registry(fetch))
+        monkeypatch.setattr(cell_fields, "TORCH_INDEX", base + "/{tag}")
+        rep = pf.check_cell(_cell("cu128torch2.8-cp311-win_amd64"), torch_index=registries.Registry(fetch))
         assert rep.problems == [] and rep.exact_torch_checked
-        rep = pf.check_cell(_cell("cu126torch2.8-cp311-win_amd64"), torch_index=pf.Registry(fetch))
+        rep = pf.check_cell(_cell("cu126torch2.8-cp311-win_amd64"), torch_index=registries.Registry(fetch))
         assert rep.problems == [f"torch-index: PyTorch has no index {base}/cu126 (HTTP 404), so no torch "
                                 "2.8.*+cu126 for win_amd64 cp311"]
     finally:
@@ -789,7 +792,8 @@ def test_torch_index_fetcher_against_a_local_page(monkeypatch):
 def test_main_reads_pytorchs_index_unless_told_not_to(capsys):
     fetch = _fake_torch_index()
     assert pf.main(["--platform", "win_amd64"], fetcher=_fake_pypi(), torch_fetcher=fetch) == 0
-    assert "looked up on PyTorch's index for 109 of 109 cells" in capsys.readouterr().out
+    n = matrix_counts.wheel_counts()["win_amd64"]
+    assert n > 0 and f"looked up on PyTorch's index for {n} of {n} cells" in capsys.readouterr().out
     fetch.read.clear()
     assert pf.main(["--platform", "win_amd64", "--no-torch-index"], fetcher=_fake_pypi(),
                    torch_fetcher=fetch) == 0

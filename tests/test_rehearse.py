@@ -203,3 +203,12 @@ def test_a_step_added_to_a_job_that_fails_fails_the_rehearsal_and_is_named(tmp_p
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert "job release/plan failed at step 'Added by the rehearsal'" in r.stdout
+
+
+def test_the_rehearsal_installs_the_readme_lines_the_install_test_runs():
+    # README's install-commands block is the one copy: the rehearsal and
+    # tests/test_install_commands.py must read the same "torch already installed" lines from it
+    from test_install_commands import README_COMMANDS
+
+    lines = rehearse.readme_install_lines(ROOT)
+    assert lines and lines == README_COMMANDS["torch installed"]

@@ -62,7 +62,7 @@ def _c_string(text: str) -> str:
 
 def compiled_extension(root: Path, pkg: str, build_info: dict) -> str:
     """``<pkg>._cuda`` as a real CPython extension module (a .so) exposing ``BUILD_INFO``, the
-    metadata also lying in its bytes, as mamba_kernels/build/plan.py's header puts it there."""
+    metadata also lying in its bytes, as mamba_kernels/build/build_info.py's header puts it there."""
     d = _package(root, pkg)
     src = d / "ext.c"
     src.write_text(

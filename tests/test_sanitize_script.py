@@ -23,6 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import header_values as hv
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,18 +42,12 @@ def _load():
 sc = _load()
 
 
-def _code(path: Path) -> str:
-    """The file without comments."""
-    text = re.sub(r"/\*.*?\*/", " ", path.read_text(), flags=re.S)
-    return re.sub(r"//[^\n]*", "", text)
-
-
 def dispatch_sites() -> set:
     """Every choice of kernel the launchers make, read from the CUDA sources."""
     sites = set()
     for path in sorted(CSRC.rglob("*.cu")):
         rel = path.relative_to(CSRC).as_posix()
-        text = _code(path)
+        text = hv.code(path)
         n_var = 0
         for m in re.finditer(r"\b(\w+)\s*(<(?:[^<>;]|<[^<>;]*>)*>)?\s*<<<", text):
             if m.group(1) == "kernel":  # a variable: the launch's place in the file names it
@@ -121,52 +116,34 @@ def test_each_case_reaches_the_kinds_it_claims(case):
     assert sorted(sc.predict(case)) == sorted(case.kinds)
 
 
-def _body(path: Path, struct: str) -> str:
-    text = _code(path)
-    start = text.index(f"struct {struct} {{")
-    depth, i = 0, text.index("{", start)
-    for j in range(i, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return text[i:j]
-    raise AssertionError(struct)
-
-
-def _const(text: str, name: str) -> int:
-    m = re.search(rf"\b{name}\s*=\s*([^;]+);", text)
-    assert m, name
-    expr = re.sub(r"int64_t\(([^()]*)\)", r"(\1)", m.group(1))
-    assert re.fullmatch(r"[\d\s()*+<-]+", expr), f"{name} = {m.group(1)}: not a plain number"
-    return int(eval(expr))  # digits and operators only (checked above)
-
-
 def test_policy_constants_are_the_sources():
-    pol = CSRC / "selective_scan" / "scan_policy.cuh"
-    lane, fwd_lanes = _body(pol, "LanePolicy"), _body(pol, "FwdLanesPolicy")
-    fwd, bwd_lanes, upd = _body(pol, "FwdPolicy"), _body(pol, "BwdLanesPolicy"), _body(pol, "UpdatePolicy")
-    header = _code(CSRC / "selective_scan" / "selective_scan.h")
-    conv_bwd = _body(CSRC / "causal_conv1d" / "conv_common.cuh", "BwdPolicy")
+    pol = hv.SCAN_POLICY
+    lane, fwd_lanes = hv.body(pol, "LanePolicy"), hv.body(pol, "FwdLanesPolicy")
+    fwd, bwd_lanes = hv.body(pol, "FwdPolicy"), hv.body(pol, "BwdLanesPolicy")
+    upd = hv.body(pol, "UpdatePolicy")
+    header = hv.code(CSRC / "selective_scan" / "selective_scan.h")
+    conv_bwd = hv.body(CSRC / "causal_conv1d" / "conv_common.cuh", "BwdPolicy")
     want = {
-        "kLanes": _const(lane, "kLanes"),
-        "kMinFwdWarpsPerSm": _const(lane, "kMinFwdWarpsPerSm"),
-        "kLaneThreads": _const(lane, "kThreads"),
-        "kFwdLanesThreads": _const(fwd_lanes, "kThreads"),
-        "kFwdThreads": _const(fwd, "kThreads"),
-        "kSliceFloats": _const(fwd, "kSliceFloats"),
-        "kMinWarpsPerSm": _const(fwd, "kMinWarpsPerSm"),
-        "kTargetWarpsPerSm": _const(fwd, "kTargetWarpsPerSm"),
-        "kMinSegment": _const(fwd, "kMinSegment"),
-        "kMaxStateShift": _const(bwd_lanes, "kMaxStateShift"),
-        "kPairMinThreads": _const(upd, "kPairMinThreads"),
-        "kMaxLanes": _const(upd, "kMaxLanes"),
-        "kLeanFullRows": _const(upd, "kLeanFullRows"),
-        "kLeanQuadMaxRows": _const(upd, "kLeanQuadMaxRows"),
-        "kRowMaxRows": _const(upd, "kRowMaxRows"),
-        "kChunk": _const(header, "kChunk"),
-        "kBwdCarry": _const(header, "kBwdCarry"),
-        "kMaxGridYZ": _const(_code(CSRC / "selective_scan" / "update.cu"), "kMaxGridYZ"),
-        "kVecCL": _const(conv_bwd, "kVecCL"),
-        "kVecCLLean": _const(conv_bwd, "kVecCLLean"),
+        "kLanes": hv.const(lane, "kLanes"),
+        "kMinFwdWarpsPerSm": hv.const(lane, "kMinFwdWarpsPerSm"),
+        "kLaneThreads": hv.const(lane, "kThreads"),
+        "kFwdLanesThreads": hv.const(fwd_lanes, "kThreads"),
+        "kFwdThreads": hv.const(fwd, "kThreads"),
+        "kSliceFloats": hv.const(fwd, "kSliceFloats"),
+        "kMinWarpsPerSm": hv.const(fwd, "kMinWarpsPerSm"),
+        "kTargetWarpsPerSm": hv.const(fwd, "kTargetWarpsPerSm"),
+        "kMinSegment": hv.const(fwd, "kMinSegment"),
+        "kMaxStateShift": hv.const(bwd_lanes, "kMaxStateShift"),
+        "kPairMinThreads": hv.const(upd, "kPairMinThreads"),
+        "kMaxLanes": hv.const(upd, "kMaxLanes"),
+        "kLeanFullRows": hv.const(upd, "kLeanFullRows"),
+        "kLeanQuadMaxRows": hv.const(upd, "kLeanQuadMaxRows"),
+        "kRowMaxRows": hv.const(upd, "kRowMaxRows"),
+        "kChunk": hv.const(header, "kChunk"),
+        "kBwdCarry": hv.const(header, "kBwdCarry"),
+        "kMaxGridYZ": hv.const(hv.code(CSRC / "selective_scan" / "update.cu"), "kMaxGridYZ"),
+        "kVecCL": hv.const(conv_bwd, "kVecCL"),
+        "kVecCLLean": hv.const(conv_bwd, "kVecCLLean"),
     }
     m = re.search(r"kMinBlocks\s*=\s*fit_blocks_per_sm\(kThreads,\s*kS == 1 \? (\d+) : (\d+)\)", fwd_lanes)
     assert m, "FwdLanesPolicy::kMinBlocks changed form"
@@ -204,7 +181,7 @@ def test_predict_follows_the_thresholds():
 def test_our_kernels_are_in_namespace_mamba_kernels():
     # the sanitizer's kernel filter (kns=mamba_kernels) selects kernels by that substring
     for path in sorted(CSRC.rglob("*.cu*")):
-        text = _code(path)
+        text = hv.code(path)
         first = text.find("__global__")
         if first >= 0:
             ns = text.find("namespace mamba_kernels {")

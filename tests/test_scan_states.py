@@ -5,6 +5,7 @@ kernels replaced by the reference-backed stand-in of scan_standin.py)."""
 
 from __future__ import annotations
 
+import header_values
 import pytest
 import torch
 from scan_standin import StandInKernel
@@ -211,16 +212,6 @@ def test_cuda_kernels(monkeypatch):
     assert res["recompute"][2] < res["keep"][2]
 
 
-def _header_int(path: str, name: str) -> int:
-    import pathlib
-    import re
-
-    text = (pathlib.Path(__file__).parents[1] / path).read_text()
-    found = re.findall(rf"\b{name} = (\d+);", text)
-    assert len(found) == 1, f"{name}: expected one 'name = integer;' in {path}, found {found}"
-    return int(found[0])
-
-
 def test_spaced_states_rule_mirrors_the_backward_kernel():
     # the Python side asks for states 1024 steps apart exactly where the backward's lane kernel
     # takes them: real A, dstate up to its lanes per channel, at most 2^kMaxStateShift chunks apart
@@ -232,9 +223,9 @@ def test_spaced_states_rule_mirrors_the_backward_kernel():
         spaced_fwd_args,
     )
 
-    chunk = _header_int("csrc/selective_scan/selective_scan.h", "kChunk")
-    shift = _header_int("csrc/selective_scan/scan_policy.cuh", "kMaxStateShift")
-    lanes = _header_int("csrc/selective_scan/scan_policy.cuh", "kLanes")
+    chunk = header_values.value("csrc/selective_scan/selective_scan.h", "kChunk")
+    shift = header_values.policy("BwdLanesPolicy", "kMaxStateShift")
+    lanes = header_values.policy("LanePolicy", "kLanes")
     assert SPACED_STEPS == chunk << shift and SPACED_BWD_ARGS == (SPACED_STEPS, True)
     assert SPACED_MAX_DSTATE == lanes
     real = torch.zeros(4, lanes)
@@ -251,7 +242,7 @@ def test_spaced_states_only_where_the_backward_fits_shared_memory(monkeypatch):
 
     from selective_scan import scan_fn
 
-    kernel_bytes = _header_int("csrc/selective_scan/bwd_lanes.cu", "kSpacedSmemBytes")
+    kernel_bytes = header_values.value("csrc/selective_scan/bwd_lanes.cu", "kSpacedSmemBytes")
     assert scan_fn.SPACED_BWD_SHARED_BYTES == kernel_bytes
     devices = {
         0: SimpleNamespace(major=7, minor=5, shared_memory_per_block_optin=65536),  # T4

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional
 
+import header_values
 import pytest
 import torch
 
@@ -904,23 +905,10 @@ def test_public_function_rejects_bad_input_like_on_cpu(ops, kernel_calls):
 # ---------------------------------------------------------------------------- CPU, everywhere
 
 
-def _policy_value(name: str) -> int:
-    """A constant of UpdatePolicy in csrc/selective_scan/scan_policy.cuh, evaluated (its
-    initialiser is int64_t(a) << b or int64_t(a) * b)."""
-    import pathlib
-    import re
-
-    text = (pathlib.Path(__file__).parents[1] / "csrc/selective_scan/scan_policy.cuh").read_text()
-    m = re.search(rf"\b{name} = int64_t\((\d+)\) (<<|\*) (\d+);", text)
-    assert m, f"{name} not found in scan_policy.cuh in the form int64_t(a) << b or * b"
-    a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
-    return a << b if op == "<<" else a * b
-
-
 def test_launch_shape_mirrors_match_the_kernel_policy():
     # the GPU tests pick sizes on either side of these; a policy change must move them too
-    assert _policy_value("kPairMinThreads") == PAIR_MIN_THREADS
-    assert _policy_value("kLeanFullRows") == LEAN_FULL_ROWS
+    assert header_values.policy("UpdatePolicy", "kPairMinThreads") == PAIR_MIN_THREADS
+    assert header_values.policy("UpdatePolicy", "kLeanFullRows") == LEAN_FULL_ROWS
 
 
 def test_kernel_fits_rule():

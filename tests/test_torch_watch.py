@@ -12,7 +12,7 @@ import sys
 import pytest
 from test_workflows import ROOT, outputs, run_step, step, workflow
 
-from ci import build_cell, torch_watch
+from ci import build_cell, cell_fields, torch_watch
 from mamba_kernels.facts import support
 from mamba_kernels.release import matrix
 
@@ -217,7 +217,7 @@ def test_the_workflow_builds_only_the_cells_a_release_adds(tmp_path):
     # one per platform and CUDA variant: the newest Python of the classic ones
     assert sorted(c["id"] for c in cells) == [
         "cu118torch2.4-cp312-win_amd64", "cu130stable2.10-cp310-linux_x86_64"]
-    assert cells == [matrix.ci_fields(matrix.find_cell(c["id"])) for c in cells]
+    assert cells == [cell_fields.ci_fields(matrix.find_cell(c["id"])) for c in cells]
 
 
 def test_the_workflow_smoke_tests_the_published_stable_wheels_on_the_new_torch():

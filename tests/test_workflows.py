@@ -29,7 +29,7 @@ import pytest
 from ruamel.yaml import YAML
 from wheel_files import write_wheel
 
-from ci import build_cell, plan, platforms, release_assets
+from ci import build_cell, cell_fields, plan, platforms, release_assets
 from mamba_kernels.facts import support
 from mamba_kernels.release import matrix
 
@@ -331,10 +331,10 @@ def _vkey(v: str):
 
 
 def _toolkit_source(c) -> str:
-    """Where the cell's CUDA toolkit comes from, read from the facts: matrix.toolkit_source, and for
+    """Where the cell's CUDA toolkit comes from, read from the facts: cell_fields.toolkit_source, and for
     NVIDIA's Linux toolkits the source support.json's linux_toolkits picks for the image (a RHEL
     repository or the redistributable archives)."""
-    source = matrix.toolkit_source(c)
+    source = cell_fields.toolkit_source(c)
     if source != "nvidia-repo":
         return source
     return support.linux_toolkit(c.cuda, c.manylinux, "linux-x86_64" if c.platform == "linux_x86_64"
@@ -455,7 +455,7 @@ def test_compiler_cache_keys_are_per_attempt_and_shared_by_a_few_groups():
     linux = [c for c in matrix.select() if c.platform != "win_amd64"]
     groups = set()
     for cell in linux:
-        f = matrix.ci_fields(cell)
+        f = cell_fields.ci_fields(cell)
         k = _expand(key, f)
         assert all(k.startswith(_expand(p, f)) for p in prefixes)
         groups.add(_expand(prefixes[-1], f))
@@ -834,7 +834,8 @@ def test_cibuildwheel_selects_exactly_each_cells_python():
             cwd=ROOT,
         )
         assert r.returncode == 0, r.stderr
-        assert r.stdout.split() == [matrix.cibuildwheel_identifier(cell)], (matrix.cell_id(cell), r.stdout)
+        want = [cell_fields.cibuildwheel_identifier(cell)]
+        assert r.stdout.split() == want, (matrix.cell_id(cell), r.stdout)
         py = "cp" + cell.python.replace(".", "")
         assert r.stdout.startswith(py + "-")
 

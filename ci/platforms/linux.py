@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import os
 import sys
+import tarfile
+import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from ci import cell_fields
 from mamba_kernels.facts import support, variant
-from mamba_kernels.release import matrix
 
 from . import base
 from .base import CellError, Platform, environment_string
@@ -118,9 +120,6 @@ def install_redist_toolkit(
     """Unpack NVIDIA's redistributable archives of ``tk`` (each downloaded with retries and
     checked against its sha256 by base.download) into ``home``, shaped as torch expects (lib64
     beside lib, the targets/ folder nvcc's profile names), with cuobjdump from PyPI."""
-    import tarfile
-    import tempfile
-
     home.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="mamba-kernels-redist-") as tmp:
         for name, (version, sha256) in tk.archives.items():
@@ -180,12 +179,12 @@ class Linux(Platform):
     path_sep = ":"
 
     def toolkit_home(self, cell: support.Cell) -> str:
-        if matrix.toolkit_source(cell) == "pypi":
+        if cell_fields.toolkit_source(cell) == "pypi":
             return f"{CONTAINER_TOOLKIT}/pkgs/nvidia/cu{cell.cuda.split('.')[0]}"
         return f"/usr/local/cuda-{cell.cuda}"
 
     def provision_toolkit(self, cell: support.Cell, python: str) -> None:
-        if matrix.toolkit_source(cell) == "pypi":
+        if cell_fields.toolkit_source(cell) == "pypi":
             assemble_pypi_toolkit(cell, Path(CONTAINER_TOOLKIT), python)
         else:
             install_repo_toolkit(cell)
@@ -203,7 +202,7 @@ class Linux(Platform):
         home = extra["CUDA_HOME"]
         extra = dict(extra, **compiler)
         key = self.container_arch(cell).upper()
-        env = {f"CIBW_MANYLINUX_{key}_IMAGE": matrix.ci_fields(cell)["cibw_image"]}
+        env = {f"CIBW_MANYLINUX_{key}_IMAGE": cell_fields.cibw_image(cell)}
         # Without -MD (torch's ninja rule adds it to nvcc unless told not to) sccache can cache
         # the nvcc objects; the size cap keeps a few dozen such caches inside the repository's
         # 10 GB.

@@ -41,6 +41,8 @@ import sys
 import tarfile
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -438,9 +440,6 @@ def pypi_publish() -> None:
     py = need_env("REHEARSAL_PYTHON")
     subprocess.run([py, "-m", "twine", "check", "--strict", *dists], check=True)
     if flag("skip-existing"):  # twine's own --skip-existing knows only PyPI's answers
-        import urllib.error
-        import urllib.request
-
         kept = []
         for d in dists:
             try:

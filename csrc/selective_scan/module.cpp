@@ -1,7 +1,8 @@
 // The importable module `selective_scan._cuda`. Loading it runs the TORCH_LIBRARY registrations
 // of binding.cpp (scan forward, backward and decode step); the module carries BUILD_INFO for the
-// runtime guard and the binding's functions: the classic build's selective_scan_cuda entries
-// (classic/compat_entry.cpp), none in the stable build (stable/module_functions.cpp).
+// runtime guard and the binding's functions: selective_scan_cuda's entries, from each build's
+// compat_entry.cpp (classic/ or stable/, through MAMBA_KERNELS_COMPAT_ENTRY_METHODS of
+// compat_entry_common.h).
 #include "py_module.h"
 
 namespace mamba_kernels {

@@ -1,8 +1,11 @@
-"""The source build of the CUDA extensions: knobs, the decision to build, flags, build info.
+"""The source build of the CUDA extensions: knobs and the decision to build (the torch it reads
+is build/torch_env.py's, the binding it compiles build/binding.py's, its jobs and flags
+build/flags.py's, its sources build/sources.py's, BUILD_INFO build/build_info.py's).
 
-setup.py calls :func:`setup_kwargs`; everything else here is a pure function over plain
-facts so it can be tested without torch, nvcc or a GPU. Importing this module does not
-import torch; gathering the facts of the running environment does.
+setup.py calls build/setup_glue.py's setup_kwargs, which follows :func:`make_plan`; everything
+here is a pure function over plain facts so it can be tested without torch, nvcc or a GPU.
+Importing this module does not import torch; gathering the facts of the running environment
+does.
 
 Knobs (booleans as mamba_kernels.runtime.knobs parses them):
   MAMBA_KERNELS_FORCE_BUILD      build or fail with a plain error (no silent pure-Python install)
@@ -24,24 +27,25 @@ the sdist backend's rule too. One line says what is built or why nothing is (:fu
 from __future__ import annotations
 
 import argparse
-import glob
-import json
 import os
-import platform
 import subprocess
 import sys
 import sysconfig
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ..facts import support, variant, versions
+from ..facts import support, variant
 from ..facts.variant import CLASSIC, STABLE
 from ..facts.version import __version__
-from ..runtime import buildinfo, knobs, terminal
+from ..runtime import knobs, terminal
 from . import archs as build_archs
+from . import binding as build_binding
+from . import build_info as binfo
+from . import flags as build_flags
+from . import sources as build_sources
 from . import toolchain as build_toolchain
+from . import torch_env
 
 # The build's knobs, named in the registry (runtime/knobs.py).
 FORCE_BUILD_VAR = knobs.FORCE_BUILD_VAR
@@ -53,22 +57,6 @@ MAX_JOBS_VAR = knobs.MAX_JOBS_VAR
 # the build's line goes to stderr only (the installer shows it with -v).
 FROM_SDIST_VAR = knobs.FROM_SDIST_VAR
 NVCC_THREADS_VAR = knobs.NVCC_THREADS_VAR
-
-KERNELS: Tuple[str, ...] = ("causal_conv1d", "selective_scan")  # the extensions: <kernel>._cuda
-# The csrc/ folders each extension is built from: a kernel family (its kernels, host code and
-# bindings/) that ships inside another family's module, as the Mamba-2 ops do inside the
-# selective scan's, is listed after that family's own folder.
-KERNEL_FOLDERS: Dict[str, Tuple[str, ...]] = {
-    "causal_conv1d": ("causal_conv1d",),
-    "selective_scan": ("selective_scan", "ssd", "layernorm_gated"),
-}
-GENERATED_DIR = os.path.join("build", "mamba_kernels_generated")
-BUILD_INFO_HEADER = "mamba_kernels_build_info.h"
-REVISION_FILE = "SOURCE_REVISION"  # written into the sdist, read when there is no git
-MIN_TORCH = (2, 1)
-GIB = 1 << 30
-NVCC_MEMORY_PER_THREAD = 2 * GIB  # rough peak of one nvcc thread on these kernels, with margin
-
 
 class BuildError(RuntimeError):
     """A source build was required (FORCE_BUILD or RELEASE) and cannot happen."""
@@ -113,323 +101,6 @@ def read_knobs(environ: Mapping[str, str]) -> BuildKnobs:
     return k
 
 
-# ----------------------------------------------------------------------------- facts
-
-
-@dataclass(frozen=True)
-class TorchFacts:
-    version: str  # "2.14.1+cu130"
-    cuda: Optional[str]  # torch.version.cuda
-    cxx11_abi: bool
-    include_dir: str
-    gpu_capabilities: Tuple[Tuple[int, int], ...] = ()
-
-
-def gather_torch_facts() -> Tuple[Optional[TorchFacts], Optional[str]]:
-    """(facts, None) or (None, why torch cannot be used)."""
-    try:
-        # Not torch.utils.cpp_extension yet: it fixes CUDA_HOME on import (see setup_kwargs).
-        import torch
-    except ImportError as e:
-        return None, (
-            f"torch is not importable in the build environment ({e}); with pip, build with "
-            "--no-build-isolation against the torch you have installed"
-        )
-    caps: List[Tuple[int, int]] = []
-    try:
-        if torch.version.cuda and torch.cuda.is_available():
-            caps = [torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())]
-    except Exception:  # no driver, broken driver: build for the default list instead
-        caps = []
-    include = os.path.join(os.path.dirname(torch.__file__), "include")
-    facts = TorchFacts(
-        torch.__version__, torch.version.cuda, bool(torch._C._GLIBCXX_USE_CXX11_ABI), include, tuple(caps)
-    )
-    return facts, None
-
-
-def current_platform() -> str:
-    """This machine's platform name; on a machine we build no wheels for, the first platform of
-    its OS (else the first platform), so a local build still has flags and a BUILD_INFO."""
-    name = support.platform_of(sys.platform, platform.machine())
-    if name is not None:
-        return name
-    same_os = [p.name for p in support.PLATFORM_RECORDS if p.markers["sys_platform"] == sys.platform]
-    return (same_os or support.PLATFORMS)[0]
-
-
-def required_cxx_std(torch_version: str) -> int:
-    """The C++ standard to compile against this torch with (support table; newer than the
-    table: 20, older: 17)."""
-    try:
-        return support.torch_release(torch_version).cxx_std
-    except ValueError:
-        newest = support.RELEASES[-1]
-        return newest.cxx_std if versions.minor_key(torch_version) > versions.key(newest.torch) else 17
-
-
-def torch_problem(facts: TorchFacts) -> Optional[str]:
-    """Why this torch cannot get a CUDA build, or None."""
-    if versions.minor_key(facts.version) < MIN_TORCH:
-        return f"torch {facts.version} is older than {MIN_TORCH[0]}.{MIN_TORCH[1]}, the oldest supported"
-    if not facts.cuda:
-        return (
-            f"the installed torch {facts.version} is a CPU-only build (torch.version.cuda is None); "
-            "install a CUDA build of torch to build the CUDA extensions"
-        )
-    return None
-
-
-def cuda_major_problem(nvcc_version: str, torch_cuda: str, home: str) -> Optional[str]:
-    if nvcc_version.split(".")[0] != torch_cuda.split(".")[0]:
-        return (
-            f"nvcc in {home} is CUDA {nvcc_version} but torch was built with CUDA {torch_cuda}: "
-            f"the major versions must match. Point CUDA_HOME at a CUDA {torch_cuda.split('.')[0]}.x "
-            "toolkit, or install the torch build for your toolkit"
-        )
-    return None
-
-
-# ----------------------------------------------------------------------------- binding
-
-# The torch release a stable-ABI build targets: the binary runs on it and every later torch.
-STABLE_TARGET = support.STABLE_ABI_MIN_TORCH
-
-
-def choose_binding(knob: str, torch_version: str) -> str:
-    """The binding to compile: ``stable`` (PyTorch's stable ABI, one binary for every torch from
-    STABLE_TARGET on) or ``classic`` (the C++ API, tied to the build torch's minor). ``auto``
-    takes stable whenever the build torch has the target's stable API; forcing stable with an
-    older torch is a ValueError (its headers lack that API)."""
-    has_stable = versions.minor_key(torch_version) >= versions.minor_key(STABLE_TARGET)
-    if knob == CLASSIC or (knob == "auto" and not has_stable):
-        return CLASSIC
-    if not has_stable:
-        raise ValueError(
-            f"{knobs.BINDING_VAR}=stable needs torch >= {STABLE_TARGET} to build against (the first release "
-            f"whose stable ABI covers these kernels), the build torch is {torch_version}: install a newer "
-            f"torch or set {knobs.BINDING_VAR}=classic"
-        )
-    return STABLE
-
-
-def target_version_macro(target: str) -> str:
-    """TORCH_TARGET_VERSION for torch ``target`` ("2.10" -> 0x020a000000000000): major in the top
-    byte, minor in the next, patch and ABI tag zero (torch/csrc/stable/version.h's encoding)."""
-    major, minor_ = versions.minor_key(target)
-    return f"0x{major:02x}{minor_:02x}000000000000"
-
-
-def limited_api_macro(python: str) -> str:
-    """Py_LIMITED_API for the oldest CPython ``python`` an abi3 module serves ("3.10" ->
-    0x030A0000): PY_VERSION_HEX's layout, major and minor in the top two bytes, the rest zero."""
-    major, minor_ = versions.minor_key(python, "Python")
-    return f"0x{major:02X}{minor_:02X}0000"
-
-
-# The stable wheel's abi3 floor (tagged cp310-abi3, support.STABLE_ABI_PYTHON) as the define that
-# makes Python.h show only the limited API of that CPython.
-LIMITED_API = limited_api_macro(support.STABLE_ABI_PYTHON)
-
-
-def binding_defines(binding: str) -> List[str]:
-    """Defines of a binding's compile (cxx and nvcc alike, every translation unit). Stable: the
-    target version, so every stable API newer than STABLE_TARGET is compiled out (and the
-    non-stable torch headers refuse to compile); USE_CUDA, under which the stable shim declares
-    its CUDA entry points (the current stream); and Py_LIMITED_API at the wheel's abi3 floor, so
-    whatever includes Python.h (the module object, the error hook) sees only the limited API
-    the cp310-abi3 tag promises (docs/COMPAT.md §11). torch >= 2.7 adds the same define to a
-    ``py_limited_api`` extension itself; ours does not depend on that (setup_kwargs makes
-    torch's value ours)."""
-    if binding != STABLE:
-        return []
-    return [f"-DTORCH_TARGET_VERSION={target_version_macro(STABLE_TARGET)}", "-DUSE_CUDA",
-            f"-DPy_LIMITED_API={LIMITED_API}"]
-
-
-# ----------------------------------------------------------------------------- jobs and flags
-
-
-def available_memory() -> Optional[int]:
-    """MemAvailable in bytes (Linux), else None."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def choose_parallelism(
-    cpus: int,
-    mem_available: Optional[int],
-    n_targets: int,
-    max_jobs: Optional[int],
-    nvcc_threads: Optional[int],
-) -> Tuple[int, int]:
-    """(compile jobs, nvcc threads per job). nvcc threads parallelise the architectures of one
-    file; jobs parallelise files. Memory, not cores, is what runs out: each nvcc thread is
-    budgeted NVCC_MEMORY_PER_THREAD."""
-    cpus = max(1, cpus)
-    threads = nvcc_threads or max(1, min(n_targets, 4, cpus))
-    if max_jobs:
-        return max_jobs, threads
-    jobs = max(1, cpus // threads)
-    if mem_available is not None:
-        jobs = max(1, min(jobs, mem_available // (NVCC_MEMORY_PER_THREAD * threads)))
-    return int(jobs), threads
-
-
-def compile_flags(
-    *,
-    platform: str,
-    cxx_std: int,
-    nvcc_version: str,
-    arch_plan: build_archs.ArchPlan,
-    nvcc_threads: int,
-    release: bool,
-    cxx11_abi: Optional[bool],
-    binding: str = CLASSIC,
-) -> Dict[str, List[str]]:
-    """{'cxx': [...], 'nvcc': [...], 'link': [...]} for every extension."""
-    nvcc_v = versions.key(nvcc_version)
-    nvcc = ["-O3", f"--threads={nvcc_threads}"] + build_archs.gencode_flags(arch_plan)
-    if support.PLATFORM_BY_NAME[platform].os == "windows":
-        # MSVC: standard-conforming mode and a truthful __cplusplus (torch checks it); CCCL in
-        # CUDA >= 13.2 needs the conforming preprocessor (docs/COMPAT.md §6).
-        msvc = ["/permissive-", "/Zc:__cplusplus"]
-        cxx = ["/O2", f"/std:c++{cxx_std}"] + msvc
-        host = msvc + (["/Zc:preprocessor"] if nvcc_v >= (13, 2) else [])
-        for flag in host:
-            nvcc += ["-Xcompiler", flag]
-        link: List[str] = []  # torch adds -std for nvcc on Windows itself
-    else:
-        # The ABI define explicitly: newer torch no longer adds it, older torch adds the same value.
-        abi = [f"-D_GLIBCXX_USE_CXX11_ABI={int(bool(cxx11_abi))}"]
-        cxx = ["-O3", f"-std=c++{cxx_std}"] + abi
-        nvcc[:0] = [f"-std=c++{cxx_std}"] + abi
-        link = []
-        if release:
-            cxx.append("-g0")  # Python's CFLAGS often carry -g
-            link.append("-s")
-    if release:
-        if nvcc_v >= (12, 8):
-            nvcc.append("--compress-mode=size")
-    else:
-        nvcc.append("-lineinfo")
-    cxx += binding_defines(binding)
-    nvcc += binding_defines(binding)
-    return {"cxx": cxx, "nvcc": nvcc, "link": link}
-
-
-# ----------------------------------------------------------------------------- build info
-
-
-def source_revision(root: str) -> str:
-    """The git commit of ``root`` (+'-dirty' with uncommitted changes), else the revision
-    written into the sdist, else 'unknown'."""
-    try:
-        rev = subprocess.run(
-            ["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30
-        )
-        if rev.returncode == 0 and rev.stdout.strip():
-            dirty = subprocess.run(
-                ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True, text=True, timeout=30,
-            )
-            return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        pass
-    path = os.path.join(root, REVISION_FILE)
-    if os.path.isfile(path):
-        with open(path) as f:
-            return f.read().strip() or "unknown"
-    return "unknown"
-
-
-def build_info(
-    *,
-    torch: TorchFacts,
-    nvcc_version: str,
-    cxx11_abi: bool,
-    host_compiler: str,
-    cxx_std: int,
-    arch_plan: build_archs.ArchPlan,
-    platform: str,
-    revision: str,
-    release: bool,
-    version: str = __version__,
-    binding: str = CLASSIC,
-) -> Dict[str, Any]:
-    """The metadata compiled into each extension (read back by mamba_kernels.runtime.buildinfo).
-    ``binding`` and ``stable_target`` (the oldest torch a stable binary runs on; null for
-    classic) decide which rule the runtime guard applies; ``cuda_major`` is the CUDA runtime
-    major the binary links (libcudart.so.<major>), which the stable ABI does not cover."""
-    assert torch.cuda is not None
-    return buildinfo.record(
-        format=buildinfo.FORMAT,
-        package_version=version,
-        torch_version=torch.version,
-        torch_cuda=torch.cuda,
-        nvcc_version=nvcc_version,
-        cxx11_abi=None if support.PLATFORM_BY_NAME[platform].cxx11_abi is None else cxx11_abi,
-        host_compiler=host_compiler,
-        cxx_standard=f"c++{cxx_std}",
-        sass=arch_plan.sass_names,
-        ptx=arch_plan.ptx_names,
-        platform=platform,
-        source_revision=revision,
-        release=release,
-        binding=binding,
-        stable_target=STABLE_TARGET if binding == STABLE else None,
-        cuda_major=int(nvcc_version.split(".")[0]),
-    )
-
-
-def build_info_header(info: Mapping[str, Any]) -> str:
-    """A C header defining MAMBA_KERNELS_BUILD_INFO as a string literal holding ``info`` as JSON."""
-    text = json.dumps(info, sort_keys=True, separators=(",", ":"))
-    literal = text.replace("\\", "\\\\").replace('"', '\\"')
-    return (
-        "// Generated by mamba_kernels/build/plan.py at build time; do not edit or commit.\n"
-        "#pragma once\n"
-        f'#define {knobs.BUILD_INFO_MACRO} "{literal}"\n'
-    )
-
-
-def write_if_changed(path: str, text: str) -> None:
-    """Write only on change, so ninja does not rebuild for an identical header."""
-    if os.path.isfile(path):
-        with open(path) as f:
-            if f.read() == text:
-                return
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(text)
-
-
-def kernel_sources(root: str, binding: str = CLASSIC) -> Dict[str, List[str]]:
-    """kernel -> its sources relative to ``root`` (kernels without sources omitted): for each of
-    its folders (``KERNEL_FOLDERS``) the kernels and the host code both bindings share
-    (csrc/<folder>/*.cu, *.cpp) and the binding's own files (csrc/<folder>/<binding>/*.cpp), then
-    the binding's error hook (csrc/common/<binding>/*.cpp)."""
-    found: Dict[str, List[str]] = {}
-    common = glob.glob(os.path.join(root, "csrc", "common", binding, "*.cpp"))
-    for kernel in KERNELS:
-        files = []
-        for folder in KERNEL_FOLDERS[kernel]:
-            shared = []
-            for ext in ("*.cpp", "*.cu"):
-                shared += glob.glob(os.path.join(root, "csrc", folder, ext))
-            if shared:
-                files += shared + glob.glob(os.path.join(root, "csrc", folder, binding, "*.cpp"))
-        if files:
-            found[kernel] = sorted(os.path.relpath(f, root).replace(os.sep, "/") for f in files + common)
-    return found
-
-
 # ----------------------------------------------------------------------------- the plan
 
 
@@ -454,7 +125,7 @@ class Plan:
 def install_requires(release_torch: Optional[str] = None, binding: str = CLASSIC) -> List[str]:
     """The wheel's Requires-Dist: torch only. A classic release wheel pins the torch release it
     was built against (``torch==2.14.*``), a stable one needs its target or newer
-    (``torch>=2.10``), any other build needs torch >= MIN_TORCH.
+    (``torch>=2.10``), any other build needs torch >= torch_env.MIN_TORCH.
 
     Nothing else belongs here: at run time the packages import only torch and the standard
     library, and the install commands in README.md resolve our wheel from a variant index that
@@ -463,9 +134,9 @@ def install_requires(release_torch: Optional[str] = None, binding: str = CLASSIC
     served index and checks the imports against this list)."""
     if release_torch is not None:
         if binding == STABLE:
-            return [variant.stable_torch_requirement(STABLE_TARGET)]
+            return [variant.stable_torch_requirement(build_binding.STABLE_TARGET)]
         return [variant.torch_requirement(release_torch)]
-    return [f"torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}"]
+    return [f"torch>={torch_env.MIN_TORCH[0]}.{torch_env.MIN_TORCH[1]}"]
 
 
 def arch_decision(k: BuildKnobs, gpus: Sequence[str]) -> Tuple[bool, str]:
@@ -521,10 +192,10 @@ def make_plan(root: str, environ: Mapping[str, str]) -> Plan:
     torch = _buildable_torch(root, k)
     if isinstance(torch, Plan):
         return torch
-    binding = choose_binding(k.binding, torch.version)
-    sources = kernel_sources(root, binding)
+    binding = build_binding.choose_binding(k.binding, torch.version)
+    sources = build_sources.kernel_sources(root, binding)
     assert torch.cuda is not None
-    platform = current_platform()
+    platform = torch_env.current_platform()
     tools = _usable_toolchain(k, torch, environ, platform)
     if isinstance(tools, Plan):
         return tools
@@ -541,17 +212,17 @@ def make_plan(root: str, environ: Mapping[str, str]) -> Plan:
     return _build_plan(root, k, torch, binding, sources, platform, tools, arch_plan)
 
 
-def _buildable_torch(root: str, k: BuildKnobs) -> Union[TorchFacts, Plan]:
+def _buildable_torch(root: str, k: BuildKnobs) -> Union[torch_env.TorchFacts, Plan]:
     """The torch to build against, or the pure plan: the knobs, the sources, torch itself and
     the architecture decision may each say there is nothing to build."""
     if k.skip:
         return _pure(k, f"{SKIP_BUILD_VAR} is on")
-    if not kernel_sources(root):
+    if not build_sources.kernel_sources(root):
         return _pure(k, f"no kernel sources in {os.path.join(root, 'csrc')}")
-    torch, why = gather_torch_facts()
+    torch, why = torch_env.gather_torch_facts()
     if torch is None:
         return _pure(k, why or "torch is not importable")
-    problem = torch_problem(torch)
+    problem = torch_env.torch_problem(torch)
     if problem:
         return _pure(k, problem)
     wanted, why = arch_decision(k, [f"{a}.{b}" for a, b in torch.gpu_capabilities])
@@ -572,7 +243,7 @@ class _Toolchain:
     compiler: Optional[Tuple[str, str]]  # (family, version)
 
 
-def _usable_toolchain(k: BuildKnobs, torch: TorchFacts, environ: Mapping[str, str],
+def _usable_toolchain(k: BuildKnobs, torch: torch_env.TorchFacts, environ: Mapping[str, str],
                       platform: str) -> Union[_Toolchain, Plan]:
     """The CUDA toolkit and host compiler, each probed, or the pure plan saying which is unusable."""
     assert torch.cuda is not None
@@ -586,10 +257,10 @@ def _usable_toolchain(k: BuildKnobs, torch: TorchFacts, environ: Mapping[str, st
     nvcc_version, nvcc_archs = build_toolchain.nvcc_facts(home.path)
     if nvcc_version is None:
         return _pure(k, f"cannot read the version of {home.path}/bin/nvcc")
-    problem = cuda_major_problem(nvcc_version, torch.cuda, home.path)
+    problem = torch_env.cuda_major_problem(nvcc_version, torch.cuda, home.path)
     if problem:
         return _pure(k, problem)
-    cxx_std = required_cxx_std(torch.version)
+    cxx_std = torch_env.required_cxx_std(torch.version)
     problem = build_toolchain.probe_nvcc(home.path, cxx_std, environ, nvcc_version)
     cxx, compiler = build_toolchain.host_compiler(environ)
     problem = problem or build_toolchain.probe_torch_headers(cxx, cxx_std, torch.include_dir)
@@ -598,12 +269,12 @@ def _usable_toolchain(k: BuildKnobs, torch: TorchFacts, environ: Mapping[str, st
     return _Toolchain(home, nvcc_version, nvcc_archs, cxx_std, cxx, compiler)
 
 
-def _release_version(k: BuildKnobs, torch: TorchFacts, binding: str, cxx11_abi: bool
+def _release_version(k: BuildKnobs, torch: torch_env.TorchFacts, binding: str, cxx11_abi: bool
                      ) -> Tuple[str, List[str]]:
     """(the version, the requirements): a release build's carry its label and its torch pin."""
     assert torch.cuda is not None
     if k.release and binding == STABLE:
-        return (variant.stable_release_version(__version__, torch.cuda, STABLE_TARGET),
+        return (variant.stable_release_version(__version__, torch.cuda, build_binding.STABLE_TARGET),
                 install_requires(release_torch=torch.version, binding=binding))
     if k.release:
         return (variant.release_version(__version__, torch.version, torch.cuda, cxx11_abi),
@@ -611,30 +282,31 @@ def _release_version(k: BuildKnobs, torch: TorchFacts, binding: str, cxx11_abi: 
     return __version__, install_requires()
 
 
-def _build_plan(root: str, k: BuildKnobs, torch: TorchFacts, binding: str, sources: Dict[str, List[str]],
-                platform: str, tools: _Toolchain, arch_plan: build_archs.ArchPlan) -> Plan:
+def _build_plan(root: str, k: BuildKnobs, torch: torch_env.TorchFacts, binding: str,
+                sources: Dict[str, List[str]], platform: str, tools: _Toolchain,
+                arch_plan: build_archs.ArchPlan) -> Plan:
     """The plan of a build: jobs, flags, version, BUILD_INFO, the progress line, the environment."""
     home, nvcc_version, cxx_std = tools.home, tools.nvcc_version, tools.cxx_std
     cxx11_abi = True if k.force_cxx11_abi else torch.cxx11_abi
     n_targets = len(arch_plan.sass) + len(arch_plan.ptx)
-    jobs, threads = choose_parallelism(
-        os.cpu_count() or 1, available_memory(), n_targets, k.max_jobs, k.nvcc_threads
+    jobs, threads = build_flags.choose_parallelism(
+        os.cpu_count() or 1, build_flags.available_memory(), n_targets, k.max_jobs, k.nvcc_threads
     )
-    flags = compile_flags(
+    flags = build_flags.compile_flags(
         platform=platform, cxx_std=cxx_std, nvcc_version=nvcc_version, arch_plan=arch_plan,
         nvcc_threads=threads, release=k.release, cxx11_abi=cxx11_abi, binding=binding,
     )
     compiler_text = " ".join(tools.compiler) if tools.compiler else tools.cxx
     version, requires = _release_version(k, torch, binding, cxx11_abi)
-    info = build_info(
+    info = binfo.build_info(
         torch=torch, nvcc_version=nvcc_version, cxx11_abi=cxx11_abi, host_compiler=compiler_text,
-        cxx_std=cxx_std, arch_plan=arch_plan, platform=platform, revision=source_revision(root),
+        cxx_std=cxx_std, arch_plan=arch_plan, platform=platform, revision=binfo.source_revision(root),
         release=k.release, version=version, binding=binding,
     )
     progress = (
         f"mamba-kernels: building {', '.join(k_ + '._cuda' for k_ in sources)} for {arch_plan.describe()}; "
         f"nvcc {nvcc_version} ({home.path}, {home.how}), {compiler_text}, c++{cxx_std}, "
-        f"torch {torch.version} ({variant.abi_name(cxx11_abi)} ABI); {binding_text(binding)}; "
+        f"torch {torch.version} ({variant.abi_name(cxx11_abi)} ABI); {build_binding.binding_text(binding)}; "
         f"{jobs} jobs x {threads} nvcc threads; "
         f"{'release' if k.release else 'development'} flags: nvcc {' '.join(flags['nvcc'])}; "
         f"cxx {' '.join(flags['cxx'])}; link {' '.join(flags['link']) or '-'}"
@@ -645,7 +317,7 @@ def _build_plan(root: str, k: BuildKnobs, torch: TorchFacts, binding: str, sourc
         # Our -gencode flags make torch skip its own arch guessing; keep its knob consistent.
         build_archs.ARCH_LIST_VAR: ";".join(str(a) for a in arch_plan.sass),
     }
-    gen = os.path.join(root, GENERATED_DIR)
+    gen = os.path.join(root, binfo.GENERATED_DIR)
     return Plan(
         version, requires, build=True, progress=progress, sources=sources, flags=flags,
         include_dirs=[os.path.join(root, "csrc", "common"), gen], env=env,
@@ -653,125 +325,7 @@ def _build_plan(root: str, k: BuildKnobs, torch: TorchFacts, binding: str, sourc
     )
 
 
-def binding_text(binding: str) -> str:
-    if binding == STABLE:
-        tag = variant.python_tag(support.STABLE_ABI_PYTHON)
-        return f"stable-ABI binding for torch >= {STABLE_TARGET} ({tag}-abi3 module)"
-    return "classic binding for this torch minor"
-
-
-# ----------------------------------------------------------------------------- setup.py glue
-
-
-def _sdist_class() -> type:
-    # setuptools is there only while setup.py runs
-    from setuptools.command.sdist import sdist
-
-    class SdistWithRevision(sdist):
-        """Write the source revision into the sdist, for builds without git."""
-
-        def make_release_tree(self, base_dir: str, files: Sequence[str]) -> None:
-            super().make_release_tree(base_dir, files)
-            path = os.path.join(base_dir, REVISION_FILE)
-            if os.path.exists(path):
-                os.remove(path)  # a hard link to the source tree's copy: do not write through it
-            root = os.path.dirname(os.path.abspath(self.distribution.script_name))
-            with open(path, "w") as f:
-                f.write(source_revision(root) + "\n")
-
-    return SdistWithRevision
-
-
-def _build_py_class(notice: str, environ: Mapping[str, str]) -> type:
-    # setuptools is there only while setup.py runs
-    from setuptools.command.build_py import build_py
-
-    class BuildPyWithNotice(build_py):
-        """Says why nothing is compiled, once: setup.py runs for the metadata too, build_py
-        only when the wheel is built."""
-
-        def run(self) -> None:
-            show(notice, environ)
-            super().run()
-
-    return BuildPyWithNotice
-
-
-def _build_ext_class(progress: str, environ: Mapping[str, str]) -> type:
-    # optional: setup.py imports this module before torch may be installed
-    from torch.utils.cpp_extension import BuildExtension
-
-    class BuildWithProgress(BuildExtension):
-        def run(self) -> None:
-            show(progress, environ)
-            start = time.monotonic()
-            super().run()
-            print(f"mamba-kernels: extensions compiled in {time.monotonic() - start:.0f} s", file=sys.stderr)
-
-    return BuildWithProgress
-
-
-def setup_kwargs(root: str, environ: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
-    """Keyword arguments for setuptools.setup(): version, install_requires, ext_modules, cmdclass."""
-    env = os.environ if environ is None else environ
-    try:
-        plan = make_plan(root, env)
-    except ValueError as e:  # a malformed knob
-        raise BuildError(str(e)) from None
-    cmdclass: Dict[str, type] = {"sdist": _sdist_class()}
-    kwargs: Dict[str, Any] = {"version": plan.version, "install_requires": plan.install_requires}
-    if not plan.build:
-        cmdclass["build_py"] = _build_py_class(plan.notice, env)
-        kwargs.update(ext_modules=[], cmdclass=cmdclass)
-        return kwargs
-    os.environ.update(plan.env)
-    write_if_changed(os.path.join(root, GENERATED_DIR, BUILD_INFO_HEADER), build_info_header(plan.info))
-    # optional: setup.py imports this module before torch may be installed
-    import torch
-    from torch.utils import cpp_extension
-
-    # cpp_extension reads CUDA_HOME once, at import; if something imported it before we set
-    # the environment it may hold a wrong guess (/usr/local for a wrapper nvcc).
-    cpp_extension.CUDA_HOME = plan.env["CUDA_HOME"]
-    if plan.force_cxx11_abi:
-        torch._C._GLIBCXX_USE_CXX11_ABI = True  # BuildExtension reads it for -D_GLIBCXX_USE_CXX11_ABI
-    stable = plan.binding == STABLE
-    if stable and hasattr(cpp_extension, "min_supported_cpython"):
-        # torch >= 2.7 defines Py_LIMITED_API=<min_supported_cpython> for a py_limited_api
-        # extension after our flags (torch's documented way to pick another floor is to set this
-        # name): the same value as ours, so the last definition is still the wheel's cp310 floor.
-        cpp_extension.min_supported_cpython = LIMITED_API
-    ext_modules = [
-        cpp_extension.CUDAExtension(
-            name=f"{kernel}._cuda",
-            sources=files,
-            include_dirs=plan.include_dirs,
-            extra_compile_args={"cxx": list(plan.flags["cxx"]), "nvcc": list(plan.flags["nvcc"])},
-            extra_link_args=plan.flags["link"],
-            # Stable: the module object uses Python's limited API only (no libtorch_python), so
-            # one binary loads on every CPython >= STABLE_ABI_PYTHON.
-            py_limited_api=stable,
-        )
-        for kernel, files in plan.sources.items()
-    ]
-    cmdclass["build_ext"] = _build_ext_class(plan.progress, env)
-    kwargs.update(ext_modules=ext_modules, cmdclass=cmdclass)
-    if stable:  # the wheel's tags: cp310-abi3-<platform>
-        kwargs["options"] = {"bdist_wheel": {"py_limited_api": variant.python_tag(support.STABLE_ABI_PYTHON)}}
-    return kwargs
-
-
 # ----------------------------------------------------------------------------- binding-only compile
-
-
-def binding_only_sources(root: str, binding: str) -> List[str]:
-    """The translation units that belong to ``binding`` alone (the kernels and the shared host
-    code are the same for both bindings)."""
-    files = glob.glob(os.path.join(root, "csrc", "common", binding, "*.cpp"))
-    for kernel in KERNELS:
-        for folder in KERNEL_FOLDERS[kernel]:
-            files += glob.glob(os.path.join(root, "csrc", folder, binding, "*.cpp"))
-    return sorted(files)
 
 
 def compile_binding(root: str, binding: str, environ: Mapping[str, str]) -> int:
@@ -779,7 +333,7 @@ def compile_binding(root: str, binding: str, environ: Mapping[str, str]) -> int:
     units of ``binding`` alone with the flags and include paths a build of it would use: the
     compile check's way to keep the binding it does not build compilable. Linux host compilers
     only; returns the number of files that failed."""
-    if support.PLATFORM_BY_NAME[current_platform()].os == "windows":
+    if support.PLATFORM_BY_NAME[torch_env.current_platform()].os == "windows":
         raise BuildError("the binding-only compile runs with GCC or Clang (Linux)")
     env = dict(environ)
     env[knobs.BINDING_VAR] = binding
@@ -800,7 +354,7 @@ def compile_binding(root: str, binding: str, environ: Mapping[str, str]) -> int:
     flags = list(plan.flags["cxx"]) + ["-fPIC", "-DTORCH_API_INCLUDE_EXTENSION_H"]
     flags.append("-DTORCH_EXTENSION_NAME=_cuda")  # the stable binding's Py_LIMITED_API is in plan.flags
     failed = 0
-    for src in binding_only_sources(root, binding):
+    for src in build_sources.binding_only_sources(root, binding):
         cmd = [cxx, "-fsyntax-only", *flags, *(f"-I{d}" for d in includes), src]
         if subprocess.run(cmd).returncode != 0:
             where = os.path.relpath(src, root)

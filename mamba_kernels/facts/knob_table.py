@@ -32,7 +32,7 @@ KINDS = ("bool", "choice", "number", "text", "paths")
 AUDIENCES = ("runtime", "install", "build", "ci")
 
 # Names of ours with the prefix that are no environment variable: the C macro the build's header
-# defines (build/plan.py writes it, csrc reads it).
+# defines (build/build_info.py writes it, csrc reads it).
 BUILD_INFO_MACRO = PREFIX + "BUILD_INFO"
 
 

@@ -48,7 +48,7 @@ from email.parser import BytesHeaderParser, HeaderParser
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..build import plan
+from ..build import plan, torch_env
 from ..facts import release_index
 from ..runtime import install_record, knobs
 from ..runtime.terminal import tell
@@ -436,7 +436,7 @@ def source_build_decision(target: Any, environ: Mapping[str, str]) -> Tuple[bool
         return False, f"torch {target.torch} is a CPU-only build"
     if not target.nvcc:
         return False, "no CUDA toolkit (nvcc) was found to build with (set CUDA_HOME)"
-    problem = plan.cuda_major_problem(target.nvcc, target.torch_cuda, target.cuda_home or "")
+    problem = torch_env.cuda_major_problem(target.nvcc, target.torch_cuda, target.cuda_home or "")
     if problem:
         return False, problem
     return plan.arch_decision(k, list(target.gpu_archs) if target.gpus else [])

@@ -1,9 +1,11 @@
 """The build matrix: every release wheel CI builds, and how each one is built.
 
 The facts (which torch / CUDA / Python / platform / ABI combinations exist, arch lists,
-labels, wheel names) come from :mod:`support` and :mod:`variant`; this module adds only the
-CI plumbing of a cell (runner, cibuildwheel identifier and image, torch index, where the
-CUDA toolkit comes from, time limit) and the ``matrix`` CLI verb.
+labels, wheel names) come from :mod:`support` and :mod:`variant`; this module plans the cells
+(ids, filters, what each builds and tests with, the tables the ``matrix`` verb prints). The CI
+plumbing of a cell (runner, cibuildwheel identifier and image, torch index, where the CUDA
+toolkit comes from, time limits, the GitHub job matrix) is ci/cell_fields.py's, outside the
+wheel.
 
 Two kinds of cell (docs/COMPAT.md §11): classic cells, one per torch minor, CUDA variant and
 CPython, for the releases below the stable-ABI floor (2.1 to 2.9); and stable cells, one per
@@ -20,14 +22,6 @@ from typing import Any, Dict, Iterable, List, Optional
 from ..facts import support, variant, versions
 from ..facts.version import __version__
 
-# GitHub Actions refuses a job matrix of more than 256 entries.
-GITHUB_MATRIX_LIMIT = 256
-
-# Per platform (its record in facts/support.json): the GitHub runner label of its cells.
-RUNNERS = {p.name: p.runner for p in support.PLATFORM_RECORDS}
-# cibuildwheel's names for the manylinux images of each glibc baseline torch used: the tag's own
-# name from manylinux_2_28 on, the legacy alias for 2_17.
-_CIBW_IMAGE = {"manylinux_2_17": "manylinux2014"}
 # The --os and --arch filters: each platform's OS, and each platform's first machine name, with
 # the platforms whose machine names include it (x86_64: Linux x86_64 and Windows).
 OS_NAMES = {os: tuple(p.name for p in support.PLATFORM_RECORDS if p.os == os)
@@ -35,11 +29,6 @@ OS_NAMES = {os: tuple(p.name for p in support.PLATFORM_RECORDS if p.os == os)
 ARCH_NAMES = {arch: tuple(p.name for p in support.PLATFORM_RECORDS if arch in p.machines)
               for arch in dict.fromkeys(p.machines[0] for p in support.PLATFORM_RECORDS)}
 ABI_NAMES = variant.ABI_NAMES
-TORCH_INDEX = "https://download.pytorch.org/whl/{tag}"
-# Hosted runners stop a job at 6 h; the build step stops earlier so the compiler cache is saved
-# and a re-run resumes from it.
-JOB_TIMEOUT_MINUTES = 350
-BUILD_TIMEOUT_MINUTES = 320
 
 
 def cell_id(cell: support.Cell) -> str:
@@ -58,41 +47,20 @@ def cuda_tag(cuda: str) -> str:
     return variant.cuda_tag(cuda)
 
 
-def toolkit_source(cell: support.Cell) -> str:
-    """Where CI gets the cell's CUDA toolkit.
-
-    ``pypi``: CUDA 13.x on Linux (PyPI carries a complete 13.x compiler: nvcc, nvvm, crt, cccl,
-    runtime). ``nvidia-repo``: CUDA 11.8/12.x on Linux (PyPI's 11.8/12.x "nvcc" wheels hold only
-    ptxas and libnvvm), from NVIDIA's RPM repository inside the manylinux container.
-    ``nvidia-installer``: Windows, NVIDIA's network installer on the runner.
-    """
-    if support.PLATFORM_BY_NAME[cell.platform].os == "windows":
-        return "nvidia-installer"
-    return "pypi" if int(cell.cuda.split(".")[0]) >= 13 else "nvidia-repo"
-
-
 def arch_list(cell: support.Cell) -> str:
     """``TORCH_CUDA_ARCH_LIST`` for the cell: SASS for each default arch, PTX for the newest."""
     archs = list(cell.archs)
     return ";".join(archs[:-1] + [archs[-1] + "+PTX"])
 
 
-def cibuildwheel_identifier(cell: support.Cell) -> str:
-    return f"{variant.python_tag(cell.python)}-{support.PLATFORM_BY_NAME[cell.platform].cibw_identifier}"
-
-
-def torch_index(cuda: str) -> str:
-    """PyTorch's index of the torch builds for CUDA ``cuda``."""
-    return TORCH_INDEX.format(tag=cuda_tag(cuda))
-
-
-def ci_fields(cell: support.Cell, version: str = __version__) -> Dict[str, Any]:
-    """Everything the workflow and ci/build_cell.py need to know about one cell.
+def cell_fields(cell: support.Cell, version: str = __version__) -> Dict[str, Any]:
+    """What the plan says about one cell: its id, target, wheel and the torch it builds and tests
+    with (ci/cell_fields.py adds the CI plumbing).
 
     ``torch`` is the torch the wheel is for (a stable cell's target); ``build_torch`` and
-    ``test_torch`` (with their CUDA variants and indexes) are the ones the build and the smoke
-    test install: the same for a classic cell, the newest headers and the target for a
-    stable one. ``torch_requirement`` is the wheel's own requirement on torch."""
+    ``test_torch`` (with their CUDA variants) are the ones the build and the smoke test install:
+    the same for a classic cell, the newest headers and the target for a stable one.
+    ``torch_requirement`` is the wheel's own requirement on torch."""
     build_torch, build_cuda = cell.build_with
     test_torch, test_cuda = cell.test_with
     return {
@@ -114,20 +82,10 @@ def ci_fields(cell: support.Cell, version: str = __version__) -> Dict[str, Any]:
         "wheel_tags": variant.wheel_tags(cell),
         "platform_tag": variant.platform_tag(cell),
         "torch_requirement": variant.cell_torch_requirement(cell),
-        "torch_index": torch_index(build_cuda),
         "build_torch": build_torch,
         "build_torch_cuda": build_cuda,
         "test_torch": test_torch,
         "test_torch_cuda": test_cuda,
-        "test_torch_index": torch_index(test_cuda),
-        "toolkit": toolkit_source(cell),
-        "runner": RUNNERS[cell.platform],
-        "cibw_platform": support.PLATFORM_BY_NAME[cell.platform].cibw_platform,
-        "cibw_archs": support.PLATFORM_BY_NAME[cell.platform].cibw_arch,
-        "cibw_build": cibuildwheel_identifier(cell),
-        "cibw_image": _CIBW_IMAGE.get(cell.manylinux, cell.manylinux) if cell.manylinux else None,
-        "timeout_minutes": JOB_TIMEOUT_MINUTES,
-        "build_timeout_minutes": BUILD_TIMEOUT_MINUTES,
     }
 
 
@@ -193,16 +151,6 @@ def find_cell(cell_id_text: str) -> support.Cell:
         f"'cu130stable2.10-cp310-linux_x86_64' "
         f"(see `python -m mamba_kernels matrix`), got {cell_id_text!r}"
     )
-
-
-def github_matrix(cells: List[support.Cell], version: str = __version__) -> Dict[str, Any]:
-    """A GitHub Actions ``strategy.matrix`` value: ``{"include": [...]}``, one entry per cell."""
-    if len(cells) > GITHUB_MATRIX_LIMIT:
-        raise ValueError(
-            f"a GitHub job matrix holds at most {GITHUB_MATRIX_LIMIT} cells, got {len(cells)}: "
-            "split it with --platform (the release workflow runs one build job per platform)"
-        )
-    return {"include": [ci_fields(c, version) for c in cells]}
 
 
 def counts(cells: List[support.Cell]) -> Dict[str, int]:

@@ -3,7 +3,7 @@ running torch before dispatch trusts the binary: the metadata travels inside the
 a wheel paired with the wrong torch is refused with a reason instead of failing at a symbol
 (the rules: docs/COMPAT.md §9).
 
-Each extension exposes ``BUILD_INFO``: the JSON string mamba_kernels/build/plan.py compiled in.
+Each extension exposes ``BUILD_INFO``: the JSON string mamba_kernels/build/build_info.py compiled in.
 
 Two rules, by the binary's ``binding`` (docs/STABLE_ABI.md): a classic binary needs the torch
 minor it was built against; a stable-ABI binary runs on every torch from its ``stable_target``
@@ -90,7 +90,7 @@ class Field:
     example: str = ""
 
 
-# The BUILD_INFO schema, in the order the build writes it (build/plan.py build_info through
+# The BUILD_INFO schema, in the order the build writes it (build/build_info.py build_info through
 # record); parse reads it and ci/build_cell.py checks a release wheel's by these keys.
 SCHEMA: Tuple[Field, ...] = (
     Field("format"),
