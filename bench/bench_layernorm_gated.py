@@ -133,6 +133,8 @@ def load_original(orig_dir: str):
 
 
 def load_ours(device: str):
+    # our kernel, not the PyTorch path that MAMBA_KERNELS_MAMBA2_CUDA=0 would time on CUDA
+    os.environ["MAMBA_KERNELS_MAMBA2_CUDA"] = "1"
     mod = importlib.import_module("selective_scan.layernorm_gated")
     where = provenance.require_file_under("ours: selective_scan.layernorm_gated", mod, ROOT)
     lines = [f"selective_scan.layernorm_gated: {where}"]

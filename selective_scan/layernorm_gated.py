@@ -159,7 +159,7 @@ def _kernel_covers(x: Tensor, weight: Tensor, bias: Optional[Tensor], z: Optiona
 
 def _use_cuda(x, weight, bias, z, g) -> bool:
     """The compiled kernels run for covered CUDA operands when dispatch allows and
-    MAMBA_KERNELS_MAMBA2_CUDA switches them on (off until they pass their GPU tests)."""
+    MAMBA_KERNELS_MAMBA2_CUDA leaves them on (0: the PyTorch path)."""
     if x.is_cuda and not knobs.mamba2_cuda():
         return False
     return _kernel_covers(x, weight, bias, z, g) and dispatch.use_cuda(

@@ -131,7 +131,7 @@ def _use_cuda(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, seq_idx
     anything (``MAMBA_KERNELS_BACKEND=cuda`` makes CPU tensors an error, as for every kernel)."""
     if not x.is_cuda:
         return dispatch.use_cuda(KERNEL, x.device.type), seq_idx
-    if not knobs.mamba2_cuda():  # off until the kernels pass their GPU tests (docs/KERNELS.md)
+    if not knobs.mamba2_cuda():  # MAMBA_KERNELS_MAMBA2_CUDA=0: the PyTorch path on CUDA too
         return False, seq_idx
     covered, kseq = _kernel_seq_idx(seq_idx)
     if covered and _kernel_covers(x, dt, A, B, C, chunk_size, D, z, dt_bias, initial_states, kseq,

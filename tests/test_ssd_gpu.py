@@ -81,12 +81,12 @@ def test_split_conv1d_on_cuda_matches_cpu():
 
 
 def test_without_the_knob_cuda_tensors_take_the_pytorch_path(monkeypatch, backend):
-    """MAMBA_KERNELS_MAMBA2_CUDA off: neither Mamba-2 op launches a kernel of ours."""
+    """MAMBA_KERNELS_MAMBA2_CUDA=0: neither Mamba-2 op launches a kernel of ours."""
     from torch.profiler import ProfilerActivity, profile
 
     from selective_scan.layernorm_gated import rmsnorm_fn
 
-    monkeypatch.delenv("MAMBA_KERNELS_MAMBA2_CUDA")
+    monkeypatch.setenv("MAMBA_KERNELS_MAMBA2_CUDA", "0")
     (x, dt, B, C, z, A, D, bias, init), seq_idx = _inputs("cuda", torch.bfloat16)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         y = mamba_chunk_scan_combined(x, dt, A, B, C, 64, D=D, z=z, dt_bias=bias, dt_softplus=True)

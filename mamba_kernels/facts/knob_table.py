@@ -68,8 +68,8 @@ SCAN_STATES = Knob(
     "original's share), auto (each API's own choice)", "auto", ("auto", "keep", "recompute"))
 MAMBA2_CUDA = Knob(
     PREFIX + "MAMBA2_CUDA", "bool", "runtime",
-    "the Mamba-2 ops' CUDA kernels (SSD scan, gated norm) on CUDA tensors: off until they have "
-    "passed their GPU tests", "0")
+    "the Mamba-2 ops' CUDA kernels (SSD scan, gated norm) on CUDA tensors; 0 sends CUDA tensors "
+    "to the PyTorch path", "1")
 
 # ----------------------------------------------------------------------------- install
 INDEX = Knob(

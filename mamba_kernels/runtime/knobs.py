@@ -155,12 +155,12 @@ def scan_states_for(auto: str, environ: Optional[Mapping[str, str]] = None) -> s
     return auto if form == "auto" else form
 
 
-_MAMBA2_CUDA_DEFAULT = parse_bool(MAMBA2_CUDA_VAR, knob_table.MAMBA2_CUDA.default or "0")
+_MAMBA2_CUDA_DEFAULT = parse_bool(MAMBA2_CUDA_VAR, knob_table.MAMBA2_CUDA.default or "1")
 
 
 def mamba2_cuda(environ: Optional[Mapping[str, str]] = None) -> bool:
-    """``MAMBA_KERNELS_MAMBA2_CUDA`` (default off): whether the Mamba-2 ops (the SSD scan of
+    """``MAMBA_KERNELS_MAMBA2_CUDA`` (default on): whether the Mamba-2 ops (the SSD scan of
     ``selective_scan.ssd_combined``, the gated norm of ``selective_scan.layernorm_gated``) may
-    run their compiled kernels on CUDA tensors. Off until those kernels have passed their GPU
-    tests on a GPU (docs/KERNELS.md); their PyTorch path runs on CUDA tensors meanwhile."""
+    run their compiled kernels on CUDA tensors; off, CUDA tensors take the PyTorch path (the
+    way back while the kernels are new: docs/KERNELS.md)."""
     return env_bool(MAMBA2_CUDA_VAR, _MAMBA2_CUDA_DEFAULT, environ)

@@ -4,7 +4,7 @@
 // thrown as built, not through STD_TORCH_CHECK, whose location suffix is formatted with
 // iostreams (see check_msg.h for why numbers avoid them).
 // Python.h with the limited API only: the stable build's flags define Py_LIMITED_API=0x030A0000
-// for every translation unit (build.binding_defines, mamba_kernels/build/plan.py), the floor of
+// for every translation unit (binding_defines, mamba_kernels/build/binding.py), the floor of
 // the cp310-abi3 wheel tag, so Python.h declares only what CPython 3.10's limited API has.
 #include <Python.h>
 
