@@ -43,6 +43,16 @@ FAMILIES = ("conv_fwd", "conv_bwd", "conv_update", "scan_fwd", "scan_bwd", "deco
 # several tests in one process once ended in "Fatal Python error: Aborted" with 0 errors
 # reported (docs/KERNELS.md, "Sanitizer checks"), so it never shares a process.
 ISOLATED_TOOLS = ("synccheck",)
+# (tool, case) pairs a tool cannot run, each with the reason and the evidence: the case still
+# runs under the other tools, and the summary lists the pair as "not run (tool defect)".
+NOT_RUN_DEFECT = "not run (tool defect)"
+TOOL_DEFECTS = {
+    ("synccheck", "scan_bwd_cluster16_two_groups"):
+        "compute-sanitizer 2025.3's synccheck faults (illegal address, 0 errors reported) on any "
+        "grid of 12 clusters of 16 blocks that uses st.async and cluster barriers, ours or the "
+        "stand-alone scripts/cluster_synccheck_probe.cu; one or two such clusters, and 12 or 40 "
+        "clusters of 8, run clean (docs/KERNELS.md, \"The synccheck abort\")",
+}
 # The GPU the predictions are made for: an H100 / H200 (132 SMs).
 SMS = 132
 
@@ -1065,7 +1075,7 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        return self.status.startswith("clean")
+        return self.status.startswith("clean") or self.status == NOT_RUN_DEFECT
 
 
 def parse_counts(text: str) -> Tuple[int, int, int]:
@@ -1201,8 +1211,16 @@ def sanitize(args) -> int:
         sargs = sanitizer_args(tool, help_text)
         print(f"{tool}: compute-sanitizer {' '.join(sargs)}", flush=True)
         calls = []
+        skipped = []
         for fam in families:
-            names = [c.name for c in cases if c.family == fam]
+            names = [c.name for c in cases if c.family == fam and (tool, c.name) not in TOOL_DEFECTS]
+            for c in cases:
+                if c.family == fam and (tool, c.name) in TOOL_DEFECTS:
+                    skipped.append(Outcome(tool, fam, [c.name], 0, 0, 0, 0, 0, 0.0, "",
+                                           NOT_RUN_DEFECT))
+                    print(f"{tool}: {c.name} not run: {TOOL_DEFECTS[(tool, c.name)]}", flush=True)
+            if not names:
+                continue
             if tool in ISOLATED_TOOLS or args.isolate:
                 calls += [(sanitizer, sargs, tool, fam, [n], logdir, args.timeout, n) for n in names]
             else:
@@ -1219,7 +1237,7 @@ def sanitize(args) -> int:
             mine = [a for a in alone if a.cases[0] in r.cases]
             if all(a.ok for a in mine):
                 r.status = f"clean one case a process; shared: {r.status}"
-        results += alone
+        results += alone + skipped
         tool_secs[tool] = time.time() - t0
         for fam in families:
             rs = [r for r in results if r.family == fam]

@@ -503,6 +503,32 @@ def test_driver_bookkeeping_with_a_stand_in_sanitizer(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["sanitize-logs.tar.gz", "summary.md", "summary.tsv"]
 
 
+def test_a_tool_defect_skips_its_pair_and_says_why(tmp_path):
+    # synccheck does not run the case its defect names (the stand-in would pass it: the point is
+    # that the driver never starts it), the summary says so, and the exit status stays 0
+    (tool, case), reason = next(iter(sc.TOOL_DEFECTS.items()))
+    family = next(c.family for c in sc.CASES if c.name == case)
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text(_STAND_IN)
+    fake.chmod(0o755)
+    calls = tmp_path / "calls.txt"
+    env = dict(os.environ, COMPUTE_SANITIZER=str(fake), STAND_IN_LOG=str(calls))
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(ROOT / "scripts" / "sanitize_cases.py"), "sanitize", "--out", str(out),
+           "--no-verify", "--family", family, "--tool", tool, "--jobs", "4"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    started = calls.read_text().splitlines()
+    others = [c.name for c in sc.CASES if c.family == family and c.name != case]
+    assert len(started) == len(others) and not [ln for ln in started if ln.endswith(" " + case)]
+    assert f"{tool}: {case} not run: {reason}" in proc.stdout
+    summary = (out / "summary.md").read_text()
+    assert sc.NOT_RUN_DEFECT in summary
+    # every pair names a real case and a real tool, and says where the evidence is
+    for (t, c), why in sc.TOOL_DEFECTS.items():
+        assert t in sc.TOOLS and c in {k.name for k in sc.CASES} and "docs/KERNELS.md" in why
+
+
 def test_script_is_valid_bash():
     proc = subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
