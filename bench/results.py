@@ -148,7 +148,8 @@ scan, Triton kernels and models), both built for sm_90 and timed in one process;
 its date, commit and command (`[n]`, under its table). Written by `python3 bench/results.py
 render` from bench/results/*.json (tests/test_results_page.py fails when it differs); refresh a
 table by running its benchmark with `--json PATH`, then `python3 bench/results.py update PATH`.
-The dated passes behind the figures: [docs/notes/bench-passes.md](../docs/notes/bench-passes.md).
+The dated passes behind the figures: [docs/notes/bench-passes.md](../docs/notes/bench-passes.md);
+compute-sanitizer's results per tool and family: [docs/KERNELS.md](../docs/KERNELS.md#sanitizer-checks).
 
 Ratios: `1.81x` is a speedup (the original's time over ours: above 1, ours is faster);
 `ours/orig 0.893` is our time or size over the original's (below 1, ours is better); `*` marks a

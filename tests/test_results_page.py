@@ -52,7 +52,6 @@ def test_each_table_is_one_op_or_client():
 def test_unmeasured_tables_say_so_and_hold_no_figures():
     by_op = {t["op"]: t for _, t in results.load_tables()}
     pending = [op for op, t in by_op.items() if "pending" in t]
-    assert pending == ["layernorm_gated"]  # its kernel has not been timed against Triton yet
     for op in pending:
         assert by_op[op]["records"] == [] and by_op[op]["pending"]
     page = results.render_page()
@@ -147,6 +146,10 @@ def test_update_replaces_the_same_case_and_appends_new_ones(tmp_path, monkeypatc
 
 def test_update_fills_a_pending_table(tmp_path):
     d = _copy_tables(tmp_path)
+    table = json.loads((d / "layernorm_gated.json").read_text())
+    table["records"], table["pending"] = [], "not timed yet"  # as a new op's table starts
+    (d / "layernorm_gated.json").write_text(json.dumps(table))
+    assert results.render_page(str(d)).count("Not measured yet") == 1
     new = tmp_path / "new.json"
     results.write_records(str(new), [_new_record(op="layernorm_gated", variant="forward")])
     results.update([str(new)], str(d))
