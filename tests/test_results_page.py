@@ -278,6 +278,7 @@ def test_transcribed_figures_are_in_the_notes():
             named = {"5126de2": "Ours (commit of this section)",
                      "71f83bb": "selective_scan bwd: 16-byte shared reads"}
             transcribed = any(isinstance(rec.get(k), str) for k in ("ours", "original", "ratio"))
-            if transcribed and rec["commit"][:7] not in notes and named.get(rec["commit"][:7], "\0") not in notes:
+            commit = rec["commit"][:7]
+            if transcribed and commit not in notes and named.get(commit, "\0") not in notes:
                 missing.append(f"{os.path.basename(path)}: record {i}: commit {rec['commit']}")
     assert missing == []
