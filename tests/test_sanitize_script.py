@@ -472,22 +472,30 @@ echo "========= ERROR SUMMARY: 0 errors"
 """
 
 
-def test_driver_bookkeeping_with_a_stand_in_sanitizer(tmp_path):
-    # the driver's processes, retries, counts, summary and exit status, with a stand-in for
-    # compute-sanitizer (what it checks needs a GPU): memcheck's shared process dies after its
-    # cases ran, so each case runs again alone (clean); synccheck finds an error in one case
+def _run_stand_in(tmp_path, *args):
+    """The driver's sanitize verb with the stand-in for compute-sanitizer: (process, the stand-in's
+    command lines, the output folder)."""
     fake = tmp_path / "compute-sanitizer"
     fake.write_text(_STAND_IN)
     fake.chmod(0o755)
     calls = tmp_path / "calls.txt"
+    calls.write_text("")
     env = dict(os.environ, COMPUTE_SANITIZER=str(fake), STAND_IN_LOG=str(calls))
     out = tmp_path / "out"
     cmd = [sys.executable, str(ROOT / "scripts" / "sanitize_cases.py"), "sanitize", "--out", str(out),
-           "--no-verify", "--family", "decode", "--tool", "memcheck", "--tool", "synccheck", "--jobs", "2"]
+           "--no-verify", *args]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return proc, calls.read_text().splitlines(), out
+
+
+def test_driver_bookkeeping_with_a_stand_in_sanitizer(tmp_path):
+    # the driver's processes, retries, counts, summary and exit status, with a stand-in for
+    # compute-sanitizer (what it checks needs a GPU): memcheck's shared process dies after its
+    # cases ran, so each case runs again alone (clean); synccheck finds an error in one case
+    proc, lines, out = _run_stand_in(tmp_path, "--family", "decode", "--tool", "memcheck",
+                                     "--tool", "synccheck", "--jobs", "2")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     decode = [c.name for c in sc.CASES if c.family == "decode"]
-    lines = calls.read_text().splitlines()
     memcheck = [ln for ln in lines if "--tool memcheck" in ln]
     synccheck = [ln for ln in lines if "--tool synccheck" in ln]
     assert len(memcheck) == 1 + len(decode) and len(synccheck) == len(decode)
@@ -508,17 +516,8 @@ def test_a_tool_defect_skips_its_pair_and_says_why(tmp_path):
     # that the driver never starts it), the summary says so, and the exit status stays 0
     (tool, case), reason = next(iter(sc.TOOL_DEFECTS.items()))
     family = next(c.family for c in sc.CASES if c.name == case)
-    fake = tmp_path / "compute-sanitizer"
-    fake.write_text(_STAND_IN)
-    fake.chmod(0o755)
-    calls = tmp_path / "calls.txt"
-    env = dict(os.environ, COMPUTE_SANITIZER=str(fake), STAND_IN_LOG=str(calls))
-    out = tmp_path / "out"
-    cmd = [sys.executable, str(ROOT / "scripts" / "sanitize_cases.py"), "sanitize", "--out", str(out),
-           "--no-verify", "--family", family, "--tool", tool, "--jobs", "4"]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc, started, out = _run_stand_in(tmp_path, "--family", family, "--tool", tool, "--jobs", "4")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    started = calls.read_text().splitlines()
     others = [c.name for c in sc.CASES if c.family == family and c.name != case]
     assert len(started) == len(others) and not [ln for ln in started if ln.endswith(" " + case)]
     assert f"{tool}: {case} not run: {reason}" in proc.stdout
