@@ -481,9 +481,9 @@ POLICY = {
     "kBwdCarry": 6,
     "kPairMinThreads": 1 << 18,
     "kMaxLanes": 32,
-    "kLeanFullRows": 132 * 256,
-    "kLeanQuadMaxRows": 132 * 4096,
-    "kRowMaxRows": 132 * 4096,
+    "kLeanFullRowsPerSm": 256,  # the decode step's thresholds: per SM, times the GPU's SMS
+    "kLeanQuadMaxRowsPerSm": 4096,
+    "kRowMaxRowsPerSm": 4096,
     "kMaxGridYZ": 65535,
     "kVecCL": 4,  # causal_conv1d BwdPolicy
     "kVecCLLean": 2,
@@ -653,14 +653,14 @@ def predict_decode(c: Case) -> List[str]:
     if not lean:
         return [f"decode_typed_{mode}"]
     rows = batch * heads * dim
-    row = not p.get("A_bcast") and rows <= P["kRowMaxRows"] and not p.get("strided")
+    row = not p.get("A_bcast") and rows <= P["kRowMaxRowsPerSm"] * SMS and not p.get("strided")
     if row:
         mamba1 = nheads in (None, 1) and not p.get("slots") and N == 16 and lanes == 16 // V
         return ["decode_row_mamba1" if mamba1 else "decode_row"]
-    passes = lanes if lanes > 1 and rows >= P["kLeanFullRows"] else 1
+    passes = lanes if lanes > 1 and rows >= P["kLeanFullRowsPerSm"] * SMS else 1
     if passes == 1:
         return ["decode_lean_p1"]
-    if _SIZE[state] == 4 and passes % 4 == 0 and rows < P["kLeanQuadMaxRows"]:
+    if _SIZE[state] == 4 and passes % 4 == 0 and rows < P["kLeanQuadMaxRowsPerSm"] * SMS:
         return ["decode_lean_p4"]
     return ["decode_lean_p2"]
 

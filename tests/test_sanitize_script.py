@@ -136,9 +136,9 @@ def test_policy_constants_are_the_sources():
         "kMaxStateShift": hv.const(bwd_lanes, "kMaxStateShift"),
         "kPairMinThreads": hv.const(upd, "kPairMinThreads"),
         "kMaxLanes": hv.const(upd, "kMaxLanes"),
-        "kLeanFullRows": hv.const(upd, "kLeanFullRows"),
-        "kLeanQuadMaxRows": hv.const(upd, "kLeanQuadMaxRows"),
-        "kRowMaxRows": hv.const(upd, "kRowMaxRows"),
+        "kLeanFullRowsPerSm": hv.const(upd, "kLeanFullRowsPerSm"),
+        "kLeanQuadMaxRowsPerSm": hv.const(upd, "kLeanQuadMaxRowsPerSm"),
+        "kRowMaxRowsPerSm": hv.const(upd, "kRowMaxRowsPerSm"),
         "kChunk": hv.const(header, "kChunk"),
         "kBwdCarry": hv.const(header, "kBwdCarry"),
         "kMaxGridYZ": hv.const(hv.code(CSRC / "selective_scan" / "update.cu"), "kMaxGridYZ"),
@@ -175,7 +175,7 @@ def test_predict_follows_the_thresholds():
     dec = next(c for c in sc.CASES if c.name == "decode_lean_p4")
     assert sc.predict(dec) == ["decode_lean_p4"]
     smaller = sc.Case("x", "decode", (), dict(dec.params, dim=dec.params["dim"] - 1))
-    assert sc.predict(smaller) == ["decode_lean_p1"]  # one row under kLeanFullRows
+    assert sc.predict(smaller) == ["decode_lean_p1"]  # one row under kLeanFullRowsPerSm x SMS
 
 
 def test_our_kernels_are_in_namespace_mamba_kernels():

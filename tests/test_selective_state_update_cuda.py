@@ -363,10 +363,16 @@ def test_repeated_runs_agree_bitwise(ops):
 # thread) when batch >= 2 and (batch // 2) * nheads * dim * lanes >= 2**18; else one row each.
 # A typed launch that is not "wide", has batch and nheads <= 65535 and keeps every offset below
 # 2**31 runs the lean kernel instead: one pass of 32 / lanes rows per warp below
-# LEAN_FULL_ROWS rows (batch * nheads * dim), all of a row's lanes' passes (32 rows) from it on.
+# lean_full_rows() rows (batch * nheads * dim: LEAN_FULL_ROWS_PER_SM per SM of the running GPU),
+# all of a row's lanes' passes (32 rows) from it on.
 
 PAIR_MIN_THREADS = 1 << 18
-LEAN_FULL_ROWS = 132 * 256
+LEAN_FULL_ROWS_PER_SM = 256
+
+
+def lean_full_rows() -> int:
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return LEAN_FULL_ROWS_PER_SM * props.multi_processor_count
 
 
 def _lanes(dstate: int, state_dtype: torch.dtype) -> int:
@@ -569,8 +575,9 @@ def test_lean_kernel_on_both_sides_of_the_full_pass_launch(ops, state_dtype, dst
     # 3 heads of 45 channels: partial warps and partial last passes in both launch shapes;
     # lanes per row 1-32 (a single pass whatever the launch, up to 32 passes in pairs)
     nheads, dim = 3, 45
-    batch = LEAN_FULL_ROWS // (nheads * dim) + (1 if side == "from" else 0)
-    assert (batch * nheads * dim >= LEAN_FULL_ROWS) == (side == "from")
+    full = lean_full_rows()
+    batch = full // (nheads * dim) + (1 if side == "from" else 0)
+    assert (batch * nheads * dim >= full) == (side == "from")
     inputs = make_inputs(batch, nheads, dim, dstate, 3, state_dtype, {n: torch.bfloat16 for n in ACT})
     run_and_check(ops, *inputs, softplus=True)
 
@@ -580,7 +587,7 @@ def test_lean_kernel_on_both_sides_of_the_full_pass_launch(ops, state_dtype, dst
 def test_lean_full_pass_launch_with_slot_indices_padding_and_bad_index(ops, state_dtype):
     # whole blocks of padding and of an index past the cache, between live ones
     nheads, dim, slots = 2, 333, 120
-    batch = LEAN_FULL_ROWS // (nheads * dim) + 1
+    batch = lean_full_rows() // (nheads * dim) + 1
     acts = {n: torch.bfloat16 for n in ACT}
     inputs = make_inputs(batch, nheads, dim, 16, 1, state_dtype, acts, slots=slots)
     idx = torch.randperm(slots, generator=torch.Generator().manual_seed(11))[:batch]
@@ -908,7 +915,7 @@ def test_public_function_rejects_bad_input_like_on_cpu(ops, kernel_calls):
 def test_launch_shape_mirrors_match_the_kernel_policy():
     # the GPU tests pick sizes on either side of these; a policy change must move them too
     assert header_values.policy("UpdatePolicy", "kPairMinThreads") == PAIR_MIN_THREADS
-    assert header_values.policy("UpdatePolicy", "kLeanFullRows") == LEAN_FULL_ROWS
+    assert header_values.policy("UpdatePolicy", "kLeanFullRowsPerSm") == LEAN_FULL_ROWS_PER_SM
 
 
 def test_kernel_fits_rule():

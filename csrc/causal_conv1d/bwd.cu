@@ -768,7 +768,7 @@ bool cf_lean_ok(const ConvParams& p, int vec) {
 int cf_lean_chunk_tiles(const ConvParams& p, int tile) {
   if (p.deterministic) return Policy::kTilesCF;
   const int64_t row_tiles = (p.seqlen + tile - 1) / tile;
-  const int64_t target_warps = int64_t(num_sms_current_device()) * Policy::kCFLeanWarpsPerSm;
+  const int64_t target_warps = int64_t(sm_count()) * Policy::kCFLeanWarpsPerSm;
   int tiles = Policy::kMaxTilesCFLean;
   while (tiles > Policy::kTilesCF && p.batch * p.dim * ((row_tiles + tiles - 1) / tiles) < target_warps) tiles /= 2;
   return tiles;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "causal_conv1d.h"
+#include "device_info.h"
 #include "device_utils.cuh"
 #include "halo.cuh"
 
@@ -181,7 +182,6 @@ __device__ __forceinline__ void block_flush_dweight(const ConvParams& p, float (
 // Channel-last segment length (time steps per warp): the largest power of two from kSegMaxCL
 // down to kSegMinCL (FwdPolicy) that still yields enough warps to fill the GPU a few times over.
 int64_t cl_seg_len(const ConvParams& p, int vec);
-int num_sms_current_device();
 
 }  // namespace causal_conv1d
 }  // namespace mamba_kernels

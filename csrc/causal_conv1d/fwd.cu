@@ -473,24 +473,11 @@ cudaError_t launch_fwd(const ConvParams& p, cudaStream_t stream) {
   });
 }
 
-int num_sms_current_device() {
-  static int cache[64] = {0};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return 132;
-  if (dev < 0 || dev >= 64) dev = 0;
-  if (cache[dev] == 0) {
-    int n = 0;
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) n = 132;
-    cache[dev] = n;
-  }
-  return cache[dev];
-}
-
 int64_t cl_seg_len(const ConvParams& p, int vec) {
   const int64_t ncg = (p.dim + 32 * int64_t(vec) - 1) / (32 * int64_t(vec));
   // About two waves of 16 resident warps per SM: longer segments amortise the per-warp setup
   // and the W-1 halo reloads; shorter ones would only add waves of tiny work.
-  const int64_t target_warps = int64_t(num_sms_current_device()) * FwdPolicy::kSegWarpsPerSm;
+  const int64_t target_warps = int64_t(sm_count()) * FwdPolicy::kSegWarpsPerSm;
   int64_t seg = FwdPolicy::kSegMaxCL;
   while (seg > FwdPolicy::kSegMinCL && p.batch * ((p.seqlen + seg - 1) / seg) * ncg < target_warps) seg /= 2;
   return seg;

@@ -18,6 +18,7 @@
 // the gate-first case) recomputed from the packs and stored. 6 kernels and the reduce kernel.
 #include <cstdint>
 
+#include "device_info.h"
 #include "norm_common.cuh"
 
 namespace mamba_kernels {
@@ -26,9 +27,7 @@ namespace {
 
 // Chunks of rows per group: about kBwdThreadsPerSm threads per SM in teams, at most one row each.
 int64_t bwd_chunks(const NormBwdParams& p, int team, int device_index) {
-  int sms = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_index) != cudaSuccess || sms < 1) sms = 1;
-  const int64_t teams = int64_t(sms) * (kBwdThreadsPerSm / team);
+  const int64_t teams = int64_t(sm_count(device_index)) * (kBwdThreadsPerSm / team);
   int64_t chunks = (teams + p.ngroups - 1) / p.ngroups;
   if (chunks > p.rows) chunks = p.rows;
   return chunks < 1 ? 1 : chunks;

@@ -332,16 +332,6 @@ __global__ void __launch_bounds__(FwdPolicy::kThreads, FwdPolicy::kMinBlocks) fw
 
 }  // namespace
 
-int sm_count() {
-  static int count = [] {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      return 132;
-    return n;
-  }();
-  return count;
-}
-
 int fwd_threads_per_row(int64_t dstate, bool is_complex) {
   const int64_t per = FwdPolicy::kSliceFloats / (is_complex ? 2 : 1);
   return pow2_at_least((dstate + per - 1) / per);

@@ -102,19 +102,18 @@ struct UpdatePolicy {
   static constexpr int64_t kPairMinThreads = int64_t(1) << 18;
   static constexpr int kMaxLanes = 32;
   // The lean kernel (update.cu) gives a warp all of a row's passes from this many rows (batch
-  // x heads x dim) on, about 256 rows per SM of an H100/H200; below it one pass per warp.
-  // Measured at dim 5120: one pass was faster at batch 1 (5120 rows), all passes from batch 16
-  // (81920 rows) on.
-  static constexpr int64_t kLeanFullRows = int64_t(132) * 256;
-  // From kLeanFullRows up to this many rows, a warp with a multiple of four passes (fp32
+  // x heads x dim) per SM on; below it one pass per warp. Set on the H200 (132 SMs) at dim 5120:
+  // one pass was faster at batch 1 (5120 rows), all passes from batch 16 (81920 rows) on.
+  static constexpr int64_t kLeanFullRowsPerSm = 256;
+  // From kLeanFullRowsPerSm up to this many rows per SM, a warp with a multiple of four passes (fp32
   // states of 16 or more) takes them four at a time, every load issued before the first use:
   // one wait on memory per warp where pairs wait twice, at the cost of registers (6 blocks per
   // SM instead of 8), which the largest launches need for bytes in flight.
-  static constexpr int64_t kLeanQuadMaxRows = int64_t(132) * 4096;
-  // Up to this many rows a dense launch takes the row kernel (update.cu). Measured at dim 5120
-  // in a CUDA graph on the H200: 1.80 us a step at batch 1 against the lean kernel's 1.93, the
-  // same within run noise at batch 16 and 64 (327680 rows), slower at 256.
-  static constexpr int64_t kRowMaxRows = int64_t(132) * 4096;
+  static constexpr int64_t kLeanQuadMaxRowsPerSm = 4096;
+  // Up to this many rows per SM a dense launch takes the row kernel (update.cu). Set at dim 5120
+  // in a CUDA graph on the H200 (132 SMs): 1.80 us a step at batch 1 against the lean kernel's
+  // 1.93, the same within run noise at batch 16 and 64 (327680 rows), slower at 256.
+  static constexpr int64_t kRowMaxRowsPerSm = 4096;
 };
 
 }  // namespace selective_scan

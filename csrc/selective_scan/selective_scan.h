@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "device_info.h"
 #include "dtype.h"
 
 namespace mamba_kernels {
@@ -95,9 +96,6 @@ int64_t bwd_row_blocks(const ScanParams& p);  // rows of dB/dC partials per (bat
 // problem: 4 (1024 steps) where the lane kernel runs (real A, dstate <= 16), else 0 (a state
 // every chunk, contiguous slots).
 int bwd_max_state_shift(const ScanParams& p);
-
-// Multiprocessors of the current device (read once), which the grids are sized by.
-int sm_count();
 
 // Segments the forward cuts the sequence into (1: one pass), and the fp32 workspace it then
 // needs: batch * dim * segments * (dstate [x2] + 1) floats, passed to launch_fwd.

@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "device_info.h"
 #include "device_utils.cuh"
 #include "scan_policy.cuh"
 #include "state_update.h"
@@ -722,7 +723,7 @@ __global__ void __launch_bounds__(kThreads, lean_min_blocks<S, T, kP>())
 
 // ---------------------------------------------------------------------------- row kernel
 
-// The typed kernels' small and mid-sized launches (up to UpdatePolicy::kRowMaxRows rows) over
+// The typed kernels' small and mid-sized launches (up to UpdatePolicy::kRowMaxRowsPerSm rows a SM) over
 // dense operands: `lanes` threads per row, one chunk each, one pass, as the lean kernel with
 // kP = 1 but with a parameter block of 144 bytes instead of 230 and no load chosen by a flag.
 // A decode step this short waits on its launch and its first reads; of what set the lean kernel
@@ -982,9 +983,9 @@ LeanParams lean_params(const StateUpdateParams& p, const Lean& ln) {
 
 // Whether a lean-fitting typed launch takes the row kernel: A per state (not broadcast), D
 // and dt_bias fp32 or absent, the dense layout RowParams describes, and at most
-// UpdatePolicy::kRowMaxRows rows.
+// UpdatePolicy::kRowMaxRowsPerSm rows per SM of the running device.
 bool row_fits(const StateUpdateParams& p, const Shape& sh) {
-  if (sh.A_bcast || p.batch * p.nheads * p.dim > UpdatePolicy::kRowMaxRows) return false;
+  if (sh.A_bcast || p.batch * p.nheads * p.dim > UpdatePolicy::kRowMaxRowsPerSm * sm_count()) return false;
   const bool heads = p.nheads > 1;
   const int64_t ngroups = p.nheads / p.heads_per_group;
   // (batch, head, dim) operands: unit channel stride, heads dim apart
@@ -1069,9 +1070,10 @@ cudaError_t launch_lean_as(const StateUpdateParams& p, const Lean& ln, cudaStrea
 }
 
 // Passes per warp: all of a row's lanes (the fewest instructions per row) once the launch has
-// UpdatePolicy::kLeanFullRows rows, else one (more warps, each with a shorter chain of
-// dependent instructions: what a small launch waits on). All passes go in groups of four up
-// to kLeanQuadMaxRows rows when they can (fp32 states, four or more passes), else of two.
+// UpdatePolicy::kLeanFullRowsPerSm rows per SM, else one (more warps, each with a shorter chain
+// of dependent instructions: what a small launch waits on). All passes go in groups of four up
+// to kLeanQuadMaxRowsPerSm rows per SM when they can (fp32 states, four or more passes), else of
+// two. (Per SM of the running device: the thresholds scale with the GPU.)
 template <typename S, typename T>
 cudaError_t launch_lean(const StateUpdateParams& p, const Shape& sh, cudaStream_t stream) {
   Lean ln;
@@ -1079,11 +1081,13 @@ cudaError_t launch_lean(const StateUpdateParams& p, const Shape& sh, cudaStream_
   ln.by_group = sh.by_group;
   ln.A_bcast = sh.A_bcast;
   const int lanes = 1 << sh.lanes_log2;
-  const int64_t rows = p.batch * p.nheads * p.dim;
-  ln.passes = lanes > 1 && rows >= UpdatePolicy::kLeanFullRows ? lanes : 1;
+  const int64_t rows = p.batch * p.nheads * p.dim, sms = sm_count();
+  ln.passes = lanes > 1 && rows >= UpdatePolicy::kLeanFullRowsPerSm * sms ? lanes : 1;
   if (ln.passes == 1) return launch_lean_as<S, T, 1>(p, ln, stream);
   if constexpr (sizeof(S) == 4) {
-    if (ln.passes % 4 == 0 && rows < UpdatePolicy::kLeanQuadMaxRows) return launch_lean_as<S, T, 4>(p, ln, stream);
+    if (ln.passes % 4 == 0 && rows < UpdatePolicy::kLeanQuadMaxRowsPerSm * sms) {
+      return launch_lean_as<S, T, 4>(p, ln, stream);
+    }
   }
   return launch_lean_as<S, T, 2>(p, ln, stream);
 }
