@@ -1283,8 +1283,9 @@ def write_summary(out, gpu, version, tools, families, cases, outcomes, tool_secs
             rs = [r for r in outcomes if r.tool == tool and r.family == fam]
             errors = sum(max(r.errors, 0) for r in rs)
             statuses = sorted({r.status for r in rs})
-            ran = [r for r in rs if r.status != NOT_RUN_DEFECT]
-            lines.append(f"| {tool} | {fam} | {sum(c.family == fam for c in cases)} | {errors} | {len(ran)} | "
+            ran = sum(r.status != NOT_RUN_DEFECT for r in rs)
+            ncases = sum(c.family == fam for c in cases)
+            lines.append(f"| {tool} | {fam} | {ncases} | {errors} | {ran} | "
                          f"{'; '.join(statuses)} | {sum(r.seconds for r in rs):.1f} |")
     lines += ["", "| tool | wall seconds |", "| --- | --- |"]
     lines += [f"| {t} | {s:.1f} |" for t, s in tool_secs.items()]
