@@ -564,19 +564,28 @@ def environment_lock(site: str, prefix: str) -> Iterator[int]:
         os.close(fd)
 
 
+def _child_ignores_ctrl_c() -> None:
+    """In the installer's process, before it starts: Ctrl-C ignored. A terminal's Ctrl-C goes to
+    the whole process group, and pip hit by it during its own start-up ends in a traceback of its
+    imports; ignored there, it reaches us alone, and we stop pip (SIGTERM) and put the
+    environment back."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _run_installer(cmd: List[str], keep_fd: Optional[int] = None, temp: Optional[Path] = None) -> int:
-    """Run the installer in our own process group: a kill of the group (a terminal's Ctrl-C, a
-    job control or service manager's kill) reaches it too, so it never goes on alone. It
-    inherits ``keep_fd`` (the environment lock). Its temporary directory is ``temp`` (inside
-    our download folder), so what a killed installer leaves there goes with that folder when
-    the next run tidies it. On an interrupt, stop it and wait for it, then let the interrupt go
-    on."""
+    """Run the installer in our own process group: a kill of the group (a job control or
+    service manager's kill) reaches it too, so it never goes on alone; a Ctrl-C reaches us only
+    (``_child_ignores_ctrl_c``). It inherits ``keep_fd`` (the environment lock). Its temporary
+    directory is ``temp`` (inside our download folder), so what a killed installer leaves there
+    goes with that folder when the next run tidies it. On an interrupt, stop it and wait for it,
+    then let the interrupt go on."""
     env = None
     if temp is not None:
         temp.mkdir(exist_ok=True)
         env = dict(os.environ, TMPDIR=str(temp), TEMP=str(temp), TMP=str(temp))
-    if os.name == "posix" and keep_fd is not None:
-        p = subprocess.Popen(cmd, pass_fds=(keep_fd,), env=env)
+    if os.name == "posix":
+        p = subprocess.Popen(cmd, pass_fds=(keep_fd,) if keep_fd is not None else (), env=env,
+                             preexec_fn=_child_ignores_ctrl_c)
     else:
         p = subprocess.Popen(cmd, env=env)
     try:
