@@ -322,9 +322,11 @@ def test_more_than_65535_batch_heads(ops):
 
 
 @gpu
-def test_dstate_zero(ops):
+def test_dstate_zero_is_refused(ops):
+    # a step with no state is refused before any dispatch, naming the argument and the rule
     inputs = make_inputs(2, 3, 5, 0, 1)
-    run_and_check(ops, *inputs, softplus=True)
+    with pytest.raises(ValueError, match=r"dstate \(state.shape\[-1\]\) must be >= 1, got 0"):
+        run_and_check(ops, *inputs, softplus=True)
 
 
 @gpu

@@ -7,7 +7,8 @@
 // 2. chunk_dstate_kernel: per (head, state tile, batch x chunk), the chunk's own share of the
 //    gradient of its entering state, sum_t [seq_t = seq before c] exp(cs_t) dy_t C_t^T, a
 //    (headdim x dstate) tile product over the chunk's steps (tensor cores for 16-bit inputs).
-// 3. state_pass_bwd_kernel: one thread per state element, the chunks in reverse:
+// 3. state_pass_bwd_kernel: kVec state elements a thread, the chunks in reverse (kDepth chunks'
+//    loads in flight):
 //    dS_c = G_(c+1), G_c = own_c + keep_c exp(cs_last(c)) G_(c+1), G_nchunks = dfinal_states,
 //    dinitial_states = G_0; per block and chunk the fixed-order sum of H_c G_(c+1) (the decay's
 //    gradient).
@@ -28,8 +29,8 @@
 //    order into the gradient of dA_cumsum and of dt, the reverse running sum within the chunk
 //    (the gradient of dt A), the chain through clamp, softplus and bias into ddt; per chunk the
 //    block's fixed-tree sums for dA and dt_bias.
-// 8. param_sum_kernel: dA, dt_bias's and D's gradients, one thread an output element adding
-//    the per-chunk partials in order.
+// 8. param_sum_kernel: dA, dt_bias's and D's gradients, one block an output element adding the
+//    per-chunk partials in a fixed order.
 //
 // Deterministic: no atomics; every sum across blocks (heads of a group, channel tiles, chunks,
 // batch) is a fixed-order loop or a fixed tree. NaN-causal: a masked term is a select, never a
@@ -41,6 +42,7 @@
 
 #include "device_utils.cuh"
 #include "ssd.h"
+#include "ssd_pass.cuh"
 #include "ssd_policy.cuh"
 #include "ssd_tile.cuh"
 
@@ -65,22 +67,6 @@ __device__ __forceinline__ void store_as(void* out, int64_t at, DType dtype, flo
     case DType::kFloat16: static_cast<__half*>(out)[at] = from_float<__half>(v); break;
     case DType::kBFloat16: static_cast<__nv_bfloat16*>(out)[at] = from_float<__nv_bfloat16>(v); break;
   }
-}
-
-// Sum of v over the block's NT threads in a fixed tree (the same order run after run); every
-// thread must call it; the result is valid in every thread. red holds NT floats.
-template <int NT>
-__device__ __forceinline__ float block_sum(float v, float* red) {
-  red[threadIdx.x] = v;
-  __syncthreads();
-#pragma unroll
-  for (int w = NT / 2; w > 0; w /= 2) {
-    if (int(threadIdx.x) < w) red[threadIdx.x] += red[threadIdx.x + w];
-    __syncthreads();
-  }
-  const float r = red[0];
-  __syncthreads();
-  return r;
 }
 
 // A chunk's position: blockIdx.z is batch * nchunks + chunk.
@@ -250,22 +236,23 @@ __global__ void __launch_bounds__(SsdBwdPolicy<Is16Bit<T>::value>::kThreads)
 
 // -------------------------------------------------------------------- reverse state passing
 
+// kV consecutive state elements a thread, the chunks in reverse, kDepth at a time (their loads
+// first, as in the forward's walk).
+template <int kV>
 struct StatePassBwdAgent {
-  static constexpr int NT = SsdPassPolicy::kThreads;
+  static constexpr int NT = SsdPassPolicy::kThreads, kDepth = SsdPassPolicy::kDepth;
   const SsdBwdParams& p;
   float* red;
-  int64_t b, h, e, PN, pp, n;
+  int64_t b, h, e, PN;
   bool live;
 
   __device__ __forceinline__ StatePassBwdAgent(const SsdBwdParams& params, float* red_smem)
       : p(params), red(red_smem) {
     PN = p.f.headdim * p.f.dstate;
-    e = int64_t(blockIdx.x) * NT + threadIdx.x;
+    e = (int64_t(blockIdx.x) * NT + threadIdx.x) * kV;
     h = blockIdx.y;
     b = blockIdx.z;
     live = e < PN;
-    pp = live ? e / p.f.dstate : 0;
-    n = live ? e % p.f.dstate : 0;
   }
 
   // Sequence id of the last step of chunk c (0 for c < 0 or without seq_idx).
@@ -279,32 +266,66 @@ struct StatePassBwdAgent {
 
   __device__ __forceinline__ void run() {
     const SsdFwdParams& f = p.f;
-    float G = 0.0f;  // the gradient of the state leaving chunk c (entering c + 1)
+    Lanes<kV> G;  // the gradient of the state leaving chunk c (entering c + 1)
+    G.fill(0.0f);
     if (live && p.dfinal.ptr) {
-      G = load_as_float(p.dfinal.ptr, p.dfinal.dtype, b * p.dfinal.s0 + h * p.dfinal.s1 + pp * p.dfinal.s2 + n * p.dfinal.s3);
-    }
-    const int64_t cs_base = (b * f.nheads + h) * f.nchunks * f.chunk;
-    for (int64_t c = f.nchunks - 1; c >= 0; --c) {
-      const int64_t slot = ((b * f.nchunks + c) * f.nheads + h) * PN + e;
-      float own = 0.0f, part = 0.0f;
-      if (live) {
-        own = p.dstates[slot];
-        p.dstates[slot] = G;  // dS_c
-        part = f.states[slot] * G;
+#pragma unroll
+      for (int i = 0; i < kV; ++i) {
+        const int64_t pp = (e + i) / f.dstate, n = (e + i) % f.dstate;
+        G.v[i] = load_as_float(p.dfinal.ptr, p.dfinal.dtype,
+                               b * p.dfinal.s0 + h * p.dfinal.s1 + pp * p.dfinal.s2 + n * p.dfinal.s3);
       }
-      const float sum = block_sum<NT>(part, red);
-      if (threadIdx.x == 0) p.decay_part[((b * f.nheads + h) * f.nchunks + c) * p.pass_blocks + blockIdx.x] = sum;
-      const bool keep = seq_last(c) == seq_last(c - 1);
-      const float decay = expf(f.dA_cumsum[cs_base + c * f.chunk + f.chunk - 1]);
-      G = keep ? own + decay * G : own;
     }
-    if (live && p.dinit) store_as(p.dinit, (b * f.nheads + h) * PN + e, p.dinit_dtype, G);
+    const int64_t cs_base = (b * f.nheads + h) * f.nchunks * f.chunk + f.chunk - 1;
+    const int64_t stride = f.nheads * PN;
+    const int64_t at0 = (b * f.nchunks * f.nheads + h) * PN + e;  // chunk c's slot: at0 + c * stride
+    float* part_out = p.decay_part + (b * f.nheads + h) * f.nchunks * p.pass_blocks + blockIdx.x;
+    for (int64_t c0 = f.nchunks - 1; c0 >= 0; c0 -= kDepth) {
+      Lanes<kV> own[kDepth], H[kDepth];
+      float decay[kDepth];
+      bool keep[kDepth];
+#pragma unroll
+      for (int k = 0; k < kDepth; ++k) {
+        const int64_t c = c0 - k;
+        if (c >= 0) {
+          if (live) {
+            own[k].load(p.dstates + at0 + c * stride);
+            H[k].load(f.states + at0 + c * stride);
+          }
+          decay[k] = f.dA_cumsum[cs_base + c * f.chunk];
+          keep[k] = seq_last(c) == seq_last(c - 1);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kDepth; ++k) {
+        const int64_t c = c0 - k;
+        if (c < 0) break;  // uniform over the block
+        float part = 0.0f;
+        if (live) {
+          G.store(p.dstates + at0 + c * stride);  // dS_c
+#pragma unroll
+          for (int i = 0; i < kV; ++i) part += H[k].v[i] * G.v[i];
+        }
+        const float sum = block_sum<NT>(part, red);
+        if (threadIdx.x == 0) part_out[c * p.pass_blocks] = sum;
+        const float d = expf(decay[k]);
+        if (live) {
+#pragma unroll
+          for (int i = 0; i < kV; ++i) G.v[i] = keep[k] ? own[k].v[i] + d * G.v[i] : own[k].v[i];
+        }
+      }
+    }
+    if (live && p.dinit) {
+#pragma unroll
+      for (int i = 0; i < kV; ++i) store_as(p.dinit, (b * f.nheads + h) * PN + e + i, p.dinit_dtype, G.v[i]);
+    }
   }
 };
 
+template <int kV>
 __global__ void __launch_bounds__(SsdPassPolicy::kThreads) state_pass_bwd_kernel(const SsdBwdParams p) {
-  __shared__ float red[SsdPassPolicy::kThreads];
-  StatePassBwdAgent(p, red).run();
+  __shared__ float red[SsdPassPolicy::kThreads / 32];
+  StatePassBwdAgent<kV>(p, red).run();
 }
 
 // ------------------------------------------------------------------------- d(C B^T) tiles
@@ -862,39 +883,46 @@ __global__ void __launch_bounds__(SsdBwdStepPolicy::kThreads) chunk_ddt_kernel(c
   Agent(p, sm).run();
 }
 
-// dA, dt_bias and D gradients: one thread an output element, adding the partials of every
-// (batch, chunk[, step tile]) in order.
-__global__ void __launch_bounds__(SsdBwdStepPolicy::kThreads) param_sum_kernel(const SsdBwdParams p) {
+// dA, dt_bias and D gradients: one block an output element. Each thread adds a strided share of
+// the per-(batch, chunk[, step tile]) partials in order, then a fixed tree across the block (the
+// same sum every run).
+__global__ void __launch_bounds__(SsdParamSumPolicy::kThreads) param_sum_kernel(const SsdBwdParams p) {
+  constexpr int NT = SsdParamSumPolicy::kThreads;
+  __shared__ float red[NT / 32];
   const SsdFwdParams& f = p.f;
   const int64_t H = f.nheads, P = f.headdim;
-  const int64_t i = int64_t(blockIdx.x) * SsdBwdStepPolicy::kThreads + threadIdx.x;
+  const int64_t i = blockIdx.x;
   const int64_t bc = f.batch * f.nchunks;
-  const int64_t nD = f.D.ptr ? (p.dD_per_channel ? H * P : H) : 0;
+  float acc = 0.0f;
   if (i < 2 * H) {
     const int64_t which = i / H, h = i % H;
     void* out = which == 0 ? p.dA : p.ddt_bias;
-    if (!out) return;
-    float acc = 0.0f;
-    for (int64_t r = 0; r < bc; ++r) acc += p.head_part[(r * 2 + which) * H + h];
-    store_as(out, h, which == 0 ? p.dA_dtype : p.ddt_bias_dtype, acc);
-  } else if (i < 2 * H + nD) {
+    if (!out) return;  // the whole block
+    for (int64_t r = threadIdx.x; r < bc; r += NT) acc += p.head_part[(r * 2 + which) * H + h];
+    const float total = block_sum<NT>(acc, red);
+    if (threadIdx.x == 0) store_as(out, h, which == 0 ? p.dA_dtype : p.ddt_bias_dtype, total);
+  } else {
     const int64_t j = i - 2 * H;
     const int64_t rows = bc * p.stiles;
-    float acc = 0.0f;
     if (p.dD_per_channel) {
-      for (int64_t r = 0; r < rows; ++r) acc += p.dD_part[r * H * P + j];
+      for (int64_t r = threadIdx.x; r < rows; r += NT) acc += p.dD_part[r * H * P + j];
     } else {
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t ch = 0; ch < P; ++ch) acc += p.dD_part[(r * H + j) * P + ch];
-      }
+      for (int64_t k = threadIdx.x; k < rows * P; k += NT) acc += p.dD_part[(k / P * H + j) * P + k % P];
     }
-    store_as(p.dD, j, p.dD_dtype, acc);
+    const float total = block_sum<NT>(acc, red);
+    if (threadIdx.x == 0) store_as(p.dD, j, p.dD_dtype, total);
   }
 }
 
 // --------------------------------------------------------------------------------- launcher
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// State elements a thread of the reverse walk: kVec when a state's size is a multiple of it (the
+// workspace's pieces are 256-byte aligned), else 1.
+int pass_width(const SsdFwdParams& f) {
+  return (f.headdim * f.dstate) % SsdPassPolicy::kVec == 0 ? SsdPassPolicy::kVec : 1;
+}
 
 template <typename T>
 cudaError_t launch_typed(const SsdBwdParams& p, cudaStream_t stream) {
@@ -924,8 +952,12 @@ cudaError_t launch_typed(const SsdBwdParams& p, cudaStream_t stream) {
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
   if (f.batch > 0) {
-    state_pass_bwd_kernel<<<dim3(unsigned(p.pass_blocks), unsigned(f.nheads), unsigned(f.batch)),
-                            SsdPassPolicy::kThreads, 0, stream>>>(p);
+    const dim3 grid(unsigned(p.pass_blocks), unsigned(f.nheads), unsigned(f.batch));
+    if (pass_width(f) == SsdPassPolicy::kVec) {
+      state_pass_bwd_kernel<SsdPassPolicy::kVec><<<grid, SsdPassPolicy::kThreads, 0, stream>>>(p);
+    } else {
+      state_pass_bwd_kernel<1><<<grid, SsdPassPolicy::kThreads, 0, stream>>>(p);
+    }
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
   }
   if (bc > 0) {
@@ -943,7 +975,8 @@ cudaError_t launch_typed(const SsdBwdParams& p, cudaStream_t stream) {
   }
   const int64_t nD = f.D.ptr ? (p.dD_per_channel ? f.nheads * f.headdim : f.nheads) : 0;
   const int64_t sums = 2 * f.nheads + nD;
-  param_sum_kernel<<<unsigned(cdiv(sums, SsdBwdStepPolicy::kThreads)), SsdBwdStepPolicy::kThreads, 0, stream>>>(p);
+  if (sums > INT32_MAX) return cudaErrorInvalidValue;
+  param_sum_kernel<<<unsigned(sums), SsdParamSumPolicy::kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -957,7 +990,7 @@ SsdBwdWorkspace ssd_bwd_workspace(SsdBwdParams& p) {
   p.stiles = cdiv(f.chunk, tile);
   p.ptiles = cdiv(f.headdim, ptile);
   p.nslots = 2 * p.stiles + 2 * p.ptiles;
-  p.pass_blocks = cdiv(f.headdim * f.dstate, SsdPassPolicy::kThreads);
+  p.pass_blocks = cdiv(f.headdim * f.dstate, SsdPassPolicy::kThreads * pass_width(f));
   const int64_t BH = f.batch * f.nheads, bc = f.batch * f.nchunks;
   SsdBwdWorkspace w;
   w.dy = f.batch * f.seqlen * f.nheads * f.headdim;

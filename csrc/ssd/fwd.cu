@@ -10,9 +10,9 @@
 //    state, a (headdim x dstate) tile product over the chunk's steps: x scaled by
 //    exp(cs_last - cs_t) dt_t (transposed) times B, on tensor cores for 16-bit inputs. Written
 //    into `states`, which step 3 turns into the states entering each chunk.
-// 3. state_pass_kernel: one thread per state element of a (batch, head), the chunks in
-//    sequence: H_(c+1) = exp(cs_last(c)) H_c + S_c, reset at a seq_idx change; states[c] = H_c,
-//    final_states = H after the last chunk. (With cu_seqlens, varlen_state_kernel then gives
+// 3. state_pass_kernel: kVec state elements of a (batch, head) a thread, the chunks in
+//    sequence with kDepth chunks' loads in flight: H_(c+1) = exp(cs_last(c)) H_c + S_c, reset
+//    at a seq_idx change; states[c] = H_c, final_states = H after the last chunk. (With cu_seqlens, varlen_state_kernel then gives
 //    each packed sequence's final state.)
 // 4. chunk_scan_kernel: per (head, output tile of kScanT steps x kScanP channels, batch x chunk).
 //    off-chunk: C times the entering state (on tensor cores), each row scaled by exp(cs_t);
@@ -29,6 +29,7 @@
 
 #include "device_utils.cuh"
 #include "ssd.h"
+#include "ssd_pass.cuh"
 #include "ssd_policy.cuh"
 #include "ssd_tile.cuh"
 
@@ -283,51 +284,78 @@ __global__ void __launch_bounds__(SsdPolicy<Is16Bit<T>::value>::kThreads)
 
 // ---------------------------------------------------------------------------- state passing
 
+// kV consecutive state elements of a (batch, head) a thread, the chunks in sequence, kDepth at
+// a time: the batch's chunk states and decays are all loaded before the first is used.
+template <int kV>
 struct StatePassAgent {
-  static constexpr int NT = SsdPassPolicy::kThreads;
+  static constexpr int NT = SsdPassPolicy::kThreads, kDepth = SsdPassPolicy::kDepth;
   const SsdFwdParams& p;
   int64_t b, h, e, PN;
 
   __device__ __forceinline__ explicit StatePassAgent(const SsdFwdParams& params) : p(params) {
     PN = p.headdim * p.dstate;
-    e = int64_t(blockIdx.x) * NT + threadIdx.x;
+    e = (int64_t(blockIdx.x) * NT + threadIdx.x) * kV;
     h = blockIdx.y;
     b = blockIdx.z;
   }
 
-  __device__ __forceinline__ float load_initial() const {
-    if (!p.init.ptr) return 0.0f;
-    const int64_t pp = e / p.dstate, n = e % p.dstate;
-    return load_as_float(p.init.ptr, p.init.dtype, b * p.init.s0 + h * p.init.s1 + pp * p.init.s2 + n * p.init.s3);
+  __device__ __forceinline__ void load_initial(Lanes<kV>& H) const {
+    H.fill(0.0f);
+    if (!p.init.ptr) return;
+#pragma unroll
+    for (int i = 0; i < kV; ++i) {
+      const int64_t pp = (e + i) / p.dstate, n = (e + i) % p.dstate;
+      H.v[i] = load_as_float(p.init.ptr, p.init.dtype, b * p.init.s0 + h * p.init.s1 + pp * p.init.s2 + n * p.init.s3);
+    }
+  }
+
+  // The sequence id of chunk c's last step (0 without seq_idx).
+  __device__ __forceinline__ int32_t seq_last(int64_t c) const {
+    if (!p.seq_idx) return 0;
+    int64_t last = (c + 1) * p.chunk;
+    last = (last < p.seqlen ? last : p.seqlen) - 1;
+    return p.seq_idx[b * p.seq_s0 + last * p.seq_s1];
   }
 
   // states[c] holds S_c on entry and H_c on exit.
   __device__ __forceinline__ void run() {
     if (e >= PN) return;
-    float H = load_initial();
+    Lanes<kV> H;
+    load_initial(H);
     int32_t seq_prev = 0;
-    const int64_t cs_base = (b * p.nheads + h) * p.nchunks * p.chunk;
-    for (int64_t c = 0; c < p.nchunks; ++c) {
-      float* slot = p.states + ((b * p.nchunks + c) * p.nheads + h) * PN + e;
-      const float s = *slot;
-      *slot = H;
-      bool keep = true;
-      if (p.seq_idx) {
-        int64_t last = (c + 1) * p.chunk;
-        last = (last < p.seqlen ? last : p.seqlen) - 1;
-        const int32_t seq_new = p.seq_idx[b * p.seq_s0 + last * p.seq_s1];
-        keep = seq_new == seq_prev;
-        seq_prev = seq_new;
+    const int64_t cs_base = (b * p.nheads + h) * p.nchunks * p.chunk + p.chunk - 1;
+    const int64_t stride = p.nheads * PN;  // from one chunk's state to the next
+    float* base = p.states + (b * p.nchunks * p.nheads + h) * PN + e;
+    for (int64_t c0 = 0; c0 < p.nchunks; c0 += kDepth) {
+      Lanes<kV> S[kDepth];
+      float decay[kDepth];
+      int32_t seq[kDepth];
+#pragma unroll
+      for (int k = 0; k < kDepth; ++k) {
+        if (c0 + k < p.nchunks) {
+          S[k].load(base + (c0 + k) * stride);
+          decay[k] = p.dA_cumsum[cs_base + (c0 + k) * p.chunk];
+          seq[k] = seq_last(c0 + k);
+        }
       }
-      const float decay = expf(p.dA_cumsum[cs_base + c * p.chunk + p.chunk - 1]);
-      H = keep ? decay * H + s : s;
+#pragma unroll
+      for (int k = 0; k < kDepth; ++k) {
+        if (c0 + k >= p.nchunks) break;
+        H.store(base + (c0 + k) * stride);
+        const bool keep = seq[k] == seq_prev;  // no decay across a change of sequence
+        seq_prev = seq[k];
+        const float d = expf(decay[k]);
+#pragma unroll
+        for (int i = 0; i < kV; ++i) H.v[i] = keep ? d * H.v[i] + S[k].v[i] : S[k].v[i];
+      }
     }
-    if (p.final_states) p.final_states[(b * p.nheads + h) * PN + e] = H;
+    if (p.final_states) H.store(p.final_states + (b * p.nheads + h) * PN + e);
   }
 };
 
+template <int kV>
 __global__ void __launch_bounds__(SsdPassPolicy::kThreads) state_pass_kernel(const SsdFwdParams p) {
-  StatePassAgent(p).run();
+  StatePassAgent<kV>(p).run();
 }
 
 // ------------------------------------------------------------------------------ C B^T tiles
@@ -597,7 +625,10 @@ cudaError_t launch_typed(const SsdFwdParams& p, cudaStream_t stream, bool states
   const int64_t P = p.headdim, N = p.dstate;
   const int64_t state_tiles = cdiv(P, Pol::kStateP) * cdiv(N, Pol::kStateN);
   const int64_t scan_tiles = cdiv(p.chunk, Pol::kScanT) * cdiv(P, Pol::kScanP);
-  const int64_t pass_blocks = cdiv(P * N, SsdPassPolicy::kThreads);
+  // kVec state elements a thread when the state's size and the buffers allow 16-byte accesses
+  auto aligned16 = [](const float* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  const bool pass_vec = (P * N) % SsdPassPolicy::kVec == 0 && aligned16(p.states) && aligned16(p.final_states);
+  const int64_t pass_blocks = cdiv(P * N, SsdPassPolicy::kThreads * (pass_vec ? SsdPassPolicy::kVec : 1));
   const int64_t cb_tiles = cdiv(p.chunk, Pol::kScanT) * cdiv(p.chunk, Pol::kScanT);
   const int64_t bc = p.batch * p.nchunks;
   if (state_tiles > kSsdMaxGridYZ || scan_tiles > kSsdMaxGridYZ || bc > kSsdMaxGridYZ ||
@@ -618,8 +649,12 @@ cudaError_t launch_typed(const SsdFwdParams& p, cudaStream_t stream, bool states
     if (err != cudaSuccess) return err;
   }
   if (pass_blocks > 0) {
-    state_pass_kernel<<<dim3(unsigned(pass_blocks), unsigned(p.nheads), unsigned(p.batch)), SsdPassPolicy::kThreads, 0,
-                        stream>>>(p);
+    const dim3 grid(unsigned(pass_blocks), unsigned(p.nheads), unsigned(p.batch));
+    if (pass_vec) {
+      state_pass_kernel<SsdPassPolicy::kVec><<<grid, SsdPassPolicy::kThreads, 0, stream>>>(p);
+    } else {
+      state_pass_kernel<1><<<grid, SsdPassPolicy::kThreads, 0, stream>>>(p);
+    }
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
