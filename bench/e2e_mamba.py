@@ -640,7 +640,7 @@ def main(argv=None) -> int:
     r.add_argument("--dtypes", default=None, help="comma-separated; float32,bfloat16 (on CPU float32)")
     r.add_argument("--orig-dir", default=None, help="the original's install (labels orig*)")
     c = sub.add_parser("compare")
-    c.add_argument("--stack", choices=["mamba_ssm", "transformers"], required=True)
+    c.add_argument("--stack", choices=["mamba_ssm", "transformers", "mamba2"], required=True)
     c.add_argument("--base", required=True)
     c.add_argument("--label", required=True)
     k = sub.add_parser("compile")
