@@ -582,7 +582,10 @@ def test_bwd_deterministic(ops, dtype):
 def test_bwd_nan_in_dout_reaches_no_later_step(ops, dtype, t):
     """Gradients flow backward in time: the gradient of an input at step s depends on dout at
     steps >= s only. A NaN in dout at step t may reach every gradient at steps <= t (and the
-    per-head ones), none at a later step; there they equal the gradients with dout[t] = 0."""
+    per-head ones), none at a later step; there they equal the gradients with dout[t] = 0 up to
+    one rounding of the output dtype: with dout all finite the diagonal tile of dx's intra-chunk
+    product runs on tensor cores, with the NaN it takes the exact terms apart (another order of
+    the same sum)."""
     args = make(seqlen=200, dtype=dtype, z=True, init=True, dt_bias=True)
     dout = torch.randn(args["x"].shape, device="cuda").to(dtype)
     dout[:, t] = 0
@@ -593,7 +596,9 @@ def test_bwd_nan_in_dout_reaches_no_later_step(ops, dtype, t):
         if name not in ("dx", "ddt", "dB", "dC", "dz"):
             continue
         assert torch.isfinite(g[:, t + 1:]).all(), f"{name}: a NaN reached a later step"
-        torch.testing.assert_close(g[:, t + 1:], c[:, t + 1:], rtol=0, atol=0)
+        ulp = {torch.float32: 1e-5, torch.float16: 2.0**-9, torch.bfloat16: 2.0**-6}[dtype]
+        later = c[:, t + 1:]
+        torch.testing.assert_close(g[:, t + 1:], later, rtol=ulp, atol=ulp * later.abs().max().item(), msg=name)
     assert torch.isnan(got[0][:, t]).any()
 
 

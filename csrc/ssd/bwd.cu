@@ -18,8 +18,9 @@
 //    into a workspace; each head's row sums of dM (C B^T) exp() dt and column sums of dM (C B^T)
 //    exp() go to per-step partial slots (the gradients of dA_cumsum and dt).
 // 5. chunk_dx_kernel: per (head, s-tile x channel tile, batch x chunk): dx = w_s (B_s dS_c^T)
-//    + sum_{t >= s} M[t, s] dy_t + D dy_s, the intra-chunk sum anti-causal (the k-steps above the
-//    warp's strip on tensor cores, the diagonal 16 x 16 blocks by FMA, terms t >= s only); per
+//    + sum_{t >= s} M[t, s] dy_t + D dy_s, the intra-chunk sum anti-causal on tensor cores (the
+//    diagonal t-block too when its dy is all finite; else its 16 x 16 diagonal blocks by FMA,
+//    terms t >= s only); per
 //    step and channel tile, x_s . (dS_c B_s) and dy_s . (exp(cs_s) C_s H_c) into partial slots;
 //    per channel the sum of dy x over the tile (D's gradient).
 // 6. chunk_dbc_kernel: per (step tile x state tile, group, batch x chunk), the group's heads in
@@ -467,6 +468,9 @@ struct DxAgent {
   ChunkAt at;
   int64_t h, g, p0, PN, slot_base;
   int si, pi, s0, ntl, ptiles;
+  // The diagonal t-block went through the strictly anti-causal product (dy not all finite
+  // there): finish() adds its 16 x 16 diagonal blocks (uniform over the block).
+  bool split_diagonal = false;
 
   __device__ __forceinline__ DxAgent(const SsdBwdParams& params, Smem& smem) : p(params), sm(smem), at(params.f) {
     h = blockIdx.x;
@@ -572,8 +576,9 @@ struct DxAgent {
     for (int tb = last; tb >= si; --tb) {
       const int t0 = tb * BT;
       const bool diag = tb == si;
+      // s fastest: the workspace's rows of C_t . B_s are read along s (coalesced)
       for (int i = threadIdx.x; i < BS * BT; i += NT) {
-        const int s = i / BT, t = i % BT;
+        const int t = i / BS, s = i % BS;
         const int r = t0 + t, q = s0 + s;
         const bool keep = q <= r && r < at.Lc && sm.st.seq[q] == sm.st.seq[r];
         sm.a[s * LDM + t] =
@@ -583,11 +588,14 @@ struct DxAgent {
       load_tile<BT, BP, NT, false, T, float>(sm.b, LDX, y_row, One{}, at.Lc - t0, int(f.headdim - p0), 1,
                                              f.headdim % 4 == 0);
       __syncthreads();
-      if (diag) {
-        acc.template mma_upper<true, true>(sm.a, LDM, sm.b, LDX, BT);
-      } else {
+      if (!diag) {
         acc.template mma<true, true>(sm.a, LDM, sm.b, LDX, BT, false);
         __syncthreads();
+      } else if (Acc::kSplitsDiagonal && tile_finite<BT, BP, NT>(sm.b, LDX)) {
+        acc.template mma_upper_from<true, true>(sm.a, LDM, sm.b, LDX, BT);  // no fix-up: dy finite
+      } else {
+        acc.template mma_upper<true, true>(sm.a, LDM, sm.b, LDX, BT);
+        split_diagonal = Acc::kSplitsDiagonal;
       }
     }
   }
@@ -596,7 +604,7 @@ struct DxAgent {
     const SsdFwdParams& f = p.f;
     acc.store(sm.stage, LDS);
     __syncthreads();
-    if (Acc::kSplitsDiagonal) {
+    if (split_diagonal) {
       for (int i = threadIdx.x; i < BS * BP; i += NT) {
         const int s = i / BP, pp = i % BP;
         float v = 0.0f;

@@ -12,14 +12,16 @@
 //    into `states`, which step 3 turns into the states entering each chunk.
 // 3. state_pass_kernel: kVec state elements of a (batch, head) a thread, the chunks in
 //    sequence with kDepth chunks' loads in flight: H_(c+1) = exp(cs_last(c)) H_c + S_c, reset
-//    at a seq_idx change; states[c] = H_c, final_states = H after the last chunk. (With cu_seqlens, varlen_state_kernel then gives
-//    each packed sequence's final state.)
+//    at a seq_idx change; states[c] = H_c, final_states = H after the last chunk. (With
+//    cu_seqlens, varlen_state_kernel then gives each packed sequence's final state.)
 // 4. chunk_scan_kernel: per (head, output tile of kScanT steps x kScanP channels, batch x chunk).
 //    off-chunk: C times the entering state (on tensor cores), each row scaled by exp(cs_t);
 //    intra-chunk: per s-block up to the diagonal, G from the workspace, masked and decayed into
 //    M[t, s] = G exp(cs_t - cs_s) dt_s (s <= t, same sequence; other entries exactly 0, no exp
-//    evaluated), then M times x; the diagonal 16 x 16 blocks by FMA, terms s <= t only; the
-//    store adds D x, writes out_x and out = y silu(z).
+//    evaluated), then M times x. The diagonal block on tensor cores when its x is all finite
+//    (the masked terms add exact zeros); else its 16 x 16 diagonal blocks by FMA, terms s <= t
+//    only, so a NaN or Inf in x_s cannot reach y_t for t < s. The store adds D x, writes out_x
+//    and out = y silu(z).
 //
 // Decays are exp of differences of running sums, and a masked entry is a select, never a
 // product, so a NaN or Inf at step t reaches no output before t. Every index is 64-bit; every
@@ -468,6 +470,9 @@ struct ChunkScanAgent {
   int t0;  // the tile's first step in the chunk
   int64_t p0;
   int32_t seq_prev = 0;
+  // The diagonal s-block went through the strictly causal product (x not all finite there), so
+  // its 16 x 16 diagonal blocks are added by finish() (uniform over the block).
+  bool split_diagonal = false;
 
   __device__ __forceinline__ ChunkScanAgent(const SsdFwdParams& params, Smem& smem)
       : p(params), sm(smem), at(params) {
@@ -536,8 +541,8 @@ struct ChunkScanAgent {
   }
 
   // intra-chunk: y += sum over s-blocks up to the diagonal of M x, with G = C B^T read from the
-  // workspace chunk_cb_kernel wrote. Leaves the diagonal block's M and x in the buffers for the
-  // diagonal fix-up.
+  // workspace chunk_cb_kernel wrote. The diagonal block on tensor cores when its x is all finite;
+  // else strictly causal, its M and x left in the buffers for the fix-up.
   __device__ __forceinline__ void intra_chunk(AccY& y) {
     const T zero = from_float<T>(0.0f);
     const int64_t L = p.chunk;
@@ -557,16 +562,23 @@ struct ChunkScanAgent {
       auto x_row = [&](int s) { return x_at(s0 + s, p0); };
       load_tile<BS, BP, NT, false, T, T>(sm.b, LDX, x_row, One{}, at.Lc - s0, int(p.headdim - p0), p.x.s3, p.x.vec16);
       __syncthreads();
-      y.template mma<true, true>(sm.a, LDM, sm.b, LDX, BS, diag);
-      if (!diag) __syncthreads();
+      if (!diag) {
+        y.template mma<true, true>(sm.a, LDM, sm.b, LDX, BS, false);
+        __syncthreads();
+      } else if (AccY::kSplitsDiagonal && tile_finite<BS, BP, NT>(sm.b, LDX)) {
+        y.template mma_through<true, true>(sm.a, LDM, sm.b, LDX, BS);  // no fix-up: x finite
+      } else {
+        y.template mma<true, true>(sm.a, LDM, sm.b, LDX, BS, true);
+        split_diagonal = AccY::kSplitsDiagonal;
+      }
     }
   }
 
-  // y into the staging tile, with the diagonal 16 x 16 blocks the tensor-core product left out.
+  // y into the staging tile, with the diagonal 16 x 16 blocks a strictly causal product left out.
   __device__ __forceinline__ void finish(const AccY& y) {
     y.store(sm.stage, LDS);
     __syncthreads();
-    if (AccY::kSplitsDiagonal) {
+    if (split_diagonal) {
       for (int i = threadIdx.x; i < BT * BP; i += NT) {
         const int t = i / BP, pp = i % BP;
         float acc = 0.0f;

@@ -4,7 +4,10 @@
 //   kTC = true  (16-bit TS, sm_80 on): warp w of the block owns rows 16w..16w+15 as Cols / 16
 //               wmma accumulator fragments (mma.sync m16n8k16, fp32 accumulation). R is
 //               16 warps. A causal product (k <= row) skips the k-steps at and above the warp's
-//               strip: the caller adds the 16 x 16 diagonal blocks itself (kSplitsDiagonal).
+//               strip: the caller adds the 16 x 16 diagonal blocks itself (kSplitsDiagonal),
+//               unless B's rows there are all finite (tile_finite): then mma_through /
+//               mma_upper_from take the diagonal blocks on tensor cores too, the masked terms
+//               adding exact zeros.
 //   kTC = false (fp32 TS, or sm_75): FMAs, each thread owning a small block of rows and
 //               columns; a causal product takes exactly the terms k <= row.
 // Either way a term the causal mask drops is never multiplied, so a NaN or Inf in B's row k
@@ -80,6 +83,16 @@ struct TileAcc<TS, R, Cols, NT, false> {
     }
   }
 
+  // The dense forms (see the tensor-core TileAcc): here the same exact terms.
+  template <bool kARow, bool kBRow>
+  __device__ __forceinline__ void mma_through(const TS* a, int lda, const TS* b, int ldb, int K) {
+    mma<kARow, kBRow>(a, lda, b, ldb, K, true);
+  }
+  template <bool kARow, bool kBRow>
+  __device__ __forceinline__ void mma_upper_from(const TS* a, int lda, const TS* b, int ldb, int K) {
+    mma_upper<kARow, kBRow>(a, lda, b, ldb, K);
+  }
+
   // The anti-causal product (the backward's): exactly the terms k >= row.
   template <bool kARow, bool kBRow>
   __device__ __forceinline__ void mma_upper(const TS* a, int lda, const TS* b, int ldb, int K) {
@@ -142,6 +155,16 @@ __device__ __forceinline__ void load_tile(TS* dst, int ld, const Row& row, const
   }
 }
 
+// Whether every value of an (R x Cols) shared-memory tile is finite, in every thread (a barrier:
+// every thread must call it). A tile that passes may go through the dense causal products.
+template <int R, int Cols, int NT, typename TS>
+__device__ __forceinline__ bool tile_finite(const TS* t, int ld) {
+  int ok = 1;
+#pragma unroll 1
+  for (int i = threadIdx.x; i < R * Cols; i += NT) ok &= isfinite(to_float(t[(i / Cols) * ld + i % Cols])) ? 1 : 0;
+  return __syncthreads_and(ok) != 0;
+}
+
 #if MK_SSD_TENSOR_CORES
 template <typename TS, int R, int Cols, int NT>
 struct TileAcc<TS, R, Cols, NT, true> {
@@ -160,32 +183,41 @@ struct TileAcc<TS, R, Cols, NT, true> {
   // K a multiple of 16; lda / ldb multiples of 8; operands 32-byte aligned at 16-row steps.
   template <bool kARow, bool kBRow>
   __device__ __forceinline__ void mma(const TS* a, int lda, const TS* b, int ldb, int K, bool causal) {
-    namespace w = nvcuda::wmma;
-    using ALayout = typename std::conditional<kARow, w::row_major, w::col_major>::type;
-    using BLayout = typename std::conditional<kBRow, w::row_major, w::col_major>::type;
-    const int r0 = row0();
-    const int kmax = causal ? r0 : K;  // causal: the k-steps strictly below the strip
-    for (int k0 = 0; k0 < kmax; k0 += 16) {
-      w::fragment<w::matrix_a, 16, 16, 16, TS, ALayout> fa;
-      w::load_matrix_sync(fa, kARow ? a + r0 * lda + k0 : a + k0 * lda + r0, lda);
-#pragma unroll
-      for (int j = 0; j < kF; ++j) {
-        w::fragment<w::matrix_b, 16, 16, 16, TS, BLayout> fb;
-        w::load_matrix_sync(fb, kBRow ? b + k0 * ldb + 16 * j : b + 16 * j * ldb + k0, ldb);
-        w::mma_sync(f[j], fa, fb, f[j]);
-      }
-    }
+    mma_range<kARow, kBRow>(a, lda, b, ldb, 0, causal ? row0() : K);  // causal: strictly below the strip
+  }
+
+  // The causal product with the diagonal blocks on tensor cores: the k-steps below and through
+  // the warp's strip. Only for a B whose rows there are all finite (tile_finite) and an A whose
+  // entries above the diagonal are exact zeros: the masked terms then add exact zeros, and no
+  // fix-up is needed.
+  template <bool kARow, bool kBRow>
+  __device__ __forceinline__ void mma_through(const TS* a, int lda, const TS* b, int ldb, int K) {
+    const int kmax = row0() + 16;
+    mma_range<kARow, kBRow>(a, lda, b, ldb, 0, kmax < K ? kmax : K);
   }
 
   // The anti-causal product (the backward's): the k-steps strictly above the warp's strip; the
   // caller adds the 16 x 16 diagonal blocks' terms k >= row itself (kSplitsDiagonal).
   template <bool kARow, bool kBRow>
   __device__ __forceinline__ void mma_upper(const TS* a, int lda, const TS* b, int ldb, int K) {
+    mma_range<kARow, kBRow>(a, lda, b, ldb, row0() + 16, K);
+  }
+
+  // The anti-causal product from the warp's strip on, under mma_through's conditions (B finite
+  // there, A's entries below the diagonal exact zeros).
+  template <bool kARow, bool kBRow>
+  __device__ __forceinline__ void mma_upper_from(const TS* a, int lda, const TS* b, int ldb, int K) {
+    mma_range<kARow, kBRow>(a, lda, b, ldb, row0(), K);
+  }
+
+  // The k-steps [k_lo, k_hi) of the product (multiples of 16).
+  template <bool kARow, bool kBRow>
+  __device__ __forceinline__ void mma_range(const TS* a, int lda, const TS* b, int ldb, int k_lo, int k_hi) {
     namespace w = nvcuda::wmma;
     using ALayout = typename std::conditional<kARow, w::row_major, w::col_major>::type;
     using BLayout = typename std::conditional<kBRow, w::row_major, w::col_major>::type;
     const int r0 = row0();
-    for (int k0 = r0 + 16; k0 < K; k0 += 16) {
+    for (int k0 = k_lo; k0 < k_hi; k0 += 16) {
       w::fragment<w::matrix_a, 16, 16, 16, TS, ALayout> fa;
       w::load_matrix_sync(fa, kARow ? a + r0 * lda + k0 : a + k0 * lda + r0, lda);
 #pragma unroll
