@@ -3,7 +3,8 @@
 # to end, torch.compile of a Mamba block. Run from the repository root; logs and the markdown
 # report ($OUT/clients.md) go to $OUT. Every step logs and the run goes on; a summary ends it.
 #
-#   bash bench/gpu_clients_run.sh [build] [peer] [e2e] [ab] [host] [lmhost] [compile] [tf]   (default: build peer e2e ab compile)
+#   bash bench/gpu_clients_run.sh [build] [peer] [e2e] [ab] [host] [lmhost] [compile] [mamba2] [tf]
+#   (default: build peer e2e ab compile)
 #
 #   build    our extensions in place, unless both are built already:
 #            MAMBA_KERNELS_FORCE_BUILD=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 python3 setup.py -q build_ext --inplace
@@ -27,6 +28,9 @@
 #            and the original behind 10 and 20 us of busy wait (what host time per call costs in
 #            place); needs the original wheel, like e2e
 #   compile  torch.compile of a Mamba block on our ops (graph breaks, compiled vs eager)
+#   mamba2   bench/e2e_mamba2.py: mamba_ssm's Mamba2 layer and a 4-layer Mamba-2 LM, its Triton
+#            modules against ours with `import triton` failing (selective_scan.for_mamba_ssm),
+#            each side in its own process, then compared (E2E_ARGS adds e.g. --dtypes float32)
 #   tf       transformers' MambaForCausalLM (wheels from .device/wheels*): its fast path on ours,
 #            against its own PyTorch path, and against the original kernels when the original
 #            wheel was carried too
@@ -183,6 +187,17 @@ if has compile; then
     python3 "$REPO/bench/e2e_mamba.py" compile --dir "$E2E" >"$OUT/compile.md" 2>"$OUT/compile.err")
   note "compile: rc=$?"
   cat "$OUT/compile.md" >>"$REPORT"
+fi
+if has mamba2; then  # Mamba-2 on mamba_ssm: its Triton modules against ours with no Triton importable
+  for side in triton ours; do
+    s=$(date +%s)
+    (cd /tmp && PYTHONPATH="$REPO:$DEPS" timeout "$(limit 260)" python3 "$REPO/bench/e2e_mamba2.py" run --label $side \
+      --dir "$E2E" --ms-dir "$MS_OURS" ${E2E_ARGS:-} >"$OUT/e2e_mamba2_$side.log" 2>&1)
+    note "e2e mamba2 $side: rc=$? in $(($(date +%s) - s)) s (2: PROVENANCE FAILED, nothing measured)"
+    grep -E "^provenance|PROVENANCE FAILED|fast path NOT" "$OUT/e2e_mamba2_$side.log" | tee -a "$OUT/run.log"
+  done
+  echo "## mamba_ssm Mamba-2 end to end: ours (no Triton) against its Triton kernels" >>"$REPORT"
+  e2e_compare mamba2 triton ours
 fi
 if has tf; then
   if PYTHONPATH="$DEPS" python3 -c "import transformers" 2>/dev/null; then
