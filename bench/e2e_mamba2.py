@@ -34,8 +34,8 @@ def sizes(tiny: bool) -> dict:
         return dict(d_model=64, d_state=16, headdim=16, chunk=16, n_layer=2, vocab=64, batch=2, block_L=40,
                     lm_L=24, prompt=6, new=6, reps=1)
     # the layer of a ~1B Mamba-2 (d_model 2048 would double it): 32 heads of 64, dstate 128, chunk 256
-    return dict(d_model=1024, d_state=128, headdim=64, chunk=256, n_layer=4, vocab=1024, batch=4, block_L=2048,
-                lm_L=1024, prompt=64, new=192, reps=10)
+    return dict(d_model=1024, d_state=128, headdim=64, chunk=256, n_layer=4, vocab=1024, batch=4,
+                block_L=2048, lm_L=1024, prompt=64, new=192, reps=10)
 
 
 def prepare(label: str, ms_dir: str) -> list:
@@ -109,7 +109,8 @@ def run(label: str, sz: dict, device: str, dtype, problems: list) -> tuple:
         base = torch.cuda.memory_allocated()
         block_step()
         torch.cuda.synchronize()
-        times["Mamba2 layer fwd+bwd: peak memory above the inputs, MiB"] = (torch.cuda.max_memory_allocated() - base) / 2**20
+        peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+        times["Mamba2 layer fwd+bwd: peak memory above the inputs, MiB"] = peak
     e2e.CALLS.clear()
     # the language model: a next-token loss forward + backward, then greedy generation
     torch.manual_seed(SEED)
@@ -139,7 +140,8 @@ def run(label: str, sz: dict, device: str, dtype, problems: list) -> tuple:
         base = torch.cuda.memory_allocated()
         lm_step()
         torch.cuda.synchronize()
-        times["LM fwd+bwd: peak memory above the model, MiB"] = (torch.cuda.max_memory_allocated() - base) / 2**20
+        peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+        times["LM fwd+bwd: peak memory above the model, MiB"] = peak
     model.eval()
     prompt = ids[:, : sz["prompt"]]
     max_length = sz["prompt"] + sz["new"]
@@ -174,8 +176,9 @@ def cmd_run(a) -> int:
     for line in checked:
         print(f"provenance {a.label}: {line}", flush=True)
     sz = sizes(a.tiny)
-    meta = {"stack": "mamba2", "label": a.label, "device": a.device, "sizes": sz, "torch": str(torch.__version__),
-            "modules": {"mamba_ssm.ops.triton.ssd_combined": sys.modules["mamba_ssm.ops.triton.ssd_combined"].__file__},
+    ssd = "mamba_ssm.ops.triton.ssd_combined"
+    meta = {"stack": "mamba2", "label": a.label, "device": a.device, "sizes": sz,
+            "torch": str(torch.__version__), "modules": {ssd: sys.modules[ssd].__file__},
             "gpu": torch.cuda.get_device_name() if a.device == "cuda" else "cpu", "provenance": checked}
     results, problems = {}, []
     for name in a.dtypes.split(","):
@@ -203,7 +206,8 @@ def main(argv=None) -> int:
     p.add_argument("--label", choices=LABELS, required=True)
     p.add_argument("--dir", required=True)
     p.add_argument("--ms-dir", required=True, help="mamba_ssm's Python (pip install --target)")
-    p.add_argument("--dtypes", default=None, help="comma-separated (default bfloat16 on CUDA, float32 on CPU)")
+    p.add_argument("--dtypes", default=None,
+                   help="comma-separated (default bfloat16 on CUDA, float32 on CPU)")
     p.add_argument("--tiny", action="store_true", help="tiny sizes (CPU smoke run)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = p.parse_args(argv)

@@ -204,8 +204,12 @@ KINDS: Dict[str, Kind] = {
                               SD + "fwd.cu:chunk_state_kernel<T>", launches=(1, 1)),
     "ssd_fwd_state_f32": _k("ssd_fwd", r"::chunk_state_kernel<float>", "chunk states, fp32 (FMA)",
                             launches=(1, 1)),
-    "ssd_fwd_pass": _k("ssd_fwd", r"::state_pass_kernel\b", "state passing over the chunks",
-                       SD + "fwd.cu:state_pass_kernel", launches=(1, 1)),
+    # the state passing walks: SsdPassPolicy::kVec state elements a thread (any width above 1 in
+    # the kernel's name) when headdim x dstate allows, else 1
+    "ssd_fwd_pass_vec": _k("ssd_fwd", r"::state_pass_kernel<[2-9]>", "state passing, 16-byte accesses",
+                           SD + "fwd.cu:state_pass_kernel<SsdPassPolicy::kVec>", launches=(1, 1)),
+    "ssd_fwd_pass_1": _k("ssd_fwd", r"::state_pass_kernel<1>", "state passing, one element a thread",
+                         SD + "fwd.cu:state_pass_kernel<1>", launches=(1, 1)),
     "ssd_fwd_scan_16bit": _k("ssd_fwd", r"::chunk_scan_kernel<(?:__nv_bfloat16|__half)>",
                              "chunk scan, 16-bit (tensor cores, FMA diagonal)",
                              SD + "fwd.cu:chunk_scan_kernel<T>", launches=(1, 1)),
@@ -227,8 +231,12 @@ KINDS: Dict[str, Kind] = {
                                SD + "bwd.cu:chunk_dstate_kernel<T>", launches=(1, 1)),
     "ssd_bwd_dstate_f32": _k("ssd_bwd", r"::chunk_dstate_kernel<float>", "chunk state gradients, fp32 (FMA)",
                              launches=(1, 1)),
-    "ssd_bwd_pass": _k("ssd_bwd", r"::state_pass_bwd_kernel\b", "reverse state passing, decay partials",
-                       SD + "bwd.cu:state_pass_bwd_kernel", launches=(1, 1)),
+    "ssd_bwd_pass_vec": _k("ssd_bwd", r"::state_pass_bwd_kernel<[2-9]>",
+                           "reverse state passing, decay partials, 16-byte accesses",
+                           SD + "bwd.cu:state_pass_bwd_kernel<SsdPassPolicy::kVec>", launches=(1, 1)),
+    "ssd_bwd_pass_1": _k("ssd_bwd", r"::state_pass_bwd_kernel<1>",
+                         "reverse state passing, one element a thread",
+                         SD + "bwd.cu:state_pass_bwd_kernel<1>", launches=(1, 1)),
     "ssd_bwd_dcb_16bit": _k("ssd_bwd", r"::chunk_dcb_kernel<(?:__nv_bfloat16|__half)>",
                             "d(C B^T) over a group's heads, dA_cumsum / dt partials, 16-bit (tensor cores)",
                             SD + "bwd.cu:chunk_dcb_kernel<T>", launches=(1, 1)),
@@ -268,15 +276,21 @@ def _c(name: str, family: str, kinds: Sequence[str], note: str = "", **params) -
 
 
 F32, F16, BF16 = "float32", "float16", "bfloat16"
-# the kinds every 16-bit SSD forward case reaches, in launch order
-SSD16 = ["ssd_fwd_cb_16bit", "ssd_fwd_state_16bit", "ssd_fwd_pass", "ssd_fwd_scan_16bit"]
+# the kinds a 16-bit SSD forward case reaches, in launch order (pass: "vec" when headdim x dstate
+# is a multiple of SsdPassPolicy::kVec, else "1")
+def _ssd16(pass_: str = "vec") -> List[str]:
+    return ["ssd_fwd_cb_16bit", "ssd_fwd_state_16bit", f"ssd_fwd_pass_{pass_}", "ssd_fwd_scan_16bit"]
+
+
+SSD16 = _ssd16()
 
 # the kinds every SSD backward case reaches (with seqlen > 0), in launch order
 SSD_BWD = ["gate", "dstate", "pass", "dcb", "dx", "dbc", "ddt", "sum"]
 
 
-def _ssd_bwd_kinds(kind: str) -> List[str]:
-    return [f"ssd_bwd_{k}" if k in ("pass", "sum") else f"ssd_bwd_{k}_{kind}" for k in SSD_BWD]
+def _ssd_bwd_kinds(kind: str, pass_: str = "vec") -> List[str]:
+    return [f"ssd_bwd_pass_{pass_}" if k == "pass" else "ssd_bwd_sum" if k == "sum" else f"ssd_bwd_{k}_{kind}"
+            for k in SSD_BWD]
 
 
 CASES: List[Case] = [
@@ -419,10 +433,12 @@ CASES: List[Case] = [
        "3 chunks of 128 (short last), 2 groups, z, D per channel, initial states, seq_idx, dt_bias",
        batch=2, L=300, nheads=4, headdim=64, ngroups=2, dstate=64, chunk=128, dtype=BF16, z=True,
        D="channel", init=True, seq_idx=True),
-    _c("ssd_fwd_f16_partial_tiles", "ssd_fwd", SSD16,
-       "headdim 37, dstate 80: partial channel and state tiles; x a strided slice; chunk 64",
-       batch=1, L=150, nheads=2, headdim=37, ngroups=1, dstate=80, chunk=64, dtype=F16, strided=True),
-    _c("ssd_fwd_f32", "ssd_fwd", ["ssd_fwd_cb_f32", "ssd_fwd_state_f32", "ssd_fwd_pass", "ssd_fwd_scan_f32"],
+    _c("ssd_fwd_f16_partial_tiles", "ssd_fwd", _ssd16("1"),
+       "headdim 37, dstate 81: partial channel and state tiles, an odd state (one element a thread "
+       "in the state passing); x a strided slice; chunk 64",
+       batch=1, L=150, nheads=2, headdim=37, ngroups=1, dstate=81, chunk=64, dtype=F16, strided=True),
+    _c("ssd_fwd_f32", "ssd_fwd",
+       ["ssd_fwd_cb_f32", "ssd_fwd_state_f32", "ssd_fwd_pass_vec", "ssd_fwd_scan_f32"],
        "chunk 256 and one step past it, dstate 16, z", batch=2, L=257, nheads=2, headdim=32, ngroups=1,
        dstate=16, chunk=256, dtype=F32, z=True),
     _c("ssd_fwd_varlen_bf16", "ssd_fwd",
@@ -431,7 +447,7 @@ CASES: List[Case] = [
        batch=1, L=300, nheads=2, headdim=64, ngroups=1, dstate=64, chunk=64, dtype=BF16, init=True,
        cu_seqlens=(0, 70, 70, 128, 300)),
     _c("ssd_fwd_varlen_f32", "ssd_fwd",
-       ["ssd_fwd_cb_f32", "ssd_fwd_state_f32", "ssd_fwd_pass", "ssd_fwd_varlen_f32", "ssd_fwd_scan_f32"],
+       ["ssd_fwd_cb_f32", "ssd_fwd_state_f32", "ssd_fwd_pass_vec", "ssd_fwd_varlen_f32", "ssd_fwd_scan_f32"],
        "cu_seqlens, int64 offsets", batch=1, L=100, nheads=2, headdim=32, ngroups=1, dstate=16, chunk=64,
        dtype=F32, cu_seqlens=(0, 33, 100), cu_int64=True),
     # ---- Mamba-2 SSD backward (the forward first, then the backward with its recomputation)
@@ -439,9 +455,9 @@ CASES: List[Case] = [
        "3 chunks of 128 (short last), 2 groups of 2 heads, z, D per channel, initial / final states, seq_idx",
        batch=2, L=300, nheads=4, headdim=64, ngroups=2, dstate=64, chunk=128, dtype=BF16, z=True,
        D="channel", init=True, seq_idx=True, dfinal=True),
-    _c("ssd_bwd_f16_partial_tiles", "ssd_bwd", _ssd_bwd_kinds("16bit"),
-       "headdim 37, dstate 80: partial channel and state tiles; x a strided slice; chunk 64",
-       batch=1, L=150, nheads=2, headdim=37, ngroups=1, dstate=80, chunk=64, dtype=F16, strided=True),
+    _c("ssd_bwd_f16_partial_tiles", "ssd_bwd", _ssd_bwd_kinds("16bit", "1"),
+       "headdim 37, dstate 81: partial channel and state tiles, an odd state; x a strided slice; chunk 64",
+       batch=1, L=150, nheads=2, headdim=37, ngroups=1, dstate=81, chunk=64, dtype=F16, strided=True),
     _c("ssd_bwd_f32", "ssd_bwd", _ssd_bwd_kinds("f32"),
        "chunk 256 and one step past it, dstate 16, z, 8 heads in one group", batch=2, L=257, nheads=8,
        headdim=32, ngroups=1, dstate=16, chunk=256, dtype=F32, z=True, dfinal=True),
@@ -487,6 +503,7 @@ POLICY = {
     "kMaxGridYZ": 65535,
     "kVecCL": 4,  # causal_conv1d BwdPolicy
     "kVecCLLean": 2,
+    "kSsdPassVec": 4,  # csrc/ssd/ssd_policy.cuh SsdPassPolicy::kVec
 }
 # Clusters the H100 SXM held (docs/SCAN.md, "Rows per cluster"): a lower bound for the H200's.
 CLUSTER_CAPACITY = {16: 14, 8: 30}
@@ -681,8 +698,14 @@ def predict_ssd(c: Case) -> List[str]:
     kind = "f32" if p["dtype"] == F32 else "16bit"
     chunks = p["batch"] * _ceil(p["L"], p["chunk"])
     varlen = [f"ssd_fwd_varlen_{kind}"] if p.get("cu_seqlens") else []
-    return ([f"ssd_fwd_cb_{kind}", f"ssd_fwd_state_{kind}"] if chunks else []) + ["ssd_fwd_pass"] + varlen + \
-        ([f"ssd_fwd_scan_{kind}"] if chunks else [])
+    head = [f"ssd_fwd_cb_{kind}", f"ssd_fwd_state_{kind}"] if chunks else []
+    return head + [f"ssd_fwd_pass_{_pass_width(p)}"] + varlen + ([f"ssd_fwd_scan_{kind}"] if chunks else [])
+
+
+def _pass_width(p: dict) -> str:
+    """fwd.cu / bwd.cu: the state passing takes kVec elements a thread when headdim x dstate is a
+    multiple of it (our buffers are aligned), else one."""
+    return "vec" if p["headdim"] * p["dstate"] % POLICY["kSsdPassVec"] == 0 else "1"
 
 
 def predict_ssd_bwd(c: Case) -> List[str]:
@@ -691,7 +714,8 @@ def predict_ssd_bwd(c: Case) -> List[str]:
     p = c.params
     kind = "f32" if p["dtype"] == F32 else "16bit"
     steps = p["batch"] * p["L"]
-    return [k for k in _ssd_bwd_kinds(kind) if steps or k in ("ssd_bwd_pass", "ssd_bwd_sum")]
+    pass_ = f"ssd_bwd_pass_{_pass_width(p)}"
+    return [k for k in _ssd_bwd_kinds(kind, _pass_width(p)) if steps or k in (pass_, "ssd_bwd_sum")]
 
 
 def predict(c: Case) -> List[str]:

@@ -31,15 +31,17 @@ def bench(*args, cwd):
 
 
 def test_ours_runs_without_triton_and_compares(ms_dir, tmp_path):
-    r = bench(BENCH / "e2e_mamba2.py", "run", "--label", "ours", "--dir", tmp_path, "--ms-dir", ms_dir, "--tiny",
-              "--device", "cpu", cwd=tmp_path)
+    r = bench(BENCH / "e2e_mamba2.py", "run", "--label", "ours", "--dir", tmp_path, "--ms-dir", ms_dir,
+              "--tiny", "--device", "cpu", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "provenance ours: triton importable: False" in r.stdout
-    assert f"provenance ours: mamba_ssm.ops.triton.ssd_combined = {peer_sources.ROOT / 'selective_scan'}" in r.stdout
+    ours = peer_sources.ROOT / "selective_scan"
+    assert f"provenance ours: mamba_ssm.ops.triton.ssd_combined = {ours}" in r.stdout
     saved = torch.load(tmp_path / "mamba2-ours.pt")
     assert saved["meta"]["problems"] == []
     res = saved["results"]["float32"]
-    assert {"block.out", "block.dx", "block.dA_log", "lm.logits", "lm.loss", "gen.tokens"} <= set(res["tensors"])
+    want = {"block.out", "block.dx", "block.dA_log", "lm.logits", "lm.loss", "gen.tokens"}
+    assert want <= set(res["tensors"])
     assert {"Mamba2 layer forward", "Mamba2 layer fwd+bwd", "LM forward", "LM fwd+bwd",
             "generate, tokens/s"} <= set(res["times"])
     c = bench(BENCH / "e2e_mamba.py", "compare", "--stack", "mamba2", "--base", "ours", "--label", "ours",
@@ -50,7 +52,7 @@ def test_ours_runs_without_triton_and_compares(ms_dir, tmp_path):
 
 def test_a_side_not_on_its_modules_measures_nothing(tmp_path):
     # an --ms-dir without mamba_ssm: the import fails before anything is measured
-    r = bench(BENCH / "e2e_mamba2.py", "run", "--label", "ours", "--dir", tmp_path, "--ms-dir", tmp_path, "--tiny",
-              "--device", "cpu", cwd=tmp_path)
+    r = bench(BENCH / "e2e_mamba2.py", "run", "--label", "ours", "--dir", tmp_path, "--ms-dir", tmp_path,
+              "--tiny", "--device", "cpu", cwd=tmp_path)
     assert r.returncode == 2 and "PROVENANCE FAILED (ours)" in r.stderr
     assert not (tmp_path / "mamba2-ours.pt").exists()

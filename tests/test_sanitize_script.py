@@ -144,6 +144,7 @@ def test_policy_constants_are_the_sources():
         "kMaxGridYZ": hv.const(hv.code(CSRC / "selective_scan" / "update.cu"), "kMaxGridYZ"),
         "kVecCL": hv.const(conv_bwd, "kVecCL"),
         "kVecCLLean": hv.const(conv_bwd, "kVecCLLean"),
+        "kSsdPassVec": hv.value(CSRC / "ssd" / "ssd_policy.cuh", "kVec", "SsdPassPolicy"),
     }
     m = re.search(r"kMinBlocks\s*=\s*fit_blocks_per_sm\(kThreads,\s*kS == 1 \? (\d+) : (\d+)\)", fwd_lanes)
     assert m, "FwdLanesPolicy::kMinBlocks changed form"
@@ -224,7 +225,12 @@ def test_kind_patterns_tell_instantiations_apart():
         assert [t for t in names if re.search(k[f"ssd_fwd_{part}_f32"].kernel, names[t])] == ["float"]
         assert [t for t in names if re.search(k[f"ssd_fwd_{part}_16bit"].kernel, names[t])] == [
             "__half", "__nv_bfloat16"]
-    assert re.search(k["ssd_fwd_pass"].kernel, sd + "state_pass_kernel(mamba_kernels::ssd::SsdFwdParams)")
+    vec = hv.value(CSRC / "ssd" / "ssd_policy.cuh", "kVec", "SsdPassPolicy")
+    for w in (vec, 1):
+        name = sd + f"state_pass_kernel<{w}>(mamba_kernels::ssd::SsdFwdParams)"
+        kind = "vec" if w > 1 else "1"
+        assert re.search(k[f"ssd_fwd_pass_{kind}"].kernel, name)
+        assert not re.search(k[f"ssd_fwd_pass_{'1' if w > 1 else 'vec'}"].kernel, name)
     for kernel in ("gate_bwd_kernel", "chunk_dstate_kernel", "chunk_dcb_kernel", "chunk_dx_kernel",
                    "chunk_dbc_kernel", "chunk_ddt_kernel"):
         names = {t: sd + f"{kernel}<{t}>(mamba_kernels::ssd::SsdBwdParams)"
@@ -235,8 +241,10 @@ def test_kind_patterns_tell_instantiations_apart():
             "__half", "__nv_bfloat16"]
         assert not any(re.search(k[f"ssd_fwd_{q}_f32"].kernel, names["float"])
                        for q in ("cb", "state", "scan"))
-    pass_bwd = sd + "state_pass_bwd_kernel(mamba_kernels::ssd::SsdBwdParams)"
-    assert re.search(k["ssd_bwd_pass"].kernel, pass_bwd) and not re.search(k["ssd_fwd_pass"].kernel, pass_bwd)
+    for w, kind in ((vec, "vec"), (1, "1")):
+        pass_bwd = sd + f"state_pass_bwd_kernel<{w}>(mamba_kernels::ssd::SsdBwdParams)"
+        assert re.search(k[f"ssd_bwd_pass_{kind}"].kernel, pass_bwd)
+        assert not any(re.search(k[f"ssd_fwd_pass_{q}"].kernel, pass_bwd) for q in ("vec", "1"))
     assert re.search(k["ssd_bwd_sum"].kernel, sd + "param_sum_kernel(mamba_kernels::ssd::SsdBwdParams)")
 
 
