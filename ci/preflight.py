@@ -558,7 +558,11 @@ def preflight(
     torch_index: Optional[registries.Registry] = None,
 ) -> int:
     """Check ``cells`` (default: the whole matrix), print the report, return the exit status.
-    ``registry``: PyPI's projects; ``torch_index``: PyTorch's index pages (None: not checked)."""
+    ``registry``: PyPI's projects; ``torch_index``: PyTorch's index pages (None: not checked).
+
+    Long: the report is the function: each group of checks in the order the report prints it, with its
+    counts.
+    """
     out = out or sys.stdout
     start = time.monotonic()
     cells = list(support.cells() if cells is None else cells)

@@ -501,7 +501,11 @@ def site_base(line: str) -> str:
 
 
 def install_check(tools: Path, work: Path, origin: Path, site: str, torch_spec: str) -> List[str]:
-    """pip and uv into fresh venvs from the served index, then doctor: problems (empty: fine)."""
+    """pip and uv into fresh venvs from the served index, then doctor: problems (empty: fine).
+
+    Long: the install check's steps in the order a user takes them (the torch wheels once, then pip and
+    uv into fresh venvs, then the doctor), each with its own failure line.
+    """
     problems = []
     wheels = work / "torch-wheels"
     if not wheels.is_dir():
@@ -619,21 +623,7 @@ def rehearse_release(args: argparse.Namespace, work: Path, tools: Path) -> int:
     try:
         cell = matrix.find_cell(CELL)
         expected = re.sub(r"manylinux_\d+_\d+", floor, variant.wheel_name(version, cell))
-        # a half-done publish of an earlier attempt: the draft holds this wheel's name, half-uploaded
-        api.seed_release(REPO, tag, [(expected, b"half", "starter")])
-        api.set_faults(
-            [
-                {
-                    "method": "POST",
-                    "path_contains": "/assets",
-                    "status": 403,
-                    "retry_after": 1,
-                    "body": "You have exceeded a secondary rate limit",
-                },
-                {"method": "POST", "path_contains": "/assets", "status": 502},
-                {"method": "PATCH", "path_contains": "/releases/", "status": 429, "retry_after": 1},
-            ]
-        )
+        seed_faults(api, tag, expected)
         pypi, p1 = start_pypi(tools, work / "pypi" / "packages", "pypi")
         testpypi, p2 = start_pypi(tools, work / "testpypi" / "packages", "testpypi")
         procs += [p1, p2]
@@ -658,26 +648,7 @@ def rehearse_release(args: argparse.Namespace, work: Path, tools: Path) -> int:
             }
         )
         artifacts = Path(env["REHEARSAL_ARTIFACTS"])
-        event = {
-            "ref": f"refs/tags/{tag}",
-            "ref_name": tag,
-            "ref_type": "tag",
-            "repository": {
-                "full_name": REPO,
-                "name": REPO.split("/")[1],
-                "owner": {"login": REPO.split("/")[0]},
-                "default_branch": "main",
-            },
-            "inputs": {
-                "torch": "2.10",
-                "cuda": "13.0",
-                "python": "",
-                "os": "",
-                "platform": cell.platform,
-                "publish": "true",
-                "testpypi": "true",
-            },
-        }
+        event = release_event(tag, cell)
         t0 = time.time()
         rc, log = run_act(
             tools,
@@ -700,58 +671,116 @@ def rehearse_release(args: argparse.Namespace, work: Path, tools: Path) -> int:
         if added and not problems:
             problems.append(f"the added step in job {added[0]} did not fail the rehearsal")
         if not problems and not args.job:
-            problems += check_release(api, tag, wheels)
-            for w in (w for w in wheels if "-abi3-" in w.name):  # cibuildwheel's default audit
-                audit = subprocess.run(
-                    [str(tools / "bin" / "abi3audit"), "--strict", "--report", str(w)],
-                    capture_output=True,
-                    text=True,
-                )
-                (work / "abi3audit.json").write_text(audit.stdout)
-                if audit.returncode != 0:
-                    problems.append(f"abi3audit --strict: {w.name}: {(audit.stderr or audit.stdout)[-400:]}")
-                else:
-                    say(f"abi3audit --strict: {w.name}: no violations")
-            manifest = state / "pages" / REPO / "manifest.json"
-            listed = (
-                {w["filename"] for w in json.loads(manifest.read_text())["wheels"]}
-                if manifest.is_file()
-                else set()
-            )
-            problems += [f"the Pages index does not list {w.name}" for w in wheels if w.name not in listed]
-            sdists = list((work / "testpypi" / "packages").glob("mamba_kernels-*.tar.gz"))
-            if not sdists:
-                problems.append("the sdist did not reach the TestPyPI stand-in")
-            uploads = [r for r in api.requests() if r[0] == "POST" and "/assets" in r[1]]
-            say(
-                f"GitHub stand-in: {len(uploads)} upload requests ({', '.join(r[2] for r in uploads)}), "
-                f"{len(api.faults_left())} injected faults not reached"
-            )
-            problems += [f"injected fault not reached: {f}" for f in api.faults_left()]
-            if not problems:
-                problems += install_check(tools, work, origin, f"{api.url}/pages/{REPO}/", "torch==2.14.1")
+            problems += check_published(api, tools, work, origin, state, tag, wheels)
         print()
         print(f"release.yml (workflow_dispatch from {tag}), {time.time() - t0:.0f} s")
-        print("\n".join(table(jobs)))
-        print(
-            f"\ncells built here: {', '.join(w.name for w in wheels) or 'none'}"
-            f"{'' if args.full else f' (quick: architectures {QUICK_ARCH})'}"
-        )
-        print("cells not built here:")
-        print("\n".join(summarise_not_built(cells_not_built([CELL]))))
-        if added:
-            named = [p for p in problems if added[1] in p]
-            if named:
-                print(f"\nOK: the added step failed the rehearsal: {named[0]}")
-                return 0
-        for p in problems:
-            print(f"FAIL {p}")
-        print("rehearsal: " + ("FAILED" if problems else "OK"))
-        return 1 if problems else 0
+        return report(jobs, wheels, args.full, added, problems)
     finally:
         api.stop()
         for p in procs:
             p.terminate()
+
+def seed_faults(api: github_api.GitHubStandIn, tag: str, expected: str) -> None:
+    """What the release job must get through: a half-done publish of an earlier attempt (the
+    draft holds this wheel's name, half-uploaded) and the API's transient refusals."""
+    api.seed_release(REPO, tag, [(expected, b"half", "starter")])
+    api.set_faults(
+        [
+            {
+                "method": "POST",
+                "path_contains": "/assets",
+                "status": 403,
+                "retry_after": 1,
+                "body": "You have exceeded a secondary rate limit",
+            },
+            {"method": "POST", "path_contains": "/assets", "status": 502},
+            {"method": "PATCH", "path_contains": "/releases/", "status": 429, "retry_after": 1},
+        ]
+    )
+
+
+def release_event(tag: str, cell) -> dict:
+    """The workflow_dispatch event of the release, from the tag, for the cell built here."""
+    return {
+        "ref": f"refs/tags/{tag}",
+        "ref_name": tag,
+        "ref_type": "tag",
+        "repository": {
+            "full_name": REPO,
+            "name": REPO.split("/")[1],
+            "owner": {"login": REPO.split("/")[0]},
+            "default_branch": "main",
+        },
+        "inputs": {
+            "torch": "2.10",
+            "cuda": "13.0",
+            "python": "",
+            "os": "",
+            "platform": cell.platform,
+            "publish": "true",
+            "testpypi": "true",
+        },
+    }
+
+
+def check_published(api, tools: Path, work: Path, origin: Path, state: Path, tag: str,
+                    wheels: List[Path]) -> List[str]:
+    """After a green run: the release's assets, abi3audit on the stable-ABI wheels, the Pages
+    index, the sdist on the TestPyPI stand-in, every injected fault reached, then the install
+    check against the served index: problems (empty: fine)."""
+    problems = check_release(api, tag, wheels)
+    for w in (w for w in wheels if "-abi3-" in w.name):  # cibuildwheel's default audit
+        audit = subprocess.run(
+            [str(tools / "bin" / "abi3audit"), "--strict", "--report", str(w)],
+            capture_output=True,
+            text=True,
+        )
+        (work / "abi3audit.json").write_text(audit.stdout)
+        if audit.returncode != 0:
+            problems.append(f"abi3audit --strict: {w.name}: {(audit.stderr or audit.stdout)[-400:]}")
+        else:
+            say(f"abi3audit --strict: {w.name}: no violations")
+    manifest = state / "pages" / REPO / "manifest.json"
+    listed = (
+        {w["filename"] for w in json.loads(manifest.read_text())["wheels"]}
+        if manifest.is_file()
+        else set()
+    )
+    problems += [f"the Pages index does not list {w.name}" for w in wheels if w.name not in listed]
+    sdists = list((work / "testpypi" / "packages").glob("mamba_kernels-*.tar.gz"))
+    if not sdists:
+        problems.append("the sdist did not reach the TestPyPI stand-in")
+    uploads = [r for r in api.requests() if r[0] == "POST" and "/assets" in r[1]]
+    say(
+        f"GitHub stand-in: {len(uploads)} upload requests ({', '.join(r[2] for r in uploads)}), "
+        f"{len(api.faults_left())} injected faults not reached"
+    )
+    problems += [f"injected fault not reached: {f}" for f in api.faults_left()]
+    if not problems:
+        problems += install_check(tools, work, origin, f"{api.url}/pages/{REPO}/", "torch==2.14.1")
+    return problems
+
+
+def report(jobs, wheels: List[Path], full: bool, added, problems: List[str]) -> int:
+    """The jobs' table, the cells built and not built here, the problems; the exit status (an
+    added step that failed the rehearsal, as it should, is a pass)."""
+    print("\n".join(table(jobs)))
+    print(
+        f"\ncells built here: {', '.join(w.name for w in wheels) or 'none'}"
+        f"{'' if full else f' (quick: architectures {QUICK_ARCH})'}"
+    )
+    print("cells not built here:")
+    print("\n".join(summarise_not_built(cells_not_built([CELL]))))
+    if added:
+        named = [p for p in problems if added[1] in p]
+        if named:
+            print(f"\nOK: the added step failed the rehearsal: {named[0]}")
+            return 0
+    for p in problems:
+        print(f"FAIL {p}")
+    print("rehearsal: " + ("FAILED" if problems else "OK"))
+    return 1 if problems else 0
+
 
 
 def rehearse_pull_request(args: argparse.Namespace, work: Path, tools: Path) -> int:

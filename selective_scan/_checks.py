@@ -250,7 +250,11 @@ def check_mamba_inner(
 
     ``biases``: conv1d_bias, out_proj_bias, B_proj_bias, C_proj_bias by name. Without
     ``autocast`` the projections run in xz's dtype, so their weights (and out_proj_bias) must
-    have it; under autocast they are cast to the autocast dtype first."""
+    have it; under autocast they are cast to the autocast dtype first.
+
+    Long: one check per argument of mamba_inner_fn in its signature's order, each with its own message;
+    helpers would scatter that order without shortening the checks.
+    """
     biases = biases or {}
     for name, t in (
         ("xz", xz),

@@ -243,7 +243,12 @@ def _dz_shape(t: object) -> str:
 def bwd(
     u, delta, A, B, C, D, z, delta_bias, dout, x, out, dz, delta_softplus, recompute_out_z
 ) -> List[Optional[Tensor]]:
-    """[du, ddelta, dA, dB, dC, dD, ddelta_bias] (+ [dz] with z) (+ [out_z] if recompute_out_z)."""
+    """[du, ddelta, dA, dB, dC, dD, ddelta_bias] (+ [dz] with z) (+ [out_z] if recompute_out_z).
+
+    Long: selective_scan_cuda.bwd's whole contract in one place: the compiled call for the arguments it
+    takes, else every argument checked in the original's order, then the PyTorch path; its lines are the
+    checks themselves.
+    """
     compiled = isinstance(recompute_out_z, bool) and isinstance(dout, Tensor) and _fast(u, A, delta_softplus)
     if z is not None and isinstance(dz, Tensor):  # written in place: the in-place targets' rule
         argchecks.require_writable("dz", dz, fn="selective_scan_cuda.bwd", seen=_dz_shape)

@@ -225,6 +225,9 @@ class MambaInnerFn(torch.autograd.Function):
         dt_rms_weight=None,
         b_c_dt_rms_eps=1e-6,
     ):
+        """Long: the fused layer's forward as one sequence (conv, x projection, delta, B and C, the scan,
+        the out projection), in the order of the original's MambaInnerFn.forward, so the two read side
+        by side and the tensors saved for the backward are named where they are made."""
         delta_softplus = _checks.require_bool("delta_softplus", delta_softplus)
         rms = {"b_rms_weight": b_rms_weight, "c_rms_weight": c_rms_weight, "dt_rms_weight": dt_rms_weight}
         cast = _amp.autocast_dtype()
@@ -323,6 +326,8 @@ class MambaInnerFn(torch.autograd.Function):
     @staticmethod
     @_amp.custom_bwd
     def backward(ctx, dout):
+        """Long: the forward's steps in reverse, each recomputed tensor next to the gradient that needs it,
+        in the order of the original's MambaInnerFn.backward."""
         (
             xz,
             conv1d_weight,

@@ -301,7 +301,12 @@ def backward(
     (gated when z is given). A given ``dz`` (z's shape) is written in place and returned.
     ``out_z`` is only computed when ``recompute_out_z``. ``checkpoints`` from ``forward``
     (same inputs) spare most of the forward scan's recomputation, and its un-gated output ``y``
-    (``out``) the output's."""
+    (``out``) the output's.
+
+    Long: the reverse scan and the gradients it feeds, block by block, with the recomputation choices
+    (checkpoints, y) at the point they apply; split, the blocks' shared state would travel through many
+    arguments.
+    """
     batch, dim, L = p.u.shape
     n = p.A.shape[1]
     du = torch.empty_like(p.u)

@@ -75,7 +75,11 @@ def _named(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices) -> dict:
 def _check(state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices) -> bool:
     """Validate one decode step's arguments; return whether the compiled kernel covers them
     (``_fits``). Runs on every decode step, so the good path reads each attribute once and
-    builds no string: messages are made only on failure."""
+    builds no string: messages are made only on failure.
+
+    Long: it runs on every decode step, so the checks stay inline: the good path reads each attribute
+    once and calls nothing it can avoid.
+    """
     if not (
         isinstance(state, Tensor)
         and isinstance(x, Tensor)
@@ -239,7 +243,12 @@ def selective_state_update(
     dt_softplus: bool = False,
     state_batch_indices: Optional[Tensor] = None,
 ) -> Tensor:
-    """One decode step; updates ``state`` in place and returns out (x's shape and dtype)."""
+    """One decode step; updates ``state`` in place and returns out (x's shape and dtype).
+
+    Long: the dispatch of a host-bound decode step (the compiled op first, our checks only when it
+    refuses, then the PyTorch path), commented step by step; moving parts out would add a call to every
+    step.
+    """
     # a flag must be a bool, as for selective_scan_fn: dt_softplus="no" would otherwise be true
     dt_softplus = _checks.require_bool("dt_softplus", dt_softplus)
     if isinstance(state, Tensor):

@@ -286,6 +286,9 @@ def ssd_forward(
 
 
 def _forward(x, dt, A, B, C, Q, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_softplus, dt_limit):
+    """Long: the chunked algorithm's stages in order (discretise, chunk states, state passing, outputs)
+    over padded chunks, with the NaN-exact and checkpointed variants where they branch; each stage's
+    tensors feed the next."""
     real = compute_dtype(x)
     batch, seqlen, nheads, headdim = x.shape
     ngroups, dstate = B.shape[2], B.shape[3]

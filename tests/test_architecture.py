@@ -246,3 +246,35 @@ def test_the_ci_checks_fail_on_an_injected_ci_import_circle_and_local_import(tmp
     bad = unmarked_local_imports(root, CI)
     assert any("ci.plan" in b and "mamba_kernels" in b for b in bad)
     assert any("ci.plan" in b and "json" in b for b in bad)
+
+
+# A function longer than this says why in its docstring, in a sentence starting "Long:".
+MAX_FUNCTION_LINES = 80
+
+
+def long_functions(root: Path) -> List[str]:
+    """Functions over MAX_FUNCTION_LINES lines in what ships and in ci/ whose docstring gives no
+    "Long:" reason."""
+    bad = []
+    for top in (*SHIPPED, CI):
+        path = root / top
+        for f in [path] if path.suffix == ".py" else sorted(path.rglob("*.py")):
+            for n in ast.walk(ast.parse(f.read_text(encoding="utf-8"), str(f))):
+                if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                lines = n.end_lineno - n.lineno + 1
+                if lines > MAX_FUNCTION_LINES and "Long:" not in (ast.get_docstring(n) or ""):
+                    bad.append(f"{f.relative_to(root)}:{n.lineno} {n.name} ({lines} lines)")
+    return bad
+
+
+def test_long_functions_say_why():
+    assert long_functions(ROOT) == []
+
+
+def test_the_length_check_fails_on_an_injected_long_function(tmp_path):
+    root = _copy(tmp_path)
+    version = root / PACKAGE / "facts" / "version.py"
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    version.write_text(version.read_text(encoding="utf-8") + f"\n\ndef _sprawl():\n{body}    return 0\n")
+    assert any("_sprawl" in b for b in long_functions(root))

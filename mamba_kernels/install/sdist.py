@@ -526,7 +526,12 @@ def sdist_version(root: str) -> str:
 def build_wheel(root: str, wheel_directory: str, pure_build: Callable[[str], str],
                 environ: Mapping[str, str] = os.environ) -> str:
     """The backend's build_wheel for an unpacked sdist at ``root``. ``pure_build(out_dir)``
-    builds the pure-Python wheel (setuptools with the CUDA build skipped) and returns its path."""
+    builds the pure-Python wheel (setuptools with the CUDA build skipped) and returns its path.
+
+    Long: the three ways to a wheel in their order of preference (a verified prebuilt wheel, a source
+    build, pure Python), each falling through to the next with the reason it gave; one function, so the
+    order and every fall-through read in one place.
+    """
 
     version = sdist_version(root)
     try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import quote, unquote, urlsplit
 
 from ..facts.variant import PROJECT
@@ -40,25 +40,9 @@ def load_previous(source: str, allow_missing: bool = False) -> List[Dict[str, An
     recorded ("_copy_from" names that file).
     """
     what = "--previous"
-    if fetching.is_url(source):
-        try:
-            raw = fetching.read_all(source, PREVIOUS_TIMEOUT, fetching.MAX_PAGE_BYTES)[0]
-        except fetching.FetchError as e:
-            if e.status in (404, 410):
-                return _missing(source, f"HTTP {e.status}", allow_missing)
-            raise fail(what, source, str(e)) from None
-    elif "://" in source:
-        raise fail(what, source, "must be a path or an http(s) URL")
-    else:
-        path = Path(source)
-        if not path.exists() and not path.is_symlink():
-            return _missing(source, "no such file", allow_missing)
-        if not path.is_file():
-            raise fail(what, source, "is not a regular file")
-        try:
-            raw = path.read_bytes()
-        except OSError as e:
-            raise fail(what, source, f"cannot be read: {e.strerror or e}") from None
+    raw, why_missing = _read_source(source)
+    if raw is None:
+        return _missing(source, why_missing, allow_missing)
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
@@ -71,47 +55,74 @@ def load_previous(source: str, allow_missing: bool = False) -> List[Dict[str, An
     wheels = data.get("wheels")
     if not isinstance(wheels, list):
         raise fail(what, source, "has no \"wheels\" list")
-    out: List[Dict[str, Any]] = []
-    seen = set()
-    for i, e in enumerate(wheels):
-        if not isinstance(e, dict) or not isinstance(e.get("filename"), str):
-            raise fail(what, source, f"wheel entry {i} has no \"filename\"")
-        fn = e["filename"]
-        where = f"{fn} (in {source})"
-        info = check_filename(fn, where)
-        if fn in seen:
-            raise fail("wheel", where, "is listed twice")
-        seen.add(fn)
-        sha, url = e.get("sha256"), e.get("url")
-        if not isinstance(sha, str) or not _SHA256_RE.match(sha):
-            raise fail("wheel", where, f"has no valid sha256 (got {sha!r})")
-        if not isinstance(url, str) or not url:
-            raise fail("wheel", where, "has no url")
-        label = fn.split("-")[1].split("+", 1)[1]
-        if e.get("label", label) != label:
-            raise fail("wheel", where, f"is recorded under label {e.get('label')!r}, its name says "
-                        f"{label!r}")
-        entry = dict(e)
-        entry["label"] = label
-        assert info.variant is not None
-        for k, v in label_fields(info).items():
-            entry.setdefault(k, v)
-        entry.setdefault("requires_python", None)
-        _check_entry_fields(entry, where)
-        if not fetching.is_url(url):
-            if fetching.is_url(source) or urlsplit(url).scheme or url.startswith("/"):
-                raise fail("wheel", where, f"has the relative URL {url!r}: a published manifest must "
-                            "record absolute asset URLs (write it with --asset-url)")
-            local = Path(source).parent / unquote(url.split("#", 1)[0])  # resolved against its base
-            if local.is_symlink() or not local.is_file():
-                raise fail("wheel", where, f"is linked relatively ({url!r}) but {str(local)!r} is not a "
-                            "regular file to carry over")
-            if wheel_metadata.sha256_of(local) != sha:
-                raise fail("wheel", where, f"{str(local)!r} does not have the recorded sha256")
-            entry["_copy_from"] = str(local)
-            entry["url"] = "wheels/" + quote(fn)  # copied under the name it is linked by
-        out.append(entry)
-    return out
+    seen: set = set()
+    return [_previous_entry(e, i, source, seen) for i, e in enumerate(wheels)]
+
+
+def _read_source(source: str) -> Tuple[Optional[bytes], str]:
+    """(the manifest's bytes, ""), or (None, why) when it does not exist; any other failure to
+    read it raises."""
+    what = "--previous"
+    if fetching.is_url(source):
+        try:
+            return fetching.read_all(source, PREVIOUS_TIMEOUT, fetching.MAX_PAGE_BYTES)[0], ""
+        except fetching.FetchError as e:
+            if e.status in (404, 410):
+                return None, f"HTTP {e.status}"
+            raise fail(what, source, str(e)) from None
+    if "://" in source:
+        raise fail(what, source, "must be a path or an http(s) URL")
+    path = Path(source)
+    if not path.exists() and not path.is_symlink():
+        return None, "no such file"
+    if not path.is_file():
+        raise fail(what, source, "is not a regular file")
+    try:
+        return path.read_bytes(), ""
+    except OSError as e:
+        raise fail(what, source, f"cannot be read: {e.strerror or e}") from None
+
+
+def _previous_entry(e: Any, i: int, source: str, seen: set) -> Dict[str, Any]:
+    """Wheel entry ``i`` of the manifest at ``source``, checked and completed (see load_previous)."""
+    what = "--previous"
+    if not isinstance(e, dict) or not isinstance(e.get("filename"), str):
+        raise fail(what, source, f"wheel entry {i} has no \"filename\"")
+    fn = e["filename"]
+    where = f"{fn} (in {source})"
+    info = check_filename(fn, where)
+    if fn in seen:
+        raise fail("wheel", where, "is listed twice")
+    seen.add(fn)
+    sha, url = e.get("sha256"), e.get("url")
+    if not isinstance(sha, str) or not _SHA256_RE.match(sha):
+        raise fail("wheel", where, f"has no valid sha256 (got {sha!r})")
+    if not isinstance(url, str) or not url:
+        raise fail("wheel", where, "has no url")
+    label = fn.split("-")[1].split("+", 1)[1]
+    if e.get("label", label) != label:
+        raise fail("wheel", where, f"is recorded under label {e.get('label')!r}, its name says "
+                    f"{label!r}")
+    entry = dict(e)
+    entry["label"] = label
+    assert info.variant is not None
+    for k, v in label_fields(info).items():
+        entry.setdefault(k, v)
+    entry.setdefault("requires_python", None)
+    _check_entry_fields(entry, where)
+    if not fetching.is_url(url):
+        if fetching.is_url(source) or urlsplit(url).scheme or url.startswith("/"):
+            raise fail("wheel", where, f"has the relative URL {url!r}: a published manifest must "
+                        "record absolute asset URLs (write it with --asset-url)")
+        local = Path(source).parent / unquote(url.split("#", 1)[0])  # resolved against its base
+        if local.is_symlink() or not local.is_file():
+            raise fail("wheel", where, f"is linked relatively ({url!r}) but {str(local)!r} is not a "
+                        "regular file to carry over")
+        if wheel_metadata.sha256_of(local) != sha:
+            raise fail("wheel", where, f"{str(local)!r} does not have the recorded sha256")
+        entry["_copy_from"] = str(local)
+        entry["url"] = "wheels/" + quote(fn)  # copied under the name it is linked by
+    return entry
 
 
 def _check_entry_fields(entry: Dict[str, Any], where: str) -> None:
