@@ -2,7 +2,7 @@
 ``mamba_chunk_scan_combined``, forward alone and forward + backward, at Mamba-2's shapes, in one
 process.
 
-    python3 bench/bench_ssd.py --ms-dir DIR [--shapes all|0,1,2] [--reps N] [--no-first-call]
+    python3 bench/bench_ssd.py --ms-dir DIR [--shapes all|0,1,2,3] [--reps N] [--no-first-call]
                                [--no-backward] [--json PATH]
 
 Forward + backward: ours is ssd_forward_cuda then ssd_backward_cuda (the gradients of x, dt, A,
@@ -30,6 +30,7 @@ import argparse
 import importlib
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -50,13 +51,24 @@ SHAPES = [
     (4, 4096, 128, 64, 128, 8, 256, "bfloat16"),  # Triton 1.539 ms; 6.729 ms
     (2, 8192, 32, 64, 64, 1, 256, "float32"),  # Triton 1.119 ms; 4.723 ms
 ]
+# A packed batch: 64 sequences of lengths drawn from 1-1024 (a fixed seed) in one row, with the
+# 2.7B layer's heads; the forward takes cu_seqlens and seq_idx and returns each sequence's final
+# state, the forward + backward seq_idx alone (mamba_ssm's backward refuses the varlen states).
+# (The task quoted Triton at 1.963 ms; 7.278 ms for its own draw of 33,742 tokens.)
+_DRAW = random.Random(64)
+VARLEN_LENGTHS = [_DRAW.randint(1, 1024) for _ in range(64)]
+VARLEN_SHAPE = (1, sum(VARLEN_LENGTHS), 80, 64, 128, 1, 256, "bfloat16")
+SHAPES.append(VARLEN_SHAPE)
 GRADS = ("x", "dt", "A", "B", "C", "D", "dt_bias")
 ORIG_MODULE = "mamba_ssm.ops.triton.ssd_combined"
 
 
 def shape_text(shape) -> str:
     names = ("batch", "seqlen", "nheads", "headdim", "dstate", "ngroups", "chunk")
-    return ", ".join(f"{n} {v}" for n, v in zip(names, shape))
+    text = ", ".join(f"{n} {v}" for n, v in zip(names, shape))
+    if tuple(shape) == VARLEN_SHAPE:
+        text = f"varlen: {len(VARLEN_LENGTHS)} sequences of 1-1024 packed, " + text
+    return text
 
 
 def json_records(measured, context):
@@ -111,7 +123,23 @@ def make_inputs(shape, n_sets, seed=0):
             dt_bias=torch.randn(nheads, device="cuda", generator=g) * 0.5,
             dout=r(batch, seqlen, nheads, headdim),
         ))
+        if tuple(shape) == VARLEN_SHAPE:  # the packed sequences' offsets and ids
+            ends = torch.tensor(VARLEN_LENGTHS).cumsum(0)
+            offsets = torch.cat([torch.zeros(1, dtype=ends.dtype), ends])
+            sets[-1]["cu_seqlens"] = offsets.to("cuda", torch.int32)
+            ids = torch.repeat_interleave(torch.arange(len(VARLEN_LENGTHS)), torch.tensor(VARLEN_LENGTHS))
+            sets[-1]["seq_idx"] = ids[None].to("cuda", torch.int32)
     return sets
+
+
+def varlen_args(a, forward: bool) -> dict:
+    """The packed batch's keyword arguments (none for the other shapes): the forward takes
+    cu_seqlens and returns the varlen states; forward + backward takes seq_idx alone."""
+    if "seq_idx" not in a:
+        return {}
+    if forward:
+        return dict(seq_idx=a["seq_idx"], cu_seqlens=a["cu_seqlens"])
+    return dict(seq_idx=a["seq_idx"])
 
 
 def callers(shape, ours, orig):
@@ -120,11 +148,13 @@ def callers(shape, ours, orig):
 
     def o(a):
         return ours(a["x"], a["dt"], a["A"], a["B"], a["C"], chunk, D=a["D"], dt_bias=a["dt_bias"],
-                    dt_softplus=True)[0]
+                    dt_softplus=True, **varlen_args(a, True))[0]
 
     def t(a):
-        return orig(a["x"], a["dt"], a["A"], a["B"], a["C"], chunk, D=a["D"], dt_bias=a["dt_bias"],
-                    dt_softplus=True)
+        kw = varlen_args(a, True)
+        out = orig(a["x"], a["dt"], a["A"], a["B"], a["C"], chunk, D=a["D"], dt_bias=a["dt_bias"],
+                   dt_softplus=True, **kw, **(dict(return_varlen_states=True) if kw else {}))
+        return out[0] if kw else out
 
     return {"ours": o, "triton": t}
 
@@ -136,17 +166,18 @@ def grad_callers(shape, ours, ours_bwd, orig):
     chunk = shape[6]
 
     def o(a):
+        kw = varlen_args(a, False)
         y = ours(a["x"], a["dt"], a["A"], a["B"], a["C"], chunk, D=a["D"], dt_bias=a["dt_bias"],
-                 dt_softplus=True)[0]
+                 dt_softplus=True, **kw)[0]
         g = ours_bwd(a["dout"], a["x"], a["dt"], a["A"], a["B"], a["C"], y, chunk, D=a["D"],
-                     dt_bias=a["dt_bias"], dt_softplus=True)
+                     dt_bias=a["dt_bias"], dt_softplus=True, **kw)
         return (g[0], g[1], g[2], g[3], g[4], g[5], g[7])
 
     def t(a):
         leaves = [a[k].detach().requires_grad_() for k in GRADS]
         x, dt, A, B, C, D, dt_bias = leaves
         with torch.enable_grad():
-            out = orig(x, dt, A, B, C, chunk, D=D, dt_bias=dt_bias, dt_softplus=True)
+            out = orig(x, dt, A, B, C, chunk, D=D, dt_bias=dt_bias, dt_softplus=True, **varlen_args(a, False))
             return torch.autograd.grad(out, leaves, a["dout"])
 
     return {"ours": o, "triton": t}
