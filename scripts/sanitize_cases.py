@@ -645,8 +645,9 @@ def predict_scan(c: Case) -> List[str]:
     return kinds + ["scan_bwd_sum_partials"]
 
 
-def predict_decode(c: Case) -> List[str]:
-    """update.cu: launch_for_state, shape_for, lean_fits, row_fits, row_is_mamba1, launch_lean."""
+def predict_decode(c: Case, sms: int = SMS) -> List[str]:
+    """update.cu: launch_for_state, shape_for, lean_fits, row_fits, row_is_mamba1, launch_lean, on
+    a GPU of ``sms`` multiprocessors."""
     p = c.params
     P = POLICY
     batch, nheads, dim, N = p["batch"], p.get("nheads"), p["dim"], p["dstate"]
@@ -670,14 +671,14 @@ def predict_decode(c: Case) -> List[str]:
     if not lean:
         return [f"decode_typed_{mode}"]
     rows = batch * heads * dim
-    row = not p.get("A_bcast") and rows <= P["kRowMaxRowsPerSm"] * SMS and not p.get("strided")
+    row = not p.get("A_bcast") and rows <= P["kRowMaxRowsPerSm"] * sms and not p.get("strided")
     if row:
         mamba1 = nheads in (None, 1) and not p.get("slots") and N == 16 and lanes == 16 // V
         return ["decode_row_mamba1" if mamba1 else "decode_row"]
-    passes = lanes if lanes > 1 and rows >= P["kLeanFullRowsPerSm"] * SMS else 1
+    passes = lanes if lanes > 1 and rows >= P["kLeanFullRowsPerSm"] * sms else 1
     if passes == 1:
         return ["decode_lean_p1"]
-    if _SIZE[state] == 4 and passes % 4 == 0 and rows < P["kLeanQuadMaxRowsPerSm"] * SMS:
+    if _SIZE[state] == 4 and passes % 4 == 0 and rows < P["kLeanQuadMaxRowsPerSm"] * sms:
         return ["decode_lean_p4"]
     return ["decode_lean_p2"]
 

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdlib>
 
 namespace mamba_kernels {
 
@@ -13,10 +14,25 @@ namespace mamba_kernels {
 constexpr int kFallbackSmCount = 132;
 constexpr int kMaxDevices = 64;
 
+// MAMBA_KERNELS_SM_COUNT (the knob registry's SM_COUNT; a positive integer), read once: when
+// set, every device counts as that many multiprocessors. GPU tests set it to make the launch
+// choices of a GPU of another size on the one they have; results never depend on it.
+inline int sm_count_override() {
+  static const int value = [] {
+    const char* s = std::getenv("MAMBA_KERNELS_SM_COUNT");
+    if (!s || !*s) return 0;
+    char* end = nullptr;
+    const long v = std::strtol(s, &end, 10);
+    return (*end == '\0' && v > 0 && v <= 1 << 16) ? int(v) : 0;
+  }();
+  return value;
+}
+
 // Multiprocessors of device `dev` (kFallbackSmCount for an index outside [0, kMaxDevices) or a
-// failed query, whose error is cleared).
+// failed query, whose error is cleared); the override above when it is set.
 inline int sm_count(int dev) {
   static std::atomic<int> counts[kMaxDevices];  // 0: not read yet
+  if (const int forced = sm_count_override()) return forced;
   if (dev < 0 || dev >= kMaxDevices) return kFallbackSmCount;
   int n = counts[dev].load(std::memory_order_relaxed);
   if (n == 0) {

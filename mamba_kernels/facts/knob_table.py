@@ -70,6 +70,11 @@ MAMBA2_CUDA = Knob(
     PREFIX + "MAMBA2_CUDA", "bool", "runtime",
     "the Mamba-2 ops' CUDA kernels (SSD scan, gated norm) on CUDA tensors; 0 sends CUDA tensors "
     "to the PyTorch path", "1")
+SM_COUNT = Knob(
+    PREFIX + "SM_COUNT", "number", "runtime",
+    "the multiprocessor count the kernels' launch choices assume instead of each device's own "
+    "(csrc/common/device_info.h; set by GPU tests to size launches as for another GPU; speed "
+    "only, never results; ignored unless a positive integer)", internal=True)
 
 # ----------------------------------------------------------------------------- install
 INDEX = Knob(
@@ -122,7 +127,7 @@ TORCH_DIR = Knob(
     "environments", internal=True)
 
 KNOBS: Tuple[Knob, ...] = (
-    BACKEND, SCAN_STATES, MAMBA2_CUDA,
+    BACKEND, SCAN_STATES, MAMBA2_CUDA, SM_COUNT,
     INDEX, INDEX_TIMEOUT, TARGET_PYTHON,
     FORCE_BUILD, SKIP_CUDA_BUILD, FORCE_CXX11_ABI, RELEASE, BINDING, BUILD_FROM_SDIST,
     TORCH_CUDA_ARCH_LIST, MAX_JOBS, NVCC_THREADS,
