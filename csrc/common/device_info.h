@@ -19,6 +19,9 @@ constexpr int kMaxDevices = 64;
 // choices of a GPU of another size on the one they have; results never depend on it.
 inline int sm_count_override() {
   static const int value = [] {
+#ifdef _MSC_VER
+#pragma warning(suppress : 4996)  // getenv: the value is parsed here, never kept
+#endif
     const char* s = std::getenv("MAMBA_KERNELS_SM_COUNT");
     if (!s || !*s) return 0;
     char* end = nullptr;
