@@ -69,6 +69,18 @@ def prepare(label: str, ms_dir: str) -> list:
     return lines
 
 
+def peak_mib(fn) -> float:
+    """MiB that one call of fn allocates at its peak beyond what was allocated before it."""
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
 def run(label: str, sz: dict, device: str, dtype, problems: list) -> tuple:
     import e2e_mamba as e2e
     import torch
@@ -104,13 +116,7 @@ def run(label: str, sz: dict, device: str, dtype, problems: list) -> tuple:
 
     times.time("Mamba2 layer fwd+bwd", block_step, device, sz["reps"])
     if device == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        block_step()
-        torch.cuda.synchronize()
-        peak = (torch.cuda.max_memory_allocated() - base) / 2**20
-        times["Mamba2 layer fwd+bwd: peak memory above the inputs, MiB"] = peak
+        times["Mamba2 layer fwd+bwd: peak memory above the inputs, MiB"] = peak_mib(block_step)
     e2e.CALLS.clear()
     # the language model: a next-token loss forward + backward, then greedy generation
     torch.manual_seed(SEED)
@@ -135,13 +141,7 @@ def run(label: str, sz: dict, device: str, dtype, problems: list) -> tuple:
 
     times.time("LM fwd+bwd", lm_step, device, sz["reps"])
     if device == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        lm_step()
-        torch.cuda.synchronize()
-        peak = (torch.cuda.max_memory_allocated() - base) / 2**20
-        times["LM fwd+bwd: peak memory above the model, MiB"] = peak
+        times["LM fwd+bwd: peak memory above the model, MiB"] = peak_mib(lm_step)
     model.eval()
     prompt = ids[:, : sz["prompt"]]
     max_length = sz["prompt"] + sz["new"]

@@ -11,6 +11,8 @@ import tarfile
 from pathlib import Path
 from typing import Optional
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SDIST_NAME = "mamba_ssm-2.3.2.post1.tar.gz"
 SDIST_DIR = ROOT / "build" / "peer-sdists"
@@ -28,6 +30,15 @@ def mamba_ssm_sdist() -> Path:
                         "--no-binary", ":all:", "mamba-ssm==2.3.2.post1", "-d", str(SDIST_DIR)],
                        env=env, capture_output=True, timeout=120)
     return path
+
+
+def mamba_ssm_src_or_skip(tmp_path_factory) -> Path:
+    """For a module-scoped fixture: the unpacked sdist's folder (see unpack_mamba_ssm), or the
+    test skipped when the sdist is not at hand."""
+    top = unpack_mamba_ssm(tmp_path_factory.mktemp("mamba_ssm_src"))
+    if top is None:
+        pytest.skip(f"no mamba_ssm sdist at {mamba_ssm_sdist()}, and it could not be fetched")
+    return top
 
 
 def unpack_mamba_ssm(dest: Path) -> Optional[Path]:

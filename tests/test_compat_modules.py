@@ -331,10 +331,7 @@ def _mamba_ssm(tmp_path_factory):
     in every model and huggingface_hub, is skipped). Where Triton cannot be imported, its
     Triton modules come from ours (selective_scan.for_mamba_ssm) for the time of the import."""
     pytest.importorskip("einops")
-    top = peer_sources.unpack_mamba_ssm(tmp_path_factory.mktemp("mamba_ssm_src"))
-    if top is None:
-        pytest.skip(f"no mamba_ssm sdist at {peer_sources.mamba_ssm_sdist()}, and it could not be fetched")
-    src = top / "mamba_ssm"
+    src = peer_sources.mamba_ssm_src_or_skip(tmp_path_factory) / "mamba_ssm"
     saved = {k: v for k, v in sys.modules.items() if k == "mamba_ssm" or k.startswith("mamba_ssm.")}
     pkg = types.ModuleType("mamba_ssm")
     pkg.__path__ = [str(src)]

@@ -18,10 +18,7 @@ BENCH = peer_sources.ROOT / "bench"
 
 @pytest.fixture(scope="module")
 def ms_dir(tmp_path_factory):
-    top = peer_sources.unpack_mamba_ssm(tmp_path_factory.mktemp("mamba_ssm_src"))
-    if top is None:
-        pytest.skip(f"no mamba_ssm sdist at {peer_sources.mamba_ssm_sdist()}, and it could not be fetched")
-    return top
+    return peer_sources.mamba_ssm_src_or_skip(tmp_path_factory)
 
 
 def bench(*args, cwd):

@@ -29,10 +29,7 @@ torch.manual_seed(0)
 
 @pytest.fixture(scope="module")
 def mamba_ssm_src(tmp_path_factory):
-    top = peer_sources.unpack_mamba_ssm(tmp_path_factory.mktemp("mamba_ssm_src"))
-    if top is None:
-        pytest.skip(f"no mamba_ssm sdist at {peer_sources.mamba_ssm_sdist()}, and it could not be fetched")
-    return top
+    return peer_sources.mamba_ssm_src_or_skip(tmp_path_factory)
 
 
 def run(script: str, *paths) -> str:
