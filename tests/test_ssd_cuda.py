@@ -150,7 +150,7 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 @gpu
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("chunk", [64, 128, 256])
+@pytest.mark.parametrize("chunk", [64, 128, 256, 37, 100])  # 37: odd rows of C B^T; 100: a partial t-tile
 def test_dtypes_and_chunks(ops, dtype, chunk):
     args = make(seqlen=2 * chunk + 37, dtype=dtype)  # odd length: a short last chunk
     check(ops, args, chunk, dtype)

@@ -32,6 +32,7 @@
 #include "device_utils.cuh"
 #include "ssd.h"
 #include "ssd_pass.cuh"
+#include "ssd_mma.cuh"
 #include "ssd_policy.cuh"
 #include "ssd_tile.cuh"
 
@@ -611,19 +612,314 @@ struct ChunkScanAgent {
   }
 };
 
+#if MK_SSD_MMA
+// chunk_scan for 16-bit inputs on sm_80 and later, on mma.sync with fragments whose layout is
+// fixed (ssd_mma.cuh): the decayed M = C B^T exp(cs_t - cs_s) dt_s is built in registers as the
+// A operand straight from the workspace (never stored to shared memory), the off-chunk rows are
+// scaled by exp(cs_t) in the accumulators, x tiles arrive by cp.async one s-block ahead, and the
+// store reads its accumulators in place. Same tiles (SsdPolicy<true>), same math and the same
+// NaN rule as ChunkScanAgent: a masked entry of M is an exact 0 by a select, and the diagonal
+// 16 x 16 block goes through the tensor cores only when the warp's x rows there are finite;
+// otherwise its terms s <= t are added one by one.
+template <typename T>
+struct ChunkScanMmaAgent {
+  using Pol = SsdPolicy<true>;
+  static constexpr int NT = Pol::kThreads, BT = Pol::kScanT, BP = Pol::kScanP, BK = Pol::kScanK, BS = BT;
+  static constexpr int LDK = BK + Pol::kPadS;  // C and H rows (16-byte multiples: ldmatrix rows)
+  static constexpr int LDX = BP + Pol::kPadS;  // x rows
+  static constexpr int kNT = BP / 8;           // 8-channel accumulator tiles of a warp's 16 rows
+  static constexpr int V = 8;                  // 16-bit elements a 16-byte piece
+  static_assert(BT == 16 * (NT / 32) && BP % 16 == 0 && BK % 16 == 0, "a 16-row strip per warp");
+
+  struct Smem {
+    alignas(16) float cs[kMaxChunk];
+    alignas(16) float dt[kMaxChunk];
+    alignas(16) int32_t seq[kMaxChunk];
+    alignas(16) T c[BT * LDK];
+    alignas(16) T h[BP * LDK];
+    alignas(16) T x[2][BS * LDX];
+  };
+
+  const SsdFwdParams& p;
+  Smem& sm;
+  ChunkCoords at;
+  int t0, lane, warp;
+  int64_t p0;
+  int row[2];  // the thread's accumulator rows in the chunk: t0 + 16 warp + lane / 4, and 8 below
+  int32_t seq_prev = 0;
+  float acc[kNT][4];
+
+  __device__ __forceinline__ ChunkScanMmaAgent(const SsdFwdParams& params, Smem& smem)
+      : p(params), sm(smem), at(params) {
+    const int64_t ptiles = (p.headdim + BP - 1) / BP;
+    const int64_t ttiles = (p.chunk + BT - 1) / BT;
+    t0 = int(ttiles - 1 - int64_t(blockIdx.y) / ptiles) * BT;  // the longest tiles first
+    p0 = int64_t(blockIdx.y) % ptiles * BP;
+    lane = int(threadIdx.x) % 32;
+    warp = int(threadIdx.x) / 32;
+    row[0] = t0 + 16 * warp + lane / 4;
+    row[1] = row[0] + 8;
+  }
+
+  __device__ __forceinline__ bool active() const { return t0 < at.Lc; }
+
+  __device__ __forceinline__ const T* x_at(int s, int64_t pp) const {
+    return tptr<T>(p.x) + at.b * p.x.s0 + (at.c0 + s) * p.x.s1 + at.h * p.x.s2 + pp * p.x.s3;
+  }
+
+  // (R x Cols) of T into shared memory, rows row(r) for r < rows, columns < cols, zeros
+  // elsewhere: whole 16-byte pieces by cp.async (the caller commits and waits), the rest by element.
+  template <int R, int Cols, typename Row>
+  __device__ __forceinline__ void stage(T* dst, int ld, const Row& row_at, int rows, int cols, int64_t cs, bool vec) {
+    for (int i = threadIdx.x; i < R * (Cols / V); i += NT) {
+      const int r = i / (Cols / V), c = (i % (Cols / V)) * V;
+      T* d = dst + r * ld + c;
+      if (r < rows && vec && c + V <= cols) {
+        mma::cp_async16(d, row_at(r) + c);
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) d[j] = r < rows && c + j < cols ? row_at(r)[(c + j) * cs] : from_float<T>(0.0f);
+      }
+    }
+  }
+
+  __device__ __forceinline__ void load_x(int s0, int buf) {
+    auto x_row = [&](int s) { return x_at(s0 + s, p0); };
+    stage<BS, BP>(sm.x[buf], LDX, x_row, at.Lc - s0, int(p.headdim - p0), p.x.s3, p.x.vec16);
+    mma::cp_async_commit();
+  }
+
+  // The chunk's dt, running sums and sequence ids (written by chunk_state_kernel).
+  __device__ __forceinline__ void load_chunk() {
+    const int64_t base = ((at.b * p.nheads + at.h) * p.nchunks + at.c) * p.chunk;
+    for (int t = threadIdx.x; t < at.Lc; t += NT) {
+      sm.cs[t] = p.dA_cumsum[base + t];
+      sm.dt[t] = p.dt_out[base + t];
+      if (p.seq_idx) sm.seq[t] = p.seq_idx[at.b * p.seq_s0 + (at.c0 + t) * p.seq_s1];
+    }
+    if (p.seq_idx && at.c > 0) seq_prev = p.seq_idx[at.b * p.seq_s0 + (at.c0 - 1) * p.seq_s1];
+  }
+
+  // off-chunk: acc = exp(cs_t) C_t H_c (0 across a sequence change), the state in BK-column slices.
+  __device__ __forceinline__ void off_chunk() {
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    if (at.c == 0 && !p.init.ptr) return;  // H_0 = 0
+    const int64_t PN = p.headdim * p.dstate;
+    const float* H = p.states + ((at.b * p.nchunks + at.c) * p.nheads + at.h) * PN;
+    const bool h_vec = p.dstate % 4 == 0;  // 16-byte pieces (states is ours, contiguous)
+    for (int k0 = 0; k0 < p.dstate; k0 += BK) {
+      auto c_row = [&](int t) {
+        return tptr<T>(p.C) + at.b * p.C.s0 + (at.c0 + t0 + t) * p.C.s1 + at.g * p.C.s2 + k0 * p.C.s3;
+      };
+      stage<BT, BK>(sm.c, LDK, c_row, at.Lc - t0, int(p.dstate - k0), p.C.s3, p.C.vec16);
+      mma::cp_async_commit();
+      stage_state(H, k0, h_vec);
+      mma::cp_async_wait<0>();
+      __syncthreads();
+#pragma unroll
+      for (int kk = 0; kk < BK; kk += 16) {
+        uint32_t a[4];
+        mma::ldsm_x4(a, sm.c + (16 * warp + lane % 16) * LDK + kk + lane / 16 * 8);
+#pragma unroll
+        for (int jp = 0; jp < kNT / 2; ++jp) {
+          uint32_t b[4];
+          mma::ldsm_x4(b, sm.h + (16 * jp + lane % 8 + lane / 16 * 8) * LDK + kk + lane / 8 % 2 * 8);
+          mma::mma16816<T>(acc[2 * jp], a, b[0], b[1]);
+          mma::mma16816<T>(acc[2 * jp + 1], a, b[2], b[3]);
+        }
+      }
+      __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int t = row[i];
+      const bool keep = t < at.Lc && (!p.seq_idx || sm.seq[t] == seq_prev);
+      const float e = keep ? expf(sm.cs[t]) : 0.0f;
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) {
+        acc[j][2 * i] = keep ? acc[j][2 * i] * e : 0.0f;
+        acc[j][2 * i + 1] = keep ? acc[j][2 * i + 1] * e : 0.0f;
+      }
+    }
+  }
+
+  // H rows p0.. of state columns k0.. (fp32) into h as T, channel-major (0 outside).
+  __device__ __forceinline__ void stage_state(const float* H, int k0, bool vec) {
+    const int rows = int(p.headdim - p0), cols = int(p.dstate - k0);
+    for (int i = threadIdx.x; i < BP * (BK / V); i += NT) {
+      const int r = i / (BK / V), c = (i % (BK / V)) * V;
+      const float* src = H + (p0 + r) * p.dstate + k0 + c;
+      float v[V];
+      if (r < rows && vec && c + V <= cols) {
+        const float4 lo = *reinterpret_cast<const float4*>(src), hi = *reinterpret_cast<const float4*>(src + 4);
+        v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[j] = r < rows && c + j < cols ? src[j] : 0.0f;
+      }
+      uint4 w;
+      w.x = mma::pack2(v[0], v[1], T()), w.y = mma::pack2(v[2], v[3], T());
+      w.z = mma::pack2(v[4], v[5], T()), w.w = mma::pack2(v[6], v[7], T());
+      *reinterpret_cast<uint4*>(sm.h + r * LDK + c) = w;
+    }
+  }
+
+  // G[t, s..s+1] of the workspace row t for s <= t (0 where s > t).
+  __device__ __forceinline__ float2 g_pair(const float* g_row, int s, int t, bool even_L) const {
+    float2 v = make_float2(0.0f, 0.0f);
+    if (s > t) return v;
+    if (even_L) return *reinterpret_cast<const float2*>(g_row + s);  // s even, s + 1 <= t < L
+    v.x = g_row[s];
+    if (s + 1 <= t) v.y = g_row[s + 1];
+    return v;
+  }
+
+  // M[t, s] = G exp(cs_t - cs_s) dt_s for s <= t in the chunk and the same sequence, else 0.
+  __device__ __forceinline__ float m_entry(float g, int t, float cs_t, int s) const {
+    const bool keep = s <= t && t < at.Lc && (!p.seq_idx || sm.seq[s] == sm.seq[t]);
+    return keep ? g * __expf(cs_t - sm.cs[s]) * sm.dt[s] : 0.0f;
+  }
+
+  // The A fragment of M for the warp's rows and the 16 steps from s16.
+  __device__ __forceinline__ void m_fragment(uint32_t (&a)[4], const float* cb, int s16) const {
+    const int s = s16 + lane % 4 * 2;
+    const bool even_L = p.chunk % 2 == 0;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int t = row[i];
+      const bool live = t < at.Lc;
+      const float* g_row = cb + int64_t(t) * p.chunk;
+      const float cs_t = live ? sm.cs[t] : 0.0f;
+      const float2 lo = live ? g_pair(g_row, s, t, even_L) : make_float2(0.0f, 0.0f);
+      const float2 hi = live ? g_pair(g_row, s + 8, t, even_L) : make_float2(0.0f, 0.0f);
+      a[i] = mma::pack2(m_entry(lo.x, t, cs_t, s), m_entry(lo.y, t, cs_t, s + 1), T());
+      a[i + 2] = mma::pack2(m_entry(hi.x, t, cs_t, s + 8), m_entry(hi.y, t, cs_t, s + 9), T());
+    }
+  }
+
+  // Whether the x rows [r0, r0 + 16) of the buffer are all finite (warp-uniform).
+  __device__ __forceinline__ bool x_rows_finite(const T* xs, int r0) const {
+    bool ok = true;
+#pragma unroll
+    for (int i = lane; i < 16 * (BP / V); i += 32) {
+      const uint4 v = *reinterpret_cast<const uint4*>(xs + (r0 + i / (BP / V)) * LDX + i % (BP / V) * V);
+      ok = ok && mma::finite2(v.x, T()) && mma::finite2(v.y, T()) && mma::finite2(v.z, T()) && mma::finite2(v.w, T());
+    }
+    return __all_sync(0xffffffffu, ok);
+  }
+
+  // The warp's diagonal 16 x 16 block when its x is not all finite: exactly the terms s <= t.
+  __device__ __forceinline__ void diagonal_exact(const float* cb, const T* xs, int s0, int s16) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int t = row[i];
+      if (t >= at.Lc) continue;
+      const float cs_t = sm.cs[t];
+#pragma unroll 1
+      for (int s = s16; s <= t; ++s) {
+        const float m = m_entry(cb[int64_t(t) * p.chunk + s], t, cs_t, s);
+        if (m == 0.0f) continue;  // masked (a NaN m is kept: it must reach y_t)
+#pragma unroll
+        for (int j = 0; j < kNT; ++j) {
+          const T* xr = xs + (s - s0) * LDX + 8 * j + lane % 4 * 2;
+          acc[j][2 * i] += m * to_float(xr[0]);
+          acc[j][2 * i + 1] += m * to_float(xr[1]);
+        }
+      }
+    }
+  }
+
+  // intra-chunk: acc += sum over s-blocks up to the diagonal of M x; returns the buffer that
+  // holds the last (diagonal) s-block's x, the tile's own rows.
+  __device__ __forceinline__ int intra_chunk() {
+    const float* cb = p.cb + ((at.b * p.nchunks + at.c) * p.ngroups + at.g) * p.chunk * p.chunk;
+    const int nblk = t0 / BS + 1;
+    for (int i = 0; i < nblk; ++i) {
+      const int s0 = i * BS, buf = i % 2;
+      mma::cp_async_wait<0>();
+      __syncthreads();  // x[buf] landed; every warp is done with x[buf ^ 1]
+      if (i + 1 < nblk) load_x(s0 + BS, buf ^ 1);
+      const T* xs = sm.x[buf];
+      const bool diag = s0 == t0;
+      const int ksteps = diag ? warp + 1 : BS / 16;  // the diagonal block: up to the warp's strip
+      for (int kk = 0; kk < ksteps; ++kk) {
+        if (diag && kk == warp && !x_rows_finite(xs, 16 * kk)) {
+          diagonal_exact(cb, xs, s0, s0 + 16 * kk);
+          continue;
+        }
+        uint32_t a[4];
+        m_fragment(a, cb, s0 + 16 * kk);
+#pragma unroll
+        for (int jp = 0; jp < kNT / 2; ++jp) {
+          uint32_t b[4];
+          mma::ldsm_x4_t(b, xs + (16 * kk + lane % 16) * LDX + 16 * jp + lane / 16 * 8);
+          mma::mma16816<T>(acc[2 * jp], a, b[0], b[1]);
+          mma::mma16816<T>(acc[2 * jp + 1], a, b[2], b[3]);
+        }
+      }
+    }
+    return (nblk - 1) % 2;
+  }
+
+  // out_x = y + D x; out = out_x silu(z) (out_x written only with z). x from the diagonal tile.
+  __device__ __forceinline__ void store(int buf) {
+    T* out = static_cast<T*>(p.out);
+    T* out_x = static_cast<T*>(p.out_x);
+    const T* xs = sm.x[buf];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int t = row[i];
+      if (t >= at.Lc) continue;
+      const int64_t l = at.c0 + t;
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int cc = 8 * j + lane % 4 * 2 + e;
+          const int64_t ch = p0 + cc;
+          if (ch >= p.headdim) continue;
+          float v = acc[j][2 * i + e];
+          if (p.D.ptr) v += load_as_float(p.D.ptr, p.D.dtype, at.h * p.D.s0 + ch * p.D.s1) * to_float(xs[(t - t0) * LDX + cc]);
+          if (p.z.ptr) {
+            out_x[at.b * p.outx_s0 + l * p.outx_s1 + at.h * p.outx_s2 + ch * p.outx_s3] = from_float<T>(v);
+            v *= silu_exact(to_float(tptr<T>(p.z)[at.b * p.z.s0 + l * p.z.s1 + at.h * p.z.s2 + ch * p.z.s3]));
+          }
+          out[at.b * p.out_s0 + l * p.out_s1 + at.h * p.out_s2 + ch * p.out_s3] = from_float<T>(v);
+        }
+      }
+    }
+  }
+};
+#endif
+
 template <typename T>
 __global__ void __launch_bounds__(SsdPolicy<Is16Bit<T>::value>::kThreads)
     chunk_scan_kernel(const SsdFwdParams p) {
-  using Agent = ChunkScanAgent<T>;
-  __shared__ typename Agent::Smem sm;
-  Agent agent(p, sm);
-  if (!agent.active()) return;  // a tile past the end of the last chunk (uniform per block)
-  agent.load_chunk();
-  typename Agent::AccY y;
-  agent.off_chunk(y);
-  agent.intra_chunk(y);
-  agent.finish(y);
-  agent.store();
+#if MK_SSD_MMA
+  if constexpr (Is16Bit<T>::value) {
+    using Agent = ChunkScanMmaAgent<T>;
+    __shared__ typename Agent::Smem sm;
+    Agent agent(p, sm);
+    if (!agent.active()) return;  // a tile past the end of the last chunk (uniform per block)
+    agent.load_x(0, 0);           // the first s-block's x, in flight during the off-chunk product
+    agent.load_chunk();
+    agent.off_chunk();            // its barriers also publish load_chunk's values
+    agent.store(agent.intra_chunk());
+  } else
+#endif
+  {
+    using Agent = ChunkScanAgent<T>;
+    __shared__ typename Agent::Smem sm;
+    Agent agent(p, sm);
+    if (!agent.active()) return;  // a tile past the end of the last chunk (uniform per block)
+    agent.load_chunk();
+    typename Agent::AccY y;
+    agent.off_chunk(y);
+    agent.intra_chunk(y);
+    agent.finish(y);
+    agent.store();
+  }
 }
 
 // --------------------------------------------------------------------------------- launcher

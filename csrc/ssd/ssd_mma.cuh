@@ -1,0 +1,104 @@
+// Warp-level tensor-core pieces for the SSD kernels on sm_80 and later: mma.sync m16n8k16 with
+// fp32 accumulation, ldmatrix, cp.async. Unlike wmma, these fix which thread holds which element
+// of a fragment, so a kernel can build an operand in registers (chunk_scan's decayed C B^T) and
+// scale or store its accumulators without a round trip through shared memory.
+//
+// Fragment layout of m16n8k16 (lane = 4 g + q, g = lane / 4, q = lane % 4):
+//   A (16 x 16, row-major): a[0] = (g, 2q..2q+1), a[1] = (g + 8, 2q..), a[2] = (g, 2q+8..),
+//                           a[3] = (g + 8, 2q+8..); two 16-bit values a register, low half first
+//   B (16 x 8):             b[0] = (k 2q..2q+1, n g), b[1] = (k 2q+8.., n g)
+//   C (16 x 8, fp32):       c[0..1] = (g, 2q..2q+1), c[2..3] = (g + 8, 2q..2q+1)
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define MK_SSD_MMA 1
+#else
+#define MK_SSD_MMA 0
+#endif
+
+namespace mamba_kernels {
+namespace ssd {
+namespace mma {
+
+#if MK_SSD_MMA
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Four 8 x 8 matrices of 16-bit values; lanes 8i..8i+7 give the row addresses of matrix i.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(row)));
+}
+
+// The same, each matrix transposed (a K x N operand stored with N contiguous, as B).
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(row)));
+}
+
+// d += a b on the tensor cores (16-bit operands, fp32 accumulators).
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                        uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <>
+__device__ __forceinline__ void mma16816<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as a register of two 16-bit values (lo in the low half), rounded to nearest even.
+__device__ __forceinline__ uint32_t pack2(float lo, float hi, __nv_bfloat16) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ uint32_t pack2(float lo, float hi, __half) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// 16 bytes global -> shared without passing through registers; completes at cp_async_wait.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most kPending of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// Whether both 16-bit values of a register are finite (exponent not all ones).
+__device__ __forceinline__ bool finite2(uint32_t v, __nv_bfloat16) {
+  return (v & 0x7f80u) != 0x7f80u && (v & 0x7f800000u) != 0x7f800000u;
+}
+__device__ __forceinline__ bool finite2(uint32_t v, __half) {
+  return (v & 0x7c00u) != 0x7c00u && (v & 0x7c000000u) != 0x7c000000u;
+}
+
+#endif  // MK_SSD_MMA
+
+}  // namespace mma
+}  // namespace ssd
+}  // namespace mamba_kernels
