@@ -18,29 +18,41 @@ using Policy = BwdPolicy;
 // Channel-first (stride(2) == 1): the tile scheme of fwd_channel_first with kTilesCF tiles per
 // warp. Pass 1 computes dpre and the dweight / dbias partials, pass 2 dx, whose right halo
 // (dpre of the next W-1 positions) comes from the right neighbour, the next tile, or past the
-// segment from a few positions recomputed ahead.
+// segment from a few positions recomputed ahead. One warp's work on one (batch, channel,
+// segment) item, in phases: load, prepare, dpre_pass, ahead_dpre, dx_pass, dinitial, flush.
 template <typename T, int W, bool kSeq>
-__global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCF) bwd_channel_first(const ConvParams p) {
-  constexpr int kN = kVec16<T>;
-  constexpr int kTilesCF = Policy::kTilesCF;
-  constexpr int kWarps = Policy::kWarps;
-  constexpr int kTile = 32 * kN;
-  constexpr int kSeg = kTilesCF * kTile;
+struct CfBwdAgent {
+  static constexpr int kN = kVec16<T>;
+  static constexpr int kTilesCF = Policy::kTilesCF;
+  static constexpr int kTile = 32 * kN;
+  static constexpr int kSeg = kTilesCF * kTile;
   static_assert(kN >= W - 1, "a lane's vector must cover its neighbour's halo");
-  const int lane = threadIdx.x & 31;
-  const int64_t nseg = (p.seqlen + kSeg - 1) / kSeg;
-  const int64_t items = p.batch * p.dim * nseg;
-  constexpr bool has_seq = kSeq;
-  for (int64_t item = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); item < items;
-       item += int64_t(gridDim.x) * kWarps) {
-    int64_t seg, c, b;
-    split_item(item, nseg, p.dim, items, seg, c, b);
-    const int64_t t0 = seg * kSeg;
-    const T* xr = static_cast<const T*>(p.x) + b * p.x_s.b + c * p.x_s.c;
-    const T* gr = static_cast<const T*>(p.dout) + b * p.dout_s.b + c * p.dout_s.c;
-    T* dxr = static_cast<T*>(p.dx) + b * p.dx_s.b + c * p.dx_s.c;
 
-    Pack<T, kN> xv[kTilesCF], gv[kTilesCF];
+  const ConvParams& p;
+  const int lane;
+  int64_t seg, c, b, t0;
+  const T* xr;
+  const T* gr;
+  T* dxr;
+  Pack<T, kN> xv[kTilesCF], gv[kTilesCF];
+  float w[W], bias, halo[W - 1];
+  // inputs of dpre at the W-1 positions right of the segment (lane i < W-1: position t0 + kSeg + i)
+  bool ahead_live;
+  float ax[W], ag;
+  int as[W];
+  float dp[kTilesCF][kN];  // dpre at the warp's own positions
+  float dw[W], db;         // the dweight / dbias partials
+  float ahead;             // dpre right of the segment
+
+  __device__ __forceinline__ CfBwdAgent(const ConvParams& params, int lane_) : p(params), lane(lane_) {}
+
+  // The item's rows and its tiles of x and dout.
+  __device__ __forceinline__ void load(int64_t item, int64_t nseg, int64_t items) {
+    split_item(item, nseg, p.dim, items, seg, c, b);
+    t0 = seg * kSeg;
+    xr = static_cast<const T*>(p.x) + b * p.x_s.b + c * p.x_s.c;
+    gr = static_cast<const T*>(p.dout) + b * p.dout_s.b + c * p.dout_s.c;
+    dxr = static_cast<T*>(p.dx) + b * p.dx_s.b + c * p.dx_s.c;
 #pragma unroll
     for (int j = 0; j < kTilesCF; ++j) {
       const int64_t t = t0 + j * kTile + lane * kN;
@@ -56,29 +68,30 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCF) bwd_ch
         }
       }
     }
-    float w[W];
+  }
+
+  // Weights, bias, the left halo, and the inputs of the ahead positions, loaded now so their
+  // latency overlaps the tiles' loads.
+  __device__ __forceinline__ void prepare() {
 #pragma unroll
     for (int k = 0; k < W; ++k) w[k] = weight_at(p.weight, c * W + k);
-    const float bias = bias_at(p.bias, c);
-    float halo[W - 1];
+    bias = bias_at(p.bias, c);
 #pragma unroll
     for (int i = 0; i < W - 1; ++i) halo[i] = x_ext(p, xr, b, c, t0 - (W - 1) + i);
-    // Inputs of dpre at the W-1 positions right of the segment (lane i < W-1 takes position
-    // t0 + kSeg + i), loaded now so their latency overlaps the tiles' loads.
     const int64_t apos = t0 + kSeg + lane;
-    const bool ahead_live = lane < W - 1 && apos < p.seqlen;
-    float ax[W], ag = 0.0f;
-    int as[W];
+    ahead_live = lane < W - 1 && apos < p.seqlen;
+    ag = 0.0f;
 #pragma unroll
     for (int k = 0; k < W; ++k) {
       ax[k] = ahead_live ? to_float(xr[(apos - (W - 1) + k) * p.x_s.l]) : 0.0f;  // apos - (W-1) >= 0
-      as[k] = ahead_live && has_seq ? seq_at(p, b, apos - (W - 1) + k) : 0;
+      as[k] = ahead_live && kSeq ? seq_at(p, b, apos - (W - 1) + k) : 0;
     }
     if (ahead_live) ag = to_float(gr[apos * p.dout_s.l]);
+  }
 
-    // Pass 1: dpre at the warp's own positions, and the dweight / dbias partial sums.
-    float dp[kTilesCF][kN];
-    float dw[W], db = 0.0f;
+  // Pass 1: dpre at the warp's own positions, and the dweight / dbias partial sums.
+  __device__ __forceinline__ void dpre_pass() {
+    db = 0.0f;
 #pragma unroll
     for (int k = 0; k < W; ++k) dw[k] = 0.0f;
 #pragma unroll
@@ -92,7 +105,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCF) bwd_ch
 #pragma unroll
       for (int q = 0; q < W - 1 + kN; ++q) {
         const int64_t pos = t - (W - 1) + q;
-        se[q] = has_seq && pos < p.seqlen ? seq_at(p, b, pos) : 0;
+        se[q] = kSeq && pos < p.seqlen ? seq_at(p, b, pos) : 0;
       }
 #pragma unroll
       for (int i = 0; i < kN; ++i) {
@@ -116,7 +129,11 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCF) bwd_ch
         db += d;
       }
     }
-    float ahead = 0.0f;  // dpre right of the segment, from the inputs loaded above
+  }
+
+  // dpre right of the segment, from the inputs prepare() loaded.
+  __device__ __forceinline__ void ahead_dpre() {
+    ahead = 0.0f;
     if (ahead_live && (!kSeq || as[W - 1] >= 0)) {
       ahead = ag;
       if (p.silu) {
@@ -126,8 +143,10 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCF) bwd_ch
         ahead *= silu_grad(acc);
       }
     }
+  }
 
-    // Pass 2: dx.
+  // Pass 2: dx (plus dfinal_states at the last W-1 positions).
+  __device__ __forceinline__ void dx_pass() {
 #pragma unroll
     for (int j = 0; j < kTilesCF; ++j) {
       const int64_t t = t0 + j * kTile + lane * kN;
@@ -140,7 +159,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCF) bwd_ch
 #pragma unroll
       for (int q = 0; q < kN + W - 1; ++q) {
         const int64_t pos = t + q;
-        se[q] = has_seq && pos < p.seqlen ? seq_at(p, b, pos) : 0;
+        se[q] = kSeq && pos < p.seqlen ? seq_at(p, b, pos) : 0;
       }
       float o[kN];
 #pragma unroll
@@ -166,28 +185,47 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCF) bwd_ch
         }
       }
     }
+  }
 
-    // dinitial_states: the W-1 positions before 0 only feed dpre[0 .. W-2], all held by lane 0.
-    if (p.dinitial_states != nullptr && seg == 0 && lane == 0) {
-      const int tag = has_seq ? seq_at(p, b, 0) : 0;
+  // dinitial_states: the W-1 positions before 0 only feed dpre[0 .. W-2], all held by lane 0.
+  __device__ __forceinline__ void dinitial() {
+    if (p.dinitial_states == nullptr || seg != 0 || lane != 0) return;
+    const int tag = kSeq ? seq_at(p, b, 0) : 0;
 #pragma unroll
-      for (int jj = 0; jj < W - 1; ++jj) {
-        float acc = 0.0f;
+    for (int jj = 0; jj < W - 1; ++jj) {
+      float acc = 0.0f;
 #pragma unroll
-        for (int k = 0; k < W; ++k) {
-          const int s = jj - k;  // position fed by initial-state column jj through tap k
-          if (s >= 0 && s < p.seqlen && (!has_seq || seq_at(p, b, s) == tag)) acc += w[k] * dp[0][s >= 0 ? s : 0];
-        }
-        if (p.dfinal_states != nullptr && jj >= p.seqlen) {
-          acc += to_float(static_cast<const T*>(p.dfinal_states)[b * p.dfinal_s.b + c * p.dfinal_s.c +
-                                                               (jj - p.seqlen) * p.dfinal_s.l]);
-        }
-        static_cast<T*>(p.dinitial_states)[b * p.dinit_s.b + c * p.dinit_s.c + jj * p.dinit_s.l] =
-            from_float<T>(acc);
+      for (int k = 0; k < W; ++k) {
+        const int s = jj - k;  // position fed by initial-state column jj through tap k
+        if (s >= 0 && s < p.seqlen && (!kSeq || seq_at(p, b, s) == tag)) acc += w[k] * dp[0][s >= 0 ? s : 0];
       }
+      if (p.dfinal_states != nullptr && jj >= p.seqlen) {
+        acc += to_float(static_cast<const T*>(p.dfinal_states)[b * p.dfinal_s.b + c * p.dfinal_s.c +
+                                                             (jj - p.seqlen) * p.dfinal_s.l]);
+      }
+      static_cast<T*>(p.dinitial_states)[b * p.dinit_s.b + c * p.dinit_s.c + jj * p.dinit_s.l] =
+          from_float<T>(acc);
     }
+  }
+};
 
-    warp_flush_dweight(p, dw, db, lane, c, b, nseg, seg);
+template <typename T, int W, bool kSeq>
+__global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCF) bwd_channel_first(const ConvParams p) {
+  using Agent = CfBwdAgent<T, W, kSeq>;
+  constexpr int kWarps = Policy::kWarps;
+  const int lane = threadIdx.x & 31;
+  const int64_t nseg = (p.seqlen + Agent::kSeg - 1) / Agent::kSeg;
+  const int64_t items = p.batch * p.dim * nseg;
+  for (int64_t item = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); item < items;
+       item += int64_t(gridDim.x) * kWarps) {
+    Agent a(p, lane);
+    a.load(item, nseg, items);
+    a.prepare();
+    a.dpre_pass();
+    a.ahead_dpre();
+    a.dx_pass();
+    a.dinitial();
+    warp_flush_dweight(p, a.dw, a.db, lane, a.c, a.b, nseg, a.seg);
   }
 }
 
