@@ -3,9 +3,10 @@
 # root with our extensions built in place; results to $OUT):
 #   conv      causal-conv1d 1.7.0's tests/test_causal_conv1d.py (from its sdist) on our
 #             causal_conv1d package; no shim: it imports only causal_conv1d names
-#   ours      mamba_ssm's tests/ops/test_selective_scan.py and tests/ops/triton/
-#             test_selective_state_update.py (.device/peer/) through bench/peer_shim: the functions
-#             under test are our selective_scan package's, the *_ref functions mamba_ssm's own
+#   ours      mamba_ssm's tests/ops/test_selective_scan.py, tests/ops/triton/
+#             test_selective_state_update.py and (Mamba-2's gated norm) tests/ops/triton/
+#             test_layernorm_gated.py (.device/peer/) through bench/peer_shim: the functions under
+#             test are our selective_scan package's, the *_ref functions mamba_ssm's own
 #   mamba_ssm the same two files with no shim at all: mamba_ssm 2.3.2.post1's own Python
 #             (installed from its sdist, CUDA build skipped, into $MS_OURS) on our
 #             selective_scan_cuda and causal_conv1d modules
@@ -69,10 +70,12 @@ copy_mamba_tests() {
   rm -rf "$1" && mkdir -p "$1"
   cp .device/peer/mamba_tests_ops_test_selective_scan.py "$1/test_selective_scan.py"
   cp .device/peer/mamba_tests_ops_triton_test_selective_state_update.py "$1/test_selective_state_update.py"
+  cp .device/peer/mamba_tests_ops_triton_test_layernorm_gated.py "$1/test_layernorm_gated.py" 2>/dev/null || true
 }
 if [[ "$PHASES" == *" ours "* ]]; then
   copy_mamba_tests /tmp/peer_run/ours
-  for f in test_selective_scan test_selective_state_update; do
+  for f in test_selective_scan test_selective_state_update test_layernorm_gated; do
+    [ -f "/tmp/peer_run/ours/$f.py" ] || { log "ours_$f: no .device/peer copy, not run"; continue; }
     run_pytest "ours_$f" ours /tmp/peer_run/ours "$REPO/bench/peer_shim:$REPO" "$f.py" ${PEER_K:+-k "$PEER_K"}
   done
 fi

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from mamba_kernels.runtime import knobs
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import sanitize_cases as sc  # noqa: E402  (scripts/ is no package)
@@ -35,6 +37,11 @@ CASES = {
 
 def expected(name: str, sms: int):
     return sc.predict_decode(sc._c(name, "decode", [], **CASES[name]), sms)
+
+
+def test_the_extensions_read_the_registered_name():
+    # csrc reads the variable itself (no torch in device_info.h): the name must be the registry's
+    assert f'std::getenv("{knobs.SM_COUNT_VAR}")' in (ROOT / "csrc" / "common" / "device_info.h").read_text()
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -58,7 +65,7 @@ sys.exit(sc.verify_cases([case]))
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_a_step_takes_the_kernel_of_the_count_it_is_given(name, sms):
     kinds = expected(name, sms)
-    env = dict(os.environ, MAMBA_KERNELS_SM_COUNT=str(sms), MAMBA_KERNELS_BACKEND="cuda")
+    env = dict(os.environ, **{knobs.SM_COUNT_VAR: str(sms), knobs.BACKEND_VAR: "cuda"})
     r = subprocess.run([sys.executable, "-c", SCRIPT, str(ROOT / "scripts"), name, json.dumps(kinds),
                         json.dumps(CASES[name])], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"{name} at {sms} SMs, expected {kinds}:\n{r.stdout}{r.stderr}"

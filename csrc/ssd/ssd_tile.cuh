@@ -10,8 +10,9 @@
 //               adding exact zeros.
 //   kTC = false (fp32 TS, or sm_75): FMAs, each thread owning a small block of rows and
 //               columns; a causal product takes exactly the terms k <= row.
-// Either way a term the causal mask drops is never multiplied, so a NaN or Inf in B's row k
-// cannot reach the rows above k through 0 * NaN.
+// Either way a term the causal mask drops never meets a non-finite B: it is not multiplied, or
+// (the dense forms) B's rows there were checked finite; so a NaN or Inf in B's row k cannot reach
+// the rows above k through 0 * NaN.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -25,6 +25,8 @@ BACKEND_VAR = knob_table.BACKEND.name
 BACKENDS = knob_table.BACKEND.values
 SCAN_STATES_VAR = knob_table.SCAN_STATES.name
 MAMBA2_CUDA_VAR = knob_table.MAMBA2_CUDA.name
+# read by the extensions themselves (csrc/common/device_info.h), set by GPU tests
+SM_COUNT_VAR = knob_table.SM_COUNT.name
 SCAN_STATES_CHOICES = knob_table.SCAN_STATES.values
 SCAN_STATES = SCAN_STATES_CHOICES[1:]  # what a scan does; the knob also takes "auto", each API's own default
 KEEP, RECOMPUTE = SCAN_STATES

@@ -34,6 +34,7 @@ define(os.path.join(_cc, "causal_conv1d", "causal_conv1d_interface.py"), ["causa
 _ops = os.path.join(_ms, "mamba_ssm", "ops")
 define(os.path.join(_ops, "selective_scan_interface.py"), ["selective_scan_ref", "mamba_inner_ref"])
 define(os.path.join(_ops, "triton", "selective_state_update.py"), ["selective_state_update_ref"])
+define(os.path.join(_ops, "triton", "layernorm_gated.py"), ["rms_norm_ref"])
 from causal_conv1d import causal_conv1d_fn  # noqa: E402  (the original module's own bindings)
 from selective_scan import selective_scan_fn  # noqa: E402
 
