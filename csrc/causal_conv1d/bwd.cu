@@ -377,17 +377,203 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCFLean)
 // the last W inputs, seq ids and dpre values, running W-1 steps past the segment end so that
 // every dx of the segment sees all of its dpre terms. The block's 4 warps (4 consecutive
 // segments of the same channels) sum their dweight partials through shared memory.
+// One lane's walk over its segment of kN channels, in phases: setup (weights, bias, the W-1
+// inputs and seq ids left of the segment), load (kU steps' inputs, loads first), step (slide
+// the windows, dpre, the segment's dweight / dbias, dx W-1 steps back, dinitial_states).
+template <typename T, int W, bool kSeq>
+struct ClBwdAgent {
+  static constexpr int kN = Policy::kVecCL;
+  static constexpr int kU = Policy::kUnrollCL;
+
+  const ConvParams& p;
+  const int64_t b, c0, t0, t1, s_end;
+  const int nc;
+  const bool vin, vout;
+  const T* xb;
+  const T* gb;
+  T* dxb;
+  float w[W][kN], bias[kN], xw[W][kN], dpw[W][kN];  // weights; windows of inputs and dpre
+  int sw[W];                                         // window of seq ids
+  int tag;                                           // seq id of position 0
+  Pack<T, kN> xv[kU], gv[kU];
+  int sv[kU];  // seq id of each loaded step, -1 past the sequence (or padding)
+
+  __device__ __forceinline__ ClBwdAgent(const ConvParams& params, int64_t b_, int64_t c0_, int64_t t0_,
+                                        int64_t seg_len)
+      : p(params),
+        b(b_),
+        c0(c0_),
+        t0(t0_),
+        t1(t0_ + seg_len < params.seqlen ? t0_ + seg_len : params.seqlen),
+        s_end((t0_ + seg_len < params.seqlen ? t0_ + seg_len : params.seqlen) + W - 1),  // dpre up to t1 + W - 2
+        nc(params.dim - c0_ < kN ? int(params.dim - c0_) : kN),
+        vin(params.vec_in && params.dim - c0_ >= kN),
+        vout(params.vec_out && params.dim - c0_ >= kN),
+        xb(static_cast<const T*>(params.x) + b_ * params.x_s.b + c0_ * params.x_s.c),
+        gb(static_cast<const T*>(params.dout) + b_ * params.dout_s.b + c0_ * params.dout_s.c),
+        dxb(static_cast<T*>(params.dx) + b_ * params.dx_s.b + c0_ * params.dx_s.c) {}
+
+  __device__ __forceinline__ void setup() {
+    sw[0] = 0;
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      const bool ok = i < nc;
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        w[k][i] = ok ? weight_at(p.weight, (c0 + i) * W + k) : 0.0f;
+        dpw[k][i] = 0.0f;
+      }
+      bias[i] = ok ? bias_at(p.bias, c0 + i) : 0.0f;
+      xw[0][i] = 0.0f;
+    }
+#pragma unroll
+    for (int q = 0; q < W - 1; ++q) {
+      const int64_t pos = t0 - (W - 1) + q;
+      if (vin && pos >= 0) {
+        Pack<T, kN> hv;
+        load_pack(hv, xb + pos * p.x_s.l);
+#pragma unroll
+        for (int i = 0; i < kN; ++i) xw[q + 1][i] = to_float(hv.e[i]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) xw[q + 1][i] = i < nc ? x_ext(p, xb + i * p.x_s.c, b, c0 + i, pos) : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < W - 1; ++q) sw[q + 1] = kSeq ? seq_at(p, b, t0 - (W - 1) + q) : 0;
+    tag = kSeq ? seq_at(p, b, 0) : 0;
+  }
+
+  // The inputs of steps sb .. sb + kU - 1 (zeros past the sequence or the walk's end).
+  __device__ __forceinline__ void load(int64_t sb) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t s = sb + u;
+      sv[u] = -1;
+      if (s < p.seqlen && s < s_end) {
+        if (vin) {
+          load_pack(xv[u], xb + s * p.x_s.l);
+          load_pack(gv[u], gb + s * p.dout_s.l);
+        } else {
+#pragma unroll
+          for (int i = 0; i < kN; ++i) {
+            xv[u].e[i] = i < nc ? xb[s * p.x_s.l + i * p.x_s.c] : from_float<T>(0.0f);
+            gv[u].e[i] = i < nc ? gb[s * p.dout_s.l + i * p.dout_s.c] : from_float<T>(0.0f);
+          }
+        }
+        sv[u] = kSeq ? seq_at(p, b, s) : 0;
+      } else {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+          xv[u].e[i] = from_float<T>(0.0f);
+          gv[u].e[i] = from_float<T>(0.0f);
+        }
+      }
+    }
+  }
+
+  // Step s (the u-th loaded): slide the windows, dpre at s (into dw / db when s is the
+  // segment's), dx at s - (W-1), and dinitial_states once the first W-1 dpre exist.
+  __device__ __forceinline__ void step(int u, int64_t s, float (&dw)[W][kN], float (&db)[kN]) {
+#pragma unroll
+    for (int k = 0; k < W - 1; ++k) {
+      sw[k] = sw[k + 1];
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        xw[k][i] = xw[k + 1][i];
+        dpw[k][i] = dpw[k + 1][i];
+      }
+    }
+    sw[W - 1] = sv[u];
+    const bool live = sv[u] >= 0;  // in range and not padding
+    const bool own = s < t1;        // counted in this segment's dweight
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      xw[W - 1][i] = to_float(xv[u].e[i]);
+      float xm[W];
+#pragma unroll
+      for (int k = 0; k < W; ++k) xm[k] = !kSeq || sw[k] == sw[W - 1] ? xw[k][i] : 0.0f;
+      float d = 0.0f;
+      if (live) {
+        d = to_float(gv[u].e[i]);
+        if (p.silu) {
+          float acc = bias[i];
+#pragma unroll
+          for (int k = 0; k < W; ++k) acc += w[k][i] * xm[k];
+          d *= silu_grad(acc);
+        }
+      }
+      dpw[W - 1][i] = d;
+      if (own) {
+#pragma unroll
+        for (int k = 0; k < W; ++k) dw[k][i] += d * xm[k];
+        db[i] += d;
+      }
+    }
+    const int64_t t = s - (W - 1);
+    if (t >= t0) store_dx(t);
+    if (p.dinitial_states != nullptr && t0 == 0 && s == W - 2) dinitial();
+  }
+
+  __device__ __forceinline__ void store_dx(int64_t t) {
+    float o[kN];
+    const int64_t q = t - (p.seqlen - (W - 1));  // dfinal_states column of position t
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int k = 0; k < W; ++k) acc += !kSeq || sw[W - 1 - k] == sw[0] ? w[k][i] * dpw[W - 1 - k][i] : 0.0f;
+      if (p.dfinal_states != nullptr && q >= 0 && i < nc) {
+        acc += to_float(static_cast<const T*>(p.dfinal_states)[b * p.dfinal_s.b + (c0 + i) * p.dfinal_s.c +
+                                                             q * p.dfinal_s.l]);
+      }
+      o[i] = acc;
+    }
+    T* dp_out = dxb + t * p.dx_s.l;
+    if (vout) {
+      store_pack<T, kN>(dp_out, o);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        if (i < nc) dp_out[i * p.dx_s.c] = from_float<T>(o[i]);
+      }
+    }
+  }
+
+  // dpw[1 + m] holds dpre[m] for m = 0 .. W-2 here.
+  __device__ __forceinline__ void dinitial() {
+#pragma unroll
+    for (int jj = 0; jj < W - 1; ++jj) {
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        if (i >= nc) continue;
+        float acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < W; ++k) {
+          const int m = jj - k;
+          if (m >= 0 && (!kSeq || sw[1 + (m >= 0 ? m : 0)] == tag)) acc += w[k][i] * dpw[1 + (m >= 0 ? m : 0)][i];
+        }
+        if (p.dfinal_states != nullptr && jj >= p.seqlen) {
+          acc += to_float(static_cast<const T*>(p.dfinal_states)[b * p.dfinal_s.b + (c0 + i) * p.dfinal_s.c +
+                                                               (jj - p.seqlen) * p.dfinal_s.l]);
+        }
+        static_cast<T*>(p.dinitial_states)[b * p.dinit_s.b + (c0 + i) * p.dinit_s.c + jj * p.dinit_s.l] =
+            from_float<T>(acc);
+      }
+    }
+  }
+};
+
 template <typename T, int W, bool kSeq>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCL)
     bwd_channel_last(const ConvParams p, const int64_t seg_len) {
-  constexpr int kN = Policy::kVecCL;
-  constexpr int kU = Policy::kUnrollCL;
+  using Agent = ClBwdAgent<T, W, kSeq>;
+  constexpr int kN = Agent::kN;
   constexpr int kThreads = Policy::kThreads;
   constexpr int kWarps = Policy::kWarps;
   __shared__ float red[kWarps][W + 1][32 * kN];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  constexpr bool has_seq = kSeq;
   const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
   const int64_t nseg = (p.seqlen + seg_len - 1) / seg_len;
   const int64_t ntb = (nseg + kWarps - 1) / kWarps;
@@ -406,159 +592,14 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCL)
       for (int k = 0; k < W; ++k) dw[k][i] = 0.0f;
     }
     if (seg < nseg && c0 < p.dim) {
-      const int64_t t0 = seg * seg_len;
-      const int64_t t1 = t0 + seg_len < p.seqlen ? t0 + seg_len : p.seqlen;
-      const int nc = p.dim - c0 < kN ? int(p.dim - c0) : kN;
-      const bool vin = p.vec_in && nc == kN;
-      const bool vout = p.vec_out && nc == kN;
-      const T* xb = static_cast<const T*>(p.x) + b * p.x_s.b + c0 * p.x_s.c;
-      const T* gb = static_cast<const T*>(p.dout) + b * p.dout_s.b + c0 * p.dout_s.c;
-      T* dxb = static_cast<T*>(p.dx) + b * p.dx_s.b + c0 * p.dx_s.c;
-      float w[W][kN], bias[kN], xw[W][kN], dpw[W][kN];
-      int sw[W];
-      sw[0] = 0;
+      Agent a(p, b, c0, seg * seg_len, seg_len);
+      a.setup();
+      for (int64_t sb = a.t0; sb < a.s_end; sb += Agent::kU) {
+        a.load(sb);
 #pragma unroll
-      for (int i = 0; i < kN; ++i) {
-        const bool ok = i < nc;
-#pragma unroll
-        for (int k = 0; k < W; ++k) {
-          w[k][i] = ok ? weight_at(p.weight, (c0 + i) * W + k) : 0.0f;
-          dpw[k][i] = 0.0f;
-        }
-        bias[i] = ok ? bias_at(p.bias, c0 + i) : 0.0f;
-        xw[0][i] = 0.0f;
-      }
-#pragma unroll
-      for (int q = 0; q < W - 1; ++q) {
-        const int64_t pos = t0 - (W - 1) + q;
-        if (vin && pos >= 0) {
-          Pack<T, kN> hv;
-          load_pack(hv, xb + pos * p.x_s.l);
-#pragma unroll
-          for (int i = 0; i < kN; ++i) xw[q + 1][i] = to_float(hv.e[i]);
-        } else {
-#pragma unroll
-          for (int i = 0; i < kN; ++i) xw[q + 1][i] = i < nc ? x_ext(p, xb + i * p.x_s.c, b, c0 + i, pos) : 0.0f;
-        }
-      }
-#pragma unroll
-      for (int q = 0; q < W - 1; ++q) sw[q + 1] = has_seq ? seq_at(p, b, t0 - (W - 1) + q) : 0;
-      const int tag = has_seq ? seq_at(p, b, 0) : 0;
-
-      const int64_t s_end = t1 + W - 1;  // dpre is needed up to t1 + W - 2
-      for (int64_t sb = t0; sb < s_end; sb += kU) {
-        Pack<T, kN> xv[kU], gv[kU];
-        int sv[kU];
-#pragma unroll
-        for (int u = 0; u < kU; ++u) {
-          const int64_t s = sb + u;
-          sv[u] = -1;
-          if (s < p.seqlen && s < s_end) {
-            if (vin) {
-              load_pack(xv[u], xb + s * p.x_s.l);
-              load_pack(gv[u], gb + s * p.dout_s.l);
-            } else {
-#pragma unroll
-              for (int i = 0; i < kN; ++i) {
-                xv[u].e[i] = i < nc ? xb[s * p.x_s.l + i * p.x_s.c] : from_float<T>(0.0f);
-                gv[u].e[i] = i < nc ? gb[s * p.dout_s.l + i * p.dout_s.c] : from_float<T>(0.0f);
-              }
-            }
-            sv[u] = has_seq ? seq_at(p, b, s) : 0;
-          } else {
-#pragma unroll
-            for (int i = 0; i < kN; ++i) {
-              xv[u].e[i] = from_float<T>(0.0f);
-              gv[u].e[i] = from_float<T>(0.0f);
-            }
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < kU; ++u) {
-          const int64_t s = sb + u;
-          if (s >= s_end) break;
-#pragma unroll
-          for (int k = 0; k < W - 1; ++k) {
-            sw[k] = sw[k + 1];
-#pragma unroll
-            for (int i = 0; i < kN; ++i) {
-              xw[k][i] = xw[k + 1][i];
-              dpw[k][i] = dpw[k + 1][i];
-            }
-          }
-          sw[W - 1] = sv[u];
-          const bool live = sv[u] >= 0;  // in range and not padding
-          const bool own = s < t1;        // counted in this segment's dweight
-#pragma unroll
-          for (int i = 0; i < kN; ++i) {
-            xw[W - 1][i] = to_float(xv[u].e[i]);
-            float xm[W];
-#pragma unroll
-            for (int k = 0; k < W; ++k) xm[k] = !kSeq || sw[k] == sw[W - 1] ? xw[k][i] : 0.0f;
-            float d = 0.0f;
-            if (live) {
-              d = to_float(gv[u].e[i]);
-              if (p.silu) {
-                float acc = bias[i];
-#pragma unroll
-                for (int k = 0; k < W; ++k) acc += w[k][i] * xm[k];
-                d *= silu_grad(acc);
-              }
-            }
-            dpw[W - 1][i] = d;
-            if (own) {
-#pragma unroll
-              for (int k = 0; k < W; ++k) dw[k][i] += d * xm[k];
-              db[i] += d;
-            }
-          }
-          const int64_t t = s - (W - 1);
-          if (t >= t0) {
-            float o[kN];
-            const int64_t q = t - (p.seqlen - (W - 1));  // dfinal_states column of position t
-#pragma unroll
-            for (int i = 0; i < kN; ++i) {
-              float acc = 0.0f;
-#pragma unroll
-              for (int k = 0; k < W; ++k) acc += !kSeq || sw[W - 1 - k] == sw[0] ? w[k][i] * dpw[W - 1 - k][i] : 0.0f;
-              if (p.dfinal_states != nullptr && q >= 0 && i < nc) {
-                acc += to_float(static_cast<const T*>(p.dfinal_states)[b * p.dfinal_s.b + (c0 + i) * p.dfinal_s.c +
-                                                                     q * p.dfinal_s.l]);
-              }
-              o[i] = acc;
-            }
-            T* dp_out = dxb + t * p.dx_s.l;
-            if (vout) {
-              store_pack<T, kN>(dp_out, o);
-            } else {
-#pragma unroll
-              for (int i = 0; i < kN; ++i) {
-                if (i < nc) dp_out[i * p.dx_s.c] = from_float<T>(o[i]);
-              }
-            }
-          }
-          if (p.dinitial_states != nullptr && t0 == 0 && s == W - 2) {
-            // dpw[1 + m] now holds dpre[m] for m = 0 .. W-2.
-#pragma unroll
-            for (int jj = 0; jj < W - 1; ++jj) {
-#pragma unroll
-              for (int i = 0; i < kN; ++i) {
-                if (i >= nc) continue;
-                float acc = 0.0f;
-#pragma unroll
-                for (int k = 0; k < W; ++k) {
-                  const int m = jj - k;
-                  if (m >= 0 && (!kSeq || sw[1 + (m >= 0 ? m : 0)] == tag)) acc += w[k][i] * dpw[1 + (m >= 0 ? m : 0)][i];
-                }
-                if (p.dfinal_states != nullptr && jj >= p.seqlen) {
-                  acc += to_float(static_cast<const T*>(p.dfinal_states)[b * p.dfinal_s.b + (c0 + i) * p.dfinal_s.c +
-                                                                       (jj - p.seqlen) * p.dfinal_s.l]);
-                }
-                static_cast<T*>(p.dinitial_states)[b * p.dinit_s.b + (c0 + i) * p.dinit_s.c + jj * p.dinit_s.l] =
-                    from_float<T>(acc);
-              }
-            }
-          }
+        for (int u = 0; u < Agent::kU; ++u) {
+          if (sb + u >= a.s_end) break;
+          a.step(u, sb + u, dw, db);
         }
       }
     }
