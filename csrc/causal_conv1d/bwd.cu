@@ -616,11 +616,185 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCL)
 // time up to W-1 steps past the segment end (dpre there completes the segment's last dx, but
 // is not the segment's to add to dweight). Blocks, segments, the fixed-order block sum and
 // the deterministic workspace rows are those of bwd_channel_last (the same seg_len).
+// One lane's walk in the lean kernel, in phases: setup (weights, bias, the W-1 inputs left of
+// the segment), block (kU steps inside the segment, loads first, no bounds checks) and tail
+// (one step at a time to W-1 steps past the segment end).
+template <typename T, int W, bool kSilu>
+struct ClLeanBwdAgent {
+  static constexpr int kN = Policy::kVecCLLean;
+  static constexpr int kU = Policy::kUnrollCLLean;
+
+  const ConvParams& p;
+  const int L, t0, t1;
+  const int sx, sg, sd;
+  const T* xp;  // x, dout and dx at step s (dx is written at s - (W-1), and only from t0 on)
+  const T* gp;
+  T* dp;
+  int s;
+  float w[W][kN], bias[kN];
+  // x and dpre at the W-1 positions before step s (x is zero before position 0; dpre before
+  // t0 only feeds dx left of the segment, which is not emitted)
+  float xh[W - 1][kN], dh[W - 1][kN];
+
+  __device__ __forceinline__ ClLeanBwdAgent(const ConvParams& params, int64_t b, int c0, int t0_, int seg_len)
+      : p(params),
+        L(int(params.seqlen)),
+        t0(t0_),
+        t1(min(t0_ + seg_len, int(params.seqlen))),
+        sx(int(params.x_s.l)),
+        sg(int(params.dout_s.l)),
+        sd(int(params.dx_s.l)),
+        xp(static_cast<const T*>(params.x) + (b * params.x_s.b + c0) + int64_t(t0_) * params.x_s.l),
+        gp(static_cast<const T*>(params.dout) + (b * params.dout_s.b + c0) + int64_t(t0_) * params.dout_s.l),
+        dp(static_cast<T*>(params.dx) + (b * params.dx_s.b + c0) + int64_t(t0_) * params.dx_s.l),
+        s(t0_) {}
+
+  __device__ __forceinline__ void setup(int c0) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+#pragma unroll
+      for (int k = 0; k < W; ++k) w[k][i] = weight_at(p.weight, int64_t(c0 + i) * W + k);
+      bias[i] = bias_at(p.bias, c0 + i);
+    }
+#pragma unroll
+    for (int q = 0; q < W - 1; ++q) {
+      const int pos = t0 - (W - 1) + q;
+      Pack<T, kN> v;
+      if (pos >= 0) {
+        load_pack(v, xp + int64_t(pos - t0) * p.x_s.l);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) v.e[i] = from_float<T>(0.0f);
+      }
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        xh[q][i] = to_float(v.e[i]);
+        dh[q][i] = 0.0f;
+      }
+    }
+  }
+
+  // Steps s .. s+kU-1, all in the segment (< t1 <= L).
+  __device__ __forceinline__ void block(float (&dw)[W][kN], float (&db)[kN]) {
+    Pack<T, kN> xv[kU], gv[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      load_pack(xv[u], xp + u * sx);
+      load_pack(gv[u], gp + u * sg);
+    }
+    float xe[W - 1 + kU][kN], de[W - 1 + kU][kN];  // at positions s-(W-1) .. s+kU-1
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+#pragma unroll
+      for (int q = 0; q < W - 1; ++q) {
+        xe[q][i] = xh[q][i];
+        de[q][i] = dh[q][i];
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u) xe[W - 1 + u][i] = to_float(xv[u].e[i]);
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        float d = to_float(gv[u].e[i]);
+        if (kSilu) {
+          float acc = bias[i];
+#pragma unroll
+          for (int k = 0; k < W; ++k) acc += w[k][i] * xe[u + k][i];
+          d *= silu_grad_ftz(acc);
+        }
+        de[W - 1 + u][i] = d;
+#pragma unroll
+        for (int k = 0; k < W; ++k) dw[k][i] += xe[u + k][i] * d;
+        db[i] += d;
+      }
+      // dx at t = s + u - (W-1) = sum_k w[k] dpre[s + u - k]; only t >= t0 is ours.
+      float o[kN];
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < W; ++k) acc += w[k][i] * de[W - 1 + u - k][i];
+        o[i] = acc;
+      }
+      if (u >= W - 1 || s + u - (W - 1) >= t0) store_pack<T, kN>(dp + (u - (W - 1)) * sd, o);
+    }
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+#pragma unroll
+      for (int q = 0; q < W - 1; ++q) {
+        xh[q][i] = xe[kU + q][i];
+        dh[q][i] = de[kU + q][i];
+      }
+    }
+    xp += kU * sx;
+    gp += kU * sg;
+    dp += kU * sd;
+    s += kU;
+  }
+
+  // Step s, past the last whole block: up to W-1 steps after the segment (dpre there completes
+  // the segment's last dx, but is not the segment's to add to dweight).
+  __device__ __forceinline__ void tail_step(float (&dw)[W][kN], float (&db)[kN]) {
+    const bool live = s < L;  // past the end: x = dout = 0, so dpre = 0
+    Pack<T, kN> xv, gv;
+    if (live) {
+      load_pack(xv, xp);
+      load_pack(gv, gp);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        xv.e[i] = from_float<T>(0.0f);
+        gv.e[i] = from_float<T>(0.0f);
+      }
+    }
+    const bool own = s < t1;
+    const int t = s - (W - 1);
+    float o[kN];
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      float xw[W];  // x at s-(W-1) .. s
+#pragma unroll
+      for (int q = 0; q < W - 1; ++q) xw[q] = xh[q][i];
+      xw[W - 1] = to_float(xv.e[i]);
+      float d = to_float(gv.e[i]);
+      if (kSilu) {
+        float acc = bias[i];
+#pragma unroll
+        for (int k = 0; k < W; ++k) acc += w[k][i] * xw[k];
+        d *= silu_grad_ftz(acc);
+      }
+      if (own) {
+#pragma unroll
+        for (int k = 0; k < W; ++k) dw[k][i] += xw[k] * d;
+        db[i] += d;
+      }
+      float acc = w[0][i] * d;  // dx at t: tap k takes dpre[s - k] = dh[W-1-k] for k >= 1
+#pragma unroll
+      for (int k = 1; k < W; ++k) acc += w[k][i] * dh[W - 1 - k][i];
+      o[i] = acc;
+#pragma unroll
+      for (int q = 0; q < W - 2; ++q) {
+        xh[q][i] = xh[q + 1][i];
+        dh[q][i] = dh[q + 1][i];
+      }
+      xh[W - 2][i] = xw[W - 1];
+      dh[W - 2][i] = d;
+    }
+    if (t >= t0) store_pack<T, kN>(dp - (W - 1) * sd, o);
+    xp += sx;
+    gp += sg;
+    dp += sd;
+    ++s;
+  }
+};
+
 template <typename T, int W, bool kSilu>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCLLean)
     bwd_channel_last_lean(const ConvParams p, const int seg_len) {
-  constexpr int kN = Policy::kVecCLLean;
-  constexpr int kU = Policy::kUnrollCLLean;
+  using Agent = ClLeanBwdAgent<T, W, kSilu>;
+  constexpr int kN = Agent::kN;
   constexpr int kThreads = Policy::kThreads;
   constexpr int kWarps = Policy::kWarps;
   __shared__ float red[kWarps][W + 1][32 * kN];
@@ -628,7 +802,6 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCLLean)
   const int warp = threadIdx.x >> 5;
   const int L = int(p.seqlen);
   const int dim = int(p.dim);
-  const int sx = int(p.x_s.l), sg = int(p.dout_s.l), sd = int(p.dx_s.l);
   const int ncg = (dim + 32 * kN - 1) / (32 * kN);
   const int nseg = (L + seg_len - 1) / seg_len;
   const int ntb = (nseg + kWarps - 1) / kWarps;
@@ -647,153 +820,12 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCLLean)
       for (int k = 0; k < W; ++k) dw[k][i] = 0.0f;
     }
     if (seg < nseg && c0 < dim) {  // dim % kN == 0: the lane's channels all exist
-      const int t0 = seg * seg_len;
-      const int t1 = min(t0 + seg_len, L);
-      const T* xb = static_cast<const T*>(p.x) + (b * p.x_s.b + c0);
-      const T* gb = static_cast<const T*>(p.dout) + (b * p.dout_s.b + c0);
-      T* dxb = static_cast<T*>(p.dx) + (b * p.dx_s.b + c0);
-      float w[W][kN], bias[kN];
-#pragma unroll
-      for (int i = 0; i < kN; ++i) {
-#pragma unroll
-        for (int k = 0; k < W; ++k) w[k][i] = weight_at(p.weight, int64_t(c0 + i) * W + k);
-        bias[i] = bias_at(p.bias, c0 + i);
-      }
-      // x and dpre at the W-1 positions before step s (x is zero before position 0; dpre
-      // before t0 only feeds dx left of the segment, which is not emitted).
-      float xh[W - 1][kN], dh[W - 1][kN];
-#pragma unroll
-      for (int q = 0; q < W - 1; ++q) {
-        const int pos = t0 - (W - 1) + q;
-        Pack<T, kN> v;
-        if (pos >= 0) {
-          load_pack(v, xb + int64_t(pos) * p.x_s.l);
-        } else {
-#pragma unroll
-          for (int i = 0; i < kN; ++i) v.e[i] = from_float<T>(0.0f);
-        }
-#pragma unroll
-        for (int i = 0; i < kN; ++i) {
-          xh[q][i] = to_float(v.e[i]);
-          dh[q][i] = 0.0f;
-        }
-      }
-
-      int s = t0;
-      const T* xp = xb + int64_t(t0) * p.x_s.l;  // x, dout and dx at step s (dx is written at
-      const T* gp = gb + int64_t(t0) * p.dout_s.l;  // s - (W-1), and only from t0 on)
-      T* dp = dxb + int64_t(t0) * p.dx_s.l;
+      Agent a(p, b, c0, seg * seg_len, seg_len);
+      a.setup(c0);
 #pragma unroll 1
-      for (; s + kU <= t1; s += kU) {  // steps s .. s+kU-1: all in the segment (< t1 <= L)
-        Pack<T, kN> xv[kU], gv[kU];
-#pragma unroll
-        for (int u = 0; u < kU; ++u) {
-          load_pack(xv[u], xp + u * sx);
-          load_pack(gv[u], gp + u * sg);
-        }
-        float xe[W - 1 + kU][kN], de[W - 1 + kU][kN];  // at positions s-(W-1) .. s+kU-1
-#pragma unroll
-        for (int i = 0; i < kN; ++i) {
-#pragma unroll
-          for (int q = 0; q < W - 1; ++q) {
-            xe[q][i] = xh[q][i];
-            de[q][i] = dh[q][i];
-          }
-#pragma unroll
-          for (int u = 0; u < kU; ++u) xe[W - 1 + u][i] = to_float(xv[u].e[i]);
-        }
-#pragma unroll
-        for (int u = 0; u < kU; ++u) {
-#pragma unroll
-          for (int i = 0; i < kN; ++i) {
-            float d = to_float(gv[u].e[i]);
-            if (kSilu) {
-              float acc = bias[i];
-#pragma unroll
-              for (int k = 0; k < W; ++k) acc += w[k][i] * xe[u + k][i];
-              d *= silu_grad_ftz(acc);
-            }
-            de[W - 1 + u][i] = d;
-#pragma unroll
-            for (int k = 0; k < W; ++k) dw[k][i] += xe[u + k][i] * d;
-            db[i] += d;
-          }
-          // dx at t = s + u - (W-1) = sum_k w[k] dpre[s + u - k]; only t >= t0 is ours.
-          float o[kN];
-#pragma unroll
-          for (int i = 0; i < kN; ++i) {
-            float acc = 0.0f;
-#pragma unroll
-            for (int k = 0; k < W; ++k) acc += w[k][i] * de[W - 1 + u - k][i];
-            o[i] = acc;
-          }
-          if (u >= W - 1 || s + u - (W - 1) >= t0) store_pack<T, kN>(dp + (u - (W - 1)) * sd, o);
-        }
-#pragma unroll
-        for (int i = 0; i < kN; ++i) {
-#pragma unroll
-          for (int q = 0; q < W - 1; ++q) {
-            xh[q][i] = xe[kU + q][i];
-            dh[q][i] = de[kU + q][i];
-          }
-        }
-        xp += kU * sx;
-        gp += kU * sg;
-        dp += kU * sd;
-      }
-      // The rest of the segment and the W-1 steps after it, one step at a time.
+      while (a.s + Agent::kU <= a.t1) a.block(dw, db);
 #pragma unroll 1
-      for (; s < t1 + W - 1; ++s) {
-        const bool live = s < L;  // past the end: x = dout = 0, so dpre = 0
-        Pack<T, kN> xv, gv;
-        if (live) {
-          load_pack(xv, xp);
-          load_pack(gv, gp);
-        } else {
-#pragma unroll
-          for (int i = 0; i < kN; ++i) {
-            xv.e[i] = from_float<T>(0.0f);
-            gv.e[i] = from_float<T>(0.0f);
-          }
-        }
-        const bool own = s < t1;
-        const int t = s - (W - 1);
-        float o[kN];
-#pragma unroll
-        for (int i = 0; i < kN; ++i) {
-          float xw[W];  // x at s-(W-1) .. s
-#pragma unroll
-          for (int q = 0; q < W - 1; ++q) xw[q] = xh[q][i];
-          xw[W - 1] = to_float(xv.e[i]);
-          float d = to_float(gv.e[i]);
-          if (kSilu) {
-            float acc = bias[i];
-#pragma unroll
-            for (int k = 0; k < W; ++k) acc += w[k][i] * xw[k];
-            d *= silu_grad_ftz(acc);
-          }
-          if (own) {
-#pragma unroll
-            for (int k = 0; k < W; ++k) dw[k][i] += xw[k] * d;
-            db[i] += d;
-          }
-          float acc = w[0][i] * d;  // dx at t: tap k takes dpre[s - k] = dh[W-1-k] for k >= 1
-#pragma unroll
-          for (int k = 1; k < W; ++k) acc += w[k][i] * dh[W - 1 - k][i];
-          o[i] = acc;
-#pragma unroll
-          for (int q = 0; q < W - 2; ++q) {
-            xh[q][i] = xh[q + 1][i];
-            dh[q][i] = dh[q + 1][i];
-          }
-          xh[W - 2][i] = xw[W - 1];
-          dh[W - 2][i] = d;
-        }
-        if (t >= t0) store_pack<T, kN>(dp - (W - 1) * sd, o);
-        xp += sx;
-        gp += sg;
-        dp += sd;
-      }
+      while (a.s < a.t1 + W - 1) a.tail_step(dw, db);
     }
     block_flush_dweight<W, kN, kWarps, kThreads>(p, red, dw, db, warp, lane, cg * 32 * kN, dim, b, ntb, tb);
   }
