@@ -93,7 +93,7 @@ struct SumPartialsPolicy {
   static constexpr int kThreads = 256;
 };
 
-// update.cu: the decode step (selective_state_update).
+// update*.cu: the decode step (selective_state_update).
 struct UpdatePolicy {
   static constexpr int kThreads = 128;  // most threads per block; fewer when the channel axis is short
   // "pair" (two batch rows per thread) once the launch keeps at least this many threads: about
@@ -101,7 +101,7 @@ struct UpdatePolicy {
   // spread the work more evenly than more bytes per thread would.
   static constexpr int64_t kPairMinThreads = int64_t(1) << 18;
   static constexpr int kMaxLanes = 32;
-  // The lean kernel (update.cu) gives a warp all of a row's passes from this many rows (batch
+  // The lean kernel (update_lean.cu) gives a warp all of a row's passes from this many rows (batch
   // x heads x dim) per SM on; below it one pass per warp. Set on the H200 (132 SMs) at dim 5120:
   // one pass was faster at batch 1 (5120 rows), all passes from batch 16 (81920 rows) on.
   static constexpr int64_t kLeanFullRowsPerSm = 256;
@@ -110,7 +110,7 @@ struct UpdatePolicy {
   // one wait on memory per warp where pairs wait twice, at the cost of registers (6 blocks per
   // SM instead of 8), which the largest launches need for bytes in flight.
   static constexpr int64_t kLeanQuadMaxRowsPerSm = 4096;
-  // Up to this many rows per SM a dense launch takes the row kernel (update.cu). Set at dim 5120
+  // Up to this many rows per SM a dense launch takes the row kernel (update_row.cu). Set at dim 5120
   // in a CUDA graph on the H200 (132 SMs): 1.80 us a step at batch 1 against the lean kernel's
   // 1.93, the same within run noise at batch 16 and 64 (327680 rows), slower at 256.
   static constexpr int64_t kRowMaxRowsPerSm = 4096;
