@@ -163,17 +163,10 @@ __device__ __forceinline__ void store_state(const Chunk<S, V>& c, S* p, int64_t 
   }
 }
 
-// Blocks of kThreads per SM the register budget allows: 8 (64 registers, which the typed
-// kernels need without spilling), 6 (80) for the generic kernel and for fp32 activations with a
-// 16-bit state (8 fp32 values per B/C chunk).
-template <typename S, typename T>
-constexpr int min_blocks() {
-  return std::is_same<T, AnyDtype>::value || sizeof(T) > sizeof(S) ? 6 : 8;
-}
-
 // S: the state's dtype. T: x, dt, z, B, C's (A fp32; D, dt_bias fp32 or T), or AnyDtype.
 template <typename S, typename T>
-__global__ void __launch_bounds__(kThreads, min_blocks<S, T>())
+__global__ void __launch_bounds__(
+    kThreads, UpdatePolicy::full_min_blocks(std::is_same<T, AnyDtype>::value, int(sizeof(S)), int(sizeof(T))))
     state_update_kernel(const StateUpdateParams p, const Shape sh) {
   constexpr int V = 16 / int(sizeof(S));  // states per chunk: one 16-byte state access
   constexpr bool kFast = !std::is_same<T, AnyDtype>::value;

@@ -92,18 +92,8 @@ __device__ __forceinline__ float lean_weight_value(uint32_t bits, bool f32) {
   }
 }
 
-// Blocks of kThreads per SM, as many as the registers of kP interleaved passes allow without
-// spilling: a pass holds a chunk of state and one of A (8 fp32 values for 16-bit states), and
-// fp32 activations double B and C.
 template <typename S, typename T, int kP>
-constexpr int lean_min_blocks() {
-  constexpr bool wide = sizeof(S) == 2 || sizeof(T) == 4;
-  if (kP == 4) return wide ? 4 : 5;
-  return kP == 1 ? (sizeof(T) > sizeof(S) ? 10 : 12) : (wide ? 6 : 8);
-}
-
-template <typename S, typename T, int kP>
-__global__ void __launch_bounds__(kThreads, lean_min_blocks<S, T, kP>())
+__global__ void __launch_bounds__(kThreads, UpdatePolicy::lean_min_blocks(kP, int(sizeof(S)), int(sizeof(T))))
     state_update_lean(const LeanParams p) {
   constexpr int V = 16 / int(sizeof(S));
   using I = int32_t;
