@@ -115,20 +115,20 @@ struct UpdatePolicy {
   // 1.93, the same within run noise at batch 16 and 64 (327680 rows), slower at 256.
   static constexpr int64_t kRowMaxRowsPerSm = 4096;
   // Register caps: each decode kernel's __launch_bounds__ minimum of kThreads blocks per SM
-  // (the row kernel has none), from the dtypes' sizes in bytes.
+  // (the row kernel has none), from the dtypes' sizes in bytes, lowered to what the SM holds.
   // state_update_kernel: 8 (64 registers, which the typed kernels need without spilling); 6
   // (80) for the generic kernel (T = AnyDtype) and for fp32 activations with a 16-bit state (8
   // fp32 values per B/C chunk).
   __host__ __device__ static constexpr int full_min_blocks(bool generic, int state_bytes, int act_bytes) {
-    return generic || act_bytes > state_bytes ? 6 : 8;
+    return fit_blocks_per_sm(kThreads, generic || act_bytes > state_bytes ? 6 : 8);
   }
   // state_update_lean<S, T, kP>: as many as the registers of kP interleaved passes allow without
   // spilling: a pass holds a chunk of state and one of A (8 fp32 values for 16-bit states), and
   // fp32 activations double B and C.
   __host__ __device__ static constexpr int lean_min_blocks(int kP, int state_bytes, int act_bytes) {
     const bool wide = state_bytes == 2 || act_bytes == 4;
-    if (kP == 4) return wide ? 4 : 5;
-    return kP == 1 ? (act_bytes > state_bytes ? 10 : 12) : (wide ? 6 : 8);
+    const int blocks = kP == 4 ? (wide ? 4 : 5) : kP == 1 ? (act_bytes > state_bytes ? 10 : 12) : (wide ? 6 : 8);
+    return fit_blocks_per_sm(kThreads, blocks);
   }
 };
 
