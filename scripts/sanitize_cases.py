@@ -159,7 +159,7 @@ KINDS: Dict[str, Kind] = {
     "scan_bwd_classic_complex": _k("scan_bwd", r"::bwd_kernel<[^<>]*, true>", "classic, complex A"),
     "scan_bwd_sum_partials": _k("scan_bwd", r"::sum_partials_kernel\b", "the partial sums' reduction",
                                 SS + "sum_partials.cu:sum_partials_kernel"),
-    # selective_state_update (update.cu launch_state_update)
+    # selective_state_update (update.cu launch_state_update; each kind launched from update_<kind>.cu)
     "decode_generic_one": _k("decode", r"::state_update_kernel<[^<>]*AnyDtype", "generic, a row a thread",
                              "launch_kernel:AnyDtype", "mode:one"),
     "decode_generic_pair": _k("decode", r"::state_update_kernel<[^<>]*AnyDtype",
@@ -168,20 +168,20 @@ KINDS: Dict[str, Kind] = {
     "decode_generic_wide": _k("decode", r"::state_update_kernel<[^<>]*AnyDtype", "generic, two chunks a lane",
                               "mode:wide"),
     "decode_typed_one": _k("decode", r"::state_update_kernel<(?![^<>]*AnyDtype)", "typed, a row a thread",
-                           SS + "update.cu:state_update_kernel<S, T>", "launch_kernel:T"),
+                           SS + "update_full.cu:state_update_kernel<S, T>", "launch_kernel:T"),
     "decode_typed_pair": _k("decode", r"::state_update_kernel<(?![^<>]*AnyDtype)", "typed, pair"),
     "decode_typed_wide": _k("decode", r"::state_update_kernel<(?![^<>]*AnyDtype)",
                             "typed, wide (dstate > 128)"),
     "decode_lean_p1": _k("decode", r"::state_update_lean<[^<>]*, 1>", "lean, one pass a warp",
-                         SS + "update.cu:state_update_lean<S, T, kP>", "launch_lean_as:1"),
+                         SS + "update_lean.cu:state_update_lean<S, T, kP>", "launch_lean_as:1"),
     "decode_lean_p2": _k("decode", r"::state_update_lean<[^<>]*, 2>", "lean, passes two at a time",
                          "launch_lean_as:2"),
     "decode_lean_p4": _k("decode", r"::state_update_lean<[^<>]*, 4>", "lean, passes four at a time",
                          "launch_lean_as:4"),
     "decode_row": _k("decode", r"::state_update_row<[^<>]*, false>", "row kernel (heads, slot indices)",
-                     SS + "update.cu:state_update_row<S, T, false>"),
+                     SS + "update_row.cu:state_update_row<S, T, false>"),
     "decode_row_mamba1": _k("decode", r"::state_update_row<[^<>]*, true>", "row kernel, Mamba-1's fixed step",
-                            SS + "update.cu:state_update_row<S, T, true>"),
+                            SS + "update_row.cu:state_update_row<S, T, true>"),
     # the gated norm (csrc/layernorm_gated: fwd.cu launch_typed, bwd.cu launch_typed, launch_norm_bwd)
     "norm_fwd_vec": _k("norm", r"::norm_fwd_kernel<[^<>]*, true>", "forward, 16-byte packs",
                        LN + "fwd.cu:norm_fwd_kernel<T, true>"),
@@ -646,8 +646,8 @@ def predict_scan(c: Case) -> List[str]:
 
 
 def predict_decode(c: Case, sms: int = SMS) -> List[str]:
-    """update.cu: launch_for_state, shape_for, lean_fits, row_fits, row_is_mamba1, launch_lean, on
-    a GPU of ``sms`` multiprocessors."""
+    """update.cu (launch_for_state, shape_for, lean_fits, row_fits), update_row.cu (row_is_mamba1)
+    and update_lean.cu (launch_lean), on a GPU of ``sms`` multiprocessors."""
     p = c.params
     P = POLICY
     batch, nheads, dim, N = p["batch"], p.get("nheads"), p["dim"], p["dstate"]

@@ -26,22 +26,43 @@ BOUNDS = {
 }
 
 
+# The decode kernels' register caps (selective_scan UpdatePolicy), at each (kind, state bytes,
+# activation bytes) they are instantiated with: the general kernel typed or generic (AnyDtype, 1
+# byte), the lean kernel at each pass group kP.
+DECODE_BOUNDS = ([f"full_min_blocks({g}, {s}, {t})" for g, t in (("false", 4), ("false", 2), ("true", 1))
+                  for s in (4, 2)] +
+                 [f"lean_min_blocks({kp}, {s}, {t})" for kp in (1, 2, 4) for s in (4, 2) for t in (4, 2)])
+
+
+def _compile_bounds(tmp_path, arch, header, namespace, bounds, folder):
+    """Compiles one trivial kernel per (policy, launch-bound minimum) for ``arch``; no warning."""
+    kernels = "".join(
+        f"__global__ void __launch_bounds__({pol}::kThreads, {pol}::{expr}) k{i}(float* x) "
+        f"{{ x[threadIdx.x] = 1.f; }}\n"
+        for i, (pol, expr) in enumerate(bounds)
+    )
+    src = tmp_path / "bounds.cu"
+    src.write_text(f'#include "{header}"\nusing namespace mamba_kernels::{namespace};\n' + kernels)
+    r = subprocess.run(
+        [str(NVCC), "-std=c++17", "--expt-relaxed-constexpr", f"-gencode=arch=compute_{arch},code=sm_{arch}",
+         "-c", "-o", str(tmp_path / "bounds.o"), f"-I{ROOT / 'csrc' / 'common'}",
+         f"-I{ROOT / 'csrc' / folder}", str(src)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr, r.stderr
+
+
 @needs_nvcc
 @pytest.mark.parametrize("arch", ["75", "86", "90"])
 def test_conv_launch_bounds_fit_the_architecture(tmp_path, arch):
-    kernels = "".join(
-        f"__global__ void __launch_bounds__({pol}::kThreads, {pol}::{name}) k_{pol}_{name}(float* x) "
-        f"{{ x[threadIdx.x] = 1.f; }}\n"
-        for pol, names in BOUNDS.items() for name in names
-    )
-    src = tmp_path / "bounds.cu"
-    src.write_text('#include "conv_common.cuh"\nusing namespace mamba_kernels::causal_conv1d;\n' + kernels)
-    r = subprocess.run(
-        [str(NVCC), "-std=c++17", f"-gencode=arch=compute_{arch},code=sm_{arch}", "-c", "-o",
-         str(tmp_path / "bounds.o"), f"-I{ROOT / 'csrc' / 'common'}", f"-I{ROOT / 'csrc' / 'causal_conv1d'}",
-         str(src)], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
-    assert "warning" not in r.stderr, r.stderr
+    bounds = [(pol, name) for pol, names in BOUNDS.items() for name in names]
+    _compile_bounds(tmp_path, arch, "conv_common.cuh", "causal_conv1d", bounds, "causal_conv1d")
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["75", "86", "90"])
+def test_decode_launch_bounds_fit_the_architecture(tmp_path, arch):
+    bounds = [("UpdatePolicy", expr) for expr in DECODE_BOUNDS]
+    _compile_bounds(tmp_path, arch, "scan_policy.cuh", "selective_scan", bounds, "selective_scan")
 
 
 @needs_nvcc

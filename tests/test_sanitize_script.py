@@ -71,7 +71,9 @@ def dispatch_sites() -> set:
             while cs >= int(m.group(2)):
                 sites.add(f"cluster:{cs}")
                 cs //= 2
-        m = re.search(r"enum\s+Mode\s*:\s*int\s*\{([^}]*)\}", text)
+    # the decode step's launch modes: an enum its launcher and general kernel share, in a header
+    for path in sorted(CSRC.rglob("*.cu*")):
+        m = re.search(r"enum\s+Mode\s*:\s*int\s*\{([^}]*)\}", hv.code(path))
         if m:
             for name in re.findall(r"\bk(\w+)\s*=", m.group(1)):
                 sites.add(f"mode:{name.lower()}")
@@ -205,8 +207,8 @@ def test_kind_patterns_tell_instantiations_apart():
     assert re.search(k["conv_update_shift_w"].kernel, w) and not re.search(k["conv_update_shift_wm1"].kernel,
                                                                            w)
     assert not re.search(k["conv_update_general"].kernel, ns + "state_update_kernel<float, float>(P)")
-    ss = "void mamba_kernels::selective_scan::(anonymous namespace)::"
-    any_dtype = "mamba_kernels::selective_scan::(anonymous namespace)::AnyDtype"
+    ss = "void mamba_kernels::selective_scan::decode::(anonymous namespace)::"
+    any_dtype = "mamba_kernels::selective_scan::decode::AnyDtype"
     generic = ss + f"state_update_kernel<float, {any_dtype}>(P)"
     typed = ss + "state_update_kernel<float, __nv_bfloat16>(P)"
     assert re.search(k["decode_generic_one"].kernel, generic) and not re.search(k["decode_typed_one"].kernel,

@@ -18,29 +18,41 @@ using Policy = BwdPolicy;
 // Channel-first (stride(2) == 1): the tile scheme of fwd_channel_first with kTilesCF tiles per
 // warp. Pass 1 computes dpre and the dweight / dbias partials, pass 2 dx, whose right halo
 // (dpre of the next W-1 positions) comes from the right neighbour, the next tile, or past the
-// segment from a few positions recomputed ahead.
+// segment from a few positions recomputed ahead. One warp's work on one (batch, channel,
+// segment) item, in phases: load, prepare, dpre_pass, ahead_dpre, dx_pass, dinitial, flush.
 template <typename T, int W, bool kSeq>
-__global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCF) bwd_channel_first(const ConvParams p) {
-  constexpr int kN = kVec16<T>;
-  constexpr int kTilesCF = Policy::kTilesCF;
-  constexpr int kWarps = Policy::kWarps;
-  constexpr int kTile = 32 * kN;
-  constexpr int kSeg = kTilesCF * kTile;
+struct CfBwdAgent {
+  static constexpr int kN = kVec16<T>;
+  static constexpr int kTilesCF = Policy::kTilesCF;
+  static constexpr int kTile = 32 * kN;
+  static constexpr int kSeg = kTilesCF * kTile;
   static_assert(kN >= W - 1, "a lane's vector must cover its neighbour's halo");
-  const int lane = threadIdx.x & 31;
-  const int64_t nseg = (p.seqlen + kSeg - 1) / kSeg;
-  const int64_t items = p.batch * p.dim * nseg;
-  constexpr bool has_seq = kSeq;
-  for (int64_t item = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); item < items;
-       item += int64_t(gridDim.x) * kWarps) {
-    int64_t seg, c, b;
-    split_item(item, nseg, p.dim, items, seg, c, b);
-    const int64_t t0 = seg * kSeg;
-    const T* xr = static_cast<const T*>(p.x) + b * p.x_s.b + c * p.x_s.c;
-    const T* gr = static_cast<const T*>(p.dout) + b * p.dout_s.b + c * p.dout_s.c;
-    T* dxr = static_cast<T*>(p.dx) + b * p.dx_s.b + c * p.dx_s.c;
 
-    Pack<T, kN> xv[kTilesCF], gv[kTilesCF];
+  const ConvParams& p;
+  const int lane;
+  int64_t seg, c, b, t0;
+  const T* xr;
+  const T* gr;
+  T* dxr;
+  Pack<T, kN> xv[kTilesCF], gv[kTilesCF];
+  float w[W], bias, halo[W - 1];
+  // inputs of dpre at the W-1 positions right of the segment (lane i < W-1: position t0 + kSeg + i)
+  bool ahead_live;
+  float ax[W], ag;
+  int as[W];
+  float dp[kTilesCF][kN];  // dpre at the warp's own positions
+  float dw[W], db;         // the dweight / dbias partials
+  float ahead;             // dpre right of the segment
+
+  __device__ __forceinline__ CfBwdAgent(const ConvParams& params, int lane_) : p(params), lane(lane_) {}
+
+  // The item's rows and its tiles of x and dout.
+  __device__ __forceinline__ void load(int64_t item, int64_t nseg, int64_t items) {
+    split_item(item, nseg, p.dim, items, seg, c, b);
+    t0 = seg * kSeg;
+    xr = static_cast<const T*>(p.x) + b * p.x_s.b + c * p.x_s.c;
+    gr = static_cast<const T*>(p.dout) + b * p.dout_s.b + c * p.dout_s.c;
+    dxr = static_cast<T*>(p.dx) + b * p.dx_s.b + c * p.dx_s.c;
 #pragma unroll
     for (int j = 0; j < kTilesCF; ++j) {
       const int64_t t = t0 + j * kTile + lane * kN;
@@ -56,29 +68,30 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCF) bwd_ch
         }
       }
     }
-    float w[W];
+  }
+
+  // Weights, bias, the left halo, and the inputs of the ahead positions, loaded now so their
+  // latency overlaps the tiles' loads.
+  __device__ __forceinline__ void prepare() {
 #pragma unroll
     for (int k = 0; k < W; ++k) w[k] = weight_at(p.weight, c * W + k);
-    const float bias = bias_at(p.bias, c);
-    float halo[W - 1];
+    bias = bias_at(p.bias, c);
 #pragma unroll
     for (int i = 0; i < W - 1; ++i) halo[i] = x_ext(p, xr, b, c, t0 - (W - 1) + i);
-    // Inputs of dpre at the W-1 positions right of the segment (lane i < W-1 takes position
-    // t0 + kSeg + i), loaded now so their latency overlaps the tiles' loads.
     const int64_t apos = t0 + kSeg + lane;
-    const bool ahead_live = lane < W - 1 && apos < p.seqlen;
-    float ax[W], ag = 0.0f;
-    int as[W];
+    ahead_live = lane < W - 1 && apos < p.seqlen;
+    ag = 0.0f;
 #pragma unroll
     for (int k = 0; k < W; ++k) {
       ax[k] = ahead_live ? to_float(xr[(apos - (W - 1) + k) * p.x_s.l]) : 0.0f;  // apos - (W-1) >= 0
-      as[k] = ahead_live && has_seq ? seq_at(p, b, apos - (W - 1) + k) : 0;
+      as[k] = ahead_live && kSeq ? seq_at(p, b, apos - (W - 1) + k) : 0;
     }
     if (ahead_live) ag = to_float(gr[apos * p.dout_s.l]);
+  }
 
-    // Pass 1: dpre at the warp's own positions, and the dweight / dbias partial sums.
-    float dp[kTilesCF][kN];
-    float dw[W], db = 0.0f;
+  // Pass 1: dpre at the warp's own positions, and the dweight / dbias partial sums.
+  __device__ __forceinline__ void dpre_pass() {
+    db = 0.0f;
 #pragma unroll
     for (int k = 0; k < W; ++k) dw[k] = 0.0f;
 #pragma unroll
@@ -92,7 +105,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCF) bwd_ch
 #pragma unroll
       for (int q = 0; q < W - 1 + kN; ++q) {
         const int64_t pos = t - (W - 1) + q;
-        se[q] = has_seq && pos < p.seqlen ? seq_at(p, b, pos) : 0;
+        se[q] = kSeq && pos < p.seqlen ? seq_at(p, b, pos) : 0;
       }
 #pragma unroll
       for (int i = 0; i < kN; ++i) {
@@ -116,7 +129,11 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCF) bwd_ch
         db += d;
       }
     }
-    float ahead = 0.0f;  // dpre right of the segment, from the inputs loaded above
+  }
+
+  // dpre right of the segment, from the inputs prepare() loaded.
+  __device__ __forceinline__ void ahead_dpre() {
+    ahead = 0.0f;
     if (ahead_live && (!kSeq || as[W - 1] >= 0)) {
       ahead = ag;
       if (p.silu) {
@@ -126,8 +143,10 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCF) bwd_ch
         ahead *= silu_grad(acc);
       }
     }
+  }
 
-    // Pass 2: dx.
+  // Pass 2: dx (plus dfinal_states at the last W-1 positions).
+  __device__ __forceinline__ void dx_pass() {
 #pragma unroll
     for (int j = 0; j < kTilesCF; ++j) {
       const int64_t t = t0 + j * kTile + lane * kN;
@@ -140,7 +159,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCF) bwd_ch
 #pragma unroll
       for (int q = 0; q < kN + W - 1; ++q) {
         const int64_t pos = t + q;
-        se[q] = has_seq && pos < p.seqlen ? seq_at(p, b, pos) : 0;
+        se[q] = kSeq && pos < p.seqlen ? seq_at(p, b, pos) : 0;
       }
       float o[kN];
 #pragma unroll
@@ -166,28 +185,47 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCF) bwd_ch
         }
       }
     }
+  }
 
-    // dinitial_states: the W-1 positions before 0 only feed dpre[0 .. W-2], all held by lane 0.
-    if (p.dinitial_states != nullptr && seg == 0 && lane == 0) {
-      const int tag = has_seq ? seq_at(p, b, 0) : 0;
+  // dinitial_states: the W-1 positions before 0 only feed dpre[0 .. W-2], all held by lane 0.
+  __device__ __forceinline__ void dinitial() {
+    if (p.dinitial_states == nullptr || seg != 0 || lane != 0) return;
+    const int tag = kSeq ? seq_at(p, b, 0) : 0;
 #pragma unroll
-      for (int jj = 0; jj < W - 1; ++jj) {
-        float acc = 0.0f;
+    for (int jj = 0; jj < W - 1; ++jj) {
+      float acc = 0.0f;
 #pragma unroll
-        for (int k = 0; k < W; ++k) {
-          const int s = jj - k;  // position fed by initial-state column jj through tap k
-          if (s >= 0 && s < p.seqlen && (!has_seq || seq_at(p, b, s) == tag)) acc += w[k] * dp[0][s >= 0 ? s : 0];
-        }
-        if (p.dfinal_states != nullptr && jj >= p.seqlen) {
-          acc += to_float(static_cast<const T*>(p.dfinal_states)[b * p.dfinal_s.b + c * p.dfinal_s.c +
-                                                               (jj - p.seqlen) * p.dfinal_s.l]);
-        }
-        static_cast<T*>(p.dinitial_states)[b * p.dinit_s.b + c * p.dinit_s.c + jj * p.dinit_s.l] =
-            from_float<T>(acc);
+      for (int k = 0; k < W; ++k) {
+        const int s = jj - k;  // position fed by initial-state column jj through tap k
+        if (s >= 0 && s < p.seqlen && (!kSeq || seq_at(p, b, s) == tag)) acc += w[k] * dp[0][s >= 0 ? s : 0];
       }
+      if (p.dfinal_states != nullptr && jj >= p.seqlen) {
+        acc += to_float(static_cast<const T*>(p.dfinal_states)[b * p.dfinal_s.b + c * p.dfinal_s.c +
+                                                             (jj - p.seqlen) * p.dfinal_s.l]);
+      }
+      static_cast<T*>(p.dinitial_states)[b * p.dinit_s.b + c * p.dinit_s.c + jj * p.dinit_s.l] =
+          from_float<T>(acc);
     }
+  }
+};
 
-    warp_flush_dweight(p, dw, db, lane, c, b, nseg, seg);
+template <typename T, int W, bool kSeq>
+__global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCF) bwd_channel_first(const ConvParams p) {
+  using Agent = CfBwdAgent<T, W, kSeq>;
+  constexpr int kWarps = Policy::kWarps;
+  const int lane = threadIdx.x & 31;
+  const int64_t nseg = (p.seqlen + Agent::kSeg - 1) / Agent::kSeg;
+  const int64_t items = p.batch * p.dim * nseg;
+  for (int64_t item = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5); item < items;
+       item += int64_t(gridDim.x) * kWarps) {
+    Agent a(p, lane);
+    a.load(item, nseg, items);
+    a.prepare();
+    a.dpre_pass();
+    a.ahead_dpre();
+    a.dx_pass();
+    a.dinitial();
+    warp_flush_dweight(p, a.dw, a.db, lane, a.c, a.b, nseg, a.seg);
   }
 }
 
@@ -339,17 +377,203 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCFLean)
 // the last W inputs, seq ids and dpre values, running W-1 steps past the segment end so that
 // every dx of the segment sees all of its dpre terms. The block's 4 warps (4 consecutive
 // segments of the same channels) sum their dweight partials through shared memory.
+// One lane's walk over its segment of kN channels, in phases: setup (weights, bias, the W-1
+// inputs and seq ids left of the segment), load (kU steps' inputs, loads first), step (slide
+// the windows, dpre, the segment's dweight / dbias, dx W-1 steps back, dinitial_states).
+template <typename T, int W, bool kSeq>
+struct ClBwdAgent {
+  static constexpr int kN = Policy::kVecCL;
+  static constexpr int kU = Policy::kUnrollCL;
+
+  const ConvParams& p;
+  const int64_t b, c0, t0, t1, s_end;
+  const int nc;
+  const bool vin, vout;
+  const T* xb;
+  const T* gb;
+  T* dxb;
+  float w[W][kN], bias[kN], xw[W][kN], dpw[W][kN];  // weights; windows of inputs and dpre
+  int sw[W];                                         // window of seq ids
+  int tag;                                           // seq id of position 0
+  Pack<T, kN> xv[kU], gv[kU];
+  int sv[kU];  // seq id of each loaded step, -1 past the sequence (or padding)
+
+  __device__ __forceinline__ ClBwdAgent(const ConvParams& params, int64_t b_, int64_t c0_, int64_t t0_,
+                                        int64_t seg_len)
+      : p(params),
+        b(b_),
+        c0(c0_),
+        t0(t0_),
+        t1(t0_ + seg_len < params.seqlen ? t0_ + seg_len : params.seqlen),
+        s_end((t0_ + seg_len < params.seqlen ? t0_ + seg_len : params.seqlen) + W - 1),  // dpre up to t1 + W - 2
+        nc(params.dim - c0_ < kN ? int(params.dim - c0_) : kN),
+        vin(params.vec_in && params.dim - c0_ >= kN),
+        vout(params.vec_out && params.dim - c0_ >= kN),
+        xb(static_cast<const T*>(params.x) + b_ * params.x_s.b + c0_ * params.x_s.c),
+        gb(static_cast<const T*>(params.dout) + b_ * params.dout_s.b + c0_ * params.dout_s.c),
+        dxb(static_cast<T*>(params.dx) + b_ * params.dx_s.b + c0_ * params.dx_s.c) {}
+
+  __device__ __forceinline__ void setup() {
+    sw[0] = 0;
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      const bool ok = i < nc;
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        w[k][i] = ok ? weight_at(p.weight, (c0 + i) * W + k) : 0.0f;
+        dpw[k][i] = 0.0f;
+      }
+      bias[i] = ok ? bias_at(p.bias, c0 + i) : 0.0f;
+      xw[0][i] = 0.0f;
+    }
+#pragma unroll
+    for (int q = 0; q < W - 1; ++q) {
+      const int64_t pos = t0 - (W - 1) + q;
+      if (vin && pos >= 0) {
+        Pack<T, kN> hv;
+        load_pack(hv, xb + pos * p.x_s.l);
+#pragma unroll
+        for (int i = 0; i < kN; ++i) xw[q + 1][i] = to_float(hv.e[i]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) xw[q + 1][i] = i < nc ? x_ext(p, xb + i * p.x_s.c, b, c0 + i, pos) : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < W - 1; ++q) sw[q + 1] = kSeq ? seq_at(p, b, t0 - (W - 1) + q) : 0;
+    tag = kSeq ? seq_at(p, b, 0) : 0;
+  }
+
+  // The inputs of steps sb .. sb + kU - 1 (zeros past the sequence or the walk's end).
+  __device__ __forceinline__ void load(int64_t sb) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t s = sb + u;
+      sv[u] = -1;
+      if (s < p.seqlen && s < s_end) {
+        if (vin) {
+          load_pack(xv[u], xb + s * p.x_s.l);
+          load_pack(gv[u], gb + s * p.dout_s.l);
+        } else {
+#pragma unroll
+          for (int i = 0; i < kN; ++i) {
+            xv[u].e[i] = i < nc ? xb[s * p.x_s.l + i * p.x_s.c] : from_float<T>(0.0f);
+            gv[u].e[i] = i < nc ? gb[s * p.dout_s.l + i * p.dout_s.c] : from_float<T>(0.0f);
+          }
+        }
+        sv[u] = kSeq ? seq_at(p, b, s) : 0;
+      } else {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+          xv[u].e[i] = from_float<T>(0.0f);
+          gv[u].e[i] = from_float<T>(0.0f);
+        }
+      }
+    }
+  }
+
+  // Step s (the u-th loaded): slide the windows, dpre at s (into dw / db when s is the
+  // segment's), dx at s - (W-1), and dinitial_states once the first W-1 dpre exist.
+  __device__ __forceinline__ void step(int u, int64_t s, float (&dw)[W][kN], float (&db)[kN]) {
+#pragma unroll
+    for (int k = 0; k < W - 1; ++k) {
+      sw[k] = sw[k + 1];
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        xw[k][i] = xw[k + 1][i];
+        dpw[k][i] = dpw[k + 1][i];
+      }
+    }
+    sw[W - 1] = sv[u];
+    const bool live = sv[u] >= 0;  // in range and not padding
+    const bool own = s < t1;        // counted in this segment's dweight
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      xw[W - 1][i] = to_float(xv[u].e[i]);
+      float xm[W];
+#pragma unroll
+      for (int k = 0; k < W; ++k) xm[k] = !kSeq || sw[k] == sw[W - 1] ? xw[k][i] : 0.0f;
+      float d = 0.0f;
+      if (live) {
+        d = to_float(gv[u].e[i]);
+        if (p.silu) {
+          float acc = bias[i];
+#pragma unroll
+          for (int k = 0; k < W; ++k) acc += w[k][i] * xm[k];
+          d *= silu_grad(acc);
+        }
+      }
+      dpw[W - 1][i] = d;
+      if (own) {
+#pragma unroll
+        for (int k = 0; k < W; ++k) dw[k][i] += d * xm[k];
+        db[i] += d;
+      }
+    }
+    const int64_t t = s - (W - 1);
+    if (t >= t0) store_dx(t);
+    if (p.dinitial_states != nullptr && t0 == 0 && s == W - 2) dinitial();
+  }
+
+  __device__ __forceinline__ void store_dx(int64_t t) {
+    float o[kN];
+    const int64_t q = t - (p.seqlen - (W - 1));  // dfinal_states column of position t
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int k = 0; k < W; ++k) acc += !kSeq || sw[W - 1 - k] == sw[0] ? w[k][i] * dpw[W - 1 - k][i] : 0.0f;
+      if (p.dfinal_states != nullptr && q >= 0 && i < nc) {
+        acc += to_float(static_cast<const T*>(p.dfinal_states)[b * p.dfinal_s.b + (c0 + i) * p.dfinal_s.c +
+                                                             q * p.dfinal_s.l]);
+      }
+      o[i] = acc;
+    }
+    T* dp_out = dxb + t * p.dx_s.l;
+    if (vout) {
+      store_pack<T, kN>(dp_out, o);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        if (i < nc) dp_out[i * p.dx_s.c] = from_float<T>(o[i]);
+      }
+    }
+  }
+
+  // dpw[1 + m] holds dpre[m] for m = 0 .. W-2 here.
+  __device__ __forceinline__ void dinitial() {
+#pragma unroll
+    for (int jj = 0; jj < W - 1; ++jj) {
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        if (i >= nc) continue;
+        float acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < W; ++k) {
+          const int m = jj - k;
+          if (m >= 0 && (!kSeq || sw[1 + (m >= 0 ? m : 0)] == tag)) acc += w[k][i] * dpw[1 + (m >= 0 ? m : 0)][i];
+        }
+        if (p.dfinal_states != nullptr && jj >= p.seqlen) {
+          acc += to_float(static_cast<const T*>(p.dfinal_states)[b * p.dfinal_s.b + (c0 + i) * p.dfinal_s.c +
+                                                               (jj - p.seqlen) * p.dfinal_s.l]);
+        }
+        static_cast<T*>(p.dinitial_states)[b * p.dinit_s.b + (c0 + i) * p.dinit_s.c + jj * p.dinit_s.l] =
+            from_float<T>(acc);
+      }
+    }
+  }
+};
+
 template <typename T, int W, bool kSeq>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCL)
     bwd_channel_last(const ConvParams p, const int64_t seg_len) {
-  constexpr int kN = Policy::kVecCL;
-  constexpr int kU = Policy::kUnrollCL;
+  using Agent = ClBwdAgent<T, W, kSeq>;
+  constexpr int kN = Agent::kN;
   constexpr int kThreads = Policy::kThreads;
   constexpr int kWarps = Policy::kWarps;
   __shared__ float red[kWarps][W + 1][32 * kN];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  constexpr bool has_seq = kSeq;
   const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
   const int64_t nseg = (p.seqlen + seg_len - 1) / seg_len;
   const int64_t ntb = (nseg + kWarps - 1) / kWarps;
@@ -368,159 +592,14 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCL)
       for (int k = 0; k < W; ++k) dw[k][i] = 0.0f;
     }
     if (seg < nseg && c0 < p.dim) {
-      const int64_t t0 = seg * seg_len;
-      const int64_t t1 = t0 + seg_len < p.seqlen ? t0 + seg_len : p.seqlen;
-      const int nc = p.dim - c0 < kN ? int(p.dim - c0) : kN;
-      const bool vin = p.vec_in && nc == kN;
-      const bool vout = p.vec_out && nc == kN;
-      const T* xb = static_cast<const T*>(p.x) + b * p.x_s.b + c0 * p.x_s.c;
-      const T* gb = static_cast<const T*>(p.dout) + b * p.dout_s.b + c0 * p.dout_s.c;
-      T* dxb = static_cast<T*>(p.dx) + b * p.dx_s.b + c0 * p.dx_s.c;
-      float w[W][kN], bias[kN], xw[W][kN], dpw[W][kN];
-      int sw[W];
-      sw[0] = 0;
+      Agent a(p, b, c0, seg * seg_len, seg_len);
+      a.setup();
+      for (int64_t sb = a.t0; sb < a.s_end; sb += Agent::kU) {
+        a.load(sb);
 #pragma unroll
-      for (int i = 0; i < kN; ++i) {
-        const bool ok = i < nc;
-#pragma unroll
-        for (int k = 0; k < W; ++k) {
-          w[k][i] = ok ? weight_at(p.weight, (c0 + i) * W + k) : 0.0f;
-          dpw[k][i] = 0.0f;
-        }
-        bias[i] = ok ? bias_at(p.bias, c0 + i) : 0.0f;
-        xw[0][i] = 0.0f;
-      }
-#pragma unroll
-      for (int q = 0; q < W - 1; ++q) {
-        const int64_t pos = t0 - (W - 1) + q;
-        if (vin && pos >= 0) {
-          Pack<T, kN> hv;
-          load_pack(hv, xb + pos * p.x_s.l);
-#pragma unroll
-          for (int i = 0; i < kN; ++i) xw[q + 1][i] = to_float(hv.e[i]);
-        } else {
-#pragma unroll
-          for (int i = 0; i < kN; ++i) xw[q + 1][i] = i < nc ? x_ext(p, xb + i * p.x_s.c, b, c0 + i, pos) : 0.0f;
-        }
-      }
-#pragma unroll
-      for (int q = 0; q < W - 1; ++q) sw[q + 1] = has_seq ? seq_at(p, b, t0 - (W - 1) + q) : 0;
-      const int tag = has_seq ? seq_at(p, b, 0) : 0;
-
-      const int64_t s_end = t1 + W - 1;  // dpre is needed up to t1 + W - 2
-      for (int64_t sb = t0; sb < s_end; sb += kU) {
-        Pack<T, kN> xv[kU], gv[kU];
-        int sv[kU];
-#pragma unroll
-        for (int u = 0; u < kU; ++u) {
-          const int64_t s = sb + u;
-          sv[u] = -1;
-          if (s < p.seqlen && s < s_end) {
-            if (vin) {
-              load_pack(xv[u], xb + s * p.x_s.l);
-              load_pack(gv[u], gb + s * p.dout_s.l);
-            } else {
-#pragma unroll
-              for (int i = 0; i < kN; ++i) {
-                xv[u].e[i] = i < nc ? xb[s * p.x_s.l + i * p.x_s.c] : from_float<T>(0.0f);
-                gv[u].e[i] = i < nc ? gb[s * p.dout_s.l + i * p.dout_s.c] : from_float<T>(0.0f);
-              }
-            }
-            sv[u] = has_seq ? seq_at(p, b, s) : 0;
-          } else {
-#pragma unroll
-            for (int i = 0; i < kN; ++i) {
-              xv[u].e[i] = from_float<T>(0.0f);
-              gv[u].e[i] = from_float<T>(0.0f);
-            }
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < kU; ++u) {
-          const int64_t s = sb + u;
-          if (s >= s_end) break;
-#pragma unroll
-          for (int k = 0; k < W - 1; ++k) {
-            sw[k] = sw[k + 1];
-#pragma unroll
-            for (int i = 0; i < kN; ++i) {
-              xw[k][i] = xw[k + 1][i];
-              dpw[k][i] = dpw[k + 1][i];
-            }
-          }
-          sw[W - 1] = sv[u];
-          const bool live = sv[u] >= 0;  // in range and not padding
-          const bool own = s < t1;        // counted in this segment's dweight
-#pragma unroll
-          for (int i = 0; i < kN; ++i) {
-            xw[W - 1][i] = to_float(xv[u].e[i]);
-            float xm[W];
-#pragma unroll
-            for (int k = 0; k < W; ++k) xm[k] = !kSeq || sw[k] == sw[W - 1] ? xw[k][i] : 0.0f;
-            float d = 0.0f;
-            if (live) {
-              d = to_float(gv[u].e[i]);
-              if (p.silu) {
-                float acc = bias[i];
-#pragma unroll
-                for (int k = 0; k < W; ++k) acc += w[k][i] * xm[k];
-                d *= silu_grad(acc);
-              }
-            }
-            dpw[W - 1][i] = d;
-            if (own) {
-#pragma unroll
-              for (int k = 0; k < W; ++k) dw[k][i] += d * xm[k];
-              db[i] += d;
-            }
-          }
-          const int64_t t = s - (W - 1);
-          if (t >= t0) {
-            float o[kN];
-            const int64_t q = t - (p.seqlen - (W - 1));  // dfinal_states column of position t
-#pragma unroll
-            for (int i = 0; i < kN; ++i) {
-              float acc = 0.0f;
-#pragma unroll
-              for (int k = 0; k < W; ++k) acc += !kSeq || sw[W - 1 - k] == sw[0] ? w[k][i] * dpw[W - 1 - k][i] : 0.0f;
-              if (p.dfinal_states != nullptr && q >= 0 && i < nc) {
-                acc += to_float(static_cast<const T*>(p.dfinal_states)[b * p.dfinal_s.b + (c0 + i) * p.dfinal_s.c +
-                                                                     q * p.dfinal_s.l]);
-              }
-              o[i] = acc;
-            }
-            T* dp_out = dxb + t * p.dx_s.l;
-            if (vout) {
-              store_pack<T, kN>(dp_out, o);
-            } else {
-#pragma unroll
-              for (int i = 0; i < kN; ++i) {
-                if (i < nc) dp_out[i * p.dx_s.c] = from_float<T>(o[i]);
-              }
-            }
-          }
-          if (p.dinitial_states != nullptr && t0 == 0 && s == W - 2) {
-            // dpw[1 + m] now holds dpre[m] for m = 0 .. W-2.
-#pragma unroll
-            for (int jj = 0; jj < W - 1; ++jj) {
-#pragma unroll
-              for (int i = 0; i < kN; ++i) {
-                if (i >= nc) continue;
-                float acc = 0.0f;
-#pragma unroll
-                for (int k = 0; k < W; ++k) {
-                  const int m = jj - k;
-                  if (m >= 0 && (!kSeq || sw[1 + (m >= 0 ? m : 0)] == tag)) acc += w[k][i] * dpw[1 + (m >= 0 ? m : 0)][i];
-                }
-                if (p.dfinal_states != nullptr && jj >= p.seqlen) {
-                  acc += to_float(static_cast<const T*>(p.dfinal_states)[b * p.dfinal_s.b + (c0 + i) * p.dfinal_s.c +
-                                                                       (jj - p.seqlen) * p.dfinal_s.l]);
-                }
-                static_cast<T*>(p.dinitial_states)[b * p.dinit_s.b + (c0 + i) * p.dinit_s.c + jj * p.dinit_s.l] =
-                    from_float<T>(acc);
-              }
-            }
-          }
+        for (int u = 0; u < Agent::kU; ++u) {
+          if (sb + u >= a.s_end) break;
+          a.step(u, sb + u, dw, db);
         }
       }
     }
@@ -537,11 +616,185 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCL)
 // time up to W-1 steps past the segment end (dpre there completes the segment's last dx, but
 // is not the segment's to add to dweight). Blocks, segments, the fixed-order block sum and
 // the deterministic workspace rows are those of bwd_channel_last (the same seg_len).
+// One lane's walk in the lean kernel, in phases: setup (weights, bias, the W-1 inputs left of
+// the segment), block (kU steps inside the segment, loads first, no bounds checks) and tail
+// (one step at a time to W-1 steps past the segment end).
+template <typename T, int W, bool kSilu>
+struct ClLeanBwdAgent {
+  static constexpr int kN = Policy::kVecCLLean;
+  static constexpr int kU = Policy::kUnrollCLLean;
+
+  const ConvParams& p;
+  const int L, t0, t1;
+  const int sx, sg, sd;
+  const T* xp;  // x, dout and dx at step s (dx is written at s - (W-1), and only from t0 on)
+  const T* gp;
+  T* dp;
+  int s;
+  float w[W][kN], bias[kN];
+  // x and dpre at the W-1 positions before step s (x is zero before position 0; dpre before
+  // t0 only feeds dx left of the segment, which is not emitted)
+  float xh[W - 1][kN], dh[W - 1][kN];
+
+  __device__ __forceinline__ ClLeanBwdAgent(const ConvParams& params, int64_t b, int c0, int t0_, int seg_len)
+      : p(params),
+        L(int(params.seqlen)),
+        t0(t0_),
+        t1(min(t0_ + seg_len, int(params.seqlen))),
+        sx(int(params.x_s.l)),
+        sg(int(params.dout_s.l)),
+        sd(int(params.dx_s.l)),
+        xp(static_cast<const T*>(params.x) + (b * params.x_s.b + c0) + int64_t(t0_) * params.x_s.l),
+        gp(static_cast<const T*>(params.dout) + (b * params.dout_s.b + c0) + int64_t(t0_) * params.dout_s.l),
+        dp(static_cast<T*>(params.dx) + (b * params.dx_s.b + c0) + int64_t(t0_) * params.dx_s.l),
+        s(t0_) {}
+
+  __device__ __forceinline__ void setup(int c0) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+#pragma unroll
+      for (int k = 0; k < W; ++k) w[k][i] = weight_at(p.weight, int64_t(c0 + i) * W + k);
+      bias[i] = bias_at(p.bias, c0 + i);
+    }
+#pragma unroll
+    for (int q = 0; q < W - 1; ++q) {
+      const int pos = t0 - (W - 1) + q;
+      Pack<T, kN> v;
+      if (pos >= 0) {
+        load_pack(v, xp + int64_t(pos - t0) * p.x_s.l);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kN; ++i) v.e[i] = from_float<T>(0.0f);
+      }
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        xh[q][i] = to_float(v.e[i]);
+        dh[q][i] = 0.0f;
+      }
+    }
+  }
+
+  // Steps s .. s+kU-1, all in the segment (< t1 <= L).
+  __device__ __forceinline__ void block(float (&dw)[W][kN], float (&db)[kN]) {
+    Pack<T, kN> xv[kU], gv[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      load_pack(xv[u], xp + u * sx);
+      load_pack(gv[u], gp + u * sg);
+    }
+    float xe[W - 1 + kU][kN], de[W - 1 + kU][kN];  // at positions s-(W-1) .. s+kU-1
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+#pragma unroll
+      for (int q = 0; q < W - 1; ++q) {
+        xe[q][i] = xh[q][i];
+        de[q][i] = dh[q][i];
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u) xe[W - 1 + u][i] = to_float(xv[u].e[i]);
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        float d = to_float(gv[u].e[i]);
+        if (kSilu) {
+          float acc = bias[i];
+#pragma unroll
+          for (int k = 0; k < W; ++k) acc += w[k][i] * xe[u + k][i];
+          d *= silu_grad_ftz(acc);
+        }
+        de[W - 1 + u][i] = d;
+#pragma unroll
+        for (int k = 0; k < W; ++k) dw[k][i] += xe[u + k][i] * d;
+        db[i] += d;
+      }
+      // dx at t = s + u - (W-1) = sum_k w[k] dpre[s + u - k]; only t >= t0 is ours.
+      float o[kN];
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < W; ++k) acc += w[k][i] * de[W - 1 + u - k][i];
+        o[i] = acc;
+      }
+      if (u >= W - 1 || s + u - (W - 1) >= t0) store_pack<T, kN>(dp + (u - (W - 1)) * sd, o);
+    }
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+#pragma unroll
+      for (int q = 0; q < W - 1; ++q) {
+        xh[q][i] = xe[kU + q][i];
+        dh[q][i] = de[kU + q][i];
+      }
+    }
+    xp += kU * sx;
+    gp += kU * sg;
+    dp += kU * sd;
+    s += kU;
+  }
+
+  // Step s, past the last whole block: up to W-1 steps after the segment (dpre there completes
+  // the segment's last dx, but is not the segment's to add to dweight).
+  __device__ __forceinline__ void tail_step(float (&dw)[W][kN], float (&db)[kN]) {
+    const bool live = s < L;  // past the end: x = dout = 0, so dpre = 0
+    Pack<T, kN> xv, gv;
+    if (live) {
+      load_pack(xv, xp);
+      load_pack(gv, gp);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        xv.e[i] = from_float<T>(0.0f);
+        gv.e[i] = from_float<T>(0.0f);
+      }
+    }
+    const bool own = s < t1;
+    const int t = s - (W - 1);
+    float o[kN];
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      float xw[W];  // x at s-(W-1) .. s
+#pragma unroll
+      for (int q = 0; q < W - 1; ++q) xw[q] = xh[q][i];
+      xw[W - 1] = to_float(xv.e[i]);
+      float d = to_float(gv.e[i]);
+      if (kSilu) {
+        float acc = bias[i];
+#pragma unroll
+        for (int k = 0; k < W; ++k) acc += w[k][i] * xw[k];
+        d *= silu_grad_ftz(acc);
+      }
+      if (own) {
+#pragma unroll
+        for (int k = 0; k < W; ++k) dw[k][i] += xw[k] * d;
+        db[i] += d;
+      }
+      float acc = w[0][i] * d;  // dx at t: tap k takes dpre[s - k] = dh[W-1-k] for k >= 1
+#pragma unroll
+      for (int k = 1; k < W; ++k) acc += w[k][i] * dh[W - 1 - k][i];
+      o[i] = acc;
+#pragma unroll
+      for (int q = 0; q < W - 2; ++q) {
+        xh[q][i] = xh[q + 1][i];
+        dh[q][i] = dh[q + 1][i];
+      }
+      xh[W - 2][i] = xw[W - 1];
+      dh[W - 2][i] = d;
+    }
+    if (t >= t0) store_pack<T, kN>(dp - (W - 1) * sd, o);
+    xp += sx;
+    gp += sg;
+    dp += sd;
+    ++s;
+  }
+};
+
 template <typename T, int W, bool kSilu>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCLLean)
     bwd_channel_last_lean(const ConvParams p, const int seg_len) {
-  constexpr int kN = Policy::kVecCLLean;
-  constexpr int kU = Policy::kUnrollCLLean;
+  using Agent = ClLeanBwdAgent<T, W, kSilu>;
+  constexpr int kN = Agent::kN;
   constexpr int kThreads = Policy::kThreads;
   constexpr int kWarps = Policy::kWarps;
   __shared__ float red[kWarps][W + 1][32 * kN];
@@ -549,7 +802,6 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCLLean)
   const int warp = threadIdx.x >> 5;
   const int L = int(p.seqlen);
   const int dim = int(p.dim);
-  const int sx = int(p.x_s.l), sg = int(p.dout_s.l), sd = int(p.dx_s.l);
   const int ncg = (dim + 32 * kN - 1) / (32 * kN);
   const int nseg = (L + seg_len - 1) / seg_len;
   const int ntb = (nseg + kWarps - 1) / kWarps;
@@ -568,153 +820,12 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCLLean)
       for (int k = 0; k < W; ++k) dw[k][i] = 0.0f;
     }
     if (seg < nseg && c0 < dim) {  // dim % kN == 0: the lane's channels all exist
-      const int t0 = seg * seg_len;
-      const int t1 = min(t0 + seg_len, L);
-      const T* xb = static_cast<const T*>(p.x) + (b * p.x_s.b + c0);
-      const T* gb = static_cast<const T*>(p.dout) + (b * p.dout_s.b + c0);
-      T* dxb = static_cast<T*>(p.dx) + (b * p.dx_s.b + c0);
-      float w[W][kN], bias[kN];
-#pragma unroll
-      for (int i = 0; i < kN; ++i) {
-#pragma unroll
-        for (int k = 0; k < W; ++k) w[k][i] = weight_at(p.weight, int64_t(c0 + i) * W + k);
-        bias[i] = bias_at(p.bias, c0 + i);
-      }
-      // x and dpre at the W-1 positions before step s (x is zero before position 0; dpre
-      // before t0 only feeds dx left of the segment, which is not emitted).
-      float xh[W - 1][kN], dh[W - 1][kN];
-#pragma unroll
-      for (int q = 0; q < W - 1; ++q) {
-        const int pos = t0 - (W - 1) + q;
-        Pack<T, kN> v;
-        if (pos >= 0) {
-          load_pack(v, xb + int64_t(pos) * p.x_s.l);
-        } else {
-#pragma unroll
-          for (int i = 0; i < kN; ++i) v.e[i] = from_float<T>(0.0f);
-        }
-#pragma unroll
-        for (int i = 0; i < kN; ++i) {
-          xh[q][i] = to_float(v.e[i]);
-          dh[q][i] = 0.0f;
-        }
-      }
-
-      int s = t0;
-      const T* xp = xb + int64_t(t0) * p.x_s.l;  // x, dout and dx at step s (dx is written at
-      const T* gp = gb + int64_t(t0) * p.dout_s.l;  // s - (W-1), and only from t0 on)
-      T* dp = dxb + int64_t(t0) * p.dx_s.l;
+      Agent a(p, b, c0, seg * seg_len, seg_len);
+      a.setup(c0);
 #pragma unroll 1
-      for (; s + kU <= t1; s += kU) {  // steps s .. s+kU-1: all in the segment (< t1 <= L)
-        Pack<T, kN> xv[kU], gv[kU];
-#pragma unroll
-        for (int u = 0; u < kU; ++u) {
-          load_pack(xv[u], xp + u * sx);
-          load_pack(gv[u], gp + u * sg);
-        }
-        float xe[W - 1 + kU][kN], de[W - 1 + kU][kN];  // at positions s-(W-1) .. s+kU-1
-#pragma unroll
-        for (int i = 0; i < kN; ++i) {
-#pragma unroll
-          for (int q = 0; q < W - 1; ++q) {
-            xe[q][i] = xh[q][i];
-            de[q][i] = dh[q][i];
-          }
-#pragma unroll
-          for (int u = 0; u < kU; ++u) xe[W - 1 + u][i] = to_float(xv[u].e[i]);
-        }
-#pragma unroll
-        for (int u = 0; u < kU; ++u) {
-#pragma unroll
-          for (int i = 0; i < kN; ++i) {
-            float d = to_float(gv[u].e[i]);
-            if (kSilu) {
-              float acc = bias[i];
-#pragma unroll
-              for (int k = 0; k < W; ++k) acc += w[k][i] * xe[u + k][i];
-              d *= silu_grad_ftz(acc);
-            }
-            de[W - 1 + u][i] = d;
-#pragma unroll
-            for (int k = 0; k < W; ++k) dw[k][i] += xe[u + k][i] * d;
-            db[i] += d;
-          }
-          // dx at t = s + u - (W-1) = sum_k w[k] dpre[s + u - k]; only t >= t0 is ours.
-          float o[kN];
-#pragma unroll
-          for (int i = 0; i < kN; ++i) {
-            float acc = 0.0f;
-#pragma unroll
-            for (int k = 0; k < W; ++k) acc += w[k][i] * de[W - 1 + u - k][i];
-            o[i] = acc;
-          }
-          if (u >= W - 1 || s + u - (W - 1) >= t0) store_pack<T, kN>(dp + (u - (W - 1)) * sd, o);
-        }
-#pragma unroll
-        for (int i = 0; i < kN; ++i) {
-#pragma unroll
-          for (int q = 0; q < W - 1; ++q) {
-            xh[q][i] = xe[kU + q][i];
-            dh[q][i] = de[kU + q][i];
-          }
-        }
-        xp += kU * sx;
-        gp += kU * sg;
-        dp += kU * sd;
-      }
-      // The rest of the segment and the W-1 steps after it, one step at a time.
+      while (a.s + Agent::kU <= a.t1) a.block(dw, db);
 #pragma unroll 1
-      for (; s < t1 + W - 1; ++s) {
-        const bool live = s < L;  // past the end: x = dout = 0, so dpre = 0
-        Pack<T, kN> xv, gv;
-        if (live) {
-          load_pack(xv, xp);
-          load_pack(gv, gp);
-        } else {
-#pragma unroll
-          for (int i = 0; i < kN; ++i) {
-            xv.e[i] = from_float<T>(0.0f);
-            gv.e[i] = from_float<T>(0.0f);
-          }
-        }
-        const bool own = s < t1;
-        const int t = s - (W - 1);
-        float o[kN];
-#pragma unroll
-        for (int i = 0; i < kN; ++i) {
-          float xw[W];  // x at s-(W-1) .. s
-#pragma unroll
-          for (int q = 0; q < W - 1; ++q) xw[q] = xh[q][i];
-          xw[W - 1] = to_float(xv.e[i]);
-          float d = to_float(gv.e[i]);
-          if (kSilu) {
-            float acc = bias[i];
-#pragma unroll
-            for (int k = 0; k < W; ++k) acc += w[k][i] * xw[k];
-            d *= silu_grad_ftz(acc);
-          }
-          if (own) {
-#pragma unroll
-            for (int k = 0; k < W; ++k) dw[k][i] += xw[k] * d;
-            db[i] += d;
-          }
-          float acc = w[0][i] * d;  // dx at t: tap k takes dpre[s - k] = dh[W-1-k] for k >= 1
-#pragma unroll
-          for (int k = 1; k < W; ++k) acc += w[k][i] * dh[W - 1 - k][i];
-          o[i] = acc;
-#pragma unroll
-          for (int q = 0; q < W - 2; ++q) {
-            xh[q][i] = xh[q + 1][i];
-            dh[q][i] = dh[q + 1][i];
-          }
-          xh[W - 2][i] = xw[W - 1];
-          dh[W - 2][i] = d;
-        }
-        if (t >= t0) store_pack<T, kN>(dp - (W - 1) * sd, o);
-        xp += sx;
-        gp += sg;
-        dp += sd;
-      }
+      while (a.s < a.t1 + W - 1) a.tail_step(dw, db);
     }
     block_flush_dweight<W, kN, kWarps, kThreads>(p, red, dw, db, warp, lane, cg * 32 * kN, dim, b, ntb, tb);
   }

@@ -51,80 +51,109 @@ __host__ __device__ BwdSmem bwd_smem(int tpr, int ts) {
   return m;
 }
 
+// One thread's walk of the backward, in phases: setup (its A and fixed B/C), per chunk stage
+// (dt and u), enter (the saved state) and sweep (the states at window starts), then per window
+// in reverse: gate, recompute, reverse (adjoint and gradients, step by step), sum_dbc (over the
+// block's channels) and du_ddelta; finish writes the per-channel sums. All inlined: the
+// phases share registers as one body did.
 template <typename T, bool kComplex>
-__global__ void __launch_bounds__(BwdPolicy::kThreads)
-    bwd_kernel(const ScanParams p, const int tpr, const int64_t blocks_per_group, const int ts) {
-  constexpr int kNS = BwdPolicy::kStates;
-  constexpr int kF = kComplex ? 2 : 1;
-  constexpr int kSF = kNS * kF;
-  constexpr int kW = BwdPolicy::window<kComplex>();
-  constexpr int kT = BwdPolicy::kThreads;
-  constexpr int kRS = kChunk + BwdPolicy::kRowPad;  // row stride of the per-step arrays
-  constexpr int kDS = kW + BwdPolicy::kRowPad;
-  extern __shared__ float smem[];
+struct BwdAgent {
+  static constexpr int kNS = BwdPolicy::kStates;
+  static constexpr int kF = kComplex ? 2 : 1;
+  static constexpr int kSF = kNS * kF;
+  static constexpr int kW = BwdPolicy::window<kComplex>();
+  static constexpr int kT = BwdPolicy::kThreads;
+  static constexpr int kRS = kChunk + BwdPolicy::kRowPad;  // row stride of the per-step arrays
+  static constexpr int kDS = kW + BwdPolicy::kRowPad;
 
-  const int64_t L = p.seqlen, N = p.dstate, NF = N * kF;
-  const int64_t dpg = p.dim / p.ngroups;
-  const int rows = kT / tpr;
-  const int rs = bwd_rs<kComplex>(tpr);
-  const int tid = threadIdx.x;
-  const int64_t bg = int64_t(blockIdx.x) / blocks_per_group;
-  const int64_t rb = int64_t(blockIdx.x) % blocks_per_group;
-  const int64_t b = bg / p.ngroups, g = bg % p.ngroups;
-  const int lr = tid / tpr, s = tid % tpr;
-  const int64_t rig = rb * rows + lr;
-  const bool active = rig < dpg;
-  const int64_t d = g * dpg + (active ? rig : 0);  // inactive threads shadow row 0 and store nothing
-
-  const BwdSmem m = bwd_smem<kComplex>(tpr, ts);
-  float* sB = smem;                    // [ts][rs] tile of variable B (steps [tile0, tile0 + ts))
-  float* sC = sB + ts * rs;            // [ts][rs]
-  float* sWS = smem + m.tiles;         // [kChunk / kW][kSF][kT] states at window starts
-  float* sDT = sWS + m.starts;         // [rows][kRS] dt of the chunk's steps
-  float* sU = sDT + rows * kRS;        // [rows][kRS] u
-  float* sDY = sDT + m.steps;          // [rows][kDS] dout * silu(z) of the window
-  float* sRB = sDY + m.dy;             // [rows][kW][rs] per-channel dB of the window
-  float* sRC = sRB + rows * kW * rs;   // [rows][kW][rs] per-channel dC
-  float* sSumD = sRB + m.red;          // [kW][kT] per-thread part of sum_n Re(conj(A) da)
-  float* sSumB = sSumD + kW * kT;      // [kW][kT] per-thread part of sum_n Re(conj(B) g)
-  float* sAcc = sSumB + kW * kT;       // [2][kT] per-thread dD, dbias
-
-  const int64_t n0 = int64_t(s) * kNS;
+  const ScanParams& p;
+  const int tpr, ts;
+  const int64_t blocks_per_group;
+  int64_t L, N, NF, b, g, rb, d, n0;
+  int rows, rs, tid, lr, s;
+  bool active;
+  float* sB;     // [ts][rs] tile of variable B (steps [tile0, tile0 + ts))
+  float* sC;     // [ts][rs]
+  float* sWS;    // [kChunk / kW][kSF][kT] states at window starts
+  float* sRB;    // [rows][kW][rs] per-channel dB of the window
+  float* sRC;    // [rows][kW][rs] per-channel dC
+  float* sSumD;  // [kW][kT] per-thread part of sum_n Re(conj(A) da)
+  float* sSumB;  // [kW][kT] per-thread part of sum_n Re(conj(B) g)
+  float* sAcc;   // [2][kT] per-thread dD, dbias
+  float* dtr;    // this channel's row of dt of the chunk's steps
+  float* ur;     // u
+  float* dyr;    // dout * silu(z) of the window
+  const T *u, *delta, *dout, *z, *yv, *Bv, *Cv;
+  T *du_row, *ddelta_row, *dz_row, *out_z_row;
+  const float* tileB;  // sB for variable B, else null (slice takes Bf)
+  const float* tileC;
+  int64_t tile0 = -1;
   float a2[kSF], Af[kSF], Bf[kSF], Cf[kSF], dA[kSF], dBf[kSF], dCf[kSF], gc[kSF];
-#pragma unroll
-  for (int j = 0; j < kSF; ++j) {
-    const bool ok = n0 * kF + j < NF;
-    const int64_t off = d * NF + n0 * kF + j;
-    Af[j] = ok ? p.A[off] : 0.0f;
-    a2[j] = (kComplex && (j & 1)) ? Af[j] : Af[j] * kLog2e;
-    Bf[j] = (ok && !p.B.variable) ? static_cast<const float*>(p.B.ptr)[off] : 0.0f;
-    Cf[j] = (ok && !p.C.variable) ? static_cast<const float*>(p.C.ptr)[off] : 0.0f;
-    dA[j] = dBf[j] = dCf[j] = gc[j] = 0.0f;
-  }
-  const float Dd = p.D != nullptr ? p.D[d] : 0.0f;
-  const float bias = p.delta_bias != nullptr ? p.delta_bias[d] : 0.0f;
-  float dD_acc = 0.0f, dbias_acc = 0.0f;
+  float Dd, bias, dD_acc = 0.0f, dbias_acc = 0.0f;
 
-  const T* u = static_cast<const T*>(p.u) + offset3(p.u_s, b, d, 0);
-  const T* delta = static_cast<const T*>(p.delta) + offset3(p.delta_s, b, d, 0);
-  const T* dout = static_cast<const T*>(p.dout) + offset3(p.dout_s, b, d, 0);
-  const T* z = p.z != nullptr ? static_cast<const T*>(p.z) + offset3(p.z_s, b, d, 0) : nullptr;
-  const T* yv = p.y != nullptr ? static_cast<const T*>(p.y) + offset3(p.y_s, b, d, 0) : nullptr;
-  T* du_row = static_cast<T*>(p.du) + offset3(p.du_s, b, d, 0);
-  T* ddelta_row = static_cast<T*>(p.ddelta) + offset3(p.ddelta_s, b, d, 0);
-  T* dz_row = p.dz != nullptr ? static_cast<T*>(p.dz) + offset3(p.dz_s, b, d, 0) : nullptr;
-  T* out_z_row = p.out_z != nullptr ? static_cast<T*>(p.out_z) + offset3(p.out_z_s, b, d, 0) : nullptr;
-  const T* Bv = p.B.variable ? static_cast<const T*>(p.B.ptr) + b * p.B.s_b + g * p.B.s_g : nullptr;
-  const T* Cv = p.C.variable ? static_cast<const T*>(p.C.ptr) + b * p.C.s_b + g * p.C.s_g : nullptr;
-  const int64_t n_chunks = (L + kChunk - 1) / kChunk;
-  float* dtr = sDT + lr * kRS;
-  float* ur = sU + lr * kRS;
-  float* dyr = sDY + lr * kDS;
+  __device__ __forceinline__ BwdAgent(const ScanParams& params, int tpr_, int64_t bpg, int ts_, float* smem)
+      : p(params), tpr(tpr_), ts(ts_), blocks_per_group(bpg) {
+    L = p.seqlen, N = p.dstate, NF = N * kF;
+    const int64_t dpg = p.dim / p.ngroups;
+    rows = kT / tpr;
+    rs = bwd_rs<kComplex>(tpr);
+    tid = threadIdx.x;
+    const int64_t bg = int64_t(blockIdx.x) / blocks_per_group;
+    rb = int64_t(blockIdx.x) % blocks_per_group;
+    b = bg / p.ngroups, g = bg % p.ngroups;
+    lr = tid / tpr, s = tid % tpr;
+    const int64_t rig = rb * rows + lr;
+    active = rig < dpg;
+    d = g * dpg + (active ? rig : 0);  // inactive threads shadow row 0 and store nothing
+    const BwdSmem m = bwd_smem<kComplex>(tpr, ts);
+    sB = smem;
+    sC = sB + ts * rs;
+    sWS = smem + m.tiles;
+    float* sDT = sWS + m.starts;  // [rows][kRS] dt, then [rows][kRS] u
+    float* sDY = sDT + m.steps;   // [rows][kDS]
+    sRB = sDY + m.dy;
+    sRC = sRB + rows * kW * rs;
+    sSumD = sRB + m.red;
+    sSumB = sSumD + kW * kT;
+    sAcc = sSumB + kW * kT;
+    dtr = sDT + lr * kRS;
+    ur = sDT + rows * kRS + lr * kRS;
+    dyr = sDY + lr * kDS;
+    n0 = int64_t(s) * kNS;
+  }
+
+  // This thread's A (and log2e A) and fixed B/C; the rows it reads and writes.
+  __device__ __forceinline__ void setup() {
+#pragma unroll
+    for (int j = 0; j < kSF; ++j) {
+      const bool ok = n0 * kF + j < NF;
+      const int64_t off = d * NF + n0 * kF + j;
+      Af[j] = ok ? p.A[off] : 0.0f;
+      a2[j] = (kComplex && (j & 1)) ? Af[j] : Af[j] * kLog2e;
+      Bf[j] = (ok && !p.B.variable) ? static_cast<const float*>(p.B.ptr)[off] : 0.0f;
+      Cf[j] = (ok && !p.C.variable) ? static_cast<const float*>(p.C.ptr)[off] : 0.0f;
+      dA[j] = dBf[j] = dCf[j] = gc[j] = 0.0f;
+    }
+    Dd = p.D != nullptr ? p.D[d] : 0.0f;
+    bias = p.delta_bias != nullptr ? p.delta_bias[d] : 0.0f;
+    u = static_cast<const T*>(p.u) + offset3(p.u_s, b, d, 0);
+    delta = static_cast<const T*>(p.delta) + offset3(p.delta_s, b, d, 0);
+    dout = static_cast<const T*>(p.dout) + offset3(p.dout_s, b, d, 0);
+    z = p.z != nullptr ? static_cast<const T*>(p.z) + offset3(p.z_s, b, d, 0) : nullptr;
+    yv = p.y != nullptr ? static_cast<const T*>(p.y) + offset3(p.y_s, b, d, 0) : nullptr;
+    du_row = static_cast<T*>(p.du) + offset3(p.du_s, b, d, 0);
+    ddelta_row = static_cast<T*>(p.ddelta) + offset3(p.ddelta_s, b, d, 0);
+    dz_row = p.dz != nullptr ? static_cast<T*>(p.dz) + offset3(p.dz_s, b, d, 0) : nullptr;
+    out_z_row = p.out_z != nullptr ? static_cast<T*>(p.out_z) + offset3(p.out_z_s, b, d, 0) : nullptr;
+    Bv = p.B.variable ? static_cast<const T*>(p.B.ptr) + b * p.B.s_b + g * p.B.s_g : nullptr;
+    Cv = p.C.variable ? static_cast<const T*>(p.C.ptr) + b * p.C.s_b + g * p.C.s_g : nullptr;
+    tileB = Bv != nullptr ? sB : nullptr;
+    tileC = Cv != nullptr ? sC : nullptr;
+  }
 
   // Variable B and C of steps [want, want + ts) into the tiles, zero beyond L or dstate; a no-op
   // when the tile already holds them (block-uniform, like every caller).
-  int64_t tile0 = -1;
-  auto ensure_tile = [&](int64_t t0) {
+  __device__ __forceinline__ void ensure_tile(int64_t t0) {
     if (Bv == nullptr && Cv == nullptr) return;
     const int64_t want = t0 - (t0 % kChunk) + ((t0 % kChunk) / ts) * ts;
     if (want == tile0) return;
@@ -138,10 +167,12 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
       if (Cv != nullptr) sC[i] = ok ? to_float(Cv[n * p.C.s_n + l * p.C.s_l]) : 0.0f;
     }
     __syncthreads();
-  };
+  }
+
   // This thread's slice of B or C at step t of the tile: 16-byte shared reads (tiles and slices
   // start at multiples of 4 floats), or the fixed values.
-  auto slice = [&](const float* tile, const float (&fixed)[kSF], int tb, int t, float (&out)[kSF]) {
+  __device__ __forceinline__ void slice(const float* tile, const float (&fixed)[kSF], int tb, int t,
+                                        float (&out)[kSF]) const {
     if (tile == nullptr) {
 #pragma unroll
       for (int j = 0; j < kSF; ++j) out[j] = fixed[j];
@@ -152,21 +183,17 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
       const float4 v = *reinterpret_cast<const float4*>(tile + tb + t * rs + s * kSF + j);
       out[j] = v.x, out[j + 1] = v.y, out[j + 2] = v.z, out[j + 3] = v.w;
     }
-  };
-  const float* tileB = Bv != nullptr ? sB : nullptr;
-  const float* tileC = Cv != nullptr ? sC : nullptr;
-  auto store4 = [&](float* dst, const float (&v)[kSF]) {
+  }
+
+  __device__ __forceinline__ static void store4(float* dst, const float (&v)[kSF]) {
 #pragma unroll
     for (int j = 0; j < kSF; j += 4) {
       *reinterpret_cast<float4*>(dst + j) = make_float4(v[j], v[j + 1], v[j + 2], v[j + 3]);
     }
-  };
+  }
 
-  for (int64_t c = n_chunks - 1; c >= 0; --c) {
-    const int64_t tc0 = c * kChunk;
-    const int clen = int(L - tc0 < kChunk ? L - tc0 : kChunk);
-    const int nwin = (clen + kW - 1) / kW;
-    // dt and u of the chunk, each step computed by one of the channel's threads.
+  // dt and u of the chunk, each step computed by one of the channel's threads.
+  __device__ __forceinline__ void stage(int64_t tc0, int clen) {
     __syncthreads();  // the previous chunk's readers are done
     for (int t = s; t < clen; t += tpr) {
       const float v = to_float(delta[(tc0 + t) * p.delta_s.l]) + bias;
@@ -175,13 +202,33 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
     }
     ensure_tile(tc0);  // its barriers also publish dt and u
     if (Bv == nullptr && Cv == nullptr) __syncthreads();
-    float h[kSF];
-    {
-      const float* src = c > 0 ? p.ckpt + ((b * p.dim + d) * n_chunks + c - 1) * NF + n0 * kF : nullptr;
+  }
+
+  // The state entering chunk c: the forward's saved one (zero for the first chunk).
+  __device__ __forceinline__ void enter(int64_t c, int64_t n_chunks, float (&h)[kSF]) const {
+    const float* src = c > 0 ? p.ckpt + ((b * p.dim + d) * n_chunks + c - 1) * NF + n0 * kF : nullptr;
 #pragma unroll
-      for (int j = 0; j < kSF; ++j) h[j] = (src != nullptr && n0 * kF + j < NF) ? src[j] : 0.0f;
+    for (int j = 0; j < kSF; ++j) h[j] = (src != nullptr && n0 * kF + j < NF) ? src[j] : 0.0f;
+  }
+
+  // One step forward: h = a h + dt u B.
+  __device__ __forceinline__ void advance(float dt, float dtu, const float (&bq)[kSF], float (&h)[kSF]) const {
+#pragma unroll
+    for (int j = 0; j < kNS; ++j) {
+      if constexpr (!kComplex) {
+        h[j] = fmaf(fast_exp2(dt * a2[j]), h[j], dtu * bq[j]);
+      } else {
+        float ar, ai;
+        decay_complex(dt, a2[2 * j], a2[2 * j + 1], ar, ai);
+        const float hr = h[2 * j], hi = h[2 * j + 1];
+        h[2 * j] = ar * hr - ai * hi + bq[2 * j] * dtu;
+        h[2 * j + 1] = ar * hi + ai * hr + bq[2 * j + 1] * dtu;
+      }
     }
-    // Forward sweep: the state entering each window.
+  }
+
+  // Forward sweep of the chunk: the state entering each window into sWS.
+  __device__ __forceinline__ void sweep(int64_t tc0, int nwin, float (&h)[kSF]) {
     for (int w = 0; w < nwin; ++w) {
 #pragma unroll
       for (int j = 0; j < kSF; ++j) sWS[(w * kSF + j) * kT + tid] = h[j];
@@ -195,202 +242,238 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
         const float dtu = ur[w * kW + t] * dt;
         float bq[kSF];
         slice(tileB, Bf, tb, t, bq);
-#pragma unroll
-        for (int j = 0; j < kNS; ++j) {
-          if constexpr (!kComplex) {
-            h[j] = fmaf(fast_exp2(dt * a2[j]), h[j], dtu * bq[j]);
-          } else {
-            float ar, ai;
-            decay_complex(dt, a2[2 * j], a2[2 * j + 1], ar, ai);
-            const float hr = h[2 * j], hi = h[2 * j + 1];
-            h[2 * j] = ar * hr - ai * hi + bq[2 * j] * dtu;
-            h[2 * j + 1] = ar * hi + ai * hr + bq[2 * j + 1] * dtu;
-          }
-        }
+        advance(dt, dtu, bq, h);
       }
-    }
-    // Windows in reverse.
-    for (int w = nwin - 1; w >= 0; --w) {
-      const int64_t t0 = tc0 + int64_t(w) * kW;
-      const int valid = int(L - t0 < kW ? L - t0 : kW);
-      ensure_tile(t0);
-      const int tb = int(t0 - tile0) * rs;
-      // The gate, once per (channel, step): dy = dout silu(z), dz = dout y silu'(z), and
-      // out_z = y silu(z) when asked for.
-      for (int t = s; t < valid; t += tpr) {
-        float gy = to_float(dout[(t0 + t) * p.dout_s.l]);
-        if (z != nullptr) {
-          const float zz = to_float(z[(t0 + t) * p.z_s.l]);
-          const float yy = to_float(yv[(t0 + t) * p.y_s.l]);
-          if (active) dz_row[(t0 + t) * p.dz_s.l] = from_float<T>(gy * yy * silu_grad(zz));
-          if (active && out_z_row != nullptr) out_z_row[(t0 + t) * p.out_z_s.l] = from_float<T>(yy * silu(zz));
-          gy *= silu(zz);
-        }
-        dyr[t] = gy;
-      }
-      __syncthreads();
-      float dt[kW], dtu[kW], dy[kW];
-#pragma unroll
-      for (int t = 0; t < kW; ++t) {
-        dt[t] = dtr[w * kW + t];
-        dtu[t] = dt[t] * ur[w * kW + t];
-        dy[t] = dyr[t];
-      }
-      // Recompute the window: states before each step (hp) and decays (aa).
-      float hp[kW][kSF], aa[kW][kSF];
-#pragma unroll
-      for (int j = 0; j < kSF; ++j) h[j] = sWS[(w * kSF + j) * kT + tid];
-#pragma unroll
-      for (int t = 0; t < kW; ++t) {
-        float bq[kSF];
-        slice(tileB, Bf, tb, t, bq);
-#pragma unroll
-        for (int j = 0; j < kNS; ++j) {
-          if constexpr (!kComplex) {
-            const float a = t < valid ? fast_exp2(dt[t] * a2[j]) : 0.0f;
-            hp[t][j] = h[j];
-            aa[t][j] = a;
-            h[j] = fmaf(a, h[j], dtu[t] * bq[j]);
-          } else {
-            float ar = 0.0f, ai = 0.0f;
-            if (t < valid) decay_complex(dt[t], a2[2 * j], a2[2 * j + 1], ar, ai);
-            const float hr = h[2 * j], hi = h[2 * j + 1];
-            hp[t][2 * j] = hr;
-            hp[t][2 * j + 1] = hi;
-            aa[t][2 * j] = ar;
-            aa[t][2 * j + 1] = ai;
-            h[2 * j] = ar * hr - ai * hi + dtu[t] * bq[2 * j];
-            h[2 * j + 1] = ar * hi + ai * hr + dtu[t] * bq[2 * j + 1];
-          }
-        }
-      }
-      // Reverse sweep: one step's adjoint and gradient contributions.
-      auto rev_step = [&](int t) {
-        float sumA = 0.0f, sumB = 0.0f;
-        float* rbt = sRB + (lr * kW + t) * rs + s * kSF;
-        float* rct = sRC + (lr * kW + t) * rs + s * kSF;
-        float bq[kSF], cq[kSF], dbq[kSF], dcq[kSF];
-        slice(tileB, Bf, tb, t, bq);
-        slice(tileC, Cf, tb, t, cq);
-        if constexpr (!kComplex) {
-#pragma unroll
-          for (int j = 0; j < kNS; ++j) {
-            const float bb = bq[j], cc = cq[j];
-            const float gg = fmaf(cc, dy[t], gc[j]);
-            const float ah = aa[t][j] * hp[t][j];
-            const float da = ah * gg;
-            dA[j] = fmaf(dt[t], da, dA[j]);
-            sumA = fmaf(Af[j], da, sumA);
-            sumB = fmaf(bb, gg, sumB);
-            const float db = gg * dtu[t], dc = fmaf(dtu[t], bb, ah) * dy[t];
-            dbq[j] = active ? db : 0.0f;
-            dcq[j] = active ? dc : 0.0f;
-            gc[j] = aa[t][j] * gg;
-          }
-        } else {
-          const float dyw = 2.0f * dy[t];
-#pragma unroll
-          for (int j = 0; j < kNS; ++j) {
-            const int r = 2 * j, i = 2 * j + 1;
-            const float br = bq[r], bi = bq[i];
-            const float cr = cq[r], ci = cq[i];
-            const float gr = cr * dyw + gc[r], gi = -ci * dyw + gc[i];  // conj(C) dyw + carry
-            const float ar = aa[t][r], ai = aa[t][i], pr = hp[t][r], pi = hp[t][i];
-            const float wr = ar * pr - ai * pi, wi = ar * pi + ai * pr;  // a h_{t-1}
-            const float dar = wr * gr + wi * gi, dai = wr * gi - wi * gr;  // conj(a h_{t-1}) g
-            dA[r] = fmaf(dt[t], dar, dA[r]);
-            dA[i] = fmaf(dt[t], dai, dA[i]);
-            sumA += Af[r] * dar + Af[i] * dai;  // Re(conj(A) da)
-            sumB += br * gr + bi * gi;          // Re(conj(B) g)
-            const float dbr = gr * dtu[t], dbi = gi * dtu[t];
-            const float dcr = (wr + dtu[t] * br) * dyw, dci = -(wi + dtu[t] * bi) * dyw;  // conj(h_t) dyw
-            dbq[r] = active ? dbr : 0.0f;
-            dbq[i] = active ? dbi : 0.0f;
-            dcq[r] = active ? dcr : 0.0f;
-            dcq[i] = active ? dci : 0.0f;
-            gc[r] = ar * gr + ai * gi;  // conj(a) g
-            gc[i] = ar * gi - ai * gr;
-          }
-        }
-        // Variable B/C: this channel's dB/dC of the step for the block sum; fixed: summed here.
-        if (Bv != nullptr) {
-          store4(rbt, dbq);
-        } else {
-#pragma unroll
-          for (int j = 0; j < kSF; ++j) dBf[j] += dbq[j];
-        }
-        if (Cv != nullptr) {
-          store4(rct, dcq);
-        } else {
-#pragma unroll
-          for (int j = 0; j < kSF; ++j) dCf[j] += dcq[j];
-        }
-        sSumD[t * kT + tid] = sumA;
-        sSumB[t * kT + tid] = sumB;
-      };
-      if (valid == kW) {  // no per-step branch in full windows
-#pragma unroll
-        for (int t = kW - 1; t >= 0; --t) rev_step(t);
-      } else {
-#pragma unroll
-        for (int t = kW - 1; t >= 0; --t) {
-          if (t < valid) {
-            rev_step(t);
-          } else {
-#pragma unroll
-            for (int k = 0; k < kSF; ++k) {
-              sRB[(lr * kW + t) * rs + s * kSF + k] = 0.0f;
-              sRC[(lr * kW + t) * rs + s * kSF + k] = 0.0f;
-            }
-            sSumD[t * kT + tid] = sSumB[t * kT + tid] = 0.0f;
-          }
-        }
-      }
-      __syncthreads();
-      // dB/dC of the window summed over the block's channels, in channel order.
-      if (Bv != nullptr || Cv != nullptr) {
-        const int64_t LF = L * kF;
-        for (int i = tid; i < int(NF) * kW; i += kT) {
-          const int k = i / kW, t = i % kW;  // k = n * kF + component
-          if (t >= valid) continue;
-          const int64_t n = k / kF, l = (t0 + t) * kF + (k % kF);
-          const int64_t dst = (((b * p.ngroups + g) * blocks_per_group + rb) * N + n) * LF + l;
-          if (Bv != nullptr) {
-            float acc = 0.0f;
-            for (int r = 0; r < rows; ++r) acc += sRB[(r * kW + t) * rs + k];
-            p.dB_part[dst] = acc;
-          }
-          if (Cv != nullptr) {
-            float acc = 0.0f;
-            for (int r = 0; r < rows; ++r) acc += sRC[(r * kW + t) * rs + k];
-            p.dC_part[dst] = acc;
-          }
-        }
-      }
-      // du and ddelta, once per (channel, step).
-      for (int t = s; t < valid; t += tpr) {
-        float sa = 0.0f, sb = 0.0f;
-        for (int k = 0; k < tpr; ++k) {
-          sa += sSumD[t * kT + lr * tpr + k];
-          sb += sSumB[t * kT + lr * tpr + k];
-        }
-        const float dtt = dtr[w * kW + t], ut = ur[w * kW + t], dyt = dyr[t];
-        float gdt = fmaf(ut, sb, sa);
-        if (p.softplus) gdt *= -expm1f(-dtt);  // sigmoid(x) = 1 - exp(-softplus(x))
-        dbias_acc += gdt;
-        dD_acc = fmaf(dyt, ut, dD_acc);
-        if (active) {
-          du_row[(t0 + t) * p.du_s.l] = from_float<T>(fmaf(dtt, sb, Dd * dyt));
-          ddelta_row[(t0 + t) * p.ddelta_s.l] = from_float<T>(gdt);
-        }
-      }
-      __syncthreads();  // the sums above are read before the next window overwrites them
     }
   }
-  sAcc[tid] = dD_acc;
-  sAcc[kT + tid] = dbias_acc;
-  __syncthreads();
-  if (active) {
+
+  // The gate, once per (channel, step): dy = dout silu(z), dz = dout y silu'(z), and out_z =
+  // y silu(z) when asked for.
+  __device__ __forceinline__ void gate(int64_t t0, int valid) {
+    for (int t = s; t < valid; t += tpr) {
+      float gy = to_float(dout[(t0 + t) * p.dout_s.l]);
+      if (z != nullptr) {
+        const float zz = to_float(z[(t0 + t) * p.z_s.l]);
+        const float yy = to_float(yv[(t0 + t) * p.y_s.l]);
+        if (active) dz_row[(t0 + t) * p.dz_s.l] = from_float<T>(gy * yy * silu_grad(zz));
+        if (active && out_z_row != nullptr) out_z_row[(t0 + t) * p.out_z_s.l] = from_float<T>(yy * silu(zz));
+        gy *= silu(zz);
+      }
+      dyr[t] = gy;
+    }
+  }
+
+  // Window w recomputed into registers: states before each step (hp) and decays (aa; 0 past
+  // valid).
+  __device__ __forceinline__ void recompute(int w, int tb, int valid, const float (&dt)[kW], const float (&dtu)[kW],
+                                            float (&hp)[kW][kSF], float (&aa)[kW][kSF]) const {
+    float h[kSF];
+#pragma unroll
+    for (int j = 0; j < kSF; ++j) h[j] = sWS[(w * kSF + j) * kT + tid];
+#pragma unroll
+    for (int t = 0; t < kW; ++t) {
+      float bq[kSF];
+      slice(tileB, Bf, tb, t, bq);
+#pragma unroll
+      for (int j = 0; j < kNS; ++j) {
+        if constexpr (!kComplex) {
+          const float a = t < valid ? fast_exp2(dt[t] * a2[j]) : 0.0f;
+          hp[t][j] = h[j];
+          aa[t][j] = a;
+          h[j] = fmaf(a, h[j], dtu[t] * bq[j]);
+        } else {
+          float ar = 0.0f, ai = 0.0f;
+          if (t < valid) decay_complex(dt[t], a2[2 * j], a2[2 * j + 1], ar, ai);
+          const float hr = h[2 * j], hi = h[2 * j + 1];
+          hp[t][2 * j] = hr;
+          hp[t][2 * j + 1] = hi;
+          aa[t][2 * j] = ar;
+          aa[t][2 * j + 1] = ai;
+          h[2 * j] = ar * hr - ai * hi + dtu[t] * bq[2 * j];
+          h[2 * j + 1] = ar * hi + ai * hr + dtu[t] * bq[2 * j + 1];
+        }
+      }
+    }
+  }
+
+  // One step's adjoint, real A: g = C dy + carry; dA here, dB/dC and the step's sums out.
+  __device__ __forceinline__ void grads(float dt, float dtu, float dy, const float (&hp)[kSF], const float (&aa)[kSF],
+                                        const float (&bq)[kSF], const float (&cq)[kSF], float (&dbq)[kSF],
+                                        float (&dcq)[kSF], float& sumA, float& sumB) {
+#pragma unroll
+    for (int j = 0; j < kNS; ++j) {
+      const float bb = bq[j], cc = cq[j];
+      const float gg = fmaf(cc, dy, gc[j]);
+      const float ah = aa[j] * hp[j];
+      const float da = ah * gg;
+      dA[j] = fmaf(dt, da, dA[j]);
+      sumA = fmaf(Af[j], da, sumA);
+      sumB = fmaf(bb, gg, sumB);
+      const float db = gg * dtu, dc = fmaf(dtu, bb, ah) * dy;
+      dbq[j] = active ? db : 0.0f;
+      dcq[j] = active ? dc : 0.0f;
+      gc[j] = aa[j] * gg;
+    }
+  }
+
+  // The same for complex A: g = conj(C) dy + conj(a) carry.
+  __device__ __forceinline__ void grads_complex(float dt, float dtu, float dy, const float (&hp)[kSF],
+                                                const float (&aa)[kSF], const float (&bq)[kSF],
+                                                const float (&cq)[kSF], float (&dbq)[kSF], float (&dcq)[kSF],
+                                                float& sumA, float& sumB) {
+    const float dyw = 2.0f * dy;
+#pragma unroll
+    for (int j = 0; j < kNS; ++j) {
+      const int r = 2 * j, i = 2 * j + 1;
+      const float br = bq[r], bi = bq[i];
+      const float cr = cq[r], ci = cq[i];
+      const float gr = cr * dyw + gc[r], gi = -ci * dyw + gc[i];  // conj(C) dyw + carry
+      const float ar = aa[r], ai = aa[i], pr = hp[r], pi = hp[i];
+      const float wr = ar * pr - ai * pi, wi = ar * pi + ai * pr;  // a h_{t-1}
+      const float dar = wr * gr + wi * gi, dai = wr * gi - wi * gr;  // conj(a h_{t-1}) g
+      dA[r] = fmaf(dt, dar, dA[r]);
+      dA[i] = fmaf(dt, dai, dA[i]);
+      sumA += Af[r] * dar + Af[i] * dai;  // Re(conj(A) da)
+      sumB += br * gr + bi * gi;          // Re(conj(B) g)
+      const float dbr = gr * dtu, dbi = gi * dtu;
+      const float dcr = (wr + dtu * br) * dyw, dci = -(wi + dtu * bi) * dyw;  // conj(h_t) dyw
+      dbq[r] = active ? dbr : 0.0f;
+      dbq[i] = active ? dbi : 0.0f;
+      dcq[r] = active ? dcr : 0.0f;
+      dcq[i] = active ? dci : 0.0f;
+      gc[r] = ar * gr + ai * gi;  // conj(a) g
+      gc[i] = ar * gi - ai * gr;
+    }
+  }
+
+  // Reverse step t of the window: its gradients, then variable dB/dC of this channel for the
+  // block sum (fixed: summed here) and the step's sums over this thread's states.
+  __device__ __forceinline__ void rev_step(int t, int tb, const float (&dt)[kW], const float (&dtu)[kW],
+                                           const float (&dy)[kW], const float (&hp)[kW][kSF],
+                                           const float (&aa)[kW][kSF]) {
+    float sumA = 0.0f, sumB = 0.0f;
+    float* rbt = sRB + (lr * kW + t) * rs + s * kSF;
+    float* rct = sRC + (lr * kW + t) * rs + s * kSF;
+    float bq[kSF], cq[kSF], dbq[kSF], dcq[kSF];
+    slice(tileB, Bf, tb, t, bq);
+    slice(tileC, Cf, tb, t, cq);
+    if constexpr (!kComplex) {
+      grads(dt[t], dtu[t], dy[t], hp[t], aa[t], bq, cq, dbq, dcq, sumA, sumB);
+    } else {
+      grads_complex(dt[t], dtu[t], dy[t], hp[t], aa[t], bq, cq, dbq, dcq, sumA, sumB);
+    }
+    if (Bv != nullptr) {
+      store4(rbt, dbq);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kSF; ++j) dBf[j] += dbq[j];
+    }
+    if (Cv != nullptr) {
+      store4(rct, dcq);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kSF; ++j) dCf[j] += dcq[j];
+    }
+    sSumD[t * kT + tid] = sumA;
+    sSumB[t * kT + tid] = sumB;
+  }
+
+  // Reverse sweep of the window; steps past valid leave zeros.
+  __device__ __forceinline__ void reverse(int tb, int valid, const float (&dt)[kW], const float (&dtu)[kW],
+                                          const float (&dy)[kW], const float (&hp)[kW][kSF],
+                                          const float (&aa)[kW][kSF]) {
+    if (valid == kW) {  // no per-step branch in full windows
+#pragma unroll
+      for (int t = kW - 1; t >= 0; --t) rev_step(t, tb, dt, dtu, dy, hp, aa);
+      return;
+    }
+#pragma unroll
+    for (int t = kW - 1; t >= 0; --t) {
+      if (t < valid) {
+        rev_step(t, tb, dt, dtu, dy, hp, aa);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kSF; ++k) {
+          sRB[(lr * kW + t) * rs + s * kSF + k] = 0.0f;
+          sRC[(lr * kW + t) * rs + s * kSF + k] = 0.0f;
+        }
+        sSumD[t * kT + tid] = sSumB[t * kT + tid] = 0.0f;
+      }
+    }
+  }
+
+  // dB/dC of the window summed over the block's channels, in channel order.
+  __device__ __forceinline__ void sum_dbc(int64_t t0, int valid) {
+    if (Bv == nullptr && Cv == nullptr) return;
+    const int64_t LF = L * kF;
+    for (int i = tid; i < int(NF) * kW; i += kT) {
+      const int k = i / kW, t = i % kW;  // k = n * kF + component
+      if (t >= valid) continue;
+      const int64_t n = k / kF, l = (t0 + t) * kF + (k % kF);
+      const int64_t dst = (((b * p.ngroups + g) * blocks_per_group + rb) * N + n) * LF + l;
+      if (Bv != nullptr) {
+        float acc = 0.0f;
+        for (int r = 0; r < rows; ++r) acc += sRB[(r * kW + t) * rs + k];
+        p.dB_part[dst] = acc;
+      }
+      if (Cv != nullptr) {
+        float acc = 0.0f;
+        for (int r = 0; r < rows; ++r) acc += sRC[(r * kW + t) * rs + k];
+        p.dC_part[dst] = acc;
+      }
+    }
+  }
+
+  // du and ddelta, once per (channel, step), from the step's sums over the channel's threads.
+  __device__ __forceinline__ void du_ddelta(int w, int64_t t0, int valid) {
+    for (int t = s; t < valid; t += tpr) {
+      float sa = 0.0f, sb = 0.0f;
+      for (int k = 0; k < tpr; ++k) {
+        sa += sSumD[t * kT + lr * tpr + k];
+        sb += sSumB[t * kT + lr * tpr + k];
+      }
+      const float dtt = dtr[w * kW + t], ut = ur[w * kW + t], dyt = dyr[t];
+      float gdt = fmaf(ut, sb, sa);
+      if (p.softplus) gdt *= -expm1f(-dtt);  // sigmoid(x) = 1 - exp(-softplus(x))
+      dbias_acc += gdt;
+      dD_acc = fmaf(dyt, ut, dD_acc);
+      if (active) {
+        du_row[(t0 + t) * p.du_s.l] = from_float<T>(fmaf(dtt, sb, Dd * dyt));
+        ddelta_row[(t0 + t) * p.ddelta_s.l] = from_float<T>(gdt);
+      }
+    }
+  }
+
+  // Window w of the chunk from tc0, all phases.
+  __device__ __forceinline__ void window(int64_t tc0, int w) {
+    const int64_t t0 = tc0 + int64_t(w) * kW;
+    const int valid = int(L - t0 < kW ? L - t0 : kW);
+    ensure_tile(t0);
+    const int tb = int(t0 - tile0) * rs;
+    gate(t0, valid);
+    __syncthreads();
+    float dt[kW], dtu[kW], dy[kW];
+#pragma unroll
+    for (int t = 0; t < kW; ++t) {
+      dt[t] = dtr[w * kW + t];
+      dtu[t] = dt[t] * ur[w * kW + t];
+      dy[t] = dyr[t];
+    }
+    float hp[kW][kSF], aa[kW][kSF];
+    recompute(w, tb, valid, dt, dtu, hp, aa);
+    reverse(tb, valid, dt, dtu, dy, hp, aa);
+    __syncthreads();
+    sum_dbc(t0, valid);
+    du_ddelta(w, t0, valid);
+    __syncthreads();  // the sums above are read before the next window overwrites them
+  }
+
+  // Per (batch, channel): dA and fixed dB/dC per state; dD and dbias over the channel's threads.
+  __device__ __forceinline__ void finish() {
+    sAcc[tid] = dD_acc;
+    sAcc[kT + tid] = dbias_acc;
+    __syncthreads();
+    if (!active) return;
     const int64_t off = (b * p.dim + d) * NF + n0 * kF;
 #pragma unroll
     for (int j = 0; j < kSF; ++j) {
@@ -409,6 +492,27 @@ __global__ void __launch_bounds__(BwdPolicy::kThreads)
       if (p.dbias_part != nullptr) p.dbias_part[b * p.dim + d] = sbias;
     }
   }
+};
+
+template <typename T, bool kComplex>
+__global__ void __launch_bounds__(BwdPolicy::kThreads)
+    bwd_kernel(const ScanParams p, const int tpr, const int64_t blocks_per_group, const int ts) {
+  using Agent = BwdAgent<T, kComplex>;
+  extern __shared__ float smem[];
+  Agent a(p, tpr, blocks_per_group, ts, smem);
+  a.setup();
+  const int64_t n_chunks = (a.L + kChunk - 1) / kChunk;
+  for (int64_t c = n_chunks - 1; c >= 0; --c) {
+    const int64_t tc0 = c * kChunk;
+    const int clen = int(a.L - tc0 < kChunk ? a.L - tc0 : kChunk);
+    const int nwin = (clen + Agent::kW - 1) / Agent::kW;
+    a.stage(tc0, clen);
+    float h[Agent::kSF];
+    a.enter(c, n_chunks, h);
+    a.sweep(tc0, nwin, h);
+    for (int w = nwin - 1; w >= 0; --w) a.window(tc0, w);
+  }
+  a.finish();
 }
 
 }  // namespace

@@ -180,57 +180,39 @@ __device__ __forceinline__ void sweep_segment(BwdLanesSmem& sm, const SegmentSwe
   }
 }
 
+// One block's walk in phases. The block: the constructor (its rows of the partials, its share
+// as a cluster's owner) and cluster_init; per channel group begin_group (A, fixed B/C, carried
+// sums) and end_group; per chunk enter (the state entering it), stage (B/C tile, the channels'
+// rows) and sweep (the states at window starts); per window in reverse: prefetch_prev,
+// recompute, reverse, over_states (du, ddelta) and block_sum; with clusters chunk_done, flush
+// and drain. All inlined: out of line, the registers saved around calls would spill.
 template <typename T, bool kVarBC, bool kCluster>
-__global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
-    bwd_lanes_kernel(const ScanParams p, const LanesBwdArgs f) {
-  constexpr int kW = BL::kWin, kRow = BL::kRow;
-  extern __shared__ float4 smem_lanes[];  // BwdLanesSmem: more than the 48 KB of static shared memory
-  BwdLanesSmem& sm = *reinterpret_cast<BwdLanesSmem*>(smem_lanes);
+struct BwdLanesAgent {
+  static constexpr int kW = BL::kWin, kRow = BL::kRow;
+  static constexpr int kQ = kChunk / LP::kLanes;
 
-  const int64_t L = p.seqlen, N = p.dstate;
-  const int64_t dpg = p.dim / p.ngroups;
-  const int64_t bg = int64_t(blockIdx.x) / f.row_blocks, rb = int64_t(blockIdx.x) % f.row_blocks;
-  const int64_t b = bg / p.ngroups, g = bg % p.ngroups;
-  const int tid = threadIdx.x, ch = tid / LP::kLanes, s = tid % LP::kLanes;
-  const int warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const bool upper = lane >= LP::kLanes;  // the warp's second channel
-  const bool has_n = s < N;
-  const int64_t n_chunks = (L + kChunk - 1) / kChunk;
-  const bool varB = kVarBC || p.B.variable, varC = kVarBC || p.C.variable;
-  const T* Bv = varB ? static_cast<const T*>(p.B.ptr) + b * p.B.s_b + g * p.B.s_g : nullptr;
-  const T* Cv = varC ? static_cast<const T*>(p.C.ptr) + b * p.C.s_b + g * p.C.s_g : nullptr;
-  // This launch's chunks (all, or a window of them: ScanParams.chunk_lo / chunk_hi) and where
-  // its partial rows start: column 0 of a row is step chunk_lo * kChunk.
-  const int64_t c_hi = p.chunk_hi < 0 ? n_chunks : p.chunk_hi, c_lo = p.chunk_lo;
-  const int64_t P = p.part_len, t_lo = c_lo * kChunk;
+  const ScanParams& p;
+  const LanesBwdArgs& f;
+  BwdLanesSmem& sm;
+  int64_t L, N, dpg, b, g, rb, n_chunks, c_hi, c_lo, P, t_lo;
+  int tid, ch, s, warp, lane;
+  bool upper, has_n, varB, varC;
+  const T* Bv;
+  const T* Cv;
+  float* part_row_B;
+  float* part_row_C;
   // With kCluster (variable B and C), a cluster of f.cluster blocks shares a row. Each block
   // owns 1/cs of a chunk's elements (`share`, whole state rows). A block keeps its sums of a
   // chunk in its stage; after the chunk it sends each element to the element's owner (st_async
   // into the owner's receive buffer, counted on the owner's barrier), and after the next chunk
   // the owner adds them in rank order into the row (flush): each wait has a chunk of slack.
   // Without, a block adds each window's sums to its own row.
-  const int cs = kCluster ? f.cluster : 1;
-  const int64_t row = (b * p.ngroups + g) * (f.row_blocks / cs) + rb / cs;
-  float* part_row_B = varB ? p.dB_part + row * N * P : nullptr;
-  float* part_row_C = varC ? p.dC_part + row * N * P : nullptr;
-  char* const cl_base = reinterpret_cast<char*>(smem_lanes) + f.stage_offset;
-  uint64_t* const bars = reinterpret_cast<uint64_t*>(cl_base);  // one a receive buffer
-  float* const stage = reinterpret_cast<float*>(cl_base + kStageOffset);
-  float* const recv = reinterpret_cast<float*>(cl_base + kRecvOffset);
-  const int share = kStageFloats / cs;
-  const unsigned my_rank = cluster_rank();
-  const int se = int(my_rank) * share + tid;  // this thread's element as owner, if tid < share
-  const int s_isC = se / (LP::kLanes * kChunk), s_n = (se / kChunk) % LP::kLanes, s_t = se % kChunk;
-  float* const s_dst = (s_isC ? part_row_C : part_row_B) + s_n * P + s_t;  // + the chunk's column
-  const bool s_mine = kCluster && tid < share && s_n < N;
-  if constexpr (kCluster) {
-    if (tid == 0) {
-      mbar_init(&bars[0]);
-      mbar_init(&bars[1]);
-      mbar_init_fence();
-    }
-    cluster_sync_all();  // every barrier initialised before any block sends
-  }
+  int cs, share, se, s_isC, s_n, s_t;
+  unsigned my_rank;
+  uint64_t* bars;  // one a receive buffer
+  float* stage;
+  float* recv;
+  float* s_dst;  // this thread's element as owner (+ the chunk's column)
   int64_t kc = 0;        // chunks sent: chunk k to buffer k & 1, that barrier's phase k >> 1
   bool pending = false;  // a chunk's sums await their flush: its number, column, steps
   int64_t pend_k = 0, pend_col = 0;
@@ -238,9 +220,64 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
   bool pend_add = false;   // a later channel group: the flush adds to the row
   float pend_prev = 0.0f;  // the row's element before this group's sum
   bool owe_wait = false;   // the wait matching the last flush's cluster arrive
+  // The channel group's: its index, this thread's channel, A, fixed B/C and running sums.
+  int64_t gi, d;
+  bool active;
+  float Af, a2, Bfix, Cfix, Dd, bias;
+  float dA, dBf, dCf, dD, dbias, gc;
+
+  __device__ __forceinline__ BwdLanesAgent(const ScanParams& params, const LanesBwdArgs& args, float4* smem)
+      : p(params), f(args), sm(*reinterpret_cast<BwdLanesSmem*>(smem)) {
+    L = p.seqlen, N = p.dstate;
+    dpg = p.dim / p.ngroups;
+    const int64_t bg = int64_t(blockIdx.x) / f.row_blocks;
+    rb = int64_t(blockIdx.x) % f.row_blocks;
+    b = bg / p.ngroups, g = bg % p.ngroups;
+    tid = threadIdx.x, ch = tid / LP::kLanes, s = tid % LP::kLanes;
+    warp = tid / kWarpSize, lane = tid % kWarpSize;
+    upper = lane >= LP::kLanes;  // the warp's second channel
+    has_n = s < N;
+    n_chunks = (L + kChunk - 1) / kChunk;
+    varB = kVarBC || p.B.variable, varC = kVarBC || p.C.variable;
+    Bv = varB ? static_cast<const T*>(p.B.ptr) + b * p.B.s_b + g * p.B.s_g : nullptr;
+    Cv = varC ? static_cast<const T*>(p.C.ptr) + b * p.C.s_b + g * p.C.s_g : nullptr;
+    // This launch's chunks (all, or a window of them: ScanParams.chunk_lo / chunk_hi) and where
+    // its partial rows start: column 0 of a row is step chunk_lo * kChunk.
+    c_hi = p.chunk_hi < 0 ? n_chunks : p.chunk_hi, c_lo = p.chunk_lo;
+    P = p.part_len, t_lo = c_lo * kChunk;
+    cs = kCluster ? f.cluster : 1;
+    const int64_t row = (b * p.ngroups + g) * (f.row_blocks / cs) + rb / cs;
+    part_row_B = varB ? p.dB_part + row * N * P : nullptr;
+    part_row_C = varC ? p.dC_part + row * N * P : nullptr;
+    char* const cl_base = reinterpret_cast<char*>(smem) + f.stage_offset;
+    bars = reinterpret_cast<uint64_t*>(cl_base);
+    stage = reinterpret_cast<float*>(cl_base + kStageOffset);
+    recv = reinterpret_cast<float*>(cl_base + kRecvOffset);
+    share = kStageFloats / cs;
+    my_rank = cluster_rank();
+    se = int(my_rank) * share + tid;  // if tid < share
+    s_isC = se / (LP::kLanes * kChunk), s_n = (se / kChunk) % LP::kLanes, s_t = se % kChunk;
+    s_dst = (s_isC ? part_row_C : part_row_B) + s_n * P + s_t;
+  }
+
+  // Whether this thread owns an element of the row as a cluster's owner. Recomputed where used:
+  // kept in the agent, sm_90 spilled one more register (12 -> 16 bytes).
+  __device__ __forceinline__ bool s_mine() const { return kCluster && tid < share && s_n < N; }
+
+  __device__ __forceinline__ void cluster_init() {
+    if constexpr (kCluster) {
+      if (tid == 0) {
+        mbar_init(&bars[0]);
+        mbar_init(&bars[1]);
+        mbar_init_fence();
+      }
+      cluster_sync_all();  // every barrier initialised before any block sends
+    }
+  }
+
   // The owner's sum of element se of the pending chunk over the senders in rank order, into the
   // row (every sender sends a whole stage); the cluster barrier then says the buffer is read.
-  auto flush = [&] {
+  __device__ __forceinline__ void flush() {
     const int buf = int(pend_k & 1);
     if (tid == 0) mbar_expect(&bars[buf], uint32_t(kStageFloats * sizeof(float)));
     mbar_wait(&bars[buf], uint32_t((pend_k >> 1) & 1));
@@ -248,15 +285,16 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
       const float* in = recv + buf * kStageFloats + tid;
       float acc = in[0];
       for (int r = 1; r < cs; ++r) acc += in[r * share];
-      if (s_mine && s_t < pend_len) s_dst[pend_col] = pend_add ? pend_prev + acc : acc;
+      if (s_mine() && s_t < pend_len) s_dst[pend_col] = pend_add ? pend_prev + acc : acc;
     }
     cluster_arrive_relaxed();
     owe_wait = true;
     pending = false;
-  };
+  }
+
   // After a chunk: the chunk before it flushed, this one's stage sent to the owners (16 bytes a
   // store, two a thread) into the buffer the flush before last emptied.
-  auto chunk_done = [&](int64_t col, int len, bool add) {
+  __device__ __forceinline__ void chunk_done(int64_t col, int len, bool add) {
     if (owe_wait) cluster_wait();  // every owner's flush before last: its buffer is read
     owe_wait = false;
     if (pending) flush();
@@ -275,276 +313,330 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
     pend_col = col;
     pend_len = len;
     pend_add = add;
-    if (add && s_mine && s_t < len) pend_prev = s_dst[col];  // it arrives meanwhile
-  };
-  for (int64_t gi = 0; gi < f.groups_per_block; ++gi) {
+    if (add && s_mine() && s_t < len) pend_prev = s_dst[col];  // it arrives meanwhile
+  }
+
+  // The cluster's last chunk flushed, its barrier's phases ended.
+  __device__ __forceinline__ void drain() {
+    if constexpr (kCluster) {
+      if (owe_wait) cluster_wait();
+      owe_wait = false;
+      if (pending) flush();
+      if (owe_wait) cluster_wait();  // the last flush's arrive matched: the barrier's phases end even
+    }
+  }
+
+  // A window that does not end the sequence goes on from the running sums the window after it
+  // left, so each lane adds in the order of one pass. (The sums' address is recomputed where
+  // used, so that nothing more stays live across the chunk loop. An inactive channel reads
+  // row 0's, as it reads row 0's inputs, and stores nothing computed from them; skipping
+  // its read doubled the bf16 kernel's spills, 12 to 24 bytes.)
+  __device__ __forceinline__ float* carry() const {
+    return p.carry + ((b * p.dim + d) * LP::kLanes + s) * kBwdCarry;
+  }
+  __device__ __forceinline__ const T* u_row() const { return static_cast<const T*>(p.u) + offset3(p.u_s, b, d, 0); }
+  __device__ __forceinline__ const T* delta_row() const {
+    return static_cast<const T*>(p.delta) + offset3(p.delta_s, b, d, 0);
+  }
+
+  // Channel group gi: false past the block's channels (block-uniform).
+  __device__ __forceinline__ bool begin_group(int64_t gi_) {
+    gi = gi_;
     const int64_t rig = (rb * f.groups_per_block + gi) * LP::kChannels + ch;
-    if ((rb * f.groups_per_block + gi) * LP::kChannels >= dpg) break;  // block-uniform
-    const bool active = rig < dpg;
-    const int64_t d = g * dpg + (active ? rig : 0);  // inactive channels shadow row 0, store nothing
-    const float Af = has_n ? p.A[d * N + s] : 0.0f;
-    const float a2 = clamp_finite(Af * kLog2e);  // as the forward: its states are recomputed here
-    const float Bfix = (has_n && !varB) ? static_cast<const float*>(p.B.ptr)[d * N + s] : 0.0f;
-    const float Cfix = (has_n && !varC) ? static_cast<const float*>(p.C.ptr)[d * N + s] : 0.0f;
-    const float Dd = p.D != nullptr ? p.D[d] : 0.0f;
-    const float bias = p.delta_bias != nullptr ? p.delta_bias[d] : 0.0f;
-    float dA = 0.0f, dBf = 0.0f, dCf = 0.0f, dD = 0.0f, dbias = 0.0f, gc = 0.0f;
-    // A window that does not end the sequence goes on from the running sums the window after it
-    // left, so each lane adds in the order of one pass. (The sums' address is recomputed where
-    // used, so that nothing more stays live across the chunk loop. An inactive channel reads
-    // row 0's, as it reads row 0's inputs, and stores nothing computed from them; skipping
-    // its read doubled the bf16 kernel's spills, 12 to 24 bytes.)
-    auto carry = [&] { return p.carry + ((b * p.dim + d) * LP::kLanes + s) * kBwdCarry; };
+    if ((rb * f.groups_per_block + gi) * LP::kChannels >= dpg) return false;
+    active = rig < dpg;
+    d = g * dpg + (active ? rig : 0);  // inactive channels shadow row 0, store nothing
+    Af = has_n ? p.A[d * N + s] : 0.0f;
+    a2 = clamp_finite(Af * kLog2e);  // as the forward: its states are recomputed here
+    Bfix = (has_n && !varB) ? static_cast<const float*>(p.B.ptr)[d * N + s] : 0.0f;
+    Cfix = (has_n && !varC) ? static_cast<const float*>(p.C.ptr)[d * N + s] : 0.0f;
+    Dd = p.D != nullptr ? p.D[d] : 0.0f;
+    bias = p.delta_bias != nullptr ? p.delta_bias[d] : 0.0f;
+    dA = 0.0f, dBf = 0.0f, dCf = 0.0f, dD = 0.0f, dbias = 0.0f, gc = 0.0f;
     if (p.carry != nullptr && c_hi < n_chunks) {
       const float* in = carry();
       gc = in[0], dA = in[1], dBf = in[2], dCf = in[3], dD = in[4], dbias = in[5];
     }
+    return true;
+  }
 
-    constexpr int kQ = kChunk / LP::kLanes;
-    auto u_row = [&] { return static_cast<const T*>(p.u) + offset3(p.u_s, b, d, 0); };
-    auto delta_row = [&] { return static_cast<const T*>(p.delta) + offset3(p.delta_s, b, d, 0); };
-
-    for (int64_t c = c_hi - 1; c >= c_lo; --c) {
-      const int64_t tc0 = c * kChunk;
-      const int clen = int(L - tc0 < kChunk ? L - tc0 : kChunk);
-      const int nwin = (clen + kW - 1) / kW;
-      // The state entering the chunk: a saved one, or with spaced states the segment's sweep's.
-      // Slot k holds the state after (k + 1) 2^ckpt_shift chunks.
-      const int64_t bd = b * p.dim + d;
-      const int64_t seg_mask = (int64_t(1) << p.ckpt_shift) - 1;  // saved states 2^ckpt_shift chunks apart
-      const int cj = int(c & seg_mask);  // the chunk's place in its segment
-      if (p.ckpt_shift > 0 && (cj == seg_mask || c == c_hi - 1)) {
-        // Entering the segment from its end: sweep its chunks before this one from the
-        // segment's saved state, as the forward did, keeping each one's start state.
-        const int64_t seg0 = c - cj;
-        float h = 0.0f;
-        if (seg0 > 0 && has_n) h = ckpt_slot(p, bd, (seg0 >> p.ckpt_shift) - 1, N, 1)[s * ckpt_elem_step(p)];
-        SegmentSweep<T> a;
-        a.B = varB ? Bv : nullptr;
-        a.B_sn = p.B.s_n, a.B_sl = p.B.s_l, a.vec_b = f.vec_b;
-        a.u = u_row(), a.delta = delta_row();
-        a.u_sl = p.u_s.l, a.delta_sl = p.delta_s.l;
-        a.vec_u = f.vec_u, a.vec_delta = f.vec_delta, a.softplus_on = p.softplus;
-        a.L = L, a.N = N;
-        a.a2 = a2, a.Bfix = Bfix, a.bias = bias;
-        sweep_segment<T, kVarBC>(sm, a, seg0, cj, h);
-      }
-      float h_in = 0.0f;
-      if (p.ckpt_shift > 0) {
-        h_in = sm.seg[cj][tid];  // (this thread's own entry: written above, at this chunk or a later one)
-      } else if (c > 0 && has_n) {
-        h_in = ckpt_slot(p, bd, c - 1, N, 1)[s * ckpt_elem_step(p)];
-      }
-      // Stage the chunk: B/C by the whole block, the per-step values of each channel by its own
-      // lanes.
-      for (int i = tid; i < 2 * LP::kLanes * (kChunk / 4); i += LP::kThreads) {
-        const bool isC = i >= LP::kLanes * (kChunk / 4);
-        if (isC ? varC : varB) {
-          const int j = i % (LP::kLanes * (kChunk / 4));
-          if (isC) {
-            stage_bc_item(sm.C, Cv, p.C.s_n, p.C.s_l, f.vec_c, L, N, tc0, j);
-          } else {
-            stage_bc_item(sm.B, Bv, p.B.s_n, p.B.s_l, f.vec_b, L, N, tc0, j);
-          }
-        }
-      }
-      {
-        // This lane's 4 consecutive steps of the channel's rows (vector access where allowed).
-        const int tt = s * kQ;
-        const int64_t t = tc0 + tt;
-        const int64_t stop = tc0 + clen;
-        Steps<T, kQ> ru, rd, rg;
-        load_steps(ru, u_row(), p.u_s.l, t, stop, f.vec_u);
-        load_steps(rd, delta_row(), p.delta_s.l, t, stop, f.vec_delta);
-        load_steps(rg, static_cast<const T*>(p.dout) + offset3(p.dout_s, b, d, 0), p.dout_s.l, t, stop,
-                   f.vec_dout);
-        float uu[kQ], dt[kQ], dtu[kQ], gy[kQ];
-        discretise_steps(ru, rd, t, stop, bias, p.softplus, uu, dt, dtu);
-#pragma unroll
-        for (int j = 0; j < kQ; ++j) gy[j] = rg.at(j);
-        if (p.z != nullptr) {
-          Steps<T, kQ> rz, ry;
-          load_steps(rz, static_cast<const T*>(p.z) + offset3(p.z_s, b, d, 0), p.z_s.l, t, stop, f.vec_z);
-          load_steps(ry, static_cast<const T*>(p.y) + offset3(p.y_s, b, d, 0), p.y_s.l, t, stop, f.vec_y);
-          float dzq[kQ], ozq[kQ];
-#pragma unroll
-          for (int j = 0; j < kQ; ++j) {
-            const float zz = rz.at(j), yy = ry.at(j);
-            dzq[j] = gy[j] * yy * silu_grad(zz);
-            ozq[j] = yy * silu(zz);
-            gy[j] *= silu(zz);
-          }
-          if (active) {
-            store_steps(static_cast<T*>(p.dz) + offset3(p.dz_s, b, d, 0), p.dz_s.l, t, stop, dzq, f.vec_dz);
-            if (p.out_z != nullptr) {
-              store_steps(static_cast<T*>(p.out_z) + offset3(p.out_z_s, b, d, 0), p.out_z_s.l, t, stop, ozq,
-                          f.vec_out_z);
-            }
-          }
-        }
-        store_pack<float, kQ>(&sm.dt[ch][tt], dt);
-        store_pack<float, kQ>(&sm.dtu[ch][tt], dtu);
-        store_pack<float, kQ>(&sm.dy[ch][tt], gy);
-        store_pack<float, kQ>(&sm.u[ch][tt], uu);
-      }
-      __syncthreads();  // the B/C tile and the channel rows are in place
-
-      const float* rowB = sm.B + s * kRow;
-      const float* rowC = sm.C + s * kRow;
-      const float* dtr = sm.dt[ch];
-      const float* dur = sm.dtu[ch];
-      const float* dyr = sm.dy[ch];
-      // Four steps' values from the rows (16-byte reads), fixed B/C as constants.
-      auto get4 = [&](const float* row, float fixed, bool var, int tt, float (&o)[4]) {
-        if (kVarBC || var) {
-          const float4 v = *reinterpret_cast<const float4*>(row + tt);
-          o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
-        } else {
-          o[0] = o[1] = o[2] = o[3] = fixed;
-        }
-      };
-      auto row4 = [&](const float* row, int tt, float (&o)[4]) {
-        const float4 v = *reinterpret_cast<const float4*>(row + tt);
-        o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
-      };
-      // Forward sweep: the state entering each window.
-      float h = h_in;
-      for (int w = 0; w < nwin; ++w) {
-        sm.starts[w][tid] = h;
-        if (w == nwin - 1) break;  // only the last window can be partial
-#pragma unroll
-        for (int q = 0; q < kW / 4; ++q) {
-          const int tt = w * kW + q * 4;
-          float dt4[4], du4[4], b4[4];
-          row4(dtr, tt, dt4);
-          row4(dur, tt, du4);
-          get4(rowB, Bfix, varB, tt, b4);
-#pragma unroll
-          for (int j = 0; j < 4; ++j) h = fmaf(fast_exp2(dt4[j] * a2), h, du4[j] * b4[j]);
-        }
-      }
-      for (int w = nwin - 1; w >= 0; --w) {
-        const int w0 = w * kW;
-        const int valid = clen - w0 < kW ? clen - w0 : kW;
-        const float hstart = sm.starts[w][tid];
-        // This thread's elements of the block's partial row for the window (see the sum
-        // below), read now so their latency hides behind the window's work.
-        float prev[2] = {0.0f, 0.0f};
-        if (!kCluster && gi > 0 && (varB || varC)) {
-#pragma unroll
-          for (int k = 0; k < 2; ++k) {
-            const int o = tid + k * LP::kThreads;
-            const int isC = o / (LP::kLanes * kW);
-            const int n = (o / kW) % LP::kLanes, tw = o % kW;
-            if ((isC ? varC : varB) && n < N && tw < valid) {
-              prev[k] = (isC ? part_row_C : part_row_B)[n * P + (tc0 - t_lo) + w0 + tw];
-            }
-          }
-        }
-        // Recompute the window: the state after each step and each step's decay.
-        float hs[kW], aa[kW];
-        {
-          float hh = hstart;
-#pragma unroll
-          for (int q = 0; q < kW / 4; ++q) {
-            const int tt = w0 + q * 4;
-            float dt4[4], du4[4], b4[4];
-            row4(dtr, tt, dt4);
-            row4(dur, tt, du4);
-            get4(rowB, Bfix, varB, tt, b4);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              const bool ok = q * 4 + j < valid;
-              const float a = ok ? fast_exp2(dt4[j] * a2) : 1.0f;
-              hh = ok ? fmaf(a, hh, du4[j] * b4[j]) : hh;
-              aa[q * 4 + j] = a;
-              hs[q * 4 + j] = hh;
-            }
-          }
-        }
-        // Reverse sweep. Steps beyond the sequence have dt = dt*u = dy = 0 and a = 1: they
-        // pass the (zero) adjoint through and add nothing.
-        float qa[kW], qb[kW];
-#pragma unroll
-        for (int q = kW / 4 - 1; q >= 0; --q) {
-          const int tt = w0 + q * 4;
-          float dt4[4], du4[4], dy4[4], b4[4], c4[4];
-          row4(dtr, tt, dt4);
-          row4(dur, tt, du4);
-          row4(dyr, tt, dy4);
-          get4(rowB, Bfix, varB, tt, b4);
-          get4(rowC, Cfix, varC, tt, c4);
-#pragma unroll
-          for (int j = 3; j >= 0; --j) {
-            const int k = q * 4 + j;
-            const float gg = fmaf(c4[j], dy4[j], gc);
-            const float hp = k == 0 ? hstart : hs[k - 1];
-            const float da = aa[k] * hp * gg;
-            dA = fmaf(dt4[j], da, dA);
-            qa[k] = Af * da;
-            qb[k] = b4[j] * gg;
-            // (an inactive channel shadows row 0: its terms must be exactly 0, even where row 0
-            // holds non-finite values)
-            const float db = active ? gg * du4[j] : 0.0f;
-            const float dc = active ? hs[k] * dy4[j] : 0.0f;
-            dBf += db;
-            dCf += dc;
-            // The warp's two channels summed: lanes < 16 keep dB, lanes >= 16 dC.
-            const float mine = select_bits(upper, dc, db), theirs = select_bits(upper, db, dc);
-            sm.red[w & 1][warp][lane][k] = mine + __shfl_xor_sync(kFullMask, theirs, LP::kLanes);
-            gc = aa[k] * gg;
-          }
-        }
-        // Over the states: lane s gets the sums of window step s.
-        reduce_scatter_over<LP::kLanes>(qa, s);
-        reduce_scatter_over<LP::kLanes>(qb, s);
-        if (s < valid) {
-          const int tt = w0 + s;
-          const int64_t t = tc0 + tt;
-          const float dtt = dtr[tt], ut = sm.u[ch][tt], dyt = dyr[tt];
-          float gdt = fmaf(ut, qb[0], qa[0]);
-          if (p.softplus) gdt *= -expm1f(-dtt);  // sigmoid(x) = 1 - exp(-softplus(x))
-          dbias += gdt;
-          dD = fmaf(dyt, ut, dD);
-          if (active) {
-            static_cast<T*>(p.du)[offset3(p.du_s, b, d, t)] = from_float<T>(fmaf(dtt, qb[0], Dd * dyt));
-            static_cast<T*>(p.ddelta)[offset3(p.ddelta_s, b, d, t)] = from_float<T>(gdt);
-          }
-        }
-        __syncthreads();  // every warp's dB/dC sums of the window are in sm.red[w & 1]
-        // Over the block's warps in order, then into the stage (every element: each window sends
-        // the same bytes), or into the block's row of partials (the first channel group writes
-        // it, later ones add to it: the same thread owns the same elements every time).
-        if (varB || varC) {
-#pragma unroll
-          for (int k = 0; k < 2; ++k) {
-            const int o = tid + k * LP::kThreads;  // o = (matrix, n, step)
-            const int isC = o / (LP::kLanes * kW);
-            const int n = (o / kW) % LP::kLanes, tw = o % kW;
-            if (!kCluster && (!(isC ? varC : varB) || n >= N || tw >= valid)) continue;
-            float acc = 0.0f;
-#pragma unroll
-            for (int wp = 0; wp < BL::kWarps; ++wp) acc += sm.red[w & 1][wp][isC * LP::kLanes + n][tw];
-            if constexpr (kCluster) {
-              stage[(isC * LP::kLanes + n) * kChunk + w0 + tw] = acc;
-            } else {
-              float* dst = (isC ? part_row_C : part_row_B) + n * P + (tc0 - t_lo) + w0 + tw;
-              *dst = gi == 0 ? acc : prev[k] + acc;
-            }
-          }
-        }
-      }
-      __syncthreads();  // the chunk's tiles and rows are read before the next chunk is staged
-      if constexpr (kCluster) chunk_done(tc0 - t_lo, clen, gi > 0);
+  // The state entering chunk c: a saved one, or with spaced states the segment's sweep's.
+  // Slot k holds the state after (k + 1) 2^ckpt_shift chunks.
+  __device__ __forceinline__ float enter(int64_t c) {
+    const int64_t bd = b * p.dim + d;
+    const int64_t seg_mask = (int64_t(1) << p.ckpt_shift) - 1;  // saved states 2^ckpt_shift chunks apart
+    const int cj = int(c & seg_mask);  // the chunk's place in its segment
+    if (p.ckpt_shift > 0 && (cj == seg_mask || c == c_hi - 1)) {
+      // Entering the segment from its end: sweep its chunks before this one from the
+      // segment's saved state, as the forward did, keeping each one's start state.
+      const int64_t seg0 = c - cj;
+      float h = 0.0f;
+      if (seg0 > 0 && has_n) h = ckpt_slot(p, bd, (seg0 >> p.ckpt_shift) - 1, N, 1)[s * ckpt_elem_step(p)];
+      SegmentSweep<T> a;
+      a.B = varB ? Bv : nullptr;
+      a.B_sn = p.B.s_n, a.B_sl = p.B.s_l, a.vec_b = f.vec_b;
+      a.u = u_row(), a.delta = delta_row();
+      a.u_sl = p.u_s.l, a.delta_sl = p.delta_s.l;
+      a.vec_u = f.vec_u, a.vec_delta = f.vec_delta, a.softplus_on = p.softplus;
+      a.L = L, a.N = N;
+      a.a2 = a2, a.Bfix = Bfix, a.bias = bias;
+      sweep_segment<T, kVarBC>(sm, a, seg0, cj, h);
     }
+    float h_in = 0.0f;
+    if (p.ckpt_shift > 0) {
+      h_in = sm.seg[cj][tid];  // (this thread's own entry: written above, at this chunk or a later one)
+    } else if (c > 0 && has_n) {
+      h_in = ckpt_slot(p, bd, c - 1, N, 1)[s * ckpt_elem_step(p)];
+    }
+    return h_in;
+  }
+
+  // Stage the chunk: B/C by the whole block, the per-step values of each channel by its own
+  // lanes.
+  __device__ __forceinline__ void stage_chunk(int64_t tc0, int clen) {
+    for (int i = tid; i < 2 * LP::kLanes * (kChunk / 4); i += LP::kThreads) {
+      const bool isC = i >= LP::kLanes * (kChunk / 4);
+      if (isC ? varC : varB) {
+        const int j = i % (LP::kLanes * (kChunk / 4));
+        if (isC) {
+          stage_bc_item(sm.C, Cv, p.C.s_n, p.C.s_l, f.vec_c, L, N, tc0, j);
+        } else {
+          stage_bc_item(sm.B, Bv, p.B.s_n, p.B.s_l, f.vec_b, L, N, tc0, j);
+        }
+      }
+    }
+    stage_rows(tc0, clen);
+    __syncthreads();  // the B/C tile and the channel rows are in place
+  }
+
+  // This lane's 4 consecutive steps of the channel's rows (vector access where allowed).
+  __device__ __forceinline__ void stage_rows(int64_t tc0, int clen) {
+    const int tt = s * kQ;
+    const int64_t t = tc0 + tt;
+    const int64_t stop = tc0 + clen;
+    Steps<T, kQ> ru, rd, rg;
+    load_steps(ru, u_row(), p.u_s.l, t, stop, f.vec_u);
+    load_steps(rd, delta_row(), p.delta_s.l, t, stop, f.vec_delta);
+    load_steps(rg, static_cast<const T*>(p.dout) + offset3(p.dout_s, b, d, 0), p.dout_s.l, t, stop, f.vec_dout);
+    float uu[kQ], dt[kQ], dtu[kQ], gy[kQ];
+    discretise_steps(ru, rd, t, stop, bias, p.softplus, uu, dt, dtu);
+#pragma unroll
+    for (int j = 0; j < kQ; ++j) gy[j] = rg.at(j);
+    if (p.z != nullptr) gate(t, stop, gy);
+    store_pack<float, kQ>(&sm.dt[ch][tt], dt);
+    store_pack<float, kQ>(&sm.dtu[ch][tt], dtu);
+    store_pack<float, kQ>(&sm.dy[ch][tt], gy);
+    store_pack<float, kQ>(&sm.u[ch][tt], uu);
+  }
+
+  // The z gate of the lane's steps: gy *= silu(z); dz and out_z (when asked for) written.
+  __device__ __forceinline__ void gate(int64_t t, int64_t stop, float (&gy)[kQ]) {
+    Steps<T, kQ> rz, ry;
+    load_steps(rz, static_cast<const T*>(p.z) + offset3(p.z_s, b, d, 0), p.z_s.l, t, stop, f.vec_z);
+    load_steps(ry, static_cast<const T*>(p.y) + offset3(p.y_s, b, d, 0), p.y_s.l, t, stop, f.vec_y);
+    float dzq[kQ], ozq[kQ];
+#pragma unroll
+    for (int j = 0; j < kQ; ++j) {
+      const float zz = rz.at(j), yy = ry.at(j);
+      dzq[j] = gy[j] * yy * silu_grad(zz);
+      ozq[j] = yy * silu(zz);
+      gy[j] *= silu(zz);
+    }
+    if (active) {
+      store_steps(static_cast<T*>(p.dz) + offset3(p.dz_s, b, d, 0), p.dz_s.l, t, stop, dzq, f.vec_dz);
+      if (p.out_z != nullptr) {
+        store_steps(static_cast<T*>(p.out_z) + offset3(p.out_z_s, b, d, 0), p.out_z_s.l, t, stop, ozq,
+                    f.vec_out_z);
+      }
+    }
+  }
+
+  // Four steps' values from a row (16-byte reads); B/C fixed: the constant.
+  __device__ __forceinline__ static void row4(const float* row, int tt, float (&o)[4]) {
+    const float4 v = *reinterpret_cast<const float4*>(row + tt);
+    o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+  }
+  __device__ __forceinline__ static void get4(const float* row, float fixed, bool var, int tt, float (&o)[4]) {
+    if (kVarBC || var) {
+      row4(row, tt, o);
+    } else {
+      o[0] = o[1] = o[2] = o[3] = fixed;
+    }
+  }
+
+  // Forward sweep: the state entering each window.
+  __device__ __forceinline__ void sweep(int nwin, float h) {
+    const float* rowB = sm.B + s * kRow;
+    for (int w = 0; w < nwin; ++w) {
+      sm.starts[w][tid] = h;
+      if (w == nwin - 1) break;  // only the last window can be partial
+#pragma unroll
+      for (int q = 0; q < kW / 4; ++q) {
+        const int tt = w * kW + q * 4;
+        float dt4[4], du4[4], b4[4];
+        row4(sm.dt[ch], tt, dt4);
+        row4(sm.dtu[ch], tt, du4);
+        get4(rowB, Bfix, varB, tt, b4);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) h = fmaf(fast_exp2(dt4[j] * a2), h, du4[j] * b4[j]);
+      }
+    }
+  }
+
+  // This thread's elements of the block's partial row for the window (see block_sum), read
+  // early so their latency hides behind the window's work.
+  __device__ __forceinline__ void prefetch_prev(int64_t tc0, int w0, int valid, float (&prev)[2]) const {
+    if (!kCluster && gi > 0 && (varB || varC)) {
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int o = tid + k * LP::kThreads;
+        const int isC = o / (LP::kLanes * kW);
+        const int n = (o / kW) % LP::kLanes, tw = o % kW;
+        if ((isC ? varC : varB) && n < N && tw < valid) {
+          prev[k] = (isC ? part_row_C : part_row_B)[n * P + (tc0 - t_lo) + w0 + tw];
+        }
+      }
+    }
+  }
+
+  // Recompute the window: the state after each step and each step's decay (1 past valid).
+  __device__ __forceinline__ void recompute(int w0, int valid, float hstart, float (&hs)[kW], float (&aa)[kW]) const {
+    float hh = hstart;
+#pragma unroll
+    for (int q = 0; q < kW / 4; ++q) {
+      const int tt = w0 + q * 4;
+      float dt4[4], du4[4], b4[4];
+      row4(sm.dt[ch], tt, dt4);
+      row4(sm.dtu[ch], tt, du4);
+      get4(sm.B + s * kRow, Bfix, varB, tt, b4);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const bool ok = q * 4 + j < valid;
+        const float a = ok ? fast_exp2(dt4[j] * a2) : 1.0f;
+        hh = ok ? fmaf(a, hh, du4[j] * b4[j]) : hh;
+        aa[q * 4 + j] = a;
+        hs[q * 4 + j] = hh;
+      }
+    }
+  }
+
+  // Reverse sweep. Steps beyond the sequence have dt = dt*u = dy = 0 and a = 1: they pass the
+  // (zero) adjoint through and add nothing. qa, qb: each step's terms of the sums over states.
+  __device__ __forceinline__ void reverse(int w, int w0, float hstart, const float (&hs)[kW], const float (&aa)[kW],
+                                          float (&qa)[kW], float (&qb)[kW]) {
+#pragma unroll
+    for (int q = kW / 4 - 1; q >= 0; --q) {
+      const int tt = w0 + q * 4;
+      float dt4[4], du4[4], dy4[4], b4[4], c4[4];
+      row4(sm.dt[ch], tt, dt4);
+      row4(sm.dtu[ch], tt, du4);
+      row4(sm.dy[ch], tt, dy4);
+      get4(sm.B + s * kRow, Bfix, varB, tt, b4);
+      get4(sm.C + s * kRow, Cfix, varC, tt, c4);
+#pragma unroll
+      for (int j = 3; j >= 0; --j) {
+        const int k = q * 4 + j;
+        const float gg = fmaf(c4[j], dy4[j], gc);
+        const float hp = k == 0 ? hstart : hs[k - 1];
+        const float da = aa[k] * hp * gg;
+        dA = fmaf(dt4[j], da, dA);
+        qa[k] = Af * da;
+        qb[k] = b4[j] * gg;
+        // (an inactive channel shadows row 0: its terms must be exactly 0, even where row 0
+        // holds non-finite values)
+        const float db = active ? gg * du4[j] : 0.0f;
+        const float dc = active ? hs[k] * dy4[j] : 0.0f;
+        dBf += db;
+        dCf += dc;
+        // The warp's two channels summed: lanes < 16 keep dB, lanes >= 16 dC.
+        const float mine = select_bits(upper, dc, db), theirs = select_bits(upper, db, dc);
+        sm.red[w & 1][warp][lane][k] = mine + __shfl_xor_sync(kFullMask, theirs, LP::kLanes);
+        gc = aa[k] * gg;
+      }
+    }
+  }
+
+  // Over the states: lane s gets the sums of window step s, then du and ddelta of that step.
+  __device__ __forceinline__ void over_states(int64_t tc0, int w0, int valid, float (&qa)[kW], float (&qb)[kW]) {
+    reduce_scatter_over<LP::kLanes>(qa, s);
+    reduce_scatter_over<LP::kLanes>(qb, s);
+    if (s < valid) {
+      const int tt = w0 + s;
+      const int64_t t = tc0 + tt;
+      const float dtt = sm.dt[ch][tt], ut = sm.u[ch][tt], dyt = sm.dy[ch][tt];
+      float gdt = fmaf(ut, qb[0], qa[0]);
+      if (p.softplus) gdt *= -expm1f(-dtt);  // sigmoid(x) = 1 - exp(-softplus(x))
+      dbias += gdt;
+      dD = fmaf(dyt, ut, dD);
+      if (active) {
+        static_cast<T*>(p.du)[offset3(p.du_s, b, d, t)] = from_float<T>(fmaf(dtt, qb[0], Dd * dyt));
+        static_cast<T*>(p.ddelta)[offset3(p.ddelta_s, b, d, t)] = from_float<T>(gdt);
+      }
+    }
+  }
+
+  // Over the block's warps in order, then into the stage (every element: each window sends the
+  // same bytes), or into the block's row of partials (the first channel group writes it, later
+  // ones add to it: the same thread owns the same elements every time).
+  __device__ __forceinline__ void block_sum(int w, int64_t tc0, int w0, int valid, const float (&prev)[2]) {
+    if (!(varB || varC)) return;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int o = tid + k * LP::kThreads;  // o = (matrix, n, step)
+      const int isC = o / (LP::kLanes * kW);
+      const int n = (o / kW) % LP::kLanes, tw = o % kW;
+      if (!kCluster && (!(isC ? varC : varB) || n >= N || tw >= valid)) continue;
+      float acc = 0.0f;
+#pragma unroll
+      for (int wp = 0; wp < BL::kWarps; ++wp) acc += sm.red[w & 1][wp][isC * LP::kLanes + n][tw];
+      if constexpr (kCluster) {
+        stage[(isC * LP::kLanes + n) * kChunk + w0 + tw] = acc;
+      } else {
+        float* dst = (isC ? part_row_C : part_row_B) + n * P + (tc0 - t_lo) + w0 + tw;
+        *dst = gi == 0 ? acc : prev[k] + acc;
+      }
+    }
+  }
+
+  // Window w of the chunk from tc0 (clen steps), all phases.
+  __device__ __forceinline__ void window(int64_t tc0, int clen, int w) {
+    const int w0 = w * kW;
+    const int valid = clen - w0 < kW ? clen - w0 : kW;
+    const float hstart = sm.starts[w][tid];
+    float prev[2] = {0.0f, 0.0f};
+    prefetch_prev(tc0, w0, valid, prev);
+    float hs[kW], aa[kW];
+    recompute(w0, valid, hstart, hs, aa);
+    float qa[kW], qb[kW];
+    reverse(w, w0, hstart, hs, aa, qa, qb);
+    over_states(tc0, w0, valid, qa, qb);
+    __syncthreads();  // every warp's dB/dC sums of the window are in sm.red[w & 1]
+    block_sum(w, tc0, w0, valid, prev);
+  }
+
+  // Chunk c, all phases.
+  __device__ __forceinline__ void chunk(int64_t c) {
+    const int64_t tc0 = c * kChunk;
+    const int clen = int(L - tc0 < kChunk ? L - tc0 : kChunk);
+    const int nwin = (clen + kW - 1) / kW;
+    const float h_in = enter(c);
+    stage_chunk(tc0, clen);
+    sweep(nwin, h_in);
+    for (int w = nwin - 1; w >= 0; --w) window(tc0, clen, w);
+    __syncthreads();  // the chunk's tiles and rows are read before the next chunk is staged
+    if constexpr (kCluster) chunk_done(tc0 - t_lo, clen, gi > 0);
+  }
+
+  // The group's sums: carried to the launch of the window before this one, or per (batch,
+  // channel) dA and fixed dB / dC per state, dD and ddelta_bias over the lanes.
+  __device__ __forceinline__ void end_group() {
     if (c_lo > 0) {  // a window before this one goes on from these sums
       if (active) {
         float* out = carry();
         out[0] = gc, out[1] = dA, out[2] = dBf, out[3] = dCf, out[4] = dD, out[5] = dbias;
       }
-      continue;
+      return;
     }
-    // Per (batch, channel): dA and fixed dB / dC per state, dD and ddelta_bias over the lanes.
     dD = warp_sum_width<LP::kLanes>(dD);
     dbias = warp_sum_width<LP::kLanes>(dbias);
     if (active) {
@@ -560,12 +652,20 @@ __global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
       }
     }
   }
-  if constexpr (kCluster) {
-    if (owe_wait) cluster_wait();
-    owe_wait = false;
-    if (pending) flush();
-    if (owe_wait) cluster_wait();  // the last flush's arrive matched: the barrier's phases end even
+};
+
+template <typename T, bool kVarBC, bool kCluster>
+__global__ void __launch_bounds__(LP::kThreads, BL::kBlocksPerSm)
+    bwd_lanes_kernel(const ScanParams p, const LanesBwdArgs f) {
+  extern __shared__ float4 smem_lanes[];  // BwdLanesSmem: more than the 48 KB of static shared memory
+  BwdLanesAgent<T, kVarBC, kCluster> a(p, f, smem_lanes);
+  a.cluster_init();
+  for (int64_t gi = 0; gi < f.groups_per_block; ++gi) {
+    if (!a.begin_group(gi)) break;  // block-uniform
+    for (int64_t c = a.c_hi - 1; c >= a.c_lo; --c) a.chunk(c);
+    a.end_group();
   }
+  a.drain();
 }
 
 // A launch of `blocks` blocks in clusters of cs, with `smem` bytes of dynamic shared memory a

@@ -29,60 +29,112 @@ struct FwdLaunch {
   bool states_only;     // first pass: segment end states, no outputs
 };
 
+// One thread's walk over its segment, in phases: setup (the block's fixed B/C, A, D, the
+// segment's start state) and, per tile, stage_bc, discretise, prefetch, scan, reduce_y,
+// store_out and checkpoint; store_segment ends the first pass of a cut sequence.
 template <typename T, bool kComplex>
-__global__ void __launch_bounds__(FwdPolicy::kThreads, FwdPolicy::kMinBlocks) fwd_kernel(const ScanParams p, const FwdLaunch f) {
-  constexpr int kSF = FwdPolicy::kSliceFloats;
-  constexpr int kNS = kComplex ? kSF / 2 : kSF;
-  constexpr int kF = kComplex ? 2 : 1;
-  constexpr int kTL = FwdPolicy::kTile;
-  constexpr int kPF = FwdPolicy::kPrefetch;
-  constexpr int kT = FwdPolicy::kThreads;
-  extern __shared__ float smem[];
+struct FwdAgent {
+  static constexpr int kSF = FwdPolicy::kSliceFloats;
+  static constexpr int kNS = kComplex ? kSF / 2 : kSF;
+  static constexpr int kF = kComplex ? 2 : 1;
+  static constexpr int kTL = FwdPolicy::kTile;
+  static constexpr int kH = kTL / 2;
+  static constexpr int kPF = FwdPolicy::kPrefetch;
+  static constexpr int kT = FwdPolicy::kThreads;
 
-  const int64_t L = p.seqlen, N = p.dstate, NF = N * kF;
-  const int64_t dpg = p.dim / p.ngroups;
-  const int tpr = f.tpr, rows = kT / tpr;
-  const int64_t seg = blockIdx.y;
-  const int64_t bg = int64_t(blockIdx.x) / f.bpg;
-  const int64_t rb = int64_t(blockIdx.x) % f.bpg;
-  const int64_t b = bg / p.ngroups, g = bg % p.ngroups;
-  const int tid = threadIdx.x, lr = tid / tpr, s = tid % tpr;
-  const int64_t rig = rb * rows + lr;
-  const bool active = rig < dpg;
-  const int64_t d = g * dpg + (active ? rig : 0);  // inactive threads shadow row 0 and store nothing
-  const int rs = tpr * kSF;                        // shared row stride of a variable tile (>= NF)
-  const int fs = rs + 4;  // padding keeps 16-byte reads of neighbouring channels conflict-free
+  // One tile's registers, scoped to the tile so that none lives across tiles (zr is loaded only
+  // by the threads that read it).
+  struct Tile {
+    int64_t t0;
+    int valid;
+    float* tB;
+    float* tC;
+    float uu[kTL], dt[kTL], y[kTL];
+    RawRow<T, kTL> zr;
+  };
 
-  float* sB = smem;                // [2][kTL][rs] variable B tiles (double buffered)
-  float* sC = sB + 2 * kTL * rs;   // [2][kTL][rs]
-  float* sBf = sC + 2 * kTL * rs;  // [rows][fs] fixed B of the block's channels
-  float* sCf = sBf + rows * fs;
-  float* sY = sCf + rows * fs;  // [kT / 32][kTL] per-warp output sums when a channel spans warps
-
-  for (int i = tid; i < rows * rs; i += kT) {
-    const int r = i / rs, j = i % rs;
-    const int64_t rr = rb * rows + r;
-    const bool ok = rr < dpg && j < NF;
-    const int64_t off = (g * dpg + rr) * NF + j;
-    if (!p.B.variable) sBf[r * fs + j] = ok ? static_cast<const float*>(p.B.ptr)[off] : 0.0f;
-    if (!p.C.variable) sCf[r * fs + j] = ok ? static_cast<const float*>(p.C.ptr)[off] : 0.0f;
-  }
-
-  const int64_t n0 = int64_t(s) * kNS;
+  const ScanParams& p;
+  const FwdLaunch& f;
+  int64_t L, N, NF, dpg;
+  int tpr, rows;
+  int64_t seg, rb, b, g;
+  int tid, lr, s;
+  bool active;
+  int64_t d;
+  int rs;  // shared row stride of a variable tile (>= NF)
+  int fs;  // padding keeps 16-byte reads of neighbouring channels conflict-free
+  float* sB;   // [2][kTL][rs] variable B tiles (double buffered)
+  float* sC;   // [2][kTL][rs]
+  float* sBf;  // [rows][fs] fixed B of the block's channels
+  float* sCf;
+  float* sY;  // [kT / 32][kTL] per-warp output sums when a channel spans warps
+  int64_t n0;
   float a2[kSF], h[kSF];
-#pragma unroll
-  for (int j = 0; j < kSF; ++j) {
-    const bool ok = n0 * kF + j < NF;
-    const float a = ok ? p.A[d * NF + n0 * kF + j] : 0.0f;
-    a2[j] = (kComplex && (j & 1)) ? a : a * kLog2e;  // complex: imaginary part stays in radians
-    h[j] = 0.0f;
-  }
-  const float Dd = p.D != nullptr ? p.D[d] : 0.0f;
-  const float bias = p.delta_bias != nullptr ? p.delta_bias[d] : 0.0f;
+  float Dd, bias;
+  int64_t t_begin, t_stop;
+  const T* u;
+  const T* delta;
+  const T* z;
+  bool vec_u, vec_delta, vec_z, vec_out, vec_out_z;
+  const T* Bv;
+  const T* Cv;
+  int b_step, c_step;
+  int tile_elems;    // every float of a tile row is written, the padding beyond dstate with 0
+  bool prefetch_bc;  // else: B/C tiles loaded in place (large dstate)
+  float pB[kPF], pC[kPF];
+  RawRow<T, kTL> pu, pdt;
+  float dt_sum;
 
-  const int64_t t_begin = seg * f.seg_len;
-  const int64_t t_stop = t_begin + f.seg_len < L ? t_begin + f.seg_len : L;
-  if (!f.states_only && seg > 0) {  // exact start state from the earlier segments' end states
+  __device__ __forceinline__ FwdAgent(const ScanParams& params, const FwdLaunch& launch, float* smem)
+      : p(params), f(launch) {
+    L = p.seqlen, N = p.dstate, NF = N * kF;
+    dpg = p.dim / p.ngroups;
+    tpr = f.tpr, rows = kT / tpr;
+    seg = blockIdx.y;
+    const int64_t bg = int64_t(blockIdx.x) / f.bpg;
+    rb = int64_t(blockIdx.x) % f.bpg;
+    b = bg / p.ngroups, g = bg % p.ngroups;
+    tid = threadIdx.x, lr = tid / tpr, s = tid % tpr;
+    const int64_t rig = rb * rows + lr;
+    active = rig < dpg;
+    d = g * dpg + (active ? rig : 0);  // inactive threads shadow row 0 and store nothing
+    rs = tpr * kSF;
+    fs = rs + 4;
+    sB = smem;
+    sC = sB + 2 * kTL * rs;
+    sBf = sC + 2 * kTL * rs;
+    sCf = sBf + rows * fs;
+    sY = sCf + rows * fs;
+  }
+
+  __device__ __forceinline__ void load_fixed_bc() {
+    for (int i = tid; i < rows * rs; i += kT) {
+      const int r = i / rs, j = i % rs;
+      const int64_t rr = rb * rows + r;
+      const bool ok = rr < dpg && j < NF;
+      const int64_t off = (g * dpg + rr) * NF + j;
+      if (!p.B.variable) sBf[r * fs + j] = ok ? static_cast<const float*>(p.B.ptr)[off] : 0.0f;
+      if (!p.C.variable) sCf[r * fs + j] = ok ? static_cast<const float*>(p.C.ptr)[off] : 0.0f;
+    }
+  }
+
+  __device__ __forceinline__ void load_channel() {
+    n0 = int64_t(s) * kNS;
+#pragma unroll
+    for (int j = 0; j < kSF; ++j) {
+      const bool ok = n0 * kF + j < NF;
+      const float a = ok ? p.A[d * NF + n0 * kF + j] : 0.0f;
+      a2[j] = (kComplex && (j & 1)) ? a : a * kLog2e;  // complex: imaginary part stays in radians
+      h[j] = 0.0f;
+    }
+    Dd = p.D != nullptr ? p.D[d] : 0.0f;
+    bias = p.delta_bias != nullptr ? p.delta_bias[d] : 0.0f;
+    t_begin = seg * f.seg_len;
+    t_stop = t_begin + f.seg_len < L ? t_begin + f.seg_len : L;
+  }
+
+  // The exact start state of segment seg, folded from the earlier segments' end states.
+  __device__ __forceinline__ void start_state() {
     const float* st = f.seg_state + (b * p.dim + d) * f.nseg * NF + n0 * kF;
     const float* sum = f.seg_dtsum + (b * p.dim + d) * f.nseg;
     for (int64_t q = 0; q < seg; ++q) {
@@ -103,34 +155,34 @@ __global__ void __launch_bounds__(FwdPolicy::kThreads, FwdPolicy::kMinBlocks) fw
     }
   }
 
-  const T* u = static_cast<const T*>(p.u) + offset3(p.u_s, b, d, 0);
-  const T* delta = static_cast<const T*>(p.delta) + offset3(p.delta_s, b, d, 0);
-  const T* z = p.z != nullptr ? static_cast<const T*>(p.z) + offset3(p.z_s, b, d, 0) : nullptr;
-  const bool vec_u = rows_vectorizable(p.u, p.u_s, sizeof(T));
-  const bool vec_delta = rows_vectorizable(p.delta, p.delta_s, sizeof(T));
-  const bool vec_z = rows_vectorizable(p.z, p.z_s, sizeof(T));
-  const bool vec_out = rows_vectorizable(p.out, p.out_s, sizeof(T));
-  const bool vec_out_z = rows_vectorizable(p.out_z, p.out_z_s, sizeof(T));
-  const T* Bv = p.B.variable ? static_cast<const T*>(p.B.ptr) + b * p.B.s_b + g * p.B.s_g : nullptr;
-  const T* Cv = p.C.variable ? static_cast<const T*>(p.C.ptr) + b * p.C.s_b + g * p.C.s_g : nullptr;
-  const int b_step = p.B.variable ? rs : 0;
-  const int c_step = p.C.variable ? rs : 0;
-  // Every float of a tile row is written, the padding beyond dstate with 0 (a padded state
-  // must add exactly nothing).
-  const int tile_elems = rs * kTL;
-  const bool prefetch_bc = tile_elems <= kPF * kT;  // else: B/C tiles loaded in place (large dstate)
+  __device__ __forceinline__ void setup_rows() {
+    u = static_cast<const T*>(p.u) + offset3(p.u_s, b, d, 0);
+    delta = static_cast<const T*>(p.delta) + offset3(p.delta_s, b, d, 0);
+    z = p.z != nullptr ? static_cast<const T*>(p.z) + offset3(p.z_s, b, d, 0) : nullptr;
+    vec_u = rows_vectorizable(p.u, p.u_s, sizeof(T));
+    vec_delta = rows_vectorizable(p.delta, p.delta_s, sizeof(T));
+    vec_z = rows_vectorizable(p.z, p.z_s, sizeof(T));
+    vec_out = rows_vectorizable(p.out, p.out_s, sizeof(T));
+    vec_out_z = rows_vectorizable(p.out_z, p.out_z_s, sizeof(T));
+    Bv = p.B.variable ? static_cast<const T*>(p.B.ptr) + b * p.B.s_b + g * p.B.s_g : nullptr;
+    Cv = p.C.variable ? static_cast<const T*>(p.C.ptr) + b * p.C.s_b + g * p.C.s_g : nullptr;
+    b_step = p.B.variable ? rs : 0;
+    c_step = p.C.variable ? rs : 0;
+    tile_elems = rs * kTL;
+    prefetch_bc = tile_elems <= kPF * kT;
+  }
 
   // Element i of a tile: (state n, step t, component), stored at [t][n * kF + component].
-  auto tile_src = [&](int i, int64_t t0, int& dst, int64_t& n, int64_t& l, bool& ok) {
+  __device__ __forceinline__ void tile_src(int i, int64_t t0, int& dst, int64_t& n, int64_t& l, bool& ok) const {
     n = i / (kTL * kF);
     const int j = i % (kTL * kF);
     const int t = j / kF;
     l = t0 * kF + j;
     dst = t * rs + int(n) * kF + (j % kF);
     ok = t0 + t < t_stop && n < N;
-  };
-  float pB[kPF], pC[kPF];
-  auto fetch_bc = [&](int64_t t0) {
+  }
+
+  __device__ __forceinline__ void fetch_bc(int64_t t0) {
 #pragma unroll
     for (int k = 0; k < kPF; ++k) {
       const int i = tid + k * kT;
@@ -142,22 +194,20 @@ __global__ void __launch_bounds__(FwdPolicy::kThreads, FwdPolicy::kMinBlocks) fw
       pB[k] = (ok && Bv != nullptr) ? to_float(Bv[n * p.B.s_n + l * p.B.s_l]) : 0.0f;
       pC[k] = (ok && Cv != nullptr) ? to_float(Cv[n * p.C.s_n + l * p.C.s_l]) : 0.0f;
     }
-  };
-  RawRow<T, kTL> pu, pdt;
-  auto fetch_rows = [&](int64_t t0) {
+  }
+
+  __device__ __forceinline__ void fetch_rows(int64_t t0) {
     const int valid = int(t_stop - t0 < kTL ? t_stop - t0 : kTL);
     load_raw_row(pu, u + t0 * p.u_s.l, p.u_s.l, valid, vec_u);
     load_raw_row(pdt, delta + t0 * p.delta_s.l, p.delta_s.l, valid, vec_delta);
-  };
-  if (prefetch_bc) fetch_bc(t_begin);
-  fetch_rows(t_begin);
-  float dt_sum = 0.0f;
+  }
 
-  int buf = 0;
-  for (int64_t t0 = t_begin; t0 < t_stop; t0 += kTL, buf ^= 1) {
-    const int valid = int(t_stop - t0 < kTL ? t_stop - t0 : kTL);
-    float* tB = sB + buf * kTL * rs;
-    float* tC = sC + buf * kTL * rs;
+  // The tile's B/C into shared buffer buf: the values prefetched, or loaded now.
+  __device__ __forceinline__ void stage_bc(Tile& tl, int64_t t0, int buf) {
+    tl.t0 = t0;
+    tl.valid = int(t_stop - t0 < kTL ? t_stop - t0 : kTL);
+    tl.tB = sB + buf * kTL * rs;
+    tl.tC = sC + buf * kTL * rs;
     if (prefetch_bc) {
 #pragma unroll
       for (int k = 0; k < kPF; ++k) {
@@ -167,8 +217,8 @@ __global__ void __launch_bounds__(FwdPolicy::kThreads, FwdPolicy::kMinBlocks) fw
           int64_t n, l;
           bool ok;
           tile_src(i, t0, dst, n, l, ok);
-          if (Bv != nullptr) tB[dst] = pB[k];
-          if (Cv != nullptr) tC[dst] = pC[k];
+          if (Bv != nullptr) tl.tB[dst] = pB[k];
+          if (Cv != nullptr) tl.tC[dst] = pC[k];
         }
       }
     } else {
@@ -177,25 +227,26 @@ __global__ void __launch_bounds__(FwdPolicy::kThreads, FwdPolicy::kMinBlocks) fw
         int64_t n, l;
         bool ok;
         tile_src(i, t0, dst, n, l, ok);
-        if (Bv != nullptr) tB[dst] = ok ? to_float(Bv[n * p.B.s_n + l * p.B.s_l]) : 0.0f;
-        if (Cv != nullptr) tC[dst] = ok ? to_float(Cv[n * p.C.s_n + l * p.C.s_l]) : 0.0f;
+        if (Bv != nullptr) tl.tB[dst] = ok ? to_float(Bv[n * p.B.s_n + l * p.B.s_l]) : 0.0f;
+        if (Cv != nullptr) tl.tC[dst] = ok ? to_float(Cv[n * p.C.s_n + l * p.C.s_l]) : 0.0f;
       }
     }
-    // dt of the tile. With two or more threads per channel, the two threads of a pair each
-    // discretise half the steps and swap halves, so no step's softplus is computed twice.
-    constexpr int kH = kTL / 2;
-    float uu[kTL], dt[kTL], y[kTL];
+  }
+
+  // dt of the tile. With two or more threads per channel, the two threads of a pair each
+  // discretise half the steps and swap halves, so no step's softplus is computed twice.
+  __device__ __forceinline__ void discretise(Tile& tl) const {
     const bool upper = (s & 1) != 0;
 #pragma unroll
     for (int t = 0; t < kTL; ++t) {
-      uu[t] = pu.get(t);
-      y[t] = 0.0f;
+      tl.uu[t] = pu.get(t);
+      tl.y[t] = 0.0f;
     }
     if (tpr == 1) {
 #pragma unroll
       for (int t = 0; t < kTL; ++t) {
         const float v = pdt.get(t) + bias;
-        dt[t] = p.softplus ? softplus(v) : v;
+        tl.dt[t] = p.softplus ? softplus(v) : v;
       }
     } else {
 #pragma unroll
@@ -203,103 +254,120 @@ __global__ void __launch_bounds__(FwdPolicy::kThreads, FwdPolicy::kMinBlocks) fw
         const float v = (upper ? pdt.get(kH + i) : pdt.get(i)) + bias;
         const float mine = p.softplus ? softplus(v) : v;
         const float other = __shfl_xor_sync(kFullMask, mine, 1);
-        dt[i] = upper ? other : mine;
-        dt[kH + i] = upper ? mine : other;
+        tl.dt[i] = upper ? other : mine;
+        tl.dt[kH + i] = upper ? mine : other;
       }
     }
-    __syncthreads();  // tile t0 is in shared memory; the other buffer's readers are done
-    RawRow<T, kTL> zr;
-    if (!f.states_only && z != nullptr && s < 2) load_raw_row(zr, z + t0 * p.z_s.l, p.z_s.l, valid, vec_z);
-    if (t0 + kTL < t_stop) {
-      if (prefetch_bc) fetch_bc(t0 + kTL);
-      fetch_rows(t0 + kTL);
+  }
+
+  // This tile's z (its storing threads), then the next tile's B/C, u and delta.
+  __device__ __forceinline__ void prefetch(Tile& tl) {
+    if (!f.states_only && z != nullptr && s < 2) {
+      load_raw_row(tl.zr, z + tl.t0 * p.z_s.l, p.z_s.l, tl.valid, vec_z);
     }
-    const float* b_base = p.B.variable ? tB + s * kSF : sBf + lr * fs + s * kSF;
-    const float* c_base = p.C.variable ? tC + s * kSF : sCf + lr * fs + s * kSF;
-    // One step of the recurrence for the thread's states; y[t] gets its part of sum_n C h.
-    auto step = [&](int t) {
-      const float dtu = dt[t] * uu[t];
-      dt_sum += dt[t];
-      // 16-byte aligned: tiles start at multiples of 16 floats, slices at multiples of kSF = 8
-      float bt[kSF], ct[kSF];
+    if (tl.t0 + kTL < t_stop) {
+      if (prefetch_bc) fetch_bc(tl.t0 + kTL);
+      fetch_rows(tl.t0 + kTL);
+    }
+  }
+
+  // One step of the recurrence for the thread's states; y[t] gets its part of sum_n C h.
+  __device__ __forceinline__ void step(Tile& tl, int t, const float* b_base, const float* c_base) {
+    const float dtu = tl.dt[t] * tl.uu[t];
+    dt_sum += tl.dt[t];
+    // 16-byte aligned: tiles start at multiples of 16 floats, slices at multiples of kSF = 8
+    float bt[kSF], ct[kSF];
 #pragma unroll
-      for (int j = 0; j < kSF; j += 4) {
-        const float4 vb = *reinterpret_cast<const float4*>(b_base + t * b_step + j);
-        const float4 vc = *reinterpret_cast<const float4*>(c_base + t * c_step + j);
-        bt[j] = vb.x, bt[j + 1] = vb.y, bt[j + 2] = vb.z, bt[j + 3] = vb.w;
-        ct[j] = vc.x, ct[j + 1] = vc.y, ct[j + 2] = vc.z, ct[j + 3] = vc.w;
+    for (int j = 0; j < kSF; j += 4) {
+      const float4 vb = *reinterpret_cast<const float4*>(b_base + t * b_step + j);
+      const float4 vc = *reinterpret_cast<const float4*>(c_base + t * c_step + j);
+      bt[j] = vb.x, bt[j + 1] = vb.y, bt[j + 2] = vb.z, bt[j + 3] = vb.w;
+      ct[j] = vc.x, ct[j + 1] = vc.y, ct[j + 2] = vc.z, ct[j + 3] = vc.w;
+    }
+    float acc = 0.0f;
+    if constexpr (!kComplex) {
+      float part[2] = {0.0f, 0.0f};  // two chains: half the dependent FMAs per step
+#pragma unroll
+      for (int j = 0; j < kNS; ++j) {
+        const float a = fast_exp2(tl.dt[t] * a2[j]);
+        h[j] = fmaf(a, h[j], dtu * bt[j]);
+        part[j & 1] = fmaf(ct[j], h[j], part[j & 1]);
       }
-      float acc = 0.0f;
-      if constexpr (!kComplex) {
-        float part[2] = {0.0f, 0.0f};  // two chains: half the dependent FMAs per step
+      acc = part[0] + part[1];
+    } else {
 #pragma unroll
-        for (int j = 0; j < kNS; ++j) {
-          const float a = fast_exp2(dt[t] * a2[j]);
-          h[j] = fmaf(a, h[j], dtu * bt[j]);
-          part[j & 1] = fmaf(ct[j], h[j], part[j & 1]);
-        }
-        acc = part[0] + part[1];
-      } else {
-#pragma unroll
-        for (int j = 0; j < kNS; ++j) {
-          float ar, ai;
-          decay_complex(dt[t], a2[2 * j], a2[2 * j + 1], ar, ai);
-          const float hr = h[2 * j], hi = h[2 * j + 1];
-          h[2 * j] = ar * hr - ai * hi + dtu * bt[2 * j];
-          h[2 * j + 1] = ar * hi + ai * hr + dtu * bt[2 * j + 1];
-          acc += ct[2 * j] * h[2 * j] - ct[2 * j + 1] * h[2 * j + 1];  // Re(C h)
-        }
-        acc *= 2.0f;
+      for (int j = 0; j < kNS; ++j) {
+        float ar, ai;
+        decay_complex(tl.dt[t], a2[2 * j], a2[2 * j + 1], ar, ai);
+        const float hr = h[2 * j], hi = h[2 * j + 1];
+        h[2 * j] = ar * hr - ai * hi + dtu * bt[2 * j];
+        h[2 * j + 1] = ar * hi + ai * hr + dtu * bt[2 * j + 1];
+        acc += ct[2 * j] * h[2 * j] - ct[2 * j + 1] * h[2 * j + 1];  // Re(C h)
       }
-      y[t] = acc;
-    };
-    if (valid == kTL) {  // no per-step branch: the scheduler may overlap the steps' exponentials
+      acc *= 2.0f;
+    }
+    tl.y[t] = acc;
+  }
+
+  __device__ __forceinline__ void scan(Tile& tl) {
+    const float* b_base = p.B.variable ? tl.tB + s * kSF : sBf + lr * fs + s * kSF;
+    const float* c_base = p.C.variable ? tl.tC + s * kSF : sCf + lr * fs + s * kSF;
+    if (tl.valid == kTL) {  // no per-step branch: the scheduler may overlap the steps' exponentials
 #pragma unroll
-      for (int t = 0; t < kTL; ++t) step(t);
+      for (int t = 0; t < kTL; ++t) step(tl, t, b_base, c_base);
     } else {
 #pragma unroll
       for (int t = 0; t < kTL; ++t) {
-        if (t < valid) step(t);  // the sequence's last, partial tile
+        if (t < tl.valid) step(tl, t, b_base, c_base);  // the sequence's last, partial tile
       }
     }
-    if (f.states_only) continue;
+  }
+
+  // y summed over the channel's threads: shuffles within a warp, shared memory across warps.
+  __device__ __forceinline__ void reduce_y(Tile& tl) {
     for (int o = 1; o < tpr && o < 32; o <<= 1) {
 #pragma unroll
-      for (int t = 0; t < kTL; ++t) y[t] += __shfl_xor_sync(kFullMask, y[t], o);
+      for (int t = 0; t < kTL; ++t) tl.y[t] += __shfl_xor_sync(kFullMask, tl.y[t], o);
     }
-    if (tpr > 32) {  // large complex dstate: the channel's warps add up through shared memory
+    if (tpr > 32) {  // large complex dstate
       if ((tid & 31) == 0) {
 #pragma unroll
-        for (int t = 0; t < kTL; ++t) sY[(tid >> 5) * kTL + t] = y[t];
+        for (int t = 0; t < kTL; ++t) sY[(tid >> 5) * kTL + t] = tl.y[t];
       }
       __syncthreads();
       if (s < 2) {  // the two threads that store the outputs
         for (int w = 1; w < tpr / 32; ++w) {
 #pragma unroll
-          for (int t = 0; t < kTL; ++t) y[t] += sY[((tid >> 5) + w) * kTL + t];
+          for (int t = 0; t < kTL; ++t) tl.y[t] += sY[((tid >> 5) + w) * kTL + t];
         }
       }
     }
-    // Outputs: every thread holds the channel's y; a pair of threads stores one half each (one
-    // thread stores both halves when it is alone on its channel).
+  }
+
+  // Outputs: every thread holds the channel's y; a pair of threads stores one half each (one
+  // thread stores both halves when it is alone on its channel).
+  __device__ __forceinline__ void store_out(const Tile& tl) const {
     for (int half = tpr == 1 ? 0 : s; active && half < 2; half += tpr == 1 ? 1 : 2) {
       const int base = half * kH;
-      const int vh = valid - base < kH ? valid - base : kH;
+      const int vh = tl.valid - base < kH ? tl.valid - base : kH;
       if (vh <= 0) break;
       float yo[kH];
 #pragma unroll
-      for (int i = 0; i < kH; ++i) yo[i] = half ? fmaf(Dd, uu[kH + i], y[kH + i]) : fmaf(Dd, uu[i], y[i]);
+      for (int i = 0; i < kH; ++i) yo[i] = half ? fmaf(Dd, tl.uu[kH + i], tl.y[kH + i]) : fmaf(Dd, tl.uu[i], tl.y[i]);
       if (p.out != nullptr) {
-        store_row<T, kH>(static_cast<T*>(p.out) + offset3(p.out_s, b, d, t0 + base), p.out_s.l, yo, vh, vec_out);
+        store_row<T, kH>(static_cast<T*>(p.out) + offset3(p.out_s, b, d, tl.t0 + base), p.out_s.l, yo, vh, vec_out);
       }
       if (z != nullptr) {
 #pragma unroll
-        for (int i = 0; i < kH; ++i) yo[i] *= silu(half ? zr.get(kH + i) : zr.get(i));
-        store_row<T, kH>(static_cast<T*>(p.out_z) + offset3(p.out_z_s, b, d, t0 + base), p.out_z_s.l, yo, vh,
+        for (int i = 0; i < kH; ++i) yo[i] *= silu(half ? tl.zr.get(kH + i) : tl.zr.get(i));
+        store_row<T, kH>(static_cast<T*>(p.out_z) + offset3(p.out_z_s, b, d, tl.t0 + base), p.out_z_s.l, yo, vh,
                          vec_out_z);
       }
     }
-    const int64_t t_end = t0 + valid;
+  }
+
+  __device__ __forceinline__ void checkpoint(const Tile& tl) const {
+    const int64_t t_end = tl.t0 + tl.valid;
     if (active && (t_end % kChunk == 0 || t_end == L)) {
       const int64_t c = (t_end - 1) / kChunk;
       const bool final_chunk = t_end == L;
@@ -320,7 +388,9 @@ __global__ void __launch_bounds__(FwdPolicy::kThreads, FwdPolicy::kMinBlocks) fw
       }
     }
   }
-  if (f.states_only && active) {
+
+  // First pass: the segment's end state from zero and its sum of dt.
+  __device__ __forceinline__ void store_segment() const {
     float* st = f.seg_state + ((b * p.dim + d) * f.nseg + seg) * NF + n0 * kF;
 #pragma unroll
     for (int j = 0; j < kSF; ++j) {
@@ -328,6 +398,37 @@ __global__ void __launch_bounds__(FwdPolicy::kThreads, FwdPolicy::kMinBlocks) fw
     }
     if (s == 0) f.seg_dtsum[(b * p.dim + d) * f.nseg + seg] = dt_sum;
   }
+};
+
+// __grid_constant__: the agent holds references to the parameters, which so stay in the
+// parameter space (no local copy) and are read where used.
+template <typename T, bool kComplex>
+__global__ void __launch_bounds__(FwdPolicy::kThreads, FwdPolicy::kMinBlocks)
+    fwd_kernel(const __grid_constant__ ScanParams p, const __grid_constant__ FwdLaunch f) {
+  using Agent = FwdAgent<T, kComplex>;
+  extern __shared__ float smem[];
+  Agent a(p, f, smem);
+  a.load_fixed_bc();
+  a.load_channel();
+  if (!f.states_only && a.seg > 0) a.start_state();
+  a.setup_rows();
+  if (a.prefetch_bc) a.fetch_bc(a.t_begin);
+  a.fetch_rows(a.t_begin);
+  a.dt_sum = 0.0f;
+  int buf = 0;
+  for (int64_t t0 = a.t_begin; t0 < a.t_stop; t0 += Agent::kTL, buf ^= 1) {
+    typename Agent::Tile tl;
+    a.stage_bc(tl, t0, buf);
+    a.discretise(tl);
+    __syncthreads();  // tile t0 is in shared memory; the other buffer's readers are done
+    a.prefetch(tl);
+    a.scan(tl);
+    if (f.states_only) continue;
+    a.reduce_y(tl);
+    a.store_out(tl);
+    a.checkpoint(tl);
+  }
+  if (f.states_only && a.active) a.store_segment();
 }
 
 }  // namespace

@@ -93,7 +93,7 @@ struct SumPartialsPolicy {
   static constexpr int kThreads = 256;
 };
 
-// update.cu: the decode step (selective_state_update).
+// update*.cu: the decode step (selective_state_update).
 struct UpdatePolicy {
   static constexpr int kThreads = 128;  // most threads per block; fewer when the channel axis is short
   // "pair" (two batch rows per thread) once the launch keeps at least this many threads: about
@@ -101,7 +101,7 @@ struct UpdatePolicy {
   // spread the work more evenly than more bytes per thread would.
   static constexpr int64_t kPairMinThreads = int64_t(1) << 18;
   static constexpr int kMaxLanes = 32;
-  // The lean kernel (update.cu) gives a warp all of a row's passes from this many rows (batch
+  // The lean kernel (update_lean.cu) gives a warp all of a row's passes from this many rows (batch
   // x heads x dim) per SM on; below it one pass per warp. Set on the H200 (132 SMs) at dim 5120:
   // one pass was faster at batch 1 (5120 rows), all passes from batch 16 (81920 rows) on.
   static constexpr int64_t kLeanFullRowsPerSm = 256;
@@ -110,10 +110,26 @@ struct UpdatePolicy {
   // one wait on memory per warp where pairs wait twice, at the cost of registers (6 blocks per
   // SM instead of 8), which the largest launches need for bytes in flight.
   static constexpr int64_t kLeanQuadMaxRowsPerSm = 4096;
-  // Up to this many rows per SM a dense launch takes the row kernel (update.cu). Set at dim 5120
+  // Up to this many rows per SM a dense launch takes the row kernel (update_row.cu). Set at dim 5120
   // in a CUDA graph on the H200 (132 SMs): 1.80 us a step at batch 1 against the lean kernel's
   // 1.93, the same within run noise at batch 16 and 64 (327680 rows), slower at 256.
   static constexpr int64_t kRowMaxRowsPerSm = 4096;
+  // Register caps: each decode kernel's __launch_bounds__ minimum of kThreads blocks per SM
+  // (the row kernel has none), from the dtypes' sizes in bytes, lowered to what the SM holds.
+  // state_update_kernel: 8 (64 registers, which the typed kernels need without spilling); 6
+  // (80) for the generic kernel (T = AnyDtype) and for fp32 activations with a 16-bit state (8
+  // fp32 values per B/C chunk).
+  __host__ __device__ static constexpr int full_min_blocks(bool generic, int state_bytes, int act_bytes) {
+    return fit_blocks_per_sm(kThreads, generic || act_bytes > state_bytes ? 6 : 8);
+  }
+  // state_update_lean<S, T, kP>: as many as the registers of kP interleaved passes allow without
+  // spilling: a pass holds a chunk of state and one of A (8 fp32 values for 16-bit states), and
+  // fp32 activations double B and C.
+  __host__ __device__ static constexpr int lean_min_blocks(int kP, int state_bytes, int act_bytes) {
+    const bool wide = state_bytes == 2 || act_bytes == 4;
+    const int blocks = kP == 4 ? (wide ? 4 : 5) : kP == 1 ? (act_bytes > state_bytes ? 10 : 12) : (wide ? 6 : 8);
+    return fit_blocks_per_sm(kThreads, blocks);
+  }
 };
 
 }  // namespace selective_scan
