@@ -77,23 +77,47 @@ struct ChunkCoords {
 
 // ------------------------------------------------------------------------------ chunk state
 
+// The state tile's accumulators on mma.sync: warp w holds channels 16w.. of the tile, kNT
+// 8-column tiles of state (ssd_mma.cuh's C layout).
+template <int kNT>
+struct MmaAcc {
+  float v[kNT][4];
+};
+
+// The tiles of the state product: the FMA / wmma form stages x w (scaled on load) and B, and
+// its result through an fp32 tile; the mma.sync form (16-bit inputs, sm_80 on) double-buffers raw
+// x and B by cp.async, scales x by w in the A fragments and stores from the accumulators.
+template <typename T, int BP, int BN, int BK, int LDX, int LDB, int LDS, bool kMma>
+struct StateTiles {
+  alignas(32) T xs[BK * LDX];  // x w, step-major (the product's A, column-major)
+  alignas(32) T bs[BK * LDB];  // B, step-major
+  alignas(32) float stage[BP * LDS];
+};
+template <typename T, int BP, int BN, int BK, int LDX, int LDB, int LDS>
+struct StateTiles<T, BP, BN, BK, LDX, LDB, LDS, true> {
+  alignas(16) T xs[2][BK * LDX];
+  alignas(16) T bs[2][BK * LDB];
+};
+
 template <typename T>
 struct ChunkStateAgent {
   using Pol = SsdPolicy<Is16Bit<T>::value>;
   static constexpr int NT = Pol::kThreads, BP = Pol::kStateP, BN = Pol::kStateN, BK = Pol::kStateK;
   static constexpr int LDX = BP + Pol::kPadS, LDB = BN + Pol::kPadS, LDS = BN + Pol::kPadF;
   static constexpr bool kTC = MK_SSD_TENSOR_CORES && Is16Bit<T>::value;
+  static constexpr bool kMma = MK_SSD_MMA && Is16Bit<T>::value;
+  static constexpr int kNT = BN / 8;
   static_assert(2 * NT >= kMaxChunk, "the scan takes two steps a thread");
-  using Acc = TileAcc<T, BP, BN, NT, kTC>;
+  static_assert(!kMma || (BP == 16 * (NT / 32) && BK % 16 == 0 && BN % 16 == 0), "a 16-channel strip per warp");
+  using Acc = typename std::conditional<kMma, MmaAcc<kNT>, TileAcc<T, BP, BN, NT, kTC>>::type;
 
   struct Smem {
     alignas(32) float dt[kMaxChunk];
     alignas(32) float cs[kMaxChunk];
     alignas(32) float w[kMaxChunk];  // exp(cs_last - cs_t) dt_t, 0 where masked
-    alignas(32) T xs[BK * LDX];      // x w, step-major (the product's A, column-major)
-    alignas(32) T bs[BK * LDB];      // B, step-major
-    alignas(32) float stage[BP * LDS];
+    StateTiles<T, BP, BN, BK, LDX, LDB, LDS, kMma> tl;
     float warp_sum[NT / 32];
+    int masked;  // some step of the chunk has w = 0 (its B row must not enter the product)
   };
 
   const SsdFwdParams& p;
@@ -173,10 +197,16 @@ struct ChunkStateAgent {
     int32_t seq_last = 0;
     by_seq = by_seq && p.seq_idx != nullptr;
     if (by_seq) seq_last = p.seq_idx[at.b * p.seq_s0 + (at.c0 + hi - 1) * p.seq_s1];
-    for (int t = threadIdx.x; t < int(p.chunk); t += NT) {
+    for (int t = threadIdx.x; t < kMaxChunk; t += NT) {  // to the last step-block's end: 0 past the chunk
       bool keep = lo <= t && t < hi;
       if (keep && by_seq) keep = p.seq_idx[at.b * p.seq_s0 + (at.c0 + t) * p.seq_s1] == seq_last;
       sm.w[t] = keep ? expf(cs_last - sm.cs[t]) * sm.dt[t] : 0.0f;
+    }
+    if constexpr (kMma) {
+      int zero = 0;
+      for (int t = threadIdx.x; t < at.Lc; t += NT) zero |= sm.w[t] == 0.0f ? 1 : 0;
+      zero = __syncthreads_or(zero);
+      if (threadIdx.x == 0) sm.masked = zero;
     }
     __syncthreads();
   }
@@ -196,32 +226,126 @@ struct ChunkStateAgent {
     auto b_row = [&](int t) {
       return B + at.b * p.B.s0 + (at.c0 + k0 + t) * p.B.s1 + at.g * p.B.s2 + n0 * p.B.s3;
     };
-    load_tile<BK, BP, NT, true, T, T>(sm.xs, LDX, x_row, weight, rows, int(p.headdim - p0), p.x.s3, p.x.vec16);
-    load_tile<BK, BN, NT, true, T, T>(sm.bs, LDB, b_row, live, rows, int(p.dstate - n0), p.B.s3, p.B.vec16);
+    if constexpr (!kMma) {
+      load_tile<BK, BP, NT, true, T, T>(sm.tl.xs, LDX, x_row, weight, rows, int(p.headdim - p0), p.x.s3, p.x.vec16);
+      load_tile<BK, BN, NT, true, T, T>(sm.tl.bs, LDB, b_row, live, rows, int(p.dstate - n0), p.B.s3, p.B.vec16);
+    }
   }
 
   __device__ __forceinline__ void state(Acc& acc) {
-    acc.zero();
-    for (int k0 = lo / BK * BK; k0 < hi; k0 += BK) {
-      load(k0);
-      __syncthreads();
-      acc.template mma<false, true>(sm.xs, LDX, sm.bs, LDB, BK, false);
-      __syncthreads();
+    if constexpr (kMma) {
+      state_mma(acc);
+    } else {
+      acc.zero();
+      for (int k0 = lo / BK * BK; k0 < hi; k0 += BK) {
+        load(k0);
+        __syncthreads();
+        acc.template mma<false, true>(sm.tl.xs, LDX, sm.tl.bs, LDB, BK, false);
+        __syncthreads();
+      }
     }
   }
+
+#if MK_SSD_MMA
+  // Steps k0.. of raw x and B into buffer buf, asynchronously (0 past the chunk or the tile).
+  __device__ __forceinline__ void stage_mma(int k0, int buf) {
+    auto x_row = [&](int t) {
+      return tptr<T>(p.x) + at.b * p.x.s0 + (at.c0 + k0 + t) * p.x.s1 + at.h * p.x.s2 + p0 * p.x.s3;
+    };
+    auto b_row = [&](int t) {
+      return tptr<T>(p.B) + at.b * p.B.s0 + (at.c0 + k0 + t) * p.B.s1 + at.g * p.B.s2 + n0 * p.B.s3;
+    };
+    const int rows = at.Lc - k0;
+    mma::stage_async<BK, BP, NT>(sm.tl.xs[buf], LDX, x_row, rows, int(p.headdim - p0), p.x.s3, p.x.vec16);
+    mma::stage_async<BK, BN, NT>(sm.tl.bs[buf], LDB, b_row, rows, int(p.dstate - n0), p.B.s3, p.B.vec16);
+    mma::cp_async_commit();
+  }
+
+  // acc = sum over the steps of (x w)^T B: the A fragments from x (step-major, so transposed by
+  // ldmatrix) scaled by w in registers, the B fragments from B; buffers one step-block ahead.
+  __device__ __forceinline__ void state_mma(Acc& acc) {
+    const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) acc.v[j][0] = acc.v[j][1] = acc.v[j][2] = acc.v[j][3] = 0.0f;
+    const int first = lo / BK * BK;
+    if (first < hi) stage_mma(first, 0);
+    for (int k0 = first, i = 0; k0 < hi; k0 += BK, ++i) {
+      const int buf = i % 2;
+      mma::cp_async_wait<0>();
+      __syncthreads();  // buf landed; every warp is done with buf ^ 1
+      if (k0 + BK < hi) stage_mma(k0 + BK, buf ^ 1);
+      T* bs = sm.tl.bs[buf];
+      if (sm.masked) {  // a B row whose step is masked is 0 (a NaN there must not meet w = 0)
+        for (int e = threadIdx.x; e < BK * BN; e += NT) {
+          const int t = e / BN;
+          if (k0 + t < at.Lc && sm.w[k0 + t] == 0.0f) bs[t * LDB + e % BN] = from_float<T>(0.0f);
+        }
+        __syncthreads();
+      }
+      const T* xs = sm.tl.xs[buf];
+#pragma unroll
+      for (int kk = 0; kk < BK; kk += 16) {
+        uint32_t a[4];
+        mma::ldsm_x4_t(a, xs + (kk + lane % 8 + lane / 16 * 8) * LDX + 16 * warp + lane / 8 % 2 * 8);
+        const float* w = sm.w + k0 + kk + lane % 4 * 2;
+        a[0] = mma::scale2<T>(a[0], w[0], w[1]);
+        a[1] = mma::scale2<T>(a[1], w[0], w[1]);
+        a[2] = mma::scale2<T>(a[2], w[8], w[9]);
+        a[3] = mma::scale2<T>(a[3], w[8], w[9]);
+#pragma unroll
+        for (int jp = 0; jp < kNT / 2; ++jp) {
+          uint32_t b[4];
+          mma::ldsm_x4_t(b, bs + (kk + lane % 16) * LDB + 16 * jp + lane / 16 * 8);
+          mma::mma16816<T>(acc.v[2 * jp], a, b[0], b[1]);
+          mma::mma16816<T>(acc.v[2 * jp + 1], a, b[2], b[3]);
+        }
+      }
+    }
+  }
+#else
+  __device__ __forceinline__ void state_mma(Acc&) {}
+#endif
 
   // The tile, plus decay * H[p, n] of a state (fp32, rows of dstate) when H is given, into dst
   // (fp32, rows of dstate).
   __device__ __forceinline__ void store(const Acc& acc, float* dst, const float* H, float decay) {
-    acc.store(sm.stage, LDS);
-    __syncthreads();
-    for (int i = threadIdx.x; i < BP * BN; i += NT) {
-      const int pp = i / BN, n = i % BN;
-      if (p0 + pp < p.headdim && n0 + n < p.dstate) {
-        const int64_t e = (p0 + pp) * p.dstate + n0 + n;
-        float v = sm.stage[pp * LDS + n];
-        if (H) v += decay * H[e];
-        dst[e] = v;
+    if constexpr (kMma) {
+      store_mma(acc, dst, H, decay);
+    } else {
+      acc.store(sm.tl.stage, LDS);
+      __syncthreads();
+      for (int i = threadIdx.x; i < BP * BN; i += NT) {
+        const int pp = i / BN, n = i % BN;
+        if (p0 + pp < p.headdim && n0 + n < p.dstate) {
+          const int64_t e = (p0 + pp) * p.dstate + n0 + n;
+          float v = sm.tl.stage[pp * LDS + n];
+          if (H) v += decay * H[e];
+          dst[e] = v;
+        }
+      }
+    }
+  }
+
+  // store's mma.sync form, from the accumulators: channel 16w + lane / 4 (and 8 below), state
+  // columns 8j + 2 (lane % 4) and the next.
+  __device__ __forceinline__ void store_mma(const Acc& acc, float* dst, const float* H, float decay) {
+    if constexpr (kMma) {
+      const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int64_t pp = p0 + 16 * warp + lane / 4 + 8 * i;
+        if (pp >= p.headdim) continue;
+#pragma unroll
+        for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int64_t n = n0 + 8 * j + lane % 4 * 2 + e;
+            if (n >= p.dstate) continue;
+            float v = acc.v[j][2 * i + e];
+            if (H) v += decay * H[pp * p.dstate + n];
+            dst[pp * p.dstate + n] = v;
+          }
+        }
       }
     }
   }
@@ -667,25 +791,9 @@ struct ChunkScanMmaAgent {
     return tptr<T>(p.x) + at.b * p.x.s0 + (at.c0 + s) * p.x.s1 + at.h * p.x.s2 + pp * p.x.s3;
   }
 
-  // (R x Cols) of T into shared memory, rows row(r) for r < rows, columns < cols, zeros
-  // elsewhere: whole 16-byte pieces by cp.async (the caller commits and waits), the rest by element.
-  template <int R, int Cols, typename Row>
-  __device__ __forceinline__ void stage(T* dst, int ld, const Row& row_at, int rows, int cols, int64_t cs, bool vec) {
-    for (int i = threadIdx.x; i < R * (Cols / V); i += NT) {
-      const int r = i / (Cols / V), c = (i % (Cols / V)) * V;
-      T* d = dst + r * ld + c;
-      if (r < rows && vec && c + V <= cols) {
-        mma::cp_async16(d, row_at(r) + c);
-      } else {
-#pragma unroll
-        for (int j = 0; j < V; ++j) d[j] = r < rows && c + j < cols ? row_at(r)[(c + j) * cs] : from_float<T>(0.0f);
-      }
-    }
-  }
-
   __device__ __forceinline__ void load_x(int s0, int buf) {
     auto x_row = [&](int s) { return x_at(s0 + s, p0); };
-    stage<BS, BP>(sm.x[buf], LDX, x_row, at.Lc - s0, int(p.headdim - p0), p.x.s3, p.x.vec16);
+    mma::stage_async<BS, BP, NT>(sm.x[buf], LDX, x_row, at.Lc - s0, int(p.headdim - p0), p.x.s3, p.x.vec16);
     mma::cp_async_commit();
   }
 
@@ -712,7 +820,7 @@ struct ChunkScanMmaAgent {
       auto c_row = [&](int t) {
         return tptr<T>(p.C) + at.b * p.C.s0 + (at.c0 + t0 + t) * p.C.s1 + at.g * p.C.s2 + k0 * p.C.s3;
       };
-      stage<BT, BK>(sm.c, LDK, c_row, at.Lc - t0, int(p.dstate - k0), p.C.s3, p.C.vec16);
+      mma::stage_async<BT, BK, NT>(sm.c, LDK, c_row, at.Lc - t0, int(p.dstate - k0), p.C.s3, p.C.vec16);
       mma::cp_async_commit();
       stage_state(H, k0, h_vec);
       mma::cp_async_wait<0>();

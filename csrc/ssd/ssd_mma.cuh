@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+#include "vec_io.cuh"
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define MK_SSD_MMA 1
 #else
@@ -95,6 +97,36 @@ __device__ __forceinline__ bool finite2(uint32_t v, __nv_bfloat16) {
 }
 __device__ __forceinline__ bool finite2(uint32_t v, __half) {
   return (v & 0x7c00u) != 0x7c00u && (v & 0x7c000000u) != 0x7c000000u;
+}
+
+// An (R x Cols) tile of 16-bit T into shared memory (rows of `ld`): rows row_at(r) for r < rows,
+// columns < cols (element stride cs), zeros elsewhere; whole 16-byte pieces by cp.async when
+// vec (the caller commits and waits), the rest element by element.
+template <int R, int Cols, int NT, typename T, typename Row>
+__device__ __forceinline__ void stage_async(T* dst, int ld, const Row& row_at, int rows, int cols, int64_t cs,
+                                            bool vec) {
+  constexpr int V = 8;
+  static_assert(sizeof(T) == 2 && Cols % V == 0, "16-bit tiles of whole 16-byte pieces");
+  for (int i = threadIdx.x; i < R * (Cols / V); i += NT) {
+    const int r = i / (Cols / V), c = (i % (Cols / V)) * V;
+    T* d = dst + r * ld + c;
+    if (r < rows && vec && c + V <= cols) {
+      cp_async16(d, row_at(r) + c);
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) d[j] = r < rows && c + j < cols ? row_at(r)[(c + j) * cs] : from_float<T>(0.0f);
+    }
+  }
+}
+
+// A register of two 16-bit values, each times its weight in fp32 and rounded once; a weight of
+// exactly 0 gives 0 whatever the value (a masked step's NaN stays out).
+template <typename T>
+__device__ __forceinline__ uint32_t scale2(uint32_t v, float w_lo, float w_hi) {
+  const T* e = reinterpret_cast<const T*>(&v);
+  const float lo = w_lo != 0.0f ? to_float(e[0]) * w_lo : 0.0f;
+  const float hi = w_hi != 0.0f ? to_float(e[1]) * w_hi : 0.0f;
+  return pack2(lo, hi, T());
 }
 
 #endif  // MK_SSD_MMA
