@@ -43,6 +43,7 @@
 
 #include "device_utils.cuh"
 #include "ssd.h"
+#include "ssd_mma.cuh"
 #include "ssd_pass.cuh"
 #include "ssd_policy.cuh"
 #include "ssd_tile.cuh"
@@ -634,16 +635,332 @@ struct DxAgent {
   }
 };
 
+#if MK_SSD_MMA
+// chunk_dx for 16-bit inputs on sm_80 and later, on mma.sync (ssd_mma.cuh): the same products
+// and sums as DxAgent, with the fragments' layout fixed so that the state products' row sums are
+// quad shuffles, M^T = (C B^T exp(cs_t - cs_s) dt_s)^T is built in registers as the A operand
+// straight from the workspace, the w_s scaling and the store read the accumulators in place,
+// and D's gradient is a shuffle tree per warp then the warps in order. NaN rule as DxAgent: the
+// warp's diagonal 16 x 16 block is dense only when its dy rows are finite, else its terms
+// t >= s one by one.
+template <typename T>
+struct DxMmaAgent {
+  using Pol = SsdBwdPolicy<true>;
+  static constexpr int NT = Pol::kThreads, BS = Pol::kTile, BT = BS, BP = Pol::kP, BK = Pol::kK;
+  static constexpr int LDK = BK + Pol::kPadS;  // B / C rows and the state's rows (state columns)
+  static constexpr int LDX = BP + Pol::kPadS;  // dy rows
+  static constexpr int kNT = BP / 8, kWarps = NT / 32, V = 8;
+  static_assert(BS == 16 * kWarps && BP % 16 == 0 && BK % 16 == 0, "a 16-step strip per warp");
+
+  struct Smem {
+    Steps st;
+    alignas(16) T a[BS * LDK];   // B or C at the tile's steps, BK state columns
+    alignas(16) T s[BP * LDK];   // the state's rows (channels), the same columns, as T
+    alignas(16) T dy[BT * LDX];  // a t-block of dy, as T
+    float dD[kWarps][BP];        // each warp's sum of dy x over its 16 steps, per channel
+  };
+
+  const SsdBwdParams& p;
+  Smem& sm;
+  ChunkAt at;
+  int64_t h, g, p0, PN, slot_base;
+  int si, pi, s0, ntl, ptiles, lane, warp;
+  int row[2];  // the thread's accumulator steps in the chunk: s0 + 16 warp + lane / 4, and 8 below
+  float acc[kNT][4];
+
+  __device__ __forceinline__ DxMmaAgent(const SsdBwdParams& params, Smem& smem) : p(params), sm(smem), at(params.f) {
+    h = blockIdx.x;
+    g = h / p.f.heads_per_group;
+    ptiles = int(p.ptiles);
+    ntl = int(p.stiles);
+    si = int(blockIdx.y) / ptiles;
+    pi = int(blockIdx.y) % ptiles;
+    s0 = si * BS;
+    p0 = int64_t(pi) * BP;
+    PN = p.f.headdim * p.f.dstate;
+    slot_base = ((at.b * p.f.nheads + h) * p.f.nchunks + at.c) * p.nslots * p.f.chunk;
+    lane = int(threadIdx.x) % 32;
+    warp = int(threadIdx.x) / 32;
+    row[0] = s0 + 16 * warp + lane / 4;
+    row[1] = row[0] + 8;
+  }
+
+  __device__ __forceinline__ bool active() const { return s0 < at.Lc; }
+
+  // The channel of accumulator column (j, e).
+  __device__ __forceinline__ int64_t chan(int j, int e) const { return p0 + 8 * j + lane % 4 * 2 + e; }
+
+  __device__ __forceinline__ float x_val(int64_t s, int64_t ch) const {
+    const SsdFwdParams& f = p.f;
+    return to_float(tptr<T>(f.x)[at.b * f.x.s0 + (at.c0 + s) * f.x.s1 + h * f.x.s2 + ch * f.x.s3]);
+  }
+
+  // acc = rows s of op (B or C) times the (P x N) fp32 state S's rows p, transposed.
+  __device__ __forceinline__ void state_product(const Operand& op, const float* S) {
+    const SsdFwdParams& f = p.f;
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    const T* base = tptr<T>(op);
+    const bool s_vec = f.dstate % 4 == 0;  // 16-byte pieces (the states are ours, contiguous)
+    for (int k0 = 0; k0 < f.dstate; k0 += BK) {
+      auto a_row = [&](int s) { return base + at.b * op.s0 + (at.c0 + s0 + s) * op.s1 + g * op.s2 + k0 * op.s3; };
+      mma::stage_async<BS, BK, NT>(sm.a, LDK, a_row, at.Lc - s0, int(f.dstate - k0), op.s3, op.vec16);
+      mma::cp_async_commit();
+      stage_f32<BP, BK>(sm.s, LDK, [&](int pp) { return S + (p0 + pp) * f.dstate + k0; }, int(f.headdim - p0),
+                        int(f.dstate - k0), s_vec);
+      mma::cp_async_wait<0>();
+      __syncthreads();
+#pragma unroll
+      for (int kk = 0; kk < BK; kk += 16) {
+        uint32_t a[4];
+        mma::ldsm_x4(a, sm.a + (16 * warp + lane % 16) * LDK + kk + lane / 16 * 8);
+#pragma unroll
+        for (int jp = 0; jp < kNT / 2; ++jp) {
+          uint32_t b[4];
+          mma::ldsm_x4(b, sm.s + (16 * jp + lane % 8 + lane / 16 * 8) * LDK + kk + lane / 8 % 2 * 8);
+          mma::mma16816<T>(acc[2 * jp], a, b[0], b[1]);
+          mma::mma16816<T>(acc[2 * jp + 1], a, b[2], b[3]);
+        }
+      }
+      __syncthreads();
+    }
+  }
+
+  // An (R x Cols) fp32 tile, rows row_at(r) for r < rows, columns < cols, into shared memory as T
+  // (zeros outside); 16-byte reads when vec.
+  template <int R, int Cols, typename Row>
+  __device__ __forceinline__ void stage_f32(T* dst, int ld, const Row& row_at, int rows, int cols, bool vec) {
+    for (int i = threadIdx.x; i < R * (Cols / V); i += NT) {
+      const int r = i / (Cols / V), c = (i % (Cols / V)) * V;
+      const float* src = row_at(r) + c;
+      float v[V];
+      if (r < rows && vec && c + V <= cols) {
+        const float4 lo = *reinterpret_cast<const float4*>(src), hi = *reinterpret_cast<const float4*>(src + 4);
+        v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[j] = r < rows && c + j < cols ? src[j] : 0.0f;
+      }
+      uint4 w;
+      w.x = mma::pack2(v[0], v[1], T()), w.y = mma::pack2(v[2], v[3], T());
+      w.z = mma::pack2(v[4], v[5], T()), w.w = mma::pack2(v[6], v[7], T());
+      *reinterpret_cast<uint4*>(dst + r * ld + c) = w;
+    }
+  }
+
+  // Partial slot k at the tile's steps: sum over the tile's channels of v(s, ch) acc[s, ch]
+  // (each row's 4 lanes, then a quad shuffle); scale_off: times exp(cs_s), 0 across a sequence change.
+  template <typename Val>
+  __device__ __forceinline__ void row_slot(int64_t k, const Val& v, bool scale_off) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int s = row[i];
+      float sum = 0.0f;
+      if (s < at.Lc) {
+#pragma unroll
+        for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int64_t ch = chan(j, e);
+            if (ch < p.f.headdim) sum += v(s, ch) * acc[j][2 * i + e];
+          }
+        }
+      }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      if (lane % 4 == 0 && s < at.Lc) {
+        if (scale_off) sum = sm.st.seq[s] == sm.st.seq_prev ? expf(sm.st.cs[s]) * sum : 0.0f;
+        p.step_part[slot_base + k * p.f.chunk + s] = sum;
+      }
+    }
+  }
+
+  // M^T[s, t] = (C_t . B_s) exp(cs_t - cs_s) dt_s for t >= s in the chunk and the same sequence.
+  __device__ __forceinline__ bool keep(int s, int t) const {
+    return s <= t && t < at.Lc && sm.st.seq[s] == sm.st.seq[t];
+  }
+  __device__ __forceinline__ float mt_entry(const float* cb, int s, int t) const {
+    return keep(s, t) ? cb[int64_t(t) * p.f.chunk + s] * __expf(sm.st.cs[t] - sm.st.cs[s]) * sm.st.dt[s] : 0.0f;
+  }
+
+  // Whether dy's rows [r0, r0 + 16) of the t-block are all finite (warp-uniform).
+  __device__ __forceinline__ bool dy_rows_finite(int r0) const {
+    bool ok = true;
+#pragma unroll
+    for (int i = lane; i < 16 * (BP / V); i += 32) {
+      const uint4 v = *reinterpret_cast<const uint4*>(sm.dy + (r0 + i / (BP / V)) * LDX + i % (BP / V) * V);
+      ok = ok && mma::finite2(v.x, T()) && mma::finite2(v.y, T()) && mma::finite2(v.z, T()) && mma::finite2(v.w, T());
+    }
+    return __all_sync(0xffffffffu, ok);
+  }
+
+  // acc += sum over t >= s of M[t, s] dy_t, t-blocks from the last to the diagonal one.
+  __device__ __forceinline__ void intra() {
+    const SsdFwdParams& f = p.f;
+    const int64_t L = f.chunk;
+    const float* cb = f.cb + ((at.b * f.nchunks + at.c) * f.ngroups + g) * L * L;
+    const int last = (at.Lc + BT - 1) / BT - 1;
+    for (int tb = last; tb >= si; --tb) {
+      const int t0 = tb * BT;
+      stage_f32<BT, BP>(sm.dy, LDX, [&](int t) { return dy_at(p, at.b, at.c0 + t0 + t, h, p0); }, at.Lc - t0,
+                        int(f.headdim - p0), f.headdim % 4 == 0);
+      __syncthreads();
+      const bool diag = tb == si;
+      for (int kk = diag ? warp : 0; kk < BT / 16; ++kk) {  // the diagonal block: from the warp's strip on
+        const int t16 = t0 + 16 * kk;
+        if (diag && kk == warp && !dy_rows_finite(16 * kk)) {
+          diagonal_exact(cb, t0, t16);
+          continue;
+        }
+        const int t = t16 + lane % 4 * 2;
+        uint32_t a[4];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          a[i] = mma::pack2(mt_entry(cb, row[i], t), mt_entry(cb, row[i], t + 1), T());
+          a[i + 2] = mma::pack2(mt_entry(cb, row[i], t + 8), mt_entry(cb, row[i], t + 9), T());
+        }
+#pragma unroll
+        for (int jp = 0; jp < kNT / 2; ++jp) {
+          uint32_t b[4];
+          mma::ldsm_x4_t(b, sm.dy + (16 * kk + lane % 16) * LDX + 16 * jp + lane / 16 * 8);
+          mma::mma16816<T>(acc[2 * jp], a, b[0], b[1]);
+          mma::mma16816<T>(acc[2 * jp + 1], a, b[2], b[3]);
+        }
+      }
+      __syncthreads();
+    }
+  }
+
+  // The warp's diagonal 16 x 16 block when its dy is not all finite: exactly the kept terms t >= s.
+  __device__ __forceinline__ void diagonal_exact(const float* cb, int t0, int t16) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int s = row[i];
+      if (s >= at.Lc) continue;
+#pragma unroll 1
+      for (int t = s; t < t16 + 16; ++t) {
+        if (!keep(s, t)) continue;
+        const float m = mt_entry(cb, s, t);
+#pragma unroll
+        for (int j = 0; j < kNT; ++j) {
+          const T* yr = sm.dy + (t - t0) * LDX + 8 * j + lane % 4 * 2;
+          acc[j][2 * i] += m * to_float(yr[0]);
+          acc[j][2 * i + 1] += m * to_float(yr[1]);
+        }
+      }
+    }
+  }
+
+  __device__ __forceinline__ void run() {
+    const SsdFwdParams& f = p.f;
+    load_steps<NT>(f, at, h, sm.st);
+    weights_state<NT>(at, sm.st);
+    const int64_t slot = ((at.b * f.nchunks + at.c) * f.nheads + h) * PN;
+    auto dy_v = [&](int s, int64_t ch) { return *dy_at(p, at.b, at.c0 + s, h, ch); };
+    auto x_v = [&](int s, int64_t ch) { return x_val(s, ch); };
+    // dy_s . (C_s H_c^T): the gradient of the entering state's decay exp(cs_s) in y_s
+    if (at.c > 0 || f.init.ptr) {
+      state_product(f.C, f.states + slot);
+      row_slot(2 * ntl + ptiles + pi, dy_v, true);
+    } else {
+      for (int i = 0; i < 2; ++i) {
+        if (lane % 4 == 0 && row[i] < at.Lc) p.step_part[slot_base + (2 * ntl + ptiles + pi) * f.chunk + row[i]] = 0.0f;
+      }
+    }
+    // (B_s dS_c^T): x_s . it is the gradient of the step weight w_s; w_s times it is dx's state part
+    state_product(f.B, p.dstates + slot);
+    row_slot(2 * ntl + pi, x_v, false);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float w = sm.st.w[row[i]];
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) {
+        acc[j][2 * i] = w != 0.0f ? acc[j][2 * i] * w : 0.0f;
+        acc[j][2 * i + 1] = w != 0.0f ? acc[j][2 * i + 1] * w : 0.0f;
+      }
+    }
+    intra();
+    finish();
+  }
+
+  // dx = acc + D dy; D's gradient: per channel the sum over the tile's steps of dy x, each
+  // thread's two steps, then lanes 4 apart (the warp's 16 steps), then the warps in order.
+  __device__ __forceinline__ void finish() {
+    const SsdFwdParams& f = p.f;
+    T* dx = static_cast<T*>(p.dx);
+    float dd[kNT][2];
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) dd[j][0] = dd[j][1] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int s = row[i];
+      if (s >= at.Lc) continue;
+      const int64_t l = at.c0 + s;
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t ch = chan(j, e);
+          if (ch >= f.headdim) continue;
+          const float y = *dy_at(p, at.b, l, h, ch);
+          float v = acc[j][2 * i + e];
+          if (f.D.ptr) v += load_as_float(f.D.ptr, f.D.dtype, h * f.D.s0 + ch * f.D.s1) * y;
+          dx[((at.b * f.seqlen + l) * f.nheads + h) * f.headdim + ch] = from_float<T>(v);
+          dd[j][e] += y * x_val(s, ch);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float v = dd[j][e];
+        v += __shfl_xor_sync(0xffffffffu, v, 4);
+        v += __shfl_xor_sync(0xffffffffu, v, 8);
+        v += __shfl_xor_sync(0xffffffffu, v, 16);
+        if (lane < 4) sm.dD[warp][8 * j + lane * 2 + e] = v;
+      }
+    }
+    __syncthreads();
+    float* dD_row = p.dD_part + ((int64_t(blockIdx.z) * p.stiles + si) * f.nheads + h) * f.headdim;
+    for (int c = threadIdx.x; c < BP; c += NT) {
+      if (p0 + c >= f.headdim) continue;
+      float v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) v += sm.dD[w][c];
+      dD_row[p0 + c] = v;
+    }
+  }
+};
+#endif
+
 template <typename T>
 __global__ void __launch_bounds__(SsdBwdPolicy<Is16Bit<T>::value>::kThreads) chunk_dx_kernel(const SsdBwdParams p) {
-  using Agent = DxAgent<T>;
-  __shared__ typename Agent::Smem sm;
-  Agent agent(p, sm);
-  if (!agent.active()) {  // a tile past the end of the last chunk (uniform)
-    agent.zero_dD();
-    return;
+#if MK_SSD_MMA
+  if constexpr (Is16Bit<T>::value) {
+    using Agent = DxMmaAgent<T>;
+    __shared__ typename Agent::Smem sm;
+    Agent agent(p, sm);
+    if (!agent.active()) {  // a tile past the end of the last chunk (uniform): its D share is 0
+      for (int i = threadIdx.x; i < Agent::BP; i += Agent::NT) {
+        if (agent.p0 + i < p.f.headdim)
+          p.dD_part[((int64_t(blockIdx.z) * p.stiles + agent.si) * p.f.nheads + agent.h) * p.f.headdim + agent.p0 + i] = 0.0f;
+      }
+      return;
+    }
+    agent.run();
+  } else
+#endif
+  {
+    using Agent = DxAgent<T>;
+    __shared__ typename Agent::Smem sm;
+    Agent agent(p, sm);
+    if (!agent.active()) {  // a tile past the end of the last chunk (uniform)
+      agent.zero_dD();
+      return;
+    }
+    agent.run();
   }
-  agent.run();
 }
 
 // ------------------------------------------------------------------------------- dB, dC

@@ -926,8 +926,8 @@ struct ChunkScanMmaAgent {
       const float cs_t = sm.cs[t];
 #pragma unroll 1
       for (int s = s16; s <= t; ++s) {
+        if (p.seq_idx && sm.seq[s] != sm.seq[t]) continue;  // a masked term is skipped, never 0 * x
         const float m = m_entry(cb[int64_t(t) * p.chunk + s], t, cs_t, s);
-        if (m == 0.0f) continue;  // masked (a NaN m is kept: it must reach y_t)
 #pragma unroll
         for (int j = 0; j < kNT; ++j) {
           const T* xr = xs + (s - s0) * LDX + 8 * j + lane % 4 * 2;
