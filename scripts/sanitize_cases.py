@@ -495,7 +495,7 @@ POLICY = {
     "kChunk": 64,
     "kMaxStateShift": 4,
     "kBwdCarry": 6,
-    "kPairMinThreads": 1 << 18,
+    "kPairMinThreadsPerSm": 1984,
     "kMaxLanes": 32,
     "kLeanFullRowsPerSm": 256,  # the decode step's thresholds: per SM, times the GPU's SMS
     "kLeanQuadMaxRowsPerSm": 4096,
@@ -658,7 +658,7 @@ def predict_decode(c: Case, sms: int = SMS) -> List[str]:
     lanes = _pow2_at_least(min(chunks, P["kMaxLanes"]))
     if chunks > P["kMaxLanes"]:
         mode = "wide"
-    elif batch >= 2 and (batch // 2) * heads * dim * lanes >= P["kPairMinThreads"]:
+    elif batch >= 2 and (batch // 2) * heads * dim * lanes >= P["kPairMinThreadsPerSm"] * sms:
         mode = "pair"
     else:
         mode = "one"

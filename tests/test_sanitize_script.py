@@ -136,7 +136,7 @@ def test_policy_constants_are_the_sources():
         "kTargetWarpsPerSm": hv.const(fwd, "kTargetWarpsPerSm"),
         "kMinSegment": hv.const(fwd, "kMinSegment"),
         "kMaxStateShift": hv.const(bwd_lanes, "kMaxStateShift"),
-        "kPairMinThreads": hv.const(upd, "kPairMinThreads"),
+        "kPairMinThreadsPerSm": hv.const(upd, "kPairMinThreadsPerSm"),
         "kMaxLanes": hv.const(upd, "kMaxLanes"),
         "kLeanFullRowsPerSm": hv.const(upd, "kLeanFullRowsPerSm"),
         "kLeanQuadMaxRowsPerSm": hv.const(upd, "kLeanQuadMaxRowsPerSm"),

@@ -362,14 +362,20 @@ def test_repeated_runs_agree_bitwise(ops):
 # the states), B and C allow whole-chunk vector reads; otherwise the generic kernel of the state
 # dtype. Launch shape: lanes per row = chunks rounded up to a power of two (at most 32); "wide"
 # (two chunks per lane) for fp32 states with dstate > 128; else "pair" (two batch rows per
-# thread) when batch >= 2 and (batch // 2) * nheads * dim * lanes >= 2**18; else one row each.
+# thread) when batch >= 2 and (batch // 2) * nheads * dim * lanes >= pair_min_threads()
+# (PAIR_MIN_THREADS_PER_SM per SM of the running GPU); else one row each.
 # A typed launch that is not "wide", has batch and nheads <= 65535 and keeps every offset below
 # 2**31 runs the lean kernel instead: one pass of 32 / lanes rows per warp below
 # lean_full_rows() rows (batch * nheads * dim: LEAN_FULL_ROWS_PER_SM per SM of the running GPU),
 # all of a row's lanes' passes (32 rows) from it on.
 
-PAIR_MIN_THREADS = 1 << 18
+PAIR_MIN_THREADS_PER_SM = 1984
 LEAN_FULL_ROWS_PER_SM = 256
+
+
+def pair_min_threads() -> int:
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return PAIR_MIN_THREADS_PER_SM * props.multi_processor_count
 
 
 def lean_full_rows() -> int:
@@ -388,7 +394,7 @@ def _lanes(dstate: int, state_dtype: torch.dtype) -> int:
 
 def _pair_dim(batch: int, nheads: int, dstate: int, state_dtype: torch.dtype) -> int:
     """An odd channel count just large enough for the pair shape at this batch and heads."""
-    need = -(-PAIR_MIN_THREADS // ((batch // 2) * nheads * _lanes(dstate, state_dtype)))
+    need = -(-pair_min_threads() // ((batch // 2) * nheads * _lanes(dstate, state_dtype)))
     return need | 1
 
 
@@ -696,7 +702,7 @@ def test_misaligned_state_takes_the_generic_kernel(ops, state_dtype):
 def test_mamba2_broadcast_operands_in_the_pair_shape(ops, state_dtype):
     # Mamba-2's expanded per-head A, dt, D, dt_bias at a serving batch: typed kernel, A read once
     batch, nheads, headdim, dstate = 64, 8, 64, 128
-    assert (batch // 2) * nheads * headdim * _lanes(dstate, state_dtype) >= PAIR_MIN_THREADS
+    assert (batch // 2) * nheads * headdim * _lanes(dstate, state_dtype) >= pair_min_threads()
     run_and_check(ops, *_mamba2_inputs(batch, 2, state_dtype, nheads, headdim, dstate), softplus=True)
 
 
@@ -916,7 +922,7 @@ def test_public_function_rejects_bad_input_like_on_cpu(ops, kernel_calls):
 
 def test_launch_shape_mirrors_match_the_kernel_policy():
     # the GPU tests pick sizes on either side of these; a policy change must move them too
-    assert header_values.policy("UpdatePolicy", "kPairMinThreads") == PAIR_MIN_THREADS
+    assert header_values.policy("UpdatePolicy", "kPairMinThreadsPerSm") == PAIR_MIN_THREADS_PER_SM
     assert header_values.policy("UpdatePolicy", "kLeanFullRowsPerSm") == LEAN_FULL_ROWS_PER_SM
 
 

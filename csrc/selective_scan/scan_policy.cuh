@@ -96,10 +96,12 @@ struct SumPartialsPolicy {
 // update*.cu: the decode step (selective_state_update).
 struct UpdatePolicy {
   static constexpr int kThreads = 128;  // most threads per block; fewer when the channel axis is short
-  // "pair" (two batch rows per thread) once the launch keeps at least this many threads: about
-  // two waves of an H100/H200 at this kernel's occupancy. Below it, more threads (one row each)
-  // spread the work more evenly than more bytes per thread would.
-  static constexpr int64_t kPairMinThreads = int64_t(1) << 18;
+  // "pair" (two batch rows per thread) once the launch keeps at least this many threads per SM:
+  // about two waves at this kernel's occupancy. Set as 2^18 threads on the H100 / H200 (132 SMs:
+  // 2^18 / 132 rounded down to 64, so every launch that took "pair" there still does), from the
+  // decode bench's Mamba-2 serving batches. Below it, more threads (one row each) spread the work
+  // more evenly than more bytes per thread would.
+  static constexpr int64_t kPairMinThreadsPerSm = 1984;
   static constexpr int kMaxLanes = 32;
   // The lean kernel (update_lean.cu) gives a warp all of a row's passes from this many rows (batch
   // x heads x dim) per SM on; below it one pass per warp. Set on the H200 (132 SMs) at dim 5120:

@@ -46,8 +46,6 @@ namespace selective_scan {
 namespace decode {
 namespace {
 
-constexpr int64_t kPairMinThreads = UpdatePolicy::kPairMinThreads;
-
 // Chunks of `chunk` elements of o along axis 2, at element offsets that are multiples of
 // `chunk` along it, may be read whole: unit stride and min(16, chunk * size)-byte alignment.
 bool vec_ok(const StepOperand& o, int chunk) {
@@ -66,7 +64,7 @@ Shape shape_for(const StateUpdateParams& p, int V, bool* fast) {
   const int64_t lanes = int64_t(1) << sh.lanes_log2;
   if (chunks > kMaxLanes) {
     sh.mode = kWide;  // fp32 and dstate > 128: two chunks per lane
-  } else if (p.batch >= 2 && (p.batch / 2) * p.nheads * p.dim * lanes >= kPairMinThreads) {
+  } else if (p.batch >= 2 && (p.batch / 2) * p.nheads * p.dim * lanes >= UpdatePolicy::kPairMinThreadsPerSm * sm_count()) {
     sh.mode = kPair;
   }
   sh.state_vec = p.state_s3 == 1 && reinterpret_cast<uintptr_t>(p.state) % 16 == 0 && p.state_s0 % V == 0 &&
