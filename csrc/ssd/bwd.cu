@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "device_info.h"
 #include "device_utils.cuh"
 #include "ssd.h"
 #include "ssd_mma.cuh"
@@ -357,7 +358,7 @@ struct DcbAgent {
   const SsdBwdParams& p;
   Smem& sm;
   ChunkAt at;
-  int64_t g;
+  int64_t g, split, h_lo, h_hi;  // the split's heads [h_lo, h_hi)
   int ntl, ti, si, t0, s0;
 
   __device__ __forceinline__ DcbAgent(const SsdBwdParams& params, Smem& smem) : p(params), sm(smem), at(params.f) {
@@ -366,7 +367,11 @@ struct DcbAgent {
     si = int(blockIdx.x) % ntl;
     t0 = ti * BT;
     s0 = si * BS;
-    g = blockIdx.y;
+    g = int64_t(blockIdx.y) / p.dcb_splits;
+    split = int64_t(blockIdx.y) % p.dcb_splits;
+    const int64_t hpg = p.f.heads_per_group, per = (hpg + p.dcb_splits - 1) / p.dcb_splits;
+    h_lo = g * hpg + split * per;
+    h_hi = g * hpg + ((split + 1) * per < hpg ? (split + 1) * per : hpg);
   }
 
   __device__ __forceinline__ bool active() const { return si <= ti && t0 < at.Lc; }
@@ -422,10 +427,10 @@ struct DcbAgent {
   __device__ __forceinline__ void run() {
     for (int i = threadIdx.x; i < BT * BS; i += NT) sm.dcb[i] = 0.0f;
     Acc acc;
-    const int64_t hpg = p.f.heads_per_group;
-    for (int64_t k = 0; k < hpg; ++k) head(acc, g * hpg + k);
+    for (int64_t h = h_lo; h < h_hi; ++h) head(acc, h);  // this split's heads of the group, in order
     const int64_t L = p.f.chunk;
-    float* dst = p.dcb + ((at.b * p.f.nchunks + at.c) * p.f.ngroups + g) * L * L;
+    const int64_t slab = p.f.batch * p.f.nchunks * p.f.ngroups * L * L;
+    float* dst = p.dcb + split * slab + ((at.b * p.f.nchunks + at.c) * p.f.ngroups + g) * L * L;
     for (int i = threadIdx.x; i < BT * BS; i += NT) {
       const int t = i / BS, s = i % BS;
       if (t0 + t < at.Lc && s0 + s < at.Lc) dst[(t0 + t) * L + s0 + s] = sm.dcb[i];
@@ -1021,6 +1026,38 @@ struct DbcAgent {
     }
   }
 
+  // The dCB tile (r0.., c0..) into sm.a as T: the splits' slabs added in order (0 outside the chunk).
+  __device__ __forceinline__ void load_dcb(const float* dcb, int r0, int c0) {
+    const int64_t L = p.f.chunk;
+    const int64_t slab = p.f.batch * p.f.nchunks * p.f.ngroups * L * L;
+    const int rows = at.Lc - r0, cols = at.Lc - c0;
+    const bool vec = L % 4 == 0;
+    const int splits = int(p.dcb_splits);
+    for (int i = threadIdx.x; i < BT * (BT / 4); i += NT) {
+      const int r = i / (BT / 4), c = (i % (BT / 4)) * 4;
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      const float* src = dcb + (r0 + r) * L + c0 + c;
+      if (r < rows && vec && c + 4 <= cols) {
+#pragma unroll 1
+        for (int k = 0; k < splits; ++k) {
+          const float4 q = *reinterpret_cast<const float4*>(src + k * slab);
+          v.x += q.x, v.y += q.y, v.z += q.z, v.w += q.w;
+        }
+      } else if (r < rows) {
+#pragma unroll 1
+        for (int k = 0; k < splits; ++k) {
+          const float* q = src + k * slab;
+          v.x += c < cols ? q[0] : 0.0f;
+          v.y += c + 1 < cols ? q[1] : 0.0f;
+          v.z += c + 2 < cols ? q[2] : 0.0f;
+          v.w += c + 3 < cols ? q[3] : 0.0f;
+        }
+      }
+      T* d = sm.a + r * LDM + c;
+      d[0] = from_float<T>(v.x), d[1] = from_float<T>(v.y), d[2] = from_float<T>(v.z), d[3] = from_float<T>(v.w);
+    }
+  }
+
   // acc += the group's dCB tiles times B (dC, kTrans false: rows t, the s-blocks up to the
   // diagonal) or dCB^T times C (dB, kTrans: rows s, the t-blocks from the diagonal on).
   template <bool kTrans>
@@ -1035,9 +1072,8 @@ struct DbcAgent {
       const int k0 = kb * BT;
       // the dCB tile, rows t: (t0.., k0..) for dC, (k0.., t0..) for dB
       const int r0 = kTrans ? k0 : t0, c0 = kTrans ? t0 : k0;
-      auto m_row = [&](int r) { return dcb + (r0 + r) * L + c0; };
+      load_dcb(dcb, r0, c0);
       auto o_row = [&](int k) { return base + at.b * op.s0 + (at.c0 + k0 + k) * op.s1 + g * op.s2 + n0 * op.s3; };
-      load_tile<BT, BT, NT, false, T, float>(sm.a, LDM, m_row, One{}, at.Lc - r0, at.Lc - c0, 1, L % 4 == 0);
       load_tile<BT, BN, NT, false, T, T>(sm.b, LDB, o_row, One{}, at.Lc - k0, int(f.dstate - n0), op.s3, op.vec16);
       __syncthreads();
       acc.template mma<!kTrans, true>(sm.a, LDM, sm.b, LDB, BT, false);
@@ -1260,7 +1296,8 @@ cudaError_t launch_typed(const SsdBwdParams& p, cudaStream_t stream) {
   const int64_t dbc_tiles = ntl * cdiv(f.dstate, Pol::kN);
   if (bc > kSsdMaxGridYZ || state_tiles > kSsdMaxGridYZ || dx_tiles > kSsdMaxGridYZ || f.ngroups > kSsdMaxGridYZ ||
       f.batch > kSsdMaxGridYZ || f.nheads > kSsdMaxGridYZ || p.pass_blocks > INT32_MAX || dbc_tiles > INT32_MAX ||
-      p.stiles != ntl || p.ptiles != cdiv(f.headdim, Pol::kP)) {
+      p.stiles != ntl || p.ptiles != cdiv(f.headdim, Pol::kP) || p.dcb_splits < 1 ||
+      f.ngroups * p.dcb_splits > kSsdMaxGridYZ) {
     return cudaErrorInvalidValue;
   }
   cudaError_t err = launch_ssd_fwd_states(f, stream);
@@ -1287,7 +1324,7 @@ cudaError_t launch_typed(const SsdBwdParams& p, cudaStream_t stream) {
   }
   if (bc > 0) {
     chunk_dcb_kernel<T>
-        <<<dim3(unsigned(ntl * ntl), unsigned(f.ngroups), unsigned(bc)), Pol::kThreads, 0, stream>>>(p);
+        <<<dim3(unsigned(ntl * ntl), unsigned(f.ngroups * p.dcb_splits), unsigned(bc)), Pol::kThreads, 0, stream>>>(p);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     chunk_dx_kernel<T><<<dim3(unsigned(f.nheads), unsigned(dx_tiles), unsigned(bc)), Pol::kThreads, 0, stream>>>(p);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
@@ -1320,7 +1357,14 @@ SsdBwdWorkspace ssd_bwd_workspace(SsdBwdParams& p) {
   SsdBwdWorkspace w;
   w.dy = f.batch * f.seqlen * f.nheads * f.headdim;
   w.dstates = bc * f.nheads * f.headdim * f.dstate;
-  w.dcb = bc * f.ngroups * f.chunk * f.chunk;
+  // chunk_dcb's head splits: about SsdDcbPolicy::kBlocksPerSm blocks an SM, at most a split a head
+  const int64_t pairs = p.stiles * (p.stiles + 1) / 2;  // the tile pairs at or below the diagonal
+  const int64_t blocks = pairs * f.ngroups * bc, target = SsdDcbPolicy::kBlocksPerSm * sm_count();
+  int64_t splits = blocks > 0 ? cdiv(target, blocks) : 1;
+  splits = splits < f.heads_per_group ? splits : f.heads_per_group;
+  const int64_t max_splits = kSsdMaxGridYZ / (f.ngroups > 0 ? f.ngroups : 1);
+  p.dcb_splits = splits < 1 ? 1 : (splits > max_splits ? max_splits : splits);
+  w.dcb = p.dcb_splits * bc * f.ngroups * f.chunk * f.chunk;
   w.step_part = BH * f.nchunks * p.nslots * f.chunk;
   w.decay_part = BH * f.nchunks * p.pass_blocks;
   w.head_part = bc * 2 * f.nheads;

@@ -107,16 +107,17 @@ struct SsdBwdParams {
   // fp32 workspaces (sizes from ssd_bwd_workspace).
   float* dy = nullptr;          // (batch, seqlen, head, p): dout silu(z)
   float* dstates = nullptr;     // (batch, nchunks, head, p, n): the state gradients
-  float* dcb = nullptr;         // (batch, nchunks, group, chunk, chunk): d(C_t . B_s), summed over heads
+  float* dcb = nullptr;         // (dcb_splits, batch, nchunks, group, chunk, chunk): d(C_t . B_s), summed over
+                                // each split's heads of the group (the splits are added in order when read)
   float* step_part = nullptr;   // (batch, head, nchunks, nslots, chunk): per-step partial sums
   float* decay_part = nullptr;  // (batch, head, nchunks, pass_blocks)
   float* head_part = nullptr;   // (batch * nchunks, 2, head): dA and ddt_bias partials
   float* dD_part = nullptr;     // (batch * nchunks * stiles, head, p)
-  int64_t nslots = 0, pass_blocks = 0, stiles = 0, ptiles = 0;
+  int64_t nslots = 0, pass_blocks = 0, stiles = 0, ptiles = 0, dcb_splits = 1;
 };
 
-// The backward's workspace counts (in floats) for p.f's shapes and dtype; fills nslots,
-// pass_blocks, stiles, ptiles.
+// The backward's workspace counts (in floats) for p.f's shapes and dtype on the current device;
+// fills nslots, pass_blocks, stiles, ptiles, dcb_splits.
 struct SsdBwdWorkspace {
   int64_t dy, dstates, dcb, step_part, decay_part, head_part, dD_part;
 };
