@@ -11,6 +11,7 @@ or mamba_kernels."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -278,3 +279,65 @@ def test_the_length_check_fails_on_an_injected_long_function(tmp_path):
     body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
     version.write_text(version.read_text(encoding="utf-8") + f"\n\ndef _sprawl():\n{body}    return 0\n")
     assert any("_sprawl" in b for b in long_functions(root))
+
+
+# A CUDA kernel's body longer than this is split into the phases of an agent struct
+# (docs/KERNELS.md, "Adding an op"); the phases, not the kernel, hold the work.
+MAX_KERNEL_LINES = 150
+
+
+def _strip_comments(text: str) -> str:
+    """C++ text with // and /* */ comments blanked (newlines kept), so braces in them do not count."""
+    return re.sub(r"//[^\n]*|/\*.*?\*/", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.S)
+
+
+def _kernel_name(head: str) -> str:
+    """The name in a kernel's declaration after `__global__`, past its __launch_bounds__(...)."""
+    lb = head.find("__launch_bounds__")
+    if lb >= 0:
+        depth, i = 0, head.index("(", lb)
+        while True:
+            depth += {"(": 1, ")": -1}.get(head[i], 0)
+            i += 1
+            if depth == 0:
+                break
+        head = head[i:]
+    name = re.search(r"(\w+)\s*\(", head)
+    return name.group(1) if name else "?"
+
+
+def long_kernels(csrc: Path) -> List[str]:
+    """`__global__` functions under csrc whose body (opening to closing brace) exceeds MAX_KERNEL_LINES."""
+    bad = []
+    for f in sorted([*csrc.rglob("*.cu"), *csrc.rglob("*.cuh")]):
+        text = _strip_comments(f.read_text(encoding="utf-8"))
+        for m in re.finditer(r"__global__", text):
+            start = text.find("{", m.end())
+            if start < 0 or ";" in text[m.end():start]:  # a declaration without a body
+                continue
+            depth, i = 0, start
+            while i < len(text):
+                depth += {"{": 1, "}": -1}.get(text[i], 0)
+                if depth == 0:
+                    break
+                i += 1
+            lines = text.count("\n", start, i) + 1
+            if lines > MAX_KERNEL_LINES:
+                bad.append(f"{f.relative_to(csrc)}:{text.count(chr(10), 0, m.start()) + 1} "
+                           f"{_kernel_name(text[m.end():start])} ({lines} lines)")
+    return bad
+
+
+def test_kernel_bodies_are_phases():
+    assert long_kernels(ROOT / "csrc") == []
+
+
+def test_the_kernel_length_check_fails_on_an_injected_long_kernel(tmp_path):
+    csrc = tmp_path / "csrc"
+    (csrc / "k").mkdir(parents=True)
+    body = "".join(f"  x[{i}] = {i};  // {{ a brace in a comment\n" for i in range(MAX_KERNEL_LINES))
+    (csrc / "k" / "long.cu").write_text(
+        f"__global__ void short_one(float* x) {{ x[0] = 0; }}\n"
+        f"template <int N>\n__global__ void __launch_bounds__(128) sprawl(float* x) {{\n{body}}}\n",
+        encoding="utf-8")
+    assert long_kernels(csrc) == [f"k/long.cu:3 sprawl ({MAX_KERNEL_LINES + 2} lines)"]
