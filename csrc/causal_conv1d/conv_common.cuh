@@ -13,26 +13,33 @@ namespace causal_conv1d {
 // size, items per thread, tile and chunk sizes from here. Compile-time switches are only what
 // changes an inner loop (dtype, width, seq_idx masks, the backward's silu', the update's state
 // window); see docs/KERNELS.md.
+// Where the numbers come from: all were set by hand on 2026-11-29 (a7568f8 to ee6fe5e), none
+// A/B-timed against other values; that day's H200 pass (2287cb5) timed only the result
+// (docs/notes/bench-passes.md, "causal_conv1d on H200": forward at 94-97 % of copy bandwidth
+// channel-first, 76-83 % channel-last). Each constant below names its commit.
 struct FwdPolicy {
-  static constexpr int kThreads = 128;  // 4 independent warps per block
+  static constexpr int kThreads = 128;  // 4 independent warps per block; by hand, a7568f8
   static constexpr int kWarps = kThreads / 32;
   // fwd_channel_first(_lean): a warp owns kTilesCF consecutive tiles of 32 lanes x kVec16 positions.
-  static constexpr int kTilesCF = 4;
+  static constexpr int kTilesCF = 4;  // by hand, a7568f8; at 94-97 % of copy in the 2026-11-29 pass
   // fwd_channel_last: time steps loaded before their first use (16-32 KB in flight per warp).
+  // By hand: 8 in a7568f8, 4 for 16-bit types in 8e0f7b9; not measured at other depths.
   template <typename T>
   static constexpr int kUnrollCL = sizeof(T) == 4 ? 8 : 4;
   // fwd_channel_last_tile: tiles of kTileL time steps x kTileC channels, 128-byte rows for every
   // dtype (so shared memory and registers, hence occupancy, do not depend on it).
-  static constexpr int kTileL = 64;
+  static constexpr int kTileL = 64;  // by hand, 0ed6295 / 45488c2 (fp32: 40 registers); not timed at other lengths
   template <typename T>
-  static constexpr int kTileC = 128 / int(sizeof(T));
+  static constexpr int kTileC = 128 / int(sizeof(T));  // structural: a 128-byte row
   // Channel-last segments (cl_seg_len; the channel-last backward uses the same): from kSegMaxCL
   // time steps per warp, halved down to kSegMinCL while fewer than kSegWarpsPerSm warps per SM.
+  // By hand: 256 in a7568f8; in 8e0f7b9 the floor 16 -> 32, the warps per SM 128 -> 32. Not measured.
   static constexpr int kSegMaxCL = 256;
   static constexpr int kSegMinCL = 32;
   static constexpr int kSegWarpsPerSm = 32;
   // __launch_bounds__ minimum resident blocks per SM (each caps the registers per thread), as
-  // many as the SM holds where fewer fit (fit_blocks_per_sm).
+  // many as the SM holds where fewer fit (fit_blocks_per_sm). By hand (8e0f7b9; the lean
+  // kernel's 0ed6295), not timed at other caps.
   static constexpr int kMinBlocksCF = fit_blocks_per_sm(kThreads, 6);
   static constexpr int kMinBlocksCFLean = fit_blocks_per_sm(kThreads, 8);
   static constexpr int kMinBlocksCL = fit_blocks_per_sm(kThreads, 3);
@@ -43,23 +50,26 @@ struct BwdPolicy {
   static constexpr int kWarps = kThreads / 32;
   // bwd_channel_first: tiles per warp segment (it holds x, dout and dpre: fewer tiles, more
   // warps than the forward); also the lean kernel's chunk in deterministic mode, so that both
-  // write the same workspace rows.
+  // write the same workspace rows. By hand, 8e0f7b9; not timed at other values.
   static constexpr int kTilesCF = 2;
   // bwd_channel_first_lean: up to kMaxTilesCFLean tiles per warp, halved while that leaves
-  // fewer than kCFLeanWarpsPerSm warps per SM (about four waves).
+  // fewer than kCFLeanWarpsPerSm warps per SM (about four waves). By hand, b781d2e (72 registers, no
+  // spills), written without a GPU; 0.91x the original at (4, 4096, 8192) bf16 in the 2026-11-29 pass.
   static constexpr int kMaxTilesCFLean = 16;
   static constexpr int kCFLeanWarpsPerSm = 32 * 4;
   // bwd_channel_last: channels per lane (it holds 3 sliding windows per channel, so fewer than
-  // a 16-byte vector's worth to bound registers) and time steps per load block.
+  // a 16-byte vector's worth to bound registers) and time steps per load block. By hand, a7568f8.
   static constexpr int kVecCL = 4;
   static constexpr int kUnrollCL = 4;
-  // bwd_channel_last_lean: the same, leaner.
+  // bwd_channel_last_lean: the same, leaner. By hand, ee6fe5e (80 registers), not timed at other values.
   static constexpr int kVecCLLean = 2;
   static constexpr int kUnrollCLLean = 4;
   // reduce_partials (deterministic mode): block size, partial rows loaded before they are added.
+  // By hand, a7568f8 (256 threads, 8 loads), never timed: deterministic mode is not benchmarked.
   static constexpr int kReduceThreads = 256;
   static constexpr int kReduceLoads = 8;
-  // __launch_bounds__ minimum resident blocks per SM (fit_blocks_per_sm).
+  // __launch_bounds__ minimum resident blocks per SM (fit_blocks_per_sm). By hand (8e0f7b9,
+  // a160639, ee6fe5e), not timed at other caps.
   static constexpr int kMinBlocksCF = fit_blocks_per_sm(kThreads, 4);
   static constexpr int kMinBlocksCFLean = fit_blocks_per_sm(kThreads, 6);
   static constexpr int kMinBlocksCL = fit_blocks_per_sm(kThreads, 2);
@@ -67,12 +77,13 @@ struct BwdPolicy {
 };
 
 struct UpdatePolicy {
-  static constexpr int kThreads = 128;  // one channel per thread
+  static constexpr int kThreads = 128;  // one channel per thread; by hand, a7568f8
   // update_kernel: state rows up to this long are read once into registers.
-  static constexpr int kMaxRegState = 8;
+  static constexpr int kMaxRegState = 8;  // by hand, 8e0f7b9, not timed
   // update_shift_kernel: batch rows per thread (the weights are loaded once for them).
-  static constexpr int kRows = 2;
-  // 12 blocks of 128 threads from sm_80 on; sm_75 holds 8 (fit_blocks_per_sm).
+  static constexpr int kRows = 2;  // by hand, 418a70a (40 registers); decode then 1.34-1.39x the original
+  // 12 blocks of 128 threads from sm_80 on; sm_75 holds 8 (fit_blocks_per_sm). Structural: 12 x 128
+  // = 1536 threads, a full sm_90 SM at its 40 registers (418a70a; 16 before it, in 07d5098).
   static constexpr int kMinBlocksShift = fit_blocks_per_sm(kThreads, 12);
 };
 

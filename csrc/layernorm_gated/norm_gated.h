@@ -25,13 +25,16 @@ namespace layernorm_gated {
 //   forward:  64 bytes a thread, teams up to 256 (x and z packs only: ~100 registers)
 //   backward: 32 bytes a thread, teams up to 512 (x, z, dy packs and fp32 dw, db sums per
 //             channel; at 64 bytes it needed 200 registers, 8 warps per SM)
-constexpr int kMinTeam = 32;  // a warp: a team of one warp reduces with shuffles only
-constexpr int kMinBlock = 128;
-constexpr int kVectorBytes = 16;
-constexpr int kFwdThreadBytes = 64;
-constexpr int kFwdMaxTeam = 256;
-constexpr int kBwdThreadBytes = 32;
-constexpr int kBwdMaxTeam = 512;
+// Where the numbers come from: set by hand from ptxas register counts in 2dbbc9b / 45f9464
+// (2026-12-07), none timed at other values; the twenty-first pass (H100, docs/notes/bench-passes.md)
+// timed only the result against Triton (forward 0.65-0.85x, forward + backward 0.64-1.54x).
+constexpr int kMinTeam = 32;  // structural: a warp; a team of one warp reduces with shuffles only
+constexpr int kMinBlock = 128;  // by hand, 2dbbc9b: four one-warp teams a block
+constexpr int kVectorBytes = 16;  // structural: one 16-byte vector access
+constexpr int kFwdThreadBytes = 64;  // by hand, 2dbbc9b: ~100 registers with x and z packs
+constexpr int kFwdMaxTeam = 256;     // by hand, 2dbbc9b: with 64 bytes a thread, groups of 16 KiB
+constexpr int kBwdThreadBytes = 32;  // by hand, 2dbbc9b: 64 needed 200 registers (above)
+constexpr int kBwdMaxTeam = 512;     // structural: the forward's largest group at 32 bytes a thread
 constexpr int kMaxTeam = 512;  // the larger of the two (shared-memory slots of team_sum)
 constexpr int64_t kMaxGroupBytes = int64_t(kFwdMaxTeam) * kFwdThreadBytes;  // 16 KiB
 static_assert(int64_t(kBwdMaxTeam) * kBwdThreadBytes == kMaxGroupBytes, "both passes hold the same groups");
@@ -39,8 +42,9 @@ static_assert(int64_t(kBwdMaxTeam) * kBwdThreadBytes == kMaxGroupBytes, "both pa
 // gradients in registers: chunks of kBwdThreadsPerSm threads per SM (about what stays resident
 // at its register use) keep the GPU busy; a second kernel adds the per-chunk partial sums in
 // chunk order, so the result does not depend on scheduling.
+// By hand in 45f9464 (1024 before, in 2dbbc9b), from the register count, not timed at other values.
 constexpr int kBwdThreadsPerSm = 512;  // what stays resident at 128 registers a thread
-constexpr int kReduceThreads = 128;
+constexpr int kReduceThreads = 128;  // by hand, 2dbbc9b, not timed
 
 // A row-major operand of (rows, n): element (r, c) at ptr + r * row + c.
 struct RowOperand {

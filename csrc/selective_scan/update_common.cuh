@@ -215,6 +215,13 @@ __device__ __forceinline__ float chunk_step(Chunk<S, V>& s, const Chunk<TA, V>& 
 
 // --------------------------------------------------------------------------- launchers
 
+// Every (state, activation) dtype pair update.cu launches, as X(S, T): the kind files instantiate
+// their launchers over it.
+#define MK_DECODE_DTYPE_PAIRS(X)                                                 \
+  X(float, float) X(float, __half) X(float, __nv_bfloat16)                       \
+  X(__half, float) X(__half, __half) X(__half, __nv_bfloat16)                    \
+  X(__nv_bfloat16, float) X(__nv_bfloat16, __half) X(__nv_bfloat16, __nv_bfloat16)
+
 // state_update_kernel<S, T> (update_full.cu), T an activation dtype or AnyDtype.
 template <typename S, typename T>
 cudaError_t launch_kernel(const StateUpdateParams& p, Shape sh, cudaStream_t stream);

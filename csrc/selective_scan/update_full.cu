@@ -109,19 +109,6 @@ __device__ __forceinline__ int chunk_valid(int64_t dstate, int64_t n0, int vec) 
 // two vector accesses or nothing. Generic: element accesses with the operand's strides wherever
 // the vector test fails, dtypes read at run time.
 template <bool kFast, typename T, int V>
-__device__ __forceinline__ void load_op(Chunk<T, V>& c, const StepOperand& o, int64_t off, int valid, bool vec) {
-  if constexpr (kFast) {
-    if (valid > 0) {
-      c.load_vec(static_cast<const T*>(o.ptr) + off);
-    } else {
-      c.zero();
-    }
-  } else {
-    load_chunk(c, o, off, valid, vec);
-  }
-}
-
-template <bool kFast, typename T, int V>
 __device__ __forceinline__ void load_A(Chunk<T, V>& c, const StepOperand& o, int64_t off, int valid, bool vec,
                                        bool bcast) {
   if constexpr (kFast) {
@@ -139,6 +126,12 @@ __device__ __forceinline__ void load_A(Chunk<T, V>& c, const StepOperand& o, int
   } else {
     load_chunk(c, o, off, valid, vec);
   }
+}
+
+// B, C: as A, never broadcast.
+template <bool kFast, typename T, int V>
+__device__ __forceinline__ void load_op(Chunk<T, V>& c, const StepOperand& o, int64_t off, int valid, bool vec) {
+  load_A<kFast>(c, o, off, valid, vec, false);
 }
 
 template <bool kFast, typename S, int V>
@@ -315,18 +308,10 @@ cudaError_t launch_kernel(const StateUpdateParams& p, Shape sh, cudaStream_t str
 }
 
 // Instantiated here for update.cu: every state dtype with each activation dtype and AnyDtype.
-template cudaError_t launch_kernel<float, float>(const StateUpdateParams&, Shape, cudaStream_t);
-template cudaError_t launch_kernel<float, __half>(const StateUpdateParams&, Shape, cudaStream_t);
-template cudaError_t launch_kernel<float, __nv_bfloat16>(const StateUpdateParams&, Shape, cudaStream_t);
-template cudaError_t launch_kernel<float, AnyDtype>(const StateUpdateParams&, Shape, cudaStream_t);
-template cudaError_t launch_kernel<__half, float>(const StateUpdateParams&, Shape, cudaStream_t);
-template cudaError_t launch_kernel<__half, __half>(const StateUpdateParams&, Shape, cudaStream_t);
-template cudaError_t launch_kernel<__half, __nv_bfloat16>(const StateUpdateParams&, Shape, cudaStream_t);
-template cudaError_t launch_kernel<__half, AnyDtype>(const StateUpdateParams&, Shape, cudaStream_t);
-template cudaError_t launch_kernel<__nv_bfloat16, float>(const StateUpdateParams&, Shape, cudaStream_t);
-template cudaError_t launch_kernel<__nv_bfloat16, __half>(const StateUpdateParams&, Shape, cudaStream_t);
-template cudaError_t launch_kernel<__nv_bfloat16, __nv_bfloat16>(const StateUpdateParams&, Shape, cudaStream_t);
-template cudaError_t launch_kernel<__nv_bfloat16, AnyDtype>(const StateUpdateParams&, Shape, cudaStream_t);
+#define MK_LAUNCH_KERNEL(S, T) template cudaError_t launch_kernel<S, T>(const StateUpdateParams&, Shape, cudaStream_t);
+MK_DECODE_DTYPE_PAIRS(MK_LAUNCH_KERNEL)
+MK_LAUNCH_KERNEL(float, AnyDtype) MK_LAUNCH_KERNEL(__half, AnyDtype) MK_LAUNCH_KERNEL(__nv_bfloat16, AnyDtype)
+#undef MK_LAUNCH_KERNEL
 
 }  // namespace decode
 }  // namespace selective_scan

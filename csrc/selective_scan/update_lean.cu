@@ -284,15 +284,9 @@ cudaError_t launch_lean(const StateUpdateParams& p, const Shape& sh, cudaStream_
 }
 
 // Instantiated here for update.cu: every (state, activation) dtype pair.
-template cudaError_t launch_lean<float, float>(const StateUpdateParams&, const Shape&, cudaStream_t);
-template cudaError_t launch_lean<float, __half>(const StateUpdateParams&, const Shape&, cudaStream_t);
-template cudaError_t launch_lean<float, __nv_bfloat16>(const StateUpdateParams&, const Shape&, cudaStream_t);
-template cudaError_t launch_lean<__half, float>(const StateUpdateParams&, const Shape&, cudaStream_t);
-template cudaError_t launch_lean<__half, __half>(const StateUpdateParams&, const Shape&, cudaStream_t);
-template cudaError_t launch_lean<__half, __nv_bfloat16>(const StateUpdateParams&, const Shape&, cudaStream_t);
-template cudaError_t launch_lean<__nv_bfloat16, float>(const StateUpdateParams&, const Shape&, cudaStream_t);
-template cudaError_t launch_lean<__nv_bfloat16, __half>(const StateUpdateParams&, const Shape&, cudaStream_t);
-template cudaError_t launch_lean<__nv_bfloat16, __nv_bfloat16>(const StateUpdateParams&, const Shape&, cudaStream_t);
+#define MK_LAUNCH_LEAN(S, T) template cudaError_t launch_lean<S, T>(const StateUpdateParams&, const Shape&, cudaStream_t);
+MK_DECODE_DTYPE_PAIRS(MK_LAUNCH_LEAN)
+#undef MK_LAUNCH_LEAN
 
 }  // namespace decode
 }  // namespace selective_scan

@@ -179,15 +179,9 @@ cudaError_t launch_row(const StateUpdateParams& p, const Shape& sh, cudaStream_t
 }
 
 // Instantiated here for update.cu: every (state, activation) dtype pair.
-template cudaError_t launch_row<float, float>(const StateUpdateParams&, const Shape&, cudaStream_t);
-template cudaError_t launch_row<float, __half>(const StateUpdateParams&, const Shape&, cudaStream_t);
-template cudaError_t launch_row<float, __nv_bfloat16>(const StateUpdateParams&, const Shape&, cudaStream_t);
-template cudaError_t launch_row<__half, float>(const StateUpdateParams&, const Shape&, cudaStream_t);
-template cudaError_t launch_row<__half, __half>(const StateUpdateParams&, const Shape&, cudaStream_t);
-template cudaError_t launch_row<__half, __nv_bfloat16>(const StateUpdateParams&, const Shape&, cudaStream_t);
-template cudaError_t launch_row<__nv_bfloat16, float>(const StateUpdateParams&, const Shape&, cudaStream_t);
-template cudaError_t launch_row<__nv_bfloat16, __half>(const StateUpdateParams&, const Shape&, cudaStream_t);
-template cudaError_t launch_row<__nv_bfloat16, __nv_bfloat16>(const StateUpdateParams&, const Shape&, cudaStream_t);
+#define MK_LAUNCH_ROW(S, T) template cudaError_t launch_row<S, T>(const StateUpdateParams&, const Shape&, cudaStream_t);
+MK_DECODE_DTYPE_PAIRS(MK_LAUNCH_ROW)
+#undef MK_LAUNCH_ROW
 
 }  // namespace decode
 }  // namespace selective_scan

@@ -3,6 +3,11 @@
 // Two policies: one for 16-bit activations, whose tile products run on tensor cores (bf16 / fp16
 // operands, fp32 accumulation; on sm_75 the same tiles are multiplied with FMAs), and one for
 // fp32 activations, multiplied with fp32 FMAs (no tf32 rounding).
+//
+// Where the numbers come from: the tiles and block sizes were set by hand when the kernels were
+// written (4a79a50 forward, 4e35f97 backward, 2026-12-07) and never timed at other values; the
+// twenty-first and twenty-second passes (H100, docs/notes/bench-passes.md) timed only the result
+// against Triton. The state passes' kDepth and the parameter sums' layout were measured (below).
 #pragma once
 
 namespace mamba_kernels {
@@ -14,8 +19,9 @@ struct SsdPolicy;
 // 16-bit activations: 4 warps, each owning a 16-row strip of a 64-row tile.
 template <>
 struct SsdPolicy<true> {
-  static constexpr int kThreads = 128;
+  static constexpr int kThreads = 128;  // structural: 4 warps x 16-row strips of a 64-row tile
   // chunk-state kernel: a (kStateP x kStateN) tile of the chunk's state, kStateK steps at a time
+  // (all six tile sizes: by hand, 4a79a50, not timed at other sizes)
   static constexpr int kStateP = 64;
   static constexpr int kStateN = 64;
   static constexpr int kStateK = 64;
@@ -24,13 +30,14 @@ struct SsdPolicy<true> {
   static constexpr int kScanT = 64;
   static constexpr int kScanP = 64;
   static constexpr int kScanK = 64;
-  static constexpr int kPadS = 8;  // shared-memory row padding, in 16-bit elements (16 bytes)
-  static constexpr int kPadF = 4;  // of the fp32 staging tile, in floats (16 bytes)
+  static constexpr int kPadS = 8;  // structural: shared-memory row padding, in 16-bit elements (16 bytes)
+  static constexpr int kPadF = 4;  // structural: of the fp32 staging tile, in floats (16 bytes)
 };
 
 // fp32 activations: FMA products, smaller tiles (the same shared memory in 4-byte elements).
 template <>
 struct SsdPolicy<false> {
+  // By hand, 4a79a50: half the 16-bit form's K and T so the tiles fill the same shared memory; not timed.
   static constexpr int kThreads = 128;
   static constexpr int kStateP = 64;
   static constexpr int kStateN = 64;
@@ -38,12 +45,13 @@ struct SsdPolicy<false> {
   static constexpr int kScanT = 32;
   static constexpr int kScanP = 64;
   static constexpr int kScanK = 32;
-  static constexpr int kPadS = 1;  // odd row lengths: column reads stay conflict-free
-  static constexpr int kPadF = 1;
+  static constexpr int kPadS = 1;  // structural: odd row lengths: column reads stay conflict-free
+  static constexpr int kPadF = 1;  // structural: the same
 };
 
 // The backward's tiles (csrc/ssd/bwd.cu): kTile steps a tile (t and s alike), kP channels,
-// kN state columns, contractions kK at a time; same padding rules as the forward's.
+// kN state columns, contractions kK at a time; same padding rules as the forward's. The forward's
+// sizes, copied by hand in 4e35f97, not timed at other values.
 template <bool kHalf>
 struct SsdBwdPolicy;
 
@@ -79,7 +87,7 @@ struct SsdDcbPolicy {
 
 // The backward's per-step reduction (one thread a step of a chunk) and parameter sums.
 struct SsdBwdStepPolicy {
-  static constexpr int kThreads = 256;  // kSsdMaxChunk
+  static constexpr int kThreads = 256;  // structural: kSsdMaxChunk, one thread a step
 };
 
 // The state-passing kernels (forward and reverse): a thread owns kVec consecutive state
@@ -88,14 +96,16 @@ struct SsdBwdStepPolicy {
 // a chain of dependent steps, bound by memory latency: one load a step ran at 0.2 TB/s on an
 // H100, 1.7 ms for the 2.7B layer's states, 21st bench pass).
 struct SsdPassPolicy {
-  static constexpr int kThreads = 256;
-  static constexpr int kVec = 4;    // one 16-byte access a chunk (when headdim * dstate % 4 == 0)
+  static constexpr int kThreads = 256;  // by hand, 4a79a50, not timed at other sizes
+  static constexpr int kVec = 4;    // structural: one 16-byte access a chunk (when headdim * dstate % 4 == 0)
+  // Twenty-second pass (H100, f66d759), 2.7B layer bf16: with kVec, 1.72 -> 0.12 ms; other depths not tried.
   static constexpr int kDepth = 4;  // chunks loaded ahead
 };
 
 // The parameter sums (dA, dt_bias, D): one block an output element, a fixed-order strided sum
 // a thread, then a fixed tree across the block.
 struct SsdParamSumPolicy {
+  // Twenty-second pass (H100, f66d759): a block an output, 1.35 -> 0.04 ms; 256 itself by hand, not varied.
   static constexpr int kThreads = 256;
 };
 
