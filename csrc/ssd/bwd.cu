@@ -449,8 +449,42 @@ __global__ void __launch_bounds__(SsdBwdPolicy<Is16Bit<T>::value>::kThreads) chu
 
 // ---------------------------------------------------------------------------------- dx
 
+// A chunk_dx block's tile: blockIdx.x the head, blockIdx.y (step tile, channel tile), blockIdx.z
+// batch x chunk; kTile steps from s0, kP channels from p0.
+struct DxTile {
+  ChunkAt at;
+  int64_t h, g, p0, PN, slot_base;
+  int si, pi, s0, ntl, ptiles;
+
+  __device__ __forceinline__ DxTile(const SsdBwdParams& p, int steps, int chans) : at(p.f) {
+    h = blockIdx.x;
+    g = h / p.f.heads_per_group;
+    ptiles = int(p.ptiles);
+    ntl = int(p.stiles);
+    si = int(blockIdx.y) / ptiles;
+    pi = int(blockIdx.y) % ptiles;
+    s0 = si * steps;
+    p0 = int64_t(pi) * chans;
+    PN = p.f.headdim * p.f.dstate;
+    slot_base = ((at.b * p.f.nheads + h) * p.f.nchunks + at.c) * p.nslots * p.f.chunk;
+  }
+
+  __device__ __forceinline__ bool active() const { return s0 < at.Lc; }
+
+  __device__ __forceinline__ float* dD_row(const SsdBwdParams& p) const {
+    return p.dD_part + ((int64_t(blockIdx.z) * p.stiles + si) * p.f.nheads + h) * p.f.headdim;
+  }
+
+  // An inactive tile's share of D's gradient is 0.
+  __device__ __forceinline__ void zero_dD(const SsdBwdParams& p, int chans, int threads) const {
+    for (int i = threadIdx.x; i < chans; i += threads) {
+      if (p0 + i < p.f.headdim) dD_row(p)[p0 + i] = 0.0f;
+    }
+  }
+};
+
 template <typename T>
-struct DxAgent {
+struct DxAgent : DxTile {
   using Pol = SsdBwdPolicy<Is16Bit<T>::value>;
   static constexpr int NT = Pol::kThreads, BS = Pol::kTile, BT = BS, BP = Pol::kP, BK = Pol::kK;
   static constexpr int LDK = BK + Pol::kPadS;  // B / C rows and dS / H rows (state columns)
@@ -471,38 +505,12 @@ struct DxAgent {
 
   const SsdBwdParams& p;
   Smem& sm;
-  ChunkAt at;
-  int64_t h, g, p0, PN, slot_base;
-  int si, pi, s0, ntl, ptiles;
   // The diagonal t-block went through the strictly anti-causal product (dy not all finite
   // there): finish() adds its 16 x 16 diagonal blocks (uniform over the block).
   bool split_diagonal = false;
 
-  __device__ __forceinline__ DxAgent(const SsdBwdParams& params, Smem& smem) : p(params), sm(smem), at(params.f) {
-    h = blockIdx.x;
-    g = h / p.f.heads_per_group;
-    ptiles = int(p.ptiles);
-    ntl = int(p.stiles);
-    si = int(blockIdx.y) / ptiles;
-    pi = int(blockIdx.y) % ptiles;
-    s0 = si * BS;
-    p0 = int64_t(pi) * BP;
-    PN = p.f.headdim * p.f.dstate;
-    slot_base = ((at.b * p.f.nheads + h) * p.f.nchunks + at.c) * p.nslots * p.f.chunk;
-  }
-
-  __device__ __forceinline__ bool active() const { return s0 < at.Lc; }
-
-  __device__ __forceinline__ float* dD_row() const {
-    return p.dD_part + ((int64_t(blockIdx.z) * p.stiles + si) * p.f.nheads + h) * p.f.headdim;
-  }
-
-  // An inactive tile's share of D's gradient is 0.
-  __device__ __forceinline__ void zero_dD() const {
-    for (int i = threadIdx.x; i < BP; i += NT) {
-      if (p0 + i < p.f.headdim) dD_row()[p0 + i] = 0.0f;
-    }
-  }
+  __device__ __forceinline__ DxAgent(const SsdBwdParams& params, Smem& smem)
+      : DxTile(params, BS, BP), p(params), sm(smem) {}
 
   // acc = rows s of a (B or C, state columns) times the rows p of a (P x N) fp32 state's
   // transpose.
@@ -635,7 +643,7 @@ struct DxAgent {
       if (ch >= f.headdim) continue;
       float v = 0.0f;
       for (int s = s0; s < at.Lc && s < s0 + BS; ++s) v += *dy_at(p, at.b, at.c0 + s, h, ch) * x_val(s, ch);
-      dD_row()[ch] = v;
+      dD_row(p)[ch] = v;
     }
   }
 };
@@ -649,7 +657,7 @@ struct DxAgent {
 // warp's diagonal 16 x 16 block is dense only when its dy rows are finite, else its terms
 // t >= s one by one.
 template <typename T>
-struct DxMmaAgent {
+struct DxMmaAgent : DxTile {
   using Pol = SsdBwdPolicy<true>;
   static constexpr int NT = Pol::kThreads, BS = Pol::kTile, BT = BS, BP = Pol::kP, BK = Pol::kK;
   static constexpr int LDK = BK + Pol::kPadS;  // B / C rows and the state's rows (state columns)
@@ -667,30 +675,17 @@ struct DxMmaAgent {
 
   const SsdBwdParams& p;
   Smem& sm;
-  ChunkAt at;
-  int64_t h, g, p0, PN, slot_base;
-  int si, pi, s0, ntl, ptiles, lane, warp;
+  int lane, warp;
   int row[2];  // the thread's accumulator steps in the chunk: s0 + 16 warp + lane / 4, and 8 below
   float acc[kNT][4];
 
-  __device__ __forceinline__ DxMmaAgent(const SsdBwdParams& params, Smem& smem) : p(params), sm(smem), at(params.f) {
-    h = blockIdx.x;
-    g = h / p.f.heads_per_group;
-    ptiles = int(p.ptiles);
-    ntl = int(p.stiles);
-    si = int(blockIdx.y) / ptiles;
-    pi = int(blockIdx.y) % ptiles;
-    s0 = si * BS;
-    p0 = int64_t(pi) * BP;
-    PN = p.f.headdim * p.f.dstate;
-    slot_base = ((at.b * p.f.nheads + h) * p.f.nchunks + at.c) * p.nslots * p.f.chunk;
+  __device__ __forceinline__ DxMmaAgent(const SsdBwdParams& params, Smem& smem)
+      : DxTile(params, BS, BP), p(params), sm(smem) {
     lane = int(threadIdx.x) % 32;
     warp = int(threadIdx.x) / 32;
     row[0] = s0 + 16 * warp + lane / 4;
     row[1] = row[0] + 8;
   }
-
-  __device__ __forceinline__ bool active() const { return s0 < at.Lc; }
 
   // The channel of accumulator column (j, e).
   __device__ __forceinline__ int64_t chan(int j, int e) const { return p0 + 8 * j + lane % 4 * 2 + e; }
@@ -711,45 +706,12 @@ struct DxMmaAgent {
       auto a_row = [&](int s) { return base + at.b * op.s0 + (at.c0 + s0 + s) * op.s1 + g * op.s2 + k0 * op.s3; };
       mma::stage_async<BS, BK, NT>(sm.a, LDK, a_row, at.Lc - s0, int(f.dstate - k0), op.s3, op.vec16);
       mma::cp_async_commit();
-      stage_f32<BP, BK>(sm.s, LDK, [&](int pp) { return S + (p0 + pp) * f.dstate + k0; }, int(f.headdim - p0),
-                        int(f.dstate - k0), s_vec);
+      mma::stage_f32_as<BP, BK, NT>(sm.s, LDK, [&](int pp) { return S + (p0 + pp) * f.dstate + k0; },
+                                    int(f.headdim - p0), int(f.dstate - k0), s_vec);
       mma::cp_async_wait<0>();
       __syncthreads();
-#pragma unroll
-      for (int kk = 0; kk < BK; kk += 16) {
-        uint32_t a[4];
-        mma::ldsm_x4(a, sm.a + (16 * warp + lane % 16) * LDK + kk + lane / 16 * 8);
-#pragma unroll
-        for (int jp = 0; jp < kNT / 2; ++jp) {
-          uint32_t b[4];
-          mma::ldsm_x4(b, sm.s + (16 * jp + lane % 8 + lane / 16 * 8) * LDK + kk + lane / 8 % 2 * 8);
-          mma::mma16816<T>(acc[2 * jp], a, b[0], b[1]);
-          mma::mma16816<T>(acc[2 * jp + 1], a, b[2], b[3]);
-        }
-      }
+      mma::rows_times_rows<T, kNT, BK>(acc, sm.a + 16 * warp * LDK, LDK, sm.s, LDK);
       __syncthreads();
-    }
-  }
-
-  // An (R x Cols) fp32 tile, rows row_at(r) for r < rows, columns < cols, into shared memory as T
-  // (zeros outside); 16-byte reads when vec.
-  template <int R, int Cols, typename Row>
-  __device__ __forceinline__ void stage_f32(T* dst, int ld, const Row& row_at, int rows, int cols, bool vec) {
-    for (int i = threadIdx.x; i < R * (Cols / V); i += NT) {
-      const int r = i / (Cols / V), c = (i % (Cols / V)) * V;
-      const float* src = row_at(r) + c;
-      float v[V];
-      if (r < rows && vec && c + V <= cols) {
-        const float4 lo = *reinterpret_cast<const float4*>(src), hi = *reinterpret_cast<const float4*>(src + 4);
-        v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
-      } else {
-#pragma unroll
-        for (int j = 0; j < V; ++j) v[j] = r < rows && c + j < cols ? src[j] : 0.0f;
-      }
-      uint4 w;
-      w.x = mma::pack2(v[0], v[1], T()), w.y = mma::pack2(v[2], v[3], T());
-      w.z = mma::pack2(v[4], v[5], T()), w.w = mma::pack2(v[6], v[7], T());
-      *reinterpret_cast<uint4*>(dst + r * ld + c) = w;
     }
   }
 
@@ -807,7 +769,7 @@ struct DxMmaAgent {
     const int last = (at.Lc + BT - 1) / BT - 1;
     for (int tb = last; tb >= si; --tb) {
       const int t0 = tb * BT;
-      stage_f32<BT, BP>(sm.dy, LDX, [&](int t) { return dy_at(p, at.b, at.c0 + t0 + t, h, p0); }, at.Lc - t0,
+      mma::stage_f32_as<BT, BP, NT>(sm.dy, LDX, [&](int t) { return dy_at(p, at.b, at.c0 + t0 + t, h, p0); }, at.Lc - t0,
                         int(f.headdim - p0), f.headdim % 4 == 0);
       __syncthreads();
       const bool diag = tb == si;
@@ -927,13 +889,12 @@ struct DxMmaAgent {
       }
     }
     __syncthreads();
-    float* dD_row = p.dD_part + ((int64_t(blockIdx.z) * p.stiles + si) * f.nheads + h) * f.headdim;
     for (int c = threadIdx.x; c < BP; c += NT) {
       if (p0 + c >= f.headdim) continue;
       float v = 0.0f;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) v += sm.dD[w][c];
-      dD_row[p0 + c] = v;
+      dD_row(p)[p0 + c] = v;
     }
   }
 };
@@ -947,10 +908,7 @@ __global__ void __launch_bounds__(SsdBwdPolicy<Is16Bit<T>::value>::kThreads) chu
     __shared__ typename Agent::Smem sm;
     Agent agent(p, sm);
     if (!agent.active()) {  // a tile past the end of the last chunk (uniform): its D share is 0
-      for (int i = threadIdx.x; i < Agent::BP; i += Agent::NT) {
-        if (agent.p0 + i < p.f.headdim)
-          p.dD_part[((int64_t(blockIdx.z) * p.stiles + agent.si) * p.f.nheads + agent.h) * p.f.headdim + agent.p0 + i] = 0.0f;
-      }
+      agent.zero_dD(p, Agent::BP, Agent::NT);
       return;
     }
     agent.run();
@@ -961,7 +919,7 @@ __global__ void __launch_bounds__(SsdBwdPolicy<Is16Bit<T>::value>::kThreads) chu
     __shared__ typename Agent::Smem sm;
     Agent agent(p, sm);
     if (!agent.active()) {  // a tile past the end of the last chunk (uniform)
-      agent.zero_dD();
+      agent.zero_dD(p, Agent::BP, Agent::NT);
       return;
     }
     agent.run();

@@ -563,6 +563,30 @@ __global__ void __launch_bounds__(SsdPolicy<Is16Bit<T>::value>::kThreads) chunk_
 
 // ------------------------------------------------------------------------------- chunk scan
 
+// The chunk's dt, running sums and sequence ids (written by chunk_state_kernel) into shared
+// memory (the caller publishes them with a barrier); returns the sequence id before the chunk.
+template <int NT>
+__device__ __forceinline__ int32_t load_chunk_steps(const SsdFwdParams& p, const ChunkCoords& at, float* cs, float* dt,
+                                                    int32_t* seq) {
+  const int64_t base = ((at.b * p.nheads + at.h) * p.nchunks + at.c) * p.chunk;
+  for (int t = threadIdx.x; t < at.Lc; t += NT) {
+    cs[t] = p.dA_cumsum[base + t];
+    dt[t] = p.dt_out[base + t];
+    if (p.seq_idx) seq[t] = p.seq_idx[at.b * p.seq_s0 + (at.c0 + t) * p.seq_s1];
+  }
+  return p.seq_idx && at.c > 0 ? p.seq_idx[at.b * p.seq_s0 + (at.c0 - 1) * p.seq_s1] : 0;
+}
+
+// The output tile of a chunk-scan block: its first step t0 (the last tiles of a chunk first: they
+// sum the most s-blocks, a shorter tail of the grid) and first channel p0.
+template <int BT, int BP>
+__device__ __forceinline__ void scan_tile(const SsdFwdParams& p, int& t0, int64_t& p0) {
+  const int64_t ptiles = (p.headdim + BP - 1) / BP;
+  const int64_t ttiles = (p.chunk + BT - 1) / BT;
+  t0 = int(ttiles - 1 - int64_t(blockIdx.y) / ptiles) * BT;
+  p0 = int64_t(blockIdx.y) % ptiles * BP;
+}
+
 template <typename T>
 struct ChunkScanAgent {
   using Pol = SsdPolicy<Is16Bit<T>::value>;
@@ -601,11 +625,7 @@ struct ChunkScanAgent {
 
   __device__ __forceinline__ ChunkScanAgent(const SsdFwdParams& params, Smem& smem)
       : p(params), sm(smem), at(params) {
-    // the last tiles of a chunk first: they sum the most s-blocks (a shorter tail of the grid)
-    const int64_t ptiles = (p.headdim + BP - 1) / BP;
-    const int64_t ttiles = (p.chunk + BT - 1) / BT;
-    t0 = int(ttiles - 1 - int64_t(blockIdx.y) / ptiles) * BT;
-    p0 = int64_t(blockIdx.y) % ptiles * BP;
+    scan_tile<BT, BP>(p, t0, p0);
   }
 
   __device__ __forceinline__ bool active() const { return t0 < at.Lc; }
@@ -614,15 +634,8 @@ struct ChunkScanAgent {
     return tptr<T>(p.x) + at.b * p.x.s0 + (at.c0 + s) * p.x.s1 + at.h * p.x.s2 + pp * p.x.s3;
   }
 
-  // The chunk's dt, running sums and sequence ids (written by chunk_state_kernel).
   __device__ __forceinline__ void load_chunk() {
-    const int64_t base = ((at.b * p.nheads + at.h) * p.nchunks + at.c) * p.chunk;
-    for (int t = threadIdx.x; t < at.Lc; t += NT) {
-      sm.cs[t] = p.dA_cumsum[base + t];
-      sm.dt[t] = p.dt_out[base + t];
-      if (p.seq_idx) sm.seq[t] = p.seq_idx[at.b * p.seq_s0 + (at.c0 + t) * p.seq_s1];
-    }
-    if (p.seq_idx && at.c > 0) seq_prev = p.seq_idx[at.b * p.seq_s0 + (at.c0 - 1) * p.seq_s1];
+    seq_prev = load_chunk_steps<NT>(p, at, sm.cs, sm.dt, sm.seq);
     __syncthreads();
   }
 
@@ -775,10 +788,7 @@ struct ChunkScanMmaAgent {
 
   __device__ __forceinline__ ChunkScanMmaAgent(const SsdFwdParams& params, Smem& smem)
       : p(params), sm(smem), at(params) {
-    const int64_t ptiles = (p.headdim + BP - 1) / BP;
-    const int64_t ttiles = (p.chunk + BT - 1) / BT;
-    t0 = int(ttiles - 1 - int64_t(blockIdx.y) / ptiles) * BT;  // the longest tiles first
-    p0 = int64_t(blockIdx.y) % ptiles * BP;
+    scan_tile<BT, BP>(p, t0, p0);
     lane = int(threadIdx.x) % 32;
     warp = int(threadIdx.x) / 32;
     row[0] = t0 + 16 * warp + lane / 4;
@@ -797,16 +807,7 @@ struct ChunkScanMmaAgent {
     mma::cp_async_commit();
   }
 
-  // The chunk's dt, running sums and sequence ids (written by chunk_state_kernel).
-  __device__ __forceinline__ void load_chunk() {
-    const int64_t base = ((at.b * p.nheads + at.h) * p.nchunks + at.c) * p.chunk;
-    for (int t = threadIdx.x; t < at.Lc; t += NT) {
-      sm.cs[t] = p.dA_cumsum[base + t];
-      sm.dt[t] = p.dt_out[base + t];
-      if (p.seq_idx) sm.seq[t] = p.seq_idx[at.b * p.seq_s0 + (at.c0 + t) * p.seq_s1];
-    }
-    if (p.seq_idx && at.c > 0) seq_prev = p.seq_idx[at.b * p.seq_s0 + (at.c0 - 1) * p.seq_s1];
-  }
+  __device__ __forceinline__ void load_chunk() { seq_prev = load_chunk_steps<NT>(p, at, sm.cs, sm.dt, sm.seq); }
 
   // off-chunk: acc = exp(cs_t) C_t H_c (0 across a sequence change), the state in BK-column slices.
   __device__ __forceinline__ void off_chunk() {
@@ -822,21 +823,11 @@ struct ChunkScanMmaAgent {
       };
       mma::stage_async<BT, BK, NT>(sm.c, LDK, c_row, at.Lc - t0, int(p.dstate - k0), p.C.s3, p.C.vec16);
       mma::cp_async_commit();
-      stage_state(H, k0, h_vec);
+      mma::stage_f32_as<BP, BK, NT>(sm.h, LDK, [&](int pp) { return H + (p0 + pp) * p.dstate + k0; },
+                                    int(p.headdim - p0), int(p.dstate - k0), h_vec);
       mma::cp_async_wait<0>();
       __syncthreads();
-#pragma unroll
-      for (int kk = 0; kk < BK; kk += 16) {
-        uint32_t a[4];
-        mma::ldsm_x4(a, sm.c + (16 * warp + lane % 16) * LDK + kk + lane / 16 * 8);
-#pragma unroll
-        for (int jp = 0; jp < kNT / 2; ++jp) {
-          uint32_t b[4];
-          mma::ldsm_x4(b, sm.h + (16 * jp + lane % 8 + lane / 16 * 8) * LDK + kk + lane / 8 % 2 * 8);
-          mma::mma16816<T>(acc[2 * jp], a, b[0], b[1]);
-          mma::mma16816<T>(acc[2 * jp + 1], a, b[2], b[3]);
-        }
-      }
+      mma::rows_times_rows<T, kNT, BK>(acc, sm.c + 16 * warp * LDK, LDK, sm.h, LDK);
       __syncthreads();
     }
 #pragma unroll
@@ -849,27 +840,6 @@ struct ChunkScanMmaAgent {
         acc[j][2 * i] = keep ? acc[j][2 * i] * e : 0.0f;
         acc[j][2 * i + 1] = keep ? acc[j][2 * i + 1] * e : 0.0f;
       }
-    }
-  }
-
-  // H rows p0.. of state columns k0.. (fp32) into h as T, channel-major (0 outside).
-  __device__ __forceinline__ void stage_state(const float* H, int k0, bool vec) {
-    const int rows = int(p.headdim - p0), cols = int(p.dstate - k0);
-    for (int i = threadIdx.x; i < BP * (BK / V); i += NT) {
-      const int r = i / (BK / V), c = (i % (BK / V)) * V;
-      const float* src = H + (p0 + r) * p.dstate + k0 + c;
-      float v[V];
-      if (r < rows && vec && c + V <= cols) {
-        const float4 lo = *reinterpret_cast<const float4*>(src), hi = *reinterpret_cast<const float4*>(src + 4);
-        v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
-      } else {
-#pragma unroll
-        for (int j = 0; j < V; ++j) v[j] = r < rows && c + j < cols ? src[j] : 0.0f;
-      }
-      uint4 w;
-      w.x = mma::pack2(v[0], v[1], T()), w.y = mma::pack2(v[2], v[3], T());
-      w.z = mma::pack2(v[4], v[5], T()), w.w = mma::pack2(v[6], v[7], T());
-      *reinterpret_cast<uint4*>(sm.h + r * LDK + c) = w;
     }
   }
 

@@ -119,6 +119,50 @@ __device__ __forceinline__ void stage_async(T* dst, int ld, const Row& row_at, i
   }
 }
 
+// acc += A B^T over K for a warp: A's 16 rows (the warp's strip, row-major, k along a row) and
+// B's kNT * 8 rows (n, k along a row), both 16-bit in shared memory; acc in the C layout above.
+template <typename T, int kNT, int K>
+__device__ __forceinline__ void rows_times_rows(float (&acc)[kNT][4], const T* a, int lda, const T* b, int ldb) {
+  static_assert(kNT % 2 == 0 && K % 16 == 0, "pairs of 8-column tiles, 16-step k");
+  const int lane = int(threadIdx.x) % 32;
+#pragma unroll
+  for (int kk = 0; kk < K; kk += 16) {
+    uint32_t fa[4];
+    ldsm_x4(fa, a + (lane % 16) * lda + kk + lane / 16 * 8);
+#pragma unroll
+    for (int jp = 0; jp < kNT / 2; ++jp) {
+      uint32_t fb[4];
+      ldsm_x4(fb, b + (16 * jp + lane % 8 + lane / 16 * 8) * ldb + kk + lane / 8 % 2 * 8);
+      mma16816<T>(acc[2 * jp], fa, fb[0], fb[1]);
+      mma16816<T>(acc[2 * jp + 1], fa, fb[2], fb[3]);
+    }
+  }
+}
+
+// An (R x Cols) fp32 tile, rows row_at(r) for r < rows, columns < cols, into shared memory as
+// 16-bit T (zeros outside), 16-byte reads when vec: the fp32 states and dy as mma operands.
+template <int R, int Cols, int NT, typename T, typename Row>
+__device__ __forceinline__ void stage_f32_as(T* dst, int ld, const Row& row_at, int rows, int cols, bool vec) {
+  constexpr int V = 8;
+  static_assert(sizeof(T) == 2 && Cols % V == 0, "16-bit tiles of whole 16-byte pieces");
+  for (int i = threadIdx.x; i < R * (Cols / V); i += NT) {
+    const int r = i / (Cols / V), c = (i % (Cols / V)) * V;
+    const float* src = row_at(r) + c;
+    float v[V];
+    if (r < rows && vec && c + V <= cols) {
+      const float4 lo = *reinterpret_cast<const float4*>(src), hi = *reinterpret_cast<const float4*>(src + 4);
+      v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[j] = r < rows && c + j < cols ? src[j] : 0.0f;
+    }
+    uint4 w;
+    w.x = pack2(v[0], v[1], T()), w.y = pack2(v[2], v[3], T());
+    w.z = pack2(v[4], v[5], T()), w.w = pack2(v[6], v[7], T());
+    *reinterpret_cast<uint4*>(dst + r * ld + c) = w;
+  }
+}
+
 // A register of two 16-bit values, each times its weight in fp32 and rounded once; a weight of
 // exactly 0 gives 0 whatever the value (a masked step's NaN stays out).
 template <typename T>

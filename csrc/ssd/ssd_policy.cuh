@@ -82,6 +82,7 @@ struct SsdBwdPolicy<false> {
 // added in order where chunk_dbc reads them. One block per tile and group walked all 80 heads of
 // the 2.7B layer: 640 blocks, 20 % occupancy, 3.1 ms of 14 (22nd bench pass).
 struct SsdDcbPolicy {
+  // about two waves at the 5-6 blocks an SM its 39 KB of shared memory allow; by hand, not timed yet
   static constexpr int64_t kBlocksPerSm = 12;
 };
 
