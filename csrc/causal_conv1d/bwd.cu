@@ -426,19 +426,7 @@ struct ClBwdAgent {
       bias[i] = ok ? bias_at(p.bias, c0 + i) : 0.0f;
       xw[0][i] = 0.0f;
     }
-#pragma unroll
-    for (int q = 0; q < W - 1; ++q) {
-      const int64_t pos = t0 - (W - 1) + q;
-      if (vin && pos >= 0) {
-        Pack<T, kN> hv;
-        load_pack(hv, xb + pos * p.x_s.l);
-#pragma unroll
-        for (int i = 0; i < kN; ++i) xw[q + 1][i] = to_float(hv.e[i]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < kN; ++i) xw[q + 1][i] = i < nc ? x_ext(p, xb + i * p.x_s.c, b, c0 + i, pos) : 0.0f;
-      }
-    }
+    load_left_halo<T, W, kN>(xw + 1, p, xb, b, c0, nc, t0, vin);
 #pragma unroll
     for (int q = 0; q < W - 1; ++q) sw[q + 1] = kSeq ? seq_at(p, b, t0 - (W - 1) + q) : 0;
     tag = kSeq ? seq_at(p, b, 0) : 0;

@@ -125,6 +125,27 @@ __device__ __forceinline__ float x_ext(const ConvParams& p, const T* xrow, int64
                                                           k * p.init_s.l]);
 }
 
+// The channel-last left halo: x at positions t0 - (W - 1) + q, q < W - 1, of the kN channels from
+// c0 (nc of them real, 0 for the rest) into h[q]; whole packs when vin and the position is inside
+// the sequence, else element reads through x_ext (the initial states before 0).
+template <typename T, int W, int kN>
+__device__ __forceinline__ void load_left_halo(float (*h)[kN], const ConvParams& p, const T* xb, int64_t b,
+                                               int64_t c0, int nc, int64_t t0, bool vin) {
+#pragma unroll
+  for (int q = 0; q < W - 1; ++q) {
+    const int64_t pos = t0 - (W - 1) + q;
+    if (vin && pos >= 0) {
+      Pack<T, kN> hv;
+      load_pack(hv, xb + pos * p.x_s.l);
+#pragma unroll
+      for (int i = 0; i < kN; ++i) h[q][i] = to_float(hv.e[i]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kN; ++i) h[q][i] = i < nc ? x_ext(p, xb + i * p.x_s.c, b, c0 + i, pos) : 0.0f;
+    }
+  }
+}
+
 // seq_idx of position pos; positions before 0 belong to the initial states, which are tagged
 // with the row's first segment (causal-conv1d 1.7.0 semantics).
 __device__ __forceinline__ int seq_at(const ConvParams& p, int64_t b, int64_t pos) {

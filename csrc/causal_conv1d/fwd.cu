@@ -133,19 +133,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCL)
     T* ob = static_cast<T*>(p.out) + b * p.out_s.b + c0 * p.out_s.c;
 
     float w[W][kN], bias[kN], h[W - 1][kN];
-#pragma unroll
-    for (int q = 0; q < W - 1; ++q) {
-      const int64_t pos = t0 - (W - 1) + q;
-      if (vin && pos >= 0) {
-        Pack<T, kN> hv;
-        load_pack(hv, xb + pos * p.x_s.l);
-#pragma unroll
-        for (int i = 0; i < kN; ++i) h[q][i] = to_float(hv.e[i]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < kN; ++i) h[q][i] = i < nc ? x_ext(p, xb + i * p.x_s.c, b, c0 + i, pos) : 0.0f;
-      }
-    }
+    load_left_halo<T, W, kN>(h, p, xb, b, c0, nc, t0, vin);
 #pragma unroll
     for (int i = 0; i < kN; ++i) {
       const bool ok = i < nc;
