@@ -971,6 +971,7 @@ struct DbcAgent {
   Smem& sm;
   ChunkAt at;
   int64_t g, n0, PN;
+  int64_t split, k_lo, k_hi;  // this block's heads of the group: [k_lo, k_hi)
   int ti, t0, ntl;
 
   __device__ __forceinline__ DbcAgent(const SsdBwdParams& params, Smem& smem) : p(params), sm(smem), at(params.f) {
@@ -978,7 +979,11 @@ struct DbcAgent {
     ti = int(int64_t(blockIdx.x) / ntn);
     n0 = int64_t(blockIdx.x) % ntn * BN;
     t0 = ti * BT;
-    g = blockIdx.y;
+    g = int64_t(blockIdx.y) / p.dbc_splits;
+    split = int64_t(blockIdx.y) % p.dbc_splits;
+    const int64_t hpg = p.f.heads_per_group, per = (hpg + p.dbc_splits - 1) / p.dbc_splits;
+    k_lo = split * per < hpg ? split * per : hpg;
+    k_hi = (split + 1) * per < hpg ? (split + 1) * per : hpg;
     ntl = int((p.f.chunk + BT - 1) / BT);
     PN = p.f.headdim * p.f.dstate;
   }
@@ -1059,15 +1064,23 @@ struct DbcAgent {
     }
   }
 
-  __device__ __forceinline__ void store(const Acc& acc, void* out) {
+  // The tile into out (x's dtype) or, with head splits, into this split's fp32 slab of which
+  // (0: dC, 1: dB) for dbc_sum.
+  __device__ __forceinline__ void store(const Acc& acc, void* out, int which) {
     const SsdFwdParams& f = p.f;
     acc.store(sm.stage, LDS);
     __syncthreads();
-    T* o = static_cast<T*>(out);
+    const int64_t n_out = f.batch * f.seqlen * f.ngroups * f.dstate;
+    float* slab = p.dbc_splits > 1 ? p.dbc_part + (split * 2 + which) * n_out : nullptr;
     for (int i = threadIdx.x; i < BT * BN; i += NT) {
       const int t = i / BN, n = i % BN;
       if (t0 + t < at.Lc && n0 + n < f.dstate) {
-        o[((at.b * f.seqlen + at.c0 + t0 + t) * f.ngroups + g) * f.dstate + n0 + n] = from_float<T>(sm.stage[t * LDS + n]);
+        const int64_t e = ((at.b * f.seqlen + at.c0 + t0 + t) * f.ngroups + g) * f.dstate + n0 + n;
+        if (slab != nullptr) {
+          slab[e] = sm.stage[t * LDS + n];
+        } else {
+          static_cast<T*>(out)[e] = from_float<T>(sm.stage[t * LDS + n]);
+        }
       }
     }
     __syncthreads();
@@ -1081,7 +1094,7 @@ struct DbcAgent {
     // dC
     acc.zero();
     if (at.c > 0 || f.init.ptr) {
-      for (int64_t k = 0; k < hpg; ++k) {
+      for (int64_t k = k_lo; k < k_hi; ++k) {
         const int64_t h = g * hpg + k;
         load_steps<NT>(f, at, h, sm.st);
         weights_off<NT>(at, sm.st);
@@ -1089,11 +1102,11 @@ struct DbcAgent {
         head_product<float>(acc, y_row, 1, f.headdim % 4 == 0, f.states + ((at.b * f.nchunks + at.c) * f.nheads + h) * PN);
       }
     }
-    dcb_product<false>(acc, f.B);
-    store(acc, p.dC);
+    if (split == 0) dcb_product<false>(acc, f.B);  // (the group's dCB, once)
+    store(acc, p.dC, 0);
     // dB
     acc.zero();
-    for (int64_t k = 0; k < hpg; ++k) {
+    for (int64_t k = k_lo; k < k_hi; ++k) {
       const int64_t h = g * hpg + k;
       load_steps<NT>(f, at, h, sm.st);
       weights_state<NT>(at, sm.st);
@@ -1102,8 +1115,8 @@ struct DbcAgent {
       };
       head_product<T>(acc, x_row, f.x.s3, f.x.vec16, p.dstates + ((at.b * f.nchunks + at.c) * f.nheads + h) * PN);
     }
-    dcb_product<true>(acc, f.C);
-    store(acc, p.dB);
+    if (split == 0) dcb_product<true>(acc, f.C);
+    store(acc, p.dB, 1);
   }
 };
 
@@ -1114,6 +1127,21 @@ __global__ void __launch_bounds__(SsdBwdPolicy<Is16Bit<T>::value>::kThreads) chu
   Agent agent(p, sm);
   if (!agent.active()) return;  // past the end of the last chunk (uniform)
   agent.run();
+}
+
+// dC and dB: chunk_dbc's head-split slabs added in split order (deterministic), in x's dtype.
+template <typename T>
+__global__ void __launch_bounds__(SsdBwdStepPolicy::kThreads) dbc_sum_kernel(const SsdBwdParams p) {
+  const SsdFwdParams& f = p.f;
+  const int64_t n_out = f.batch * f.seqlen * f.ngroups * f.dstate;
+  const int64_t stride = int64_t(gridDim.x) * SsdBwdStepPolicy::kThreads;
+  for (int64_t i = int64_t(blockIdx.x) * SsdBwdStepPolicy::kThreads + threadIdx.x; i < 2 * n_out; i += stride) {
+    const int which = i < n_out ? 0 : 1;
+    const int64_t e = i - which * n_out;
+    float acc = 0.0f;
+    for (int64_t k = 0; k < p.dbc_splits; ++k) acc += p.dbc_part[(k * 2 + which) * n_out + e];
+    static_cast<T*>(which == 0 ? p.dC : p.dB)[e] = from_float<T>(acc);
+  }
 }
 
 // ---------------------------------------------------------------------- per-step reduction
@@ -1257,6 +1285,16 @@ __global__ void __launch_bounds__(SsdParamSumPolicy::kThreads) param_sum_kernel(
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// A group's heads split over enough blocks for about per_sm blocks an SM (times the device's SM
+// count) where `blocks` (one per tile, group and chunk) would leave it short; at most a split a
+// head, and within the grid's y limit.
+int64_t head_splits(int64_t blocks, int64_t per_sm, const SsdFwdParams& f) {
+  int64_t splits = blocks > 0 ? cdiv(per_sm * sm_count(), blocks) : 1;
+  splits = splits < f.heads_per_group ? splits : f.heads_per_group;
+  const int64_t max_splits = kSsdMaxGridYZ / (f.ngroups > 0 ? f.ngroups : 1);
+  return splits < 1 ? 1 : (splits > max_splits ? max_splits : splits);
+}
+
 // State elements a thread of the reverse walk: kVec when a state's size is a multiple of it (the
 // workspace's pieces are 256-byte aligned), else 1.
 int pass_width(const SsdFwdParams& f) {
@@ -1274,8 +1312,8 @@ cudaError_t launch_typed(const SsdBwdParams& p, cudaStream_t stream) {
   const int64_t dbc_tiles = ntl * cdiv(f.dstate, Pol::kN);
   if (bc > kSsdMaxGridYZ || state_tiles > kSsdMaxGridYZ || dx_tiles > kSsdMaxGridYZ || f.ngroups > kSsdMaxGridYZ ||
       f.batch > kSsdMaxGridYZ || f.nheads > kSsdMaxGridYZ || p.pass_blocks > INT32_MAX || dbc_tiles > INT32_MAX ||
-      p.stiles != ntl || p.ptiles != cdiv(f.headdim, Pol::kP) || p.dcb_splits < 1 ||
-      f.ngroups * p.dcb_splits > kSsdMaxGridYZ) {
+      p.stiles != ntl || p.ptiles != cdiv(f.headdim, Pol::kP) || p.dcb_splits < 1 || p.dbc_splits < 1 ||
+      f.ngroups * p.dcb_splits > kSsdMaxGridYZ || f.ngroups * p.dbc_splits > kSsdMaxGridYZ) {
     return cudaErrorInvalidValue;
   }
   cudaError_t err = launch_ssd_fwd_states(f, stream);
@@ -1307,8 +1345,13 @@ cudaError_t launch_typed(const SsdBwdParams& p, cudaStream_t stream) {
     chunk_dx_kernel<T><<<dim3(unsigned(f.nheads), unsigned(dx_tiles), unsigned(bc)), Pol::kThreads, 0, stream>>>(p);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
     chunk_dbc_kernel<T>
-        <<<dim3(unsigned(dbc_tiles), unsigned(f.ngroups), unsigned(bc)), Pol::kThreads, 0, stream>>>(p);
+        <<<dim3(unsigned(dbc_tiles), unsigned(f.ngroups * p.dbc_splits), unsigned(bc)), Pol::kThreads, 0, stream>>>(p);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    if (p.dbc_splits > 1) {
+      const int64_t blocks = cdiv(2 * f.batch * f.seqlen * f.ngroups * f.dstate, SsdBwdStepPolicy::kThreads);
+      dbc_sum_kernel<T><<<unsigned(blocks < 65536 ? blocks : 65536), SsdBwdStepPolicy::kThreads, 0, stream>>>(p);
+      if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    }
     chunk_ddt_kernel<T>
         <<<dim3(unsigned(f.nheads), 1u, unsigned(bc)), SsdBwdStepPolicy::kThreads, 0, stream>>>(p);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
@@ -1335,14 +1378,13 @@ SsdBwdWorkspace ssd_bwd_workspace(SsdBwdParams& p) {
   SsdBwdWorkspace w;
   w.dy = f.batch * f.seqlen * f.nheads * f.headdim;
   w.dstates = bc * f.nheads * f.headdim * f.dstate;
-  // chunk_dcb's head splits: about SsdDcbPolicy::kBlocksPerSm blocks an SM, at most a split a head
   const int64_t pairs = p.stiles * (p.stiles + 1) / 2;  // the tile pairs at or below the diagonal
-  const int64_t blocks = pairs * f.ngroups * bc, target = SsdDcbPolicy::kBlocksPerSm * sm_count();
-  int64_t splits = blocks > 0 ? cdiv(target, blocks) : 1;
-  splits = splits < f.heads_per_group ? splits : f.heads_per_group;
-  const int64_t max_splits = kSsdMaxGridYZ / (f.ngroups > 0 ? f.ngroups : 1);
-  p.dcb_splits = splits < 1 ? 1 : (splits > max_splits ? max_splits : splits);
+  p.dcb_splits = head_splits(pairs * f.ngroups * bc, SsdDcbPolicy::kBlocksPerSm, f);
   w.dcb = p.dcb_splits * bc * f.ngroups * f.chunk * f.chunk;
+  p.dbc_splits = head_splits(cdiv(f.chunk, tile) * cdiv(f.dstate, half ? SsdBwdPolicy<true>::kN : SsdBwdPolicy<false>::kN) *
+                                 f.ngroups * bc,
+                             SsdDbcPolicy::kBlocksPerSm, f);
+  w.dbc_part = p.dbc_splits > 1 ? p.dbc_splits * 2 * f.batch * f.seqlen * f.ngroups * f.dstate : 0;
   w.step_part = BH * f.nchunks * p.nslots * f.chunk;
   w.decay_part = BH * f.nchunks * p.pass_blocks;
   w.head_part = bc * 2 * f.nheads;

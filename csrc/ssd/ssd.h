@@ -113,13 +113,15 @@ struct SsdBwdParams {
   float* decay_part = nullptr;  // (batch, head, nchunks, pass_blocks)
   float* head_part = nullptr;   // (batch * nchunks, 2, head): dA and ddt_bias partials
   float* dD_part = nullptr;     // (batch * nchunks * stiles, head, p)
-  int64_t nslots = 0, pass_blocks = 0, stiles = 0, ptiles = 0, dcb_splits = 1;
+  float* dbc_part = nullptr;    // (dbc_splits, 2, batch, seqlen, group, n): each split's dC and dB over its
+                                // heads of the group, added in order by dbc_sum (dbc_splits > 1 only)
+  int64_t nslots = 0, pass_blocks = 0, stiles = 0, ptiles = 0, dcb_splits = 1, dbc_splits = 1;
 };
 
 // The backward's workspace counts (in floats) for p.f's shapes and dtype on the current device;
-// fills nslots, pass_blocks, stiles, ptiles, dcb_splits.
+// fills nslots, pass_blocks, stiles, ptiles, dcb_splits, dbc_splits.
 struct SsdBwdWorkspace {
-  int64_t dy, dstates, dcb, step_part, decay_part, head_part, dD_part;
+  int64_t dy, dstates, dcb, step_part, decay_part, head_part, dD_part, dbc_part;
 };
 SsdBwdWorkspace ssd_bwd_workspace(SsdBwdParams& p);
 

@@ -289,15 +289,15 @@ void launch_ssd_bwd_checked(SsdBwdParams& p, const BwdOutputs& o, const TensorRe
   if (f.dt_bias.ptr) p.ddt_bias = dense(o.ddt_bias, {f.nheads}, o.ddt_bias.scalar, "ddt_bias");
   if (f.init.ptr) p.dinit = dense(o.dinit, {f.batch, f.nheads, f.headdim, f.dstate}, o.dinit.scalar, "dinitial_states");
   // one fp32 workspace, carved into 256-byte aligned pieces
-  int64_t counts[11];
+  int64_t counts[kSsdBwdPieces];
   const int64_t n = ssd_bwd_workspace_floats(p, counts);
   MK_CHECK(workspace.present && workspace.scalar == Scalar::kFloat32 && workspace.dim == 1 &&
                workspace.size(0) >= n && row_major(workspace) && reinterpret_cast<uintptr_t>(workspace.data) % 256 == 0,
            fn(), "the workspace must be a contiguous float32 tensor of at least ", n, " elements");
   float* base = static_cast<float*>(workspace.data);
-  float* piece[11];
+  float* piece[kSsdBwdPieces];
   int64_t at = 0;
-  for (int i = 0; i < 11; ++i) {
+  for (int i = 0; i < kSsdBwdPieces; ++i) {
     piece[i] = base + at;
     at += (counts[i] + 63) / 64 * 64;
   }
@@ -313,11 +313,12 @@ void launch_ssd_bwd_checked(SsdBwdParams& p, const BwdOutputs& o, const TensorRe
   p.decay_part = piece[8];
   p.head_part = piece[9];
   p.dD_part = piece[10];
+  p.dbc_part = piece[11];
   const cudaError_t err = launch_ssd_bwd(p, stream);
   MK_CHECK(err == cudaSuccess, fn(), "kernel launch failed: ", cudaGetErrorString(err));
 }
 
-int64_t ssd_bwd_workspace_floats(SsdBwdParams& p, int64_t (&counts)[11]) {
+int64_t ssd_bwd_workspace_floats(SsdBwdParams& p, int64_t (&counts)[kSsdBwdPieces]) {
   const SsdFwdParams& f = p.f;
   const SsdBwdWorkspace w = ssd_bwd_workspace(p);
   const int64_t steps = f.batch * f.nheads * f.nchunks * f.chunk;
@@ -332,6 +333,7 @@ int64_t ssd_bwd_workspace_floats(SsdBwdParams& p, int64_t (&counts)[11]) {
   counts[8] = w.decay_part;
   counts[9] = w.head_part;
   counts[10] = w.dD_part;
+  counts[11] = w.dbc_part;
   int64_t n = 0;
   for (int64_t c : counts) n += (c + 63) / 64 * 64;
   return n;

@@ -47,7 +47,8 @@ struct BwdOutputs {
 };
 
 // The fp32 workspace's element count (counts: its pieces, in order).
-int64_t ssd_bwd_workspace_floats(SsdBwdParams& p, int64_t (&counts)[11]);
+constexpr int kSsdBwdPieces = 12;
+int64_t ssd_bwd_workspace_floats(SsdBwdParams& p, int64_t (&counts)[kSsdBwdPieces]);
 
 // Checked and filled here (the workspace carved into the recomputed forward intermediates and
 // the backward's own buffers), then the launches.

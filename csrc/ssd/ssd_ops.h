@@ -98,7 +98,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tenso
   const Tensor dinit = initial_states.has_value()
                            ? api::empty(x, {f.batch, f.nheads, f.headdim, f.dstate}, (*initial_states).scalar_type())
                            : api::empty(x, {0}, xt);
-  int64_t counts[11];
+  int64_t counts[kSsdBwdPieces];
   const Tensor ws = api::empty(x, {ssd_bwd_workspace_floats(p, counts)}, ScalarType::Float);
   BwdOutputs o;
   o.x_scalar = xr.scalar;
