@@ -971,7 +971,7 @@ struct DbcAgent {
   Smem& sm;
   ChunkAt at;
   int64_t g, n0, PN;
-  int64_t split, k_lo, k_hi;  // this block's heads of the group: [k_lo, k_hi)
+  int split, k_lo, k_hi;  // this block's heads of the group: [k_lo, k_hi)
   int ti, t0, ntl;
 
   __device__ __forceinline__ DbcAgent(const SsdBwdParams& params, Smem& smem) : p(params), sm(smem), at(params.f) {
@@ -979,9 +979,10 @@ struct DbcAgent {
     ti = int(int64_t(blockIdx.x) / ntn);
     n0 = int64_t(blockIdx.x) % ntn * BN;
     t0 = ti * BT;
-    g = int64_t(blockIdx.y) / p.dbc_splits;
-    split = int64_t(blockIdx.y) % p.dbc_splits;
-    const int64_t hpg = p.f.heads_per_group, per = (hpg + p.dbc_splits - 1) / p.dbc_splits;
+    const int splits = int(p.dbc_splits);  // (the grid's y: ngroups x splits < 2^16)
+    g = int(blockIdx.y) / splits;
+    split = int(blockIdx.y) % splits;
+    const int hpg = int(p.f.heads_per_group), per = (hpg + splits - 1) / splits;
     k_lo = split * per < hpg ? split * per : hpg;
     k_hi = (split + 1) * per < hpg ? (split + 1) * per : hpg;
     ntl = int((p.f.chunk + BT - 1) / BT);
@@ -1094,7 +1095,7 @@ struct DbcAgent {
     // dC
     acc.zero();
     if (at.c > 0 || f.init.ptr) {
-      for (int64_t k = k_lo; k < k_hi; ++k) {
+      for (int k = k_lo; k < k_hi; ++k) {
         const int64_t h = g * hpg + k;
         load_steps<NT>(f, at, h, sm.st);
         weights_off<NT>(at, sm.st);
@@ -1106,7 +1107,7 @@ struct DbcAgent {
     store(acc, p.dC, 0);
     // dB
     acc.zero();
-    for (int64_t k = k_lo; k < k_hi; ++k) {
+    for (int k = k_lo; k < k_hi; ++k) {
       const int64_t h = g * hpg + k;
       load_steps<NT>(f, at, h, sm.st);
       weights_state<NT>(at, sm.st);
