@@ -249,6 +249,11 @@ KINDS: Dict[str, Kind] = {
                             "dB and dC over a group's heads, 16-bit (tensor cores)",
                             SD + "bwd.cu:chunk_dbc_kernel<T>", launches=(1, 1)),
     "ssd_bwd_dbc_f32": _k("ssd_bwd", r"::chunk_dbc_kernel<float>", "dB and dC, fp32 (FMA)", launches=(1, 1)),
+    "ssd_bwd_dbcsum_16bit": _k("ssd_bwd", r"::dbc_sum_kernel<(?:__nv_bfloat16|__half)>",
+                               "dB and dC: chunk_dbc's head-split slabs added in order, 16-bit out",
+                               SD + "bwd.cu:dbc_sum_kernel<T>", launches=(1, 1)),
+    "ssd_bwd_dbcsum_f32": _k("ssd_bwd", r"::dbc_sum_kernel<float>", "dB and dC slabs added, fp32 out",
+                             launches=(1, 1)),
     "ssd_bwd_ddt_16bit": _k("ssd_bwd", r"::chunk_ddt_kernel<(?:__nv_bfloat16|__half)>",
                             "per-step sums, reverse cumsum, the dt chain, 16-bit tiles",
                             SD + "bwd.cu:chunk_ddt_kernel<T>", launches=(1, 1)),
@@ -288,9 +293,11 @@ SSD16 = _ssd16()
 SSD_BWD = ["gate", "dstate", "pass", "dcb", "dx", "dbc", "ddt", "sum"]
 
 
-def _ssd_bwd_kinds(kind: str, pass_: str = "vec") -> List[str]:
+def _ssd_bwd_kinds(kind: str, pass_: str = "vec", dbc_sum: bool = False) -> List[str]:
+    """The kinds in launch order; dbc_sum: chunk_dbc splits heads (dbc_splits), so dbc_sum follows it."""
+    order = [*SSD_BWD[:6], "dbcsum", *SSD_BWD[6:]] if dbc_sum else SSD_BWD
     return [f"ssd_bwd_pass_{pass_}" if k == "pass" else "ssd_bwd_sum" if k == "sum" else f"ssd_bwd_{k}_{kind}"
-            for k in SSD_BWD]
+            for k in order]
 
 
 CASES: List[Case] = [
@@ -451,14 +458,14 @@ CASES: List[Case] = [
        "cu_seqlens, int64 offsets", batch=1, L=100, nheads=2, headdim=32, ngroups=1, dstate=16, chunk=64,
        dtype=F32, cu_seqlens=(0, 33, 100), cu_int64=True),
     # ---- Mamba-2 SSD backward (the forward first, then the backward with its recomputation)
-    _c("ssd_bwd_bf16", "ssd_bwd", _ssd_bwd_kinds("16bit"),
+    _c("ssd_bwd_bf16", "ssd_bwd", _ssd_bwd_kinds("16bit", dbc_sum=True),
        "3 chunks of 128 (short last), 2 groups of 2 heads, z, D per channel, initial / final states, seq_idx",
        batch=2, L=300, nheads=4, headdim=64, ngroups=2, dstate=64, chunk=128, dtype=BF16, z=True,
        D="channel", init=True, seq_idx=True, dfinal=True),
-    _c("ssd_bwd_f16_partial_tiles", "ssd_bwd", _ssd_bwd_kinds("16bit", "1"),
+    _c("ssd_bwd_f16_partial_tiles", "ssd_bwd", _ssd_bwd_kinds("16bit", "1", dbc_sum=True),
        "headdim 37, dstate 81: partial channel and state tiles, an odd state; x a strided slice; chunk 64",
        batch=1, L=150, nheads=2, headdim=37, ngroups=1, dstate=81, chunk=64, dtype=F16, strided=True),
-    _c("ssd_bwd_f32", "ssd_bwd", _ssd_bwd_kinds("f32"),
+    _c("ssd_bwd_f32", "ssd_bwd", _ssd_bwd_kinds("f32", dbc_sum=True),
        "chunk 256 and one step past it, dstate 16, z, 8 heads in one group", batch=2, L=257, nheads=8,
        headdim=32, ngroups=1, dstate=16, chunk=256, dtype=F32, z=True, dfinal=True),
 ]
@@ -504,6 +511,7 @@ POLICY = {
     "kVecCL": 4,  # causal_conv1d BwdPolicy
     "kVecCLLean": 2,
     "kSsdPassVec": 4,  # csrc/ssd/ssd_policy.cuh SsdPassPolicy::kVec
+    "kSsdDbcBlocksPerSm": 12,  # SsdDbcPolicy::kBlocksPerSm
 }
 # Clusters the H100 SXM held (docs/SCAN.md, "Rows per cluster"): a lower bound for the H200's.
 CLUSTER_CAPACITY = {16: 14, 8: 30}
@@ -709,14 +717,28 @@ def _pass_width(p: dict) -> str:
     return "vec" if p["headdim"] * p["dstate"] % POLICY["kSsdPassVec"] == 0 else "1"
 
 
+def dbc_splits(p: dict, sms: int = SMS) -> int:
+    """bwd.cu, head_splits for chunk_dbc: a group's heads over enough blocks for about
+    kSsdDbcBlocksPerSm an SM, one block per (step tile x 64-state tile, group, batch x chunk)
+    (step tiles of 64, fp32 32), at most a split a head."""
+    tile = 32 if p["dtype"] == F32 else 64
+    chunks = p["batch"] * _ceil(p["L"], p["chunk"])
+    blocks = _ceil(p["chunk"], tile) * _ceil(p["dstate"], 64) * p["ngroups"] * chunks
+    if blocks == 0:
+        return 1
+    return max(1, min(_ceil(POLICY["kSsdDbcBlocksPerSm"] * sms, blocks), p["nheads"] // p["ngroups"]))
+
+
 def predict_ssd_bwd(c: Case) -> List[str]:
     """bwd.cu, launch_typed: the gate when there are steps; the chunk kernels when batch x chunks
-    > 0; reverse state passing and the parameter sums always."""
+    > 0 (dbc_sum after chunk_dbc where it splits heads); reverse state passing and the parameter
+    sums always."""
     p = c.params
     kind = "f32" if p["dtype"] == F32 else "16bit"
     steps = p["batch"] * p["L"]
     pass_ = f"ssd_bwd_pass_{_pass_width(p)}"
-    return [k for k in _ssd_bwd_kinds(kind, _pass_width(p)) if steps or k in (pass_, "ssd_bwd_sum")]
+    kinds = _ssd_bwd_kinds(kind, _pass_width(p), dbc_sum=dbc_splits(p) > 1)
+    return [k for k in kinds if steps or k in (pass_, "ssd_bwd_sum")]
 
 
 def predict(c: Case) -> List[str]:

@@ -285,6 +285,14 @@ def test_the_length_check_fails_on_an_injected_long_function(tmp_path):
 # (docs/KERNELS.md, "Adding an op"); the phases, not the kernel, hold the work.
 MAX_KERNEL_LINES = 150
 
+# Kernels kept whole, each with the measurement that keeps it so (docs/notes/bench-passes.md).
+LONG_KERNELS_KEPT = {
+    "selective_scan/fwd_lanes.cu fwd_lanes_kernel":
+        "its agent form (same phases, same PTX but for order) ran the 16-bit forward at 4 states a lane "
+        "4-9 % slower on an H100 (ptxas scheduled the reduce-scatter into the scan and spilled), "
+        "interleaved A/B, 2026-12-07",
+}
+
 
 def _strip_comments(text: str) -> str:
     """C++ text with // and /* */ comments blanked (newlines kept), so braces in them do not count."""
@@ -306,8 +314,9 @@ def _kernel_name(head: str) -> str:
     return name.group(1) if name else "?"
 
 
-def long_kernels(csrc: Path) -> List[str]:
-    """`__global__` functions under csrc whose body (opening to closing brace) exceeds MAX_KERNEL_LINES."""
+def long_kernels(csrc: Path, kept=()) -> List[str]:
+    """`__global__` functions under csrc whose body (opening to closing brace) exceeds MAX_KERNEL_LINES,
+    but for those named in `kept` ("path/under/csrc.cu kernel_name")."""
     bad = []
     for f in sorted([*csrc.rglob("*.cu"), *csrc.rglob("*.cuh")]):
         text = _strip_comments(f.read_text(encoding="utf-8"))
@@ -322,14 +331,21 @@ def long_kernels(csrc: Path) -> List[str]:
                     break
                 i += 1
             lines = text.count("\n", start, i) + 1
-            if lines > MAX_KERNEL_LINES:
-                bad.append(f"{f.relative_to(csrc)}:{text.count(chr(10), 0, m.start()) + 1} "
-                           f"{_kernel_name(text[m.end():start])} ({lines} lines)")
+            name = _kernel_name(text[m.end():start])
+            if lines > MAX_KERNEL_LINES and f"{f.relative_to(csrc)} {name}" not in kept:
+                line = text.count("\n", 0, m.start()) + 1
+                bad.append(f"{f.relative_to(csrc)}:{line} {name} ({lines} lines)")
     return bad
 
 
 def test_kernel_bodies_are_phases():
-    assert long_kernels(ROOT / "csrc") == []
+    assert long_kernels(ROOT / "csrc", LONG_KERNELS_KEPT) == []
+
+
+def test_kernels_kept_whole_are_still_long():
+    """An exception that no longer applies (the kernel split or gone) leaves the list."""
+    long_now = {f"{b.split(':')[0]} {b.split(' ')[1]}" for b in long_kernels(ROOT / "csrc")}
+    assert set(LONG_KERNELS_KEPT) <= long_now, set(LONG_KERNELS_KEPT) - long_now
 
 
 def test_the_kernel_length_check_fails_on_an_injected_long_kernel(tmp_path):

@@ -147,6 +147,7 @@ def test_policy_constants_are_the_sources():
         "kVecCL": hv.const(conv_bwd, "kVecCL"),
         "kVecCLLean": hv.const(conv_bwd, "kVecCLLean"),
         "kSsdPassVec": hv.value(CSRC / "ssd" / "ssd_policy.cuh", "kVec", "SsdPassPolicy"),
+        "kSsdDbcBlocksPerSm": hv.value(CSRC / "ssd" / "ssd_policy.cuh", "kBlocksPerSm", "SsdDbcPolicy"),
     }
     m = re.search(r"kMinBlocks\s*=\s*fit_blocks_per_sm\(kThreads,\s*kS == 1 \? (\d+) : (\d+)\)", fwd_lanes)
     assert m, "FwdLanesPolicy::kMinBlocks changed form"

@@ -31,124 +31,72 @@ struct LanesFwdArgs {
   bool full_ok;  // every row of unit stride, with vector access wherever one is used: the full-tile copy
 };
 
-// One lane's walk over its channel, in phases: setup (A, fixed B/C, D, row pointers, the lane's
-// part in staging B/C) and, per tile, discretise, prefetch, scan (quad by quad), store_out,
-// checkpoint and advance.
 template <typename T, int kS, bool kVarBC>
-struct FwdLanesAgent {
+__global__ void __launch_bounds__(FwdLanesPolicy<kS>::kThreads, FwdLanesPolicy<kS>::kMinBlocks)
+    fwd_lanes_kernel(const ScanParams p, const LanesFwdArgs f) {
   using F = FwdLanesPolicy<kS>;
-  static constexpr int kTL = F::kTile, kP = F::kP, kQ = F::kQ;
-  static constexpr int kLG = F::kLoadGroups;
-  // u and delta are fetched during the tile before, z too at one state per lane (a short
-  // tile); with more states per lane z is fetched at the tile's start, behind a recurrence
-  // long enough to hide it, which keeps two fewer registers live.
-  static constexpr bool kZAhead = kS == 1;
-  struct Smem {
-    __align__(16) float sB[2][F::kTileFloats];
-    __align__(16) float sC[2][F::kTileFloats];
-    __align__(16) float sDT[F::kCh][F::kNRow];  // rows of kTile + 4: the warp's channels' reads
-    __align__(16) float sDTU[F::kCh][F::kNRow];  // fall in distinct banks
-  };
+  constexpr int kTL = F::kTile, kP = F::kP, kQ = F::kQ;
+  __shared__ __align__(16) float sB[2][F::kTileFloats];
+  __shared__ __align__(16) float sC[2][F::kTileFloats];
+  __shared__ __align__(16) float sDT[F::kCh][F::kNRow];  // rows of kTile + 4: the warp's channels'
+  __shared__ __align__(16) float sDTU[F::kCh][F::kNRow];  // reads fall in distinct banks
 
-  const ScanParams& p;
-  const LanesFwdArgs& f;
-  Smem& sm;
-  int64_t L, N, b, g, d;
-  int tid, ch, s, n0;
-  bool active;
+  const int64_t L = p.seqlen, N = p.dstate;
+  const int64_t dpg = p.dim / p.ngroups;
+  const int64_t bg = int64_t(blockIdx.x) / f.bpg, rb = int64_t(blockIdx.x) % f.bpg;
+  const int64_t b = bg / p.ngroups, g = bg % p.ngroups;
+  const int tid = threadIdx.x, ch = tid / kP, s = tid % kP;
+  const int64_t rig = rb * F::kCh + ch;
+  const bool active = rig < dpg;
+  const int64_t d = g * dpg + (active ? rig : 0);  // inactive channels shadow row 0, store nothing
+  const int n0 = s * kS;
+
   float a2[kS], h[kS], Bfix[kS], Cfix[kS];
-  float Dd, bias;
-  const T* z;
+#pragma unroll
+  for (int k = 0; k < kS; ++k) {
+    const bool ok = n0 + k < N;
+    a2[k] = ok ? clamp_finite(p.A[d * N + n0 + k] * kLog2e) : 0.0f;
+    Bfix[k] = (!kVarBC && ok && !p.B.variable) ? static_cast<const float*>(p.B.ptr)[d * N + n0 + k] : 0.0f;
+    Cfix[k] = (!kVarBC && ok && !p.C.variable) ? static_cast<const float*>(p.C.ptr)[d * N + n0 + k] : 0.0f;
+    h[k] = 0.0f;
+  }
+  const float Dd = p.D != nullptr ? p.D[d] : 0.0f;
+  const float bias = p.delta_bias != nullptr ? p.delta_bias[d] : 0.0f;
+  const T* u = static_cast<const T*>(p.u) + offset3(p.u_s, b, d, 0);
+  const T* delta = static_cast<const T*>(p.delta) + offset3(p.delta_s, b, d, 0);
+  const T* z = p.z != nullptr ? static_cast<const T*>(p.z) + offset3(p.z_s, b, d, 0) : nullptr;
+
   // Staging a B/C tile: the first kLoaders threads, kLoadSteps consecutive steps each (runs of
   // 4, one vector load a run), of B (first half) or C.
-  bool loader, loads_c;
-  int ln, lt;
-  bool bc_vec, bc_ok;
-  int64_t bc_sl;
-  const T* bc_at;  // advanced per tile
-  int64_t bc_end;  // left = bc_end - t0
-  Steps<T, 4> pf[kLG];  // the next tile's values, raw until stashed
-  Steps<T, kQ> ru, rd, rz, cu, cz;  // this tile's u and z (cu, cz) stay in storage type
-  // the lane's first step of the tile to fetch (u, delta) or of this tile (z, out, out_z)
-  const T* u_at;
-  const T* delta_at;
-  const T* z_at;
-  T* out_at;
-  T* out_z_at;
-  int64_t lane_end;  // this lane's steps left in a tile at t0: lane_end - t0
-
-  __device__ __forceinline__ FwdLanesAgent(const ScanParams& params, const LanesFwdArgs& args, Smem& smem)
-      : p(params), f(args), sm(smem) {
-    L = p.seqlen, N = p.dstate;
-    const int64_t dpg = p.dim / p.ngroups;
-    const int64_t bg = int64_t(blockIdx.x) / f.bpg, rb = int64_t(blockIdx.x) % f.bpg;
-    b = bg / p.ngroups, g = bg % p.ngroups;
-    tid = threadIdx.x, ch = tid / kP, s = tid % kP;
-    const int64_t rig = rb * F::kCh + ch;
-    active = rig < dpg;
-    d = g * dpg + (active ? rig : 0);  // inactive channels shadow row 0, store nothing
-    n0 = s * kS;
-  }
-
-  __device__ __forceinline__ void setup() {
-    const float* A = p.A;
-    const bool b_var = p.B.variable, c_var = p.C.variable;
-    const float* Bp = static_cast<const float*>(p.B.ptr);
-    const float* Cp = static_cast<const float*>(p.C.ptr);
-#pragma unroll
-    for (int k = 0; k < kS; ++k) {
-      const bool ok = n0 + k < N;
-      a2[k] = ok ? clamp_finite(A[d * N + n0 + k] * kLog2e) : 0.0f;
-      Bfix[k] = (!kVarBC && ok && !b_var) ? Bp[d * N + n0 + k] : 0.0f;
-      Cfix[k] = (!kVarBC && ok && !c_var) ? Cp[d * N + n0 + k] : 0.0f;
-      h[k] = 0.0f;
-    }
-    Dd = p.D != nullptr ? p.D[d] : 0.0f;
-    bias = p.delta_bias != nullptr ? p.delta_bias[d] : 0.0f;
-    const T* u = static_cast<const T*>(p.u) + offset3(p.u_s, b, d, 0);
-    const T* delta = static_cast<const T*>(p.delta) + offset3(p.delta_s, b, d, 0);
-    z = p.z != nullptr ? static_cast<const T*>(p.z) + offset3(p.z_s, b, d, 0) : nullptr;
-    setup_loader();
-    u_at = u + s * kQ * p.u_s.l;
-    delta_at = delta + s * kQ * p.delta_s.l;
-    z_at = z != nullptr ? z + s * kQ * p.z_s.l : nullptr;
-    out_at = p.out != nullptr ? static_cast<T*>(p.out) + offset3(p.out_s, b, d, s * kQ) : nullptr;
-    out_z_at = p.out_z != nullptr ? static_cast<T*>(p.out_z) + offset3(p.out_z_s, b, d, s * kQ) : nullptr;
-    lane_end = L - s * kQ;
-  }
-
+  const bool loader = tid < F::kLoaders;
+  const bool loads_c = tid >= F::kLoaders / 2;
+  const int li = tid % (F::kLoaders / 2);
   // kLoadSteps steps of state ln, stored as a column of the [step][state] tile for kS > 1
-  // (4-byte stores) or as a row of the [state][step] tile for kS = 1 (16-byte stores).
-  __device__ __forceinline__ void setup_loader() {
-    loader = tid < F::kLoaders;
-    loads_c = tid >= F::kLoaders / 2;
-    const int li = tid % (F::kLoaders / 2);
-    ln = li / (kTL / F::kLoadSteps);
-    lt = F::kLoadSteps * (li % (kTL / F::kLoadSteps));
-    // (fields picked one by one: a reference to either parameter struct would put both on the stack)
-    const bool bc_var = loader && (loads_c ? p.C.variable : p.B.variable);
-    const T* bc_base = nullptr;
-    if (bc_var) {
-      bc_base = loads_c ? static_cast<const T*>(p.C.ptr) + b * p.C.s_b + g * p.C.s_g
-                        : static_cast<const T*>(p.B.ptr) + b * p.B.s_b + g * p.B.s_g;
-    }
-    const int64_t bc_sn = loads_c ? p.C.s_n : p.B.s_n;
-    bc_sl = loads_c ? p.C.s_l : p.B.s_l;
-    bc_vec = loads_c ? f.vec_c : f.vec_b;
-    bc_ok = bc_var && ln < N;
-    bc_at = bc_ok ? bc_base + ln * bc_sn + lt * bc_sl : nullptr;
-    bc_end = bc_ok ? L - lt : 0;
+  // (4-byte stores) or as a row of the [state][step] tile for kS = 1 (16-byte stores)
+  constexpr int kLG = F::kLoadGroups;
+  const int ln = li / (kTL / F::kLoadSteps);
+  const int lt = F::kLoadSteps * (li % (kTL / F::kLoadSteps));
+  // (fields picked one by one: a reference to either parameter struct would put both on the stack)
+  const bool bc_var = loader && (loads_c ? p.C.variable : p.B.variable);
+  const T* bc_base = nullptr;
+  if (bc_var) {
+    bc_base = loads_c ? static_cast<const T*>(p.C.ptr) + b * p.C.s_b + g * p.C.s_g
+                      : static_cast<const T*>(p.B.ptr) + b * p.B.s_b + g * p.B.s_g;
   }
-
-  __device__ __forceinline__ void fetch_bc(int64_t t0) {
+  const int64_t bc_sn = loads_c ? p.C.s_n : p.B.s_n, bc_sl = loads_c ? p.C.s_l : p.B.s_l;
+  const bool bc_vec = loads_c ? f.vec_c : f.vec_b;
+  Steps<T, 4> pf[kLG];  // the next tile's values, raw until stashed
+  const bool bc_ok = bc_var && ln < N;
+  const T* bc_at = bc_ok ? bc_base + ln * bc_sn + lt * bc_sl : nullptr;  // advanced per tile
+  const int64_t bc_end = bc_ok ? L - lt : 0;  // left = bc_end - t0
+  auto fetch_bc = [&](int64_t t0) {
 #pragma unroll
     for (int i = 0; i < kLG; ++i) load_steps_at(pf[i], bc_at + 4 * i * bc_sl, bc_sl, bc_end - t0 - 4 * i, bc_vec);
     if (bc_ok) bc_at += kTL * bc_sl;
-  }
-
-  __device__ __forceinline__ void stash_bc(int buf) {
+  };
+  auto stash_bc = [&](int buf) {
     if (!loader) return;
-    float* tile = loads_c ? sm.sC[buf] : sm.sB[buf];
+    float* tile = loads_c ? sC[buf] : sB[buf];
 #pragma unroll
     for (int i = 0; i < kLG; ++i) {
       const Steps<T, 4>& v = pf[i];
@@ -159,11 +107,23 @@ struct FwdLanesAgent {
         for (int j = 0; j < 4; ++j) tile[(lt + 4 * i + j) * F::kTRow + ln] = v.at(j);
       }
     }
-  }
-
+  };
   // This lane's steps of its channel in tile t0: [t0 + kQ s, + kQ), the steps whose y the
-  // reduce-scatter hands it. z_ahead: tiles between t0 and z_at.
-  __device__ __forceinline__ void fetch_rows(int64_t t0, int z_ahead) {
+  // reduce-scatter hands it.
+  // u and delta are fetched during the tile before, z too at one state per lane (a short
+  // tile); with more states per lane z is fetched at the tile's start, behind a recurrence
+  // long enough to hide it, which keeps two fewer registers live. This tile's u and z stay in
+  // storage type.
+  constexpr bool kZAhead = kS == 1;
+  Steps<T, kQ> ru, rd, rz, cu, cz;
+  // the lane's first step of the tile to fetch (u, delta) or of this tile (z, out, out_z)
+  const T* u_at = u + s * kQ * p.u_s.l;
+  const T* delta_at = delta + s * kQ * p.delta_s.l;
+  const T* z_at = z != nullptr ? z + s * kQ * p.z_s.l : nullptr;
+  T* out_at = p.out != nullptr ? static_cast<T*>(p.out) + offset3(p.out_s, b, d, s * kQ) : nullptr;
+  T* out_z_at = p.out_z != nullptr ? static_cast<T*>(p.out_z) + offset3(p.out_z_s, b, d, s * kQ) : nullptr;
+  const int64_t lane_end = L - s * kQ;  // this lane's steps left in a tile at t0: lane_end - t0
+  auto fetch_rows = [&](int64_t t0, int z_ahead) {  // z_ahead: tiles between t0 and z_at
     load_steps_at(ru, u_at, p.u_s.l, lane_end - t0, f.vec_u);
     load_steps_at(rd, delta_at, p.delta_s.l, lane_end - t0, f.vec_delta);
     if (kZAhead && z != nullptr) {
@@ -171,11 +131,20 @@ struct FwdLanesAgent {
     }
     u_at += kTL * p.u_s.l;
     delta_at += kTL * p.delta_s.l;
-  }
+  };
+  fetch_bc(0);
+  fetch_rows(0, 0);
+  stash_bc(0);
+  __syncthreads();
 
-  // This tile's own steps, discretised into the channel's rows.
-  template <bool kFull>
-  __device__ __forceinline__ void discretise(int64_t t0) {
+  // One tile. kFull: this tile and the next lie inside the sequence and every tensor takes
+  // vector access (unit stride, aligned rows: the models' case), so the copy compiled for it
+  // has no bounds checks, element fallbacks or strided pointer steps.
+  auto tile = [&](int64_t t0, int64_t k, auto full_tag) {
+    static constexpr bool kFull = decltype(full_tag)::value;
+    const int buf = int(k & 1);
+    const bool more = kFull || t0 + kTL < L;
+    // This tile's own steps, discretised into the channel's rows; then the next tile's loads.
     cu = ru;
     if (kZAhead) {
       cz = rz;
@@ -192,13 +161,8 @@ struct FwdLanesAgent {
       dtq[j] = ok ? (p.softplus ? softplus(v) : v) : 0.0f;
       dtu[j] = cu.at(j) * dtq[j];
     }
-    store_pack<float, kQ>(&sm.sDT[ch][s * kQ], dtq);
-    store_pack<float, kQ>(&sm.sDTU[ch][s * kQ], dtu);
-  }
-
-  // The next tile's loads (kFull: it lies inside the sequence, every access a vector).
-  template <bool kFull>
-  __device__ __forceinline__ void prefetch(int64_t t0, bool more) {
+    store_pack<float, kQ>(&sDT[ch][s * kQ], dtq);
+    store_pack<float, kQ>(&sDTU[ch][s * kQ], dtu);
     if (kFull) {
       if (bc_ok) {
 #pragma unroll
@@ -214,84 +178,84 @@ struct FwdLanesAgent {
       fetch_bc(t0 + kTL);
       fetch_rows(t0 + kTL, 1);
     }
-  }
-
-  // This lane's kS states of B (or C) at step tt + j; q4: its four steps at one state per lane.
-  __device__ __forceinline__ void read_step(const float* tile, bool var, const float (&fixed)[kS], const float (&q4)[4],
-                                            int tt, int j, float (&o)[kS]) const {
-    if (!kVarBC && !var) {
-#pragma unroll
-      for (int m = 0; m < kS; ++m) o[m] = fixed[m];
-    } else if constexpr (kS == 1) {
-      o[0] = q4[j];
-    } else if constexpr (kS == 2) {
-      const float2 v = *reinterpret_cast<const float2*>(tile + (tt + j) * F::kTRow + n0);
-      o[0] = v.x, o[1] = v.y;
-    } else {
-      const float4 v = *reinterpret_cast<const float4*>(tile + (tt + j) * F::kTRow + n0);
-      o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
-    }
-  }
-
-  // Four steps of the recurrence from 16-byte reads of dt and dt*u; yp[tt + j] gets this
-  // lane's part of y at step tt + j. Steps past the end of the sequence need no guard: their
-  // dt, dt*u and B/C are zero, so the decay is exactly 1 (A is finite, clamp_finite) and the
-  // states pass through unchanged.
-  __device__ __forceinline__ void quad(int tt, const float* tB, const float* tC, float (&yp)[kTL]) {
-    const float4 dt4 = *reinterpret_cast<const float4*>(&sm.sDT[ch][tt]);
-    const float4 du4 = *reinterpret_cast<const float4*>(&sm.sDTU[ch][tt]);
-    const float dts[4] = {dt4.x, dt4.y, dt4.z, dt4.w};
-    const float dus[4] = {du4.x, du4.y, du4.z, du4.w};
-    // one state per lane: its four steps in one 16-byte read from the [state][step] tile
-    float b4[4] = {}, c4[4] = {};
-    if constexpr (kS == 1) {
-      if (kVarBC || p.B.variable) {
-        const float4 v = *reinterpret_cast<const float4*>(tB + s * F::kNRow + tt);
-        b4[0] = v.x, b4[1] = v.y, b4[2] = v.z, b4[3] = v.w;
-      }
-      if (kVarBC || p.C.variable) {
-        const float4 v = *reinterpret_cast<const float4*>(tC + s * F::kNRow + tt);
-        c4[0] = v.x, c4[1] = v.y, c4[2] = v.z, c4[3] = v.w;
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      float bq[kS], cq[kS];
-      read_step(tB, p.B.variable, Bfix, b4, tt, j, bq);
-      read_step(tC, p.C.variable, Cfix, c4, tt, j, cq);
-      float acc0 = 0.0f, acc1 = 0.0f;  // two chains: half the dependent FMAs per step
-#pragma unroll
-      for (int m = 0; m < kS; ++m) {
-        const float a = fast_exp2(dts[j] * a2[m]);
-        h[m] = fmaf(a, h[m], dus[j] * bq[m]);
-        if (m & 1) {
-          acc1 = fmaf(cq[m], h[m], acc1);
-        } else {
-          acc0 = fmaf(cq[m], h[m], acc0);
+    __syncwarp();
+    const int valid = kFull ? kTL : int(L - t0 < kTL ? L - t0 : kTL);
+    const float* tB = sB[buf];
+    const float* tC = sC[buf];
+    float yp[kTL];
+    // Four steps of the recurrence from 16-byte reads of dt and dt*u; yp[tt + j] gets this
+    // lane's part of y at step tt + j. Steps past the end of the sequence need no guard: their
+    // dt, dt*u and B/C are zero, so the decay is exactly 1 (A is finite, clamp_finite) and the
+    // states pass through unchanged.
+    auto quad = [&](int tt) {
+      const float4 dt4 = *reinterpret_cast<const float4*>(&sDT[ch][tt]);
+      const float4 du4 = *reinterpret_cast<const float4*>(&sDTU[ch][tt]);
+      const float dts[4] = {dt4.x, dt4.y, dt4.z, dt4.w};
+      const float dus[4] = {du4.x, du4.y, du4.z, du4.w};
+      // one state per lane: its four steps in one 16-byte read from the [state][step] tile
+      float b4[4] = {}, c4[4] = {};
+      (void)b4, (void)c4;  // read only at kS = 1
+      if constexpr (kS == 1) {
+        if (kVarBC || p.B.variable) {
+          const float4 v = *reinterpret_cast<const float4*>(tB + s * F::kNRow + tt);
+          b4[0] = v.x, b4[1] = v.y, b4[2] = v.z, b4[3] = v.w;
+        }
+        if (kVarBC || p.C.variable) {
+          const float4 v = *reinterpret_cast<const float4*>(tC + s * F::kNRow + tt);
+          c4[0] = v.x, c4[1] = v.y, c4[2] = v.z, c4[3] = v.w;
         }
       }
-      yp[tt + j] = kS == 1 ? acc0 : acc0 + acc1;  // (acc0 + 0 is not acc0 for acc0 = -0)
-    }
-  }
-
-  template <bool kFull>
-  __device__ __forceinline__ void store_out(const float (&yp)[kTL], int64_t left) const {
-    float yo[kQ];
+      // this lane's kS states of B (or C) at step tt + j
+      auto read_step = [&](const float* tile, bool var, const float (&fixed)[kS], int j, float (&o)[kS]) {
+        if (!kVarBC && !var) {
 #pragma unroll
-    for (int j = 0; j < kQ; ++j) yo[j] = fmaf(Dd, cu.at(j), yp[j]);
-    if (p.out != nullptr) {
-      store_steps_at(out_at, kFull ? 1 : p.out_s.l, kFull ? kQ : left, yo, kFull || f.vec_out);
-    }
-    if (z != nullptr) {
+          for (int m = 0; m < kS; ++m) o[m] = fixed[m];
+        } else if constexpr (kS == 1) {
+          o[0] = (tile == tB ? b4 : c4)[j];
+        } else if constexpr (kS == 2) {
+          const float2 v = *reinterpret_cast<const float2*>(tile + (tt + j) * F::kTRow + n0);
+          o[0] = v.x, o[1] = v.y;
+        } else {
+          const float4 v = *reinterpret_cast<const float4*>(tile + (tt + j) * F::kTRow + n0);
+          o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+        }
+      };
 #pragma unroll
-      for (int j = 0; j < kQ; ++j) yo[j] *= silu(cz.at(j));
-      store_steps_at(out_z_at, kFull ? 1 : p.out_z_s.l, kFull ? kQ : left, yo, kFull || f.vec_out_z);
+      for (int j = 0; j < 4; ++j) {
+        float bq[kS], cq[kS];
+        read_step(tB, p.B.variable, Bfix, j, bq);
+        read_step(tC, p.C.variable, Cfix, j, cq);
+        float acc0 = 0.0f, acc1 = 0.0f;  // two chains: half the dependent FMAs per step
+#pragma unroll
+        for (int m = 0; m < kS; ++m) {
+          const float a = fast_exp2(dts[j] * a2[m]);
+          h[m] = fmaf(a, h[m], dus[j] * bq[m]);
+          if (m & 1) {
+            acc1 = fmaf(cq[m], h[m], acc1);
+          } else {
+            acc0 = fmaf(cq[m], h[m], acc0);
+          }
+        }
+        yp[tt + j] = kS == 1 ? acc0 : acc0 + acc1;  // (acc0 + 0 is not acc0 for acc0 = -0)
+      }
+    };
+#pragma unroll
+    for (int q = 0; q < kTL / 4; ++q) quad(q * 4);
+    reduce_scatter_over<kP>(yp, s);  // yp[j]: y of step t0 + kQ s + j
+    if (active) {
+      float yo[kQ];
+#pragma unroll
+      for (int j = 0; j < kQ; ++j) yo[j] = fmaf(Dd, cu.at(j), yp[j]);
+      if (p.out != nullptr) {
+        store_steps_at(out_at, kFull ? 1 : p.out_s.l, kFull ? kQ : left, yo, kFull || f.vec_out);
+      }
+      if (z != nullptr) {
+#pragma unroll
+        for (int j = 0; j < kQ; ++j) yo[j] *= silu(cz.at(j));
+        store_steps_at(out_z_at, kFull ? 1 : p.out_z_s.l, kFull ? kQ : left, yo, kFull || f.vec_out_z);
+      }
     }
-  }
-
-  // The state at a checkpointed chunk's end (tile k ends at t_end).
-  template <bool kFull>
-  __device__ __forceinline__ void checkpoint(int64_t t_end, int64_t k) const {
+    const int64_t t_end = t0 + valid;
     const bool chunk_end = kFull ? (k + 1) % (kChunk / kTL) == 0 : (t_end % kChunk == 0 || t_end == L);
     if (active && chunk_end) {
       const int64_t c = (t_end - 1) / kChunk;
@@ -311,55 +275,21 @@ struct FwdLanesAgent {
         }
       }
     }
-  }
-
-  // One tile. kFull: this tile and the next lie inside the sequence and every tensor takes
-  // vector access (unit stride, aligned rows: the models' case), so the copy compiled for it
-  // has no bounds checks, element fallbacks or strided pointer steps.
-  template <bool kFull>
-  __device__ __forceinline__ void tile(int64_t t0, int64_t k) {
-    const int buf = int(k & 1);
-    const bool more = kFull || t0 + kTL < L;
-    discretise<kFull>(t0);
-    const int64_t left = lane_end - t0;  // this lane's steps inside the sequence
-    prefetch<kFull>(t0, more);
-    __syncwarp();
-    const int valid = kFull ? kTL : int(L - t0 < kTL ? L - t0 : kTL);
-    float yp[kTL];
-#pragma unroll
-    for (int q = 0; q < kTL / 4; ++q) quad(q * 4, sm.sB[buf], sm.sC[buf], yp);
-    reduce_scatter_over<kP>(yp, s);  // yp[j]: y of step t0 + kQ s + j
-    if (active) store_out<kFull>(yp, left);
-    checkpoint<kFull>(t0 + valid, k);
     if (z_at != nullptr) z_at += kTL * (kFull ? 1 : p.z_s.l);
     if (out_at != nullptr) out_at += kTL * (kFull ? 1 : p.out_s.l);
     if (out_z_at != nullptr) out_z_at += kTL * (kFull ? 1 : p.out_z_s.l);
     if (more) stash_bc(buf ^ 1);  // the other buffer's readers finished before the last barrier
-  }
-};
-
-template <typename T, int kS, bool kVarBC>
-__global__ void __launch_bounds__(FwdLanesPolicy<kS>::kThreads, FwdLanesPolicy<kS>::kMinBlocks)
-    fwd_lanes_kernel(const ScanParams p, const LanesFwdArgs f) {
-  using F = FwdLanesPolicy<kS>;
-  using Agent = FwdLanesAgent<T, kS, kVarBC>;
-  __shared__ typename Agent::Smem sm;
-  Agent a(p, f, sm);
-  a.setup();
-  a.fetch_bc(0);
-  a.fetch_rows(0, 0);
-  a.stash_bc(0);
-  __syncthreads();
+  };
   // Only at 1 and 2 states per lane, where the per-tile work is shared by the fewest states; at
   // 4 the second copy made the kernel spill.
   constexpr bool kFullCopy = kS <= 2;
-  for (int64_t t0 = 0, k = 0; t0 < a.L; t0 += F::kTile, ++k) {
+  for (int64_t t0 = 0, k = 0; t0 < L; t0 += kTL, ++k) {
     bool full = false;
-    if constexpr (kFullCopy) full = f.full_ok && t0 + 2 * F::kTile <= a.L;
+    if constexpr (kFullCopy) full = f.full_ok && t0 + 2 * kTL <= L;
     if (full) {
-      if constexpr (kFullCopy) a.template tile<true>(t0, k);
+      if constexpr (kFullCopy) tile(t0, k, std::true_type{});
     } else {
-      a.template tile<false>(t0, k);
+      tile(t0, k, std::false_type{});
     }
     __syncthreads();  // (also orders this tile's dt rows before the next tile's writes)
   }
