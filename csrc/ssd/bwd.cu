@@ -458,13 +458,194 @@ struct DcbAgent {
   }
 };
 
+#if MK_SSD_MMA
+// chunk_dcb for 16-bit inputs on sm_80 and later, on mma.sync (ssd_mma.cuh): per head dM = dy x^T
+// in the accumulators (rows t: the warp's 16-step strip; columns s: the tile's steps), then the
+// mask, the decay, the group's d(C B^T) (summed over the split's heads in registers) and both
+// per-step partial sums on the accumulators in place: row sums by the quad's shuffles, column
+// sums by shuffles over the warp's 8 row groups, then the warps in order through shared memory.
+// The tile of C B^T is read once per block. Masked entries are selects, as DcbAgent's.
+template <typename T>
+struct DcbMmaAgent {
+  using Pol = SsdBwdPolicy<true>;
+  static constexpr int NT = Pol::kThreads, BT = Pol::kTile, BS = BT, BK = Pol::kK;
+  static constexpr int LDK = BK + Pol::kPadS;  // dy and x rows (channels)
+  static constexpr int kNT = BS / 8, kWarps = NT / 32;
+  static_assert(BT == 16 * kWarps && BS % 16 == 0 && BK % 16 == 0, "a 16-step strip per warp");
+
+  struct Smem {
+    Steps st;
+    alignas(16) T dy[BT * LDK];     // dy rows t, BK channels, as T
+    alignas(16) T x[BS * LDK];      // x rows s
+    alignas(16) float cb[BT * BS];  // C_t . B_s of the tile
+    float col[kWarps][BS];          // each warp's column sums of F
+  };
+
+  const SsdBwdParams& p;
+  Smem& sm;
+  ChunkAt at;
+  int64_t g, split, h_lo, h_hi;  // the split's heads [h_lo, h_hi)
+  int ntl, ti, si, t0, s0, lane, warp;
+  int row[2];          // the thread's accumulator steps t: t0 + 16 warp + lane / 4, and 8 below
+  float acc[kNT][4];   // dM of the current head
+  float dcb[kNT][4];   // d(C B^T), the split's heads summed in order
+
+  __device__ __forceinline__ DcbMmaAgent(const SsdBwdParams& params, Smem& smem)
+      : p(params), sm(smem), at(params.f) {
+    ntl = int((p.f.chunk + BT - 1) / BT);
+    ti = int(blockIdx.x) / ntl;
+    si = int(blockIdx.x) % ntl;
+    t0 = ti * BT;
+    s0 = si * BS;
+    g = int64_t(blockIdx.y) / p.dcb_splits;
+    split = int64_t(blockIdx.y) % p.dcb_splits;
+    const int64_t hpg = p.f.heads_per_group, per = (hpg + p.dcb_splits - 1) / p.dcb_splits;
+    h_lo = g * hpg + split * per;
+    h_hi = g * hpg + ((split + 1) * per < hpg ? (split + 1) * per : hpg);
+    lane = int(threadIdx.x) % 32;
+    warp = int(threadIdx.x) / 32;
+    row[0] = t0 + 16 * warp + lane / 4;
+    row[1] = row[0] + 8;
+  }
+
+  __device__ __forceinline__ bool active() const { return si <= ti && t0 < at.Lc; }
+
+  // The accumulator column (j, e)'s step s.
+  __device__ __forceinline__ int col_step(int j, int e) const { return s0 + 8 * j + lane % 4 * 2 + e; }
+
+  __device__ __forceinline__ void load_cb() {
+    const int64_t L = p.f.chunk;
+    const float* cb = p.f.cb + ((at.b * p.f.nchunks + at.c) * p.f.ngroups + g) * L * L;
+    for (int i = threadIdx.x; i < BT * BS; i += NT) {
+      const int t = i / BS, s = i % BS;
+      sm.cb[i] = t0 + t < at.Lc && s0 + s < at.Lc ? cb[(t0 + t) * L + s0 + s] : 0.0f;
+    }
+  }
+
+  // acc = dy x^T for head h over its channels, BK at a time.
+  __device__ __forceinline__ void product(int64_t h) {
+    const SsdFwdParams& f = p.f;
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    const T* x = tptr<T>(f.x);
+    for (int k0 = 0; k0 < f.headdim; k0 += BK) {
+      auto x_row = [&](int s) { return x + at.b * f.x.s0 + (at.c0 + s0 + s) * f.x.s1 + h * f.x.s2 + k0 * f.x.s3; };
+      mma::stage_async<BS, BK, NT>(sm.x, LDK, x_row, at.Lc - s0, int(f.headdim - k0), f.x.s3, f.x.vec16);
+      mma::cp_async_commit();
+      mma::stage_f32_as<BT, BK, NT>(sm.dy, LDK, [&](int t) { return dy_at(p, at.b, at.c0 + t0 + t, h, k0); },
+                                    at.Lc - t0, int(f.headdim - k0), f.headdim % 4 == 0);
+      mma::cp_async_wait<0>();
+      __syncthreads();
+      mma::rows_times_rows<T, kNT, BK>(acc, sm.dy + 16 * warp * LDK, LDK, sm.x, LDK);
+      __syncthreads();
+    }
+  }
+
+  // F = dM (C B^T) exp(cs_t - cs_s) where kept (s <= t in the chunk, one sequence), else 0;
+  // dcb += dM exp() dt_s likewise; the head's per-step partials: row sums of F dt_s (slot si,
+  // steps t) and column sums of F (slot ntl + ti, steps s).
+  __device__ __forceinline__ void epilogue(int64_t h) {
+    const SsdFwdParams& f = p.f;
+    const int64_t L = f.chunk;
+    float* part = p.step_part + ((at.b * f.nheads + h) * f.nchunks + at.c) * p.nslots * L;
+    bool live[2];
+    float cs_t[2], rowsum[2] = {0.0f, 0.0f};
+    int32_t seq_t[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      live[i] = row[i] < at.Lc;
+      cs_t[i] = live[i] ? sm.st.cs[row[i]] : 0.0f;
+      seq_t[i] = live[i] ? sm.st.seq[row[i]] : 0;
+    }
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int s = col_step(j, e);
+        const float cs_s = sm.st.cs[s], dt_s = sm.st.dt[s];
+        const int32_t seq_s = sm.st.seq[s];
+        float colsum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int t = row[i];
+          const bool keep = live[i] && s <= t && seq_s == seq_t[i];
+          const float dM = acc[j][2 * i + e];
+          const float ex = keep ? expf(cs_t[i] - cs_s) : 0.0f;
+          const float F = keep ? dM * sm.cb[(t - t0) * BS + (s - s0)] * ex : 0.0f;
+          dcb[j][2 * i + e] += keep ? dM * ex * dt_s : 0.0f;
+          rowsum[i] += F * dt_s;
+          colsum += F;
+        }
+        colsum += __shfl_xor_sync(0xffffffffu, colsum, 4);  // the warp's 8 row groups
+        colsum += __shfl_xor_sync(0xffffffffu, colsum, 8);
+        colsum += __shfl_xor_sync(0xffffffffu, colsum, 16);
+        if (lane < 4) sm.col[warp][s - s0] = colsum;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float v = rowsum[i];
+      v += __shfl_xor_sync(0xffffffffu, v, 1);  // the quad's columns
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      if (lane % 4 == 0 && live[i]) part[int64_t(si) * L + row[i]] = v;
+    }
+    __syncthreads();
+    const int tid = int(threadIdx.x);
+    if (tid < BS && s0 + tid < at.Lc) {
+      float v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) v += sm.col[w][tid];  // the warps in order
+      part[int64_t(ntl + ti) * L + s0 + tid] = v;
+    }
+  }
+
+  __device__ __forceinline__ void run() {
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) dcb[j][0] = dcb[j][1] = dcb[j][2] = dcb[j][3] = 0.0f;
+    load_cb();  // (published by load_steps' barrier)
+    for (int64_t h = h_lo; h < h_hi; ++h) {  // this split's heads of the group, in order
+      load_steps<NT>(p.f, at, h, sm.st);      // (its barrier also ends the last head's column reads)
+      product(h);
+      epilogue(h);
+    }
+    const int64_t L = p.f.chunk;
+    const int64_t slab = p.f.batch * p.f.nchunks * p.f.ngroups * L * L;
+    float* dst = p.dcb + split * slab + ((at.b * p.f.nchunks + at.c) * p.f.ngroups + g) * L * L;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int t = row[i];
+      if (t >= at.Lc) continue;
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int s = col_step(j, e);
+          if (s < at.Lc) dst[int64_t(t) * L + s] = dcb[j][2 * i + e];
+        }
+      }
+    }
+  }
+};
+#endif
+
 template <typename T>
 __global__ void __launch_bounds__(SsdBwdPolicy<Is16Bit<T>::value>::kThreads) chunk_dcb_kernel(const SsdBwdParams p) {
-  using Agent = DcbAgent<T>;
-  __shared__ typename Agent::Smem sm;
-  Agent agent(p, sm);
-  if (!agent.active()) return;  // above the diagonal or past the chunk's end (uniform)
-  agent.run();
+#if MK_SSD_MMA
+  if constexpr (Is16Bit<T>::value) {
+    using Agent = DcbMmaAgent<T>;
+    __shared__ typename Agent::Smem sm;
+    Agent agent(p, sm);
+    if (!agent.active()) return;  // above the diagonal or past the chunk's end (uniform)
+    agent.run();
+  } else
+#endif
+  {
+    using Agent = DcbAgent<T>;
+    __shared__ typename Agent::Smem sm;
+    Agent agent(p, sm);
+    if (!agent.active()) return;  // above the diagonal or past the chunk's end (uniform)
+    agent.run();
+  }
 }
 
 // ---------------------------------------------------------------------------------- dx
