@@ -129,9 +129,17 @@ __device__ __forceinline__ void weights_state(const ChunkAt& at, Steps& st) {
   __syncthreads();
 }
 
-__device__ __forceinline__ const float* dy_at(const SsdBwdParams& p, int64_t b, int64_t l, int64_t h, int64_t ch) {
+// dy, in x's dtype T: packed (batch, seqlen, head, p), rows 256-byte aligned at their start.
+template <typename T>
+__device__ __forceinline__ const T* dy_at(const SsdBwdParams& p, int64_t b, int64_t l, int64_t h, int64_t ch) {
   const SsdFwdParams& f = p.f;
-  return p.dy + ((b * f.seqlen + l) * f.nheads + h) * f.headdim + ch;
+  return static_cast<const T*>(p.dy) + ((b * f.seqlen + l) * f.nheads + h) * f.headdim + ch;
+}
+
+// dy's rows take 16-byte vector reads (from a 16-byte aligned column).
+template <typename T>
+__device__ __forceinline__ bool dy_vec(const SsdFwdParams& f) {
+  return f.headdim * int64_t(sizeof(T)) % 16 == 0;
 }
 
 // ----------------------------------------------------------------------------------- gate
@@ -152,7 +160,7 @@ __device__ __forceinline__ void gate_one(const SsdBwdParams& p, int64_t i, int64
     static_cast<T*>(p.dz)[i] = from_float<T>(d * y * sg * (1.0f + zv * (1.0f - sg)));
     d *= zv * sg;
   }
-  p.dy[i] = d;
+  static_cast<T*>(p.dy)[i] = from_float<T>(d);
 }
 
 template <typename T>
@@ -222,10 +230,9 @@ struct DstateAgent {
       const float* w = sm.st.w + k0;
       auto weight = [w](int t) { return w[t]; };
       auto live = [w](int t) { return w[t] != 0.0f ? 1.0f : 0.0f; };
-      auto y_row = [&](int t) { return dy_at(p, at.b, at.c0 + k0 + t, h, p0); };
+      auto y_row = [&](int t) { return dy_at<T>(p, at.b, at.c0 + k0 + t, h, p0); };
       auto c_row = [&](int t) { return C + at.b * f.C.s0 + (at.c0 + k0 + t) * f.C.s1 + g * f.C.s2 + n0 * f.C.s3; };
-      load_tile<BK, BP, NT, true, T, float>(sm.ys, LDY, y_row, weight, at.Lc - k0, int(f.headdim - p0), 1,
-                                            f.headdim % 4 == 0);
+      load_tile<BK, BP, NT, true, T, T>(sm.ys, LDY, y_row, weight, at.Lc - k0, int(f.headdim - p0), 1, dy_vec<T>(f));
       load_tile<BK, BN, NT, true, T, T>(sm.cs, LDC, c_row, live, at.Lc - k0, int(f.dstate - n0), f.C.s3, f.C.vec16);
       __syncthreads();
       acc.template mma<false, true>(sm.ys, LDY, sm.cs, LDC, BK, false);
@@ -402,10 +409,9 @@ struct DcbAgent {
     acc.zero();
     const T* x = tptr<T>(f.x);
     for (int k0 = 0; k0 < f.headdim; k0 += BK) {
-      auto y_row = [&](int t) { return dy_at(p, at.b, at.c0 + t0 + t, h, k0); };
+      auto y_row = [&](int t) { return dy_at<T>(p, at.b, at.c0 + t0 + t, h, k0); };
       auto x_row = [&](int s) { return x + at.b * f.x.s0 + (at.c0 + s0 + s) * f.x.s1 + h * f.x.s2 + k0 * f.x.s3; };
-      load_tile<BT, BK, NT, false, T, float>(sm.u.op.a, LDK, y_row, One{}, at.Lc - t0, int(f.headdim - k0), 1,
-                                             f.headdim % 4 == 0);
+      load_tile<BT, BK, NT, false, T, T>(sm.u.op.a, LDK, y_row, One{}, at.Lc - t0, int(f.headdim - k0), 1, dy_vec<T>(f));
       load_tile<BS, BK, NT, false, T, T>(sm.u.op.b, LDK, x_row, One{}, at.Lc - s0, int(f.headdim - k0), f.x.s3,
                                          f.x.vec16);
       __syncthreads();
@@ -531,9 +537,9 @@ struct DcbMmaAgent {
     for (int k0 = 0; k0 < f.headdim; k0 += BK) {
       auto x_row = [&](int s) { return x + at.b * f.x.s0 + (at.c0 + s0 + s) * f.x.s1 + h * f.x.s2 + k0 * f.x.s3; };
       mma::stage_async<BS, BK, NT>(sm.x, LDK, x_row, at.Lc - s0, int(f.headdim - k0), f.x.s3, f.x.vec16);
+      mma::stage_async<BT, BK, NT>(sm.dy, LDK, [&](int t) { return dy_at<T>(p, at.b, at.c0 + t0 + t, h, k0); },
+                                   at.Lc - t0, int(f.headdim - k0), 1, dy_vec<T>(f));
       mma::cp_async_commit();
-      mma::stage_f32_as<BT, BK, NT>(sm.dy, LDK, [&](int t) { return dy_at(p, at.b, at.c0 + t0 + t, h, k0); },
-                                    at.Lc - t0, int(f.headdim - k0), f.headdim % 4 == 0);
       mma::cp_async_wait<0>();
       __syncthreads();
       mma::rows_times_rows<T, kNT, BK>(acc, sm.dy + 16 * warp * LDK, LDK, sm.x, LDK);
@@ -761,7 +767,7 @@ struct DxAgent : DxTile {
     if (at.c > 0 || f.init.ptr) state_product(acc, f.C, f.states + slot);
     acc.store(sm.stage, LDS);
     __syncthreads();
-    row_slot(2 * ntl + ptiles + pi, [&](int s, int64_t ch) { return *dy_at(p, at.b, at.c0 + s, h, ch); }, true);
+    row_slot(2 * ntl + ptiles + pi, [&](int s, int64_t ch) { return to_float(*dy_at<T>(p, at.b, at.c0 + s, h, ch)); }, true);
     // (B_s dS_c^T): x_s . it is the gradient of the step weight w_s; w_s times it is dx's state part
     acc.zero();
     state_product(acc, f.B, p.dstates + slot);
@@ -799,9 +805,8 @@ struct DxAgent : DxTile {
         sm.a[s * LDM + t] =
             keep ? from_float<T>(cb[r * L + q] * expf(sm.st.cs[r] - sm.st.cs[q]) * sm.st.dt[q]) : zero;
       }
-      auto y_row = [&](int t) { return dy_at(p, at.b, at.c0 + t0 + t, h, p0); };
-      load_tile<BT, BP, NT, false, T, float>(sm.b, LDX, y_row, One{}, at.Lc - t0, int(f.headdim - p0), 1,
-                                             f.headdim % 4 == 0);
+      auto y_row = [&](int t) { return dy_at<T>(p, at.b, at.c0 + t0 + t, h, p0); };
+      load_tile<BT, BP, NT, false, T, T>(sm.b, LDX, y_row, One{}, at.Lc - t0, int(f.headdim - p0), 1, dy_vec<T>(f));
       __syncthreads();
       if (!diag) {
         acc.template mma<true, true>(sm.a, LDM, sm.b, LDX, BT, false);
@@ -835,7 +840,7 @@ struct DxAgent : DxTile {
       if (s0 + s >= at.Lc || ch >= f.headdim) continue;
       const int64_t l = at.c0 + s0 + s;
       float v = sm.stage[s * LDS + pp];
-      if (f.D.ptr) v += load_as_float(f.D.ptr, f.D.dtype, h * f.D.s0 + ch * f.D.s1) * *dy_at(p, at.b, l, h, ch);
+      if (f.D.ptr) v += load_as_float(f.D.ptr, f.D.dtype, h * f.D.s0 + ch * f.D.s1) * to_float(*dy_at<T>(p, at.b, l, h, ch));
       dx[((at.b * f.seqlen + l) * f.nheads + h) * f.headdim + ch] = from_float<T>(v);
     }
     // D's gradient: sum over the tile's steps of dy x, a thread a channel, steps in order
@@ -843,7 +848,7 @@ struct DxAgent : DxTile {
       const int64_t ch = p0 + pp;
       if (ch >= f.headdim) continue;
       float v = 0.0f;
-      for (int s = s0; s < at.Lc && s < s0 + BS; ++s) v += *dy_at(p, at.b, at.c0 + s, h, ch) * x_val(s, ch);
+      for (int s = s0; s < at.Lc && s < s0 + BS; ++s) v += to_float(*dy_at<T>(p, at.b, at.c0 + s, h, ch)) * x_val(s, ch);
       dD_row(p)[ch] = v;
     }
   }
@@ -1008,8 +1013,10 @@ struct DxMmaAgent : DxTile {
     if (last >= si) mt_load(m_next, cb, last * BT + 16 * first_kk(last));
     for (int tb = last; tb >= si; --tb) {
       const int t0 = tb * BT;
-      mma::stage_f32_as<BT, BP, NT>(sm.dy, LDX, [&](int t) { return dy_at(p, at.b, at.c0 + t0 + t, h, p0); }, at.Lc - t0,
-                        int(f.headdim - p0), f.headdim % 4 == 0);
+      mma::stage_async<BT, BP, NT>(sm.dy, LDX, [&](int t) { return dy_at<T>(p, at.b, at.c0 + t0 + t, h, p0); },
+                                   at.Lc - t0, int(f.headdim - p0), 1, dy_vec<T>(f));
+      mma::cp_async_commit();
+      mma::cp_async_wait<0>();
       __syncthreads();
       const bool diag = tb == si;
       for (int kk = diag ? warp : 0; kk < BT / 16; ++kk) {  // the diagonal block: from the warp's strip on
@@ -1060,7 +1067,7 @@ struct DxMmaAgent : DxTile {
     load_steps<NT>(f, at, h, sm.st);
     weights_state<NT>(at, sm.st);
     const int64_t slot = ((at.b * f.nchunks + at.c) * f.nheads + h) * PN;
-    auto dy_v = [&](int s, int64_t ch) { return *dy_at(p, at.b, at.c0 + s, h, ch); };
+    auto dy_v = [&](int s, int64_t ch) { return to_float(*dy_at<T>(p, at.b, at.c0 + s, h, ch)); };
     auto x_v = [&](int s, int64_t ch) { return x_val(s, ch); };
     // dy_s . (C_s H_c^T): the gradient of the entering state's decay exp(cs_s) in y_s
     if (at.c > 0 || f.init.ptr) {
@@ -1106,7 +1113,7 @@ struct DxMmaAgent : DxTile {
         for (int e = 0; e < 2; ++e) {
           const int64_t ch = chan(j, e);
           if (ch >= f.headdim) continue;
-          const float y = *dy_at(p, at.b, l, h, ch);
+          const float y = to_float(*dy_at<T>(p, at.b, l, h, ch));
           float v = acc[j][2 * i + e];
           if (f.D.ptr) v += load_as_float(f.D.ptr, f.D.dtype, h * f.D.s0 + ch * f.D.s1) * y;
           dx[((at.b * f.seqlen + l) * f.nheads + h) * f.headdim + ch] = from_float<T>(v);
@@ -1316,8 +1323,8 @@ struct DbcAgent {
         const int64_t h = g * hpg + k;
         load_steps<NT>(f, at, h, sm.st);
         weights_off<NT>(at, sm.st);
-        auto y_row = [&](int t, int k0) { return dy_at(p, at.b, at.c0 + t0 + t, h, k0); };
-        head_product<float>(acc, y_row, 1, f.headdim % 4 == 0, f.states + ((at.b * f.nchunks + at.c) * f.nheads + h) * PN);
+        auto y_row = [&](int t, int k0) { return dy_at<T>(p, at.b, at.c0 + t0 + t, h, k0); };
+        head_product<T>(acc, y_row, 1, dy_vec<T>(f), f.states + ((at.b * f.nchunks + at.c) * f.nheads + h) * PN);
       }
     }
     if (split == 0) dcb_product<false>(acc, f.B);  // (the group's dCB, once)
@@ -1594,7 +1601,7 @@ SsdBwdWorkspace ssd_bwd_workspace(SsdBwdParams& p) {
   p.pass_blocks = cdiv(f.headdim * f.dstate, SsdPassPolicy::kThreads * pass_width(f));
   const int64_t BH = f.batch * f.nheads, bc = f.batch * f.nchunks;
   SsdBwdWorkspace w;
-  w.dy = f.batch * f.seqlen * f.nheads * f.headdim;
+  w.dy = (f.batch * f.seqlen * f.nheads * f.headdim * (half ? 2 : 4) + 3) / 4;  // in x's dtype
   w.dstates = bc * f.nheads * f.headdim * f.dstate;
   const int64_t pairs = p.stiles * (p.stiles + 1) / 2;  // the tile pairs at or below the diagonal
   p.dcb_splits = head_splits(pairs * f.ngroups * bc, SsdDcbPolicy::kBlocksPerSm, f);

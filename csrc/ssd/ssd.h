@@ -105,7 +105,7 @@ struct SsdBwdParams {
   bool dD_per_channel = false;
 
   // fp32 workspaces (sizes from ssd_bwd_workspace).
-  float* dy = nullptr;          // (batch, seqlen, head, p): dout silu(z)
+  void* dy = nullptr;           // (batch, seqlen, head, p) in x's dtype: dout silu(z) (dout without z)
   float* dstates = nullptr;     // (batch, nchunks, head, p, n): the state gradients
   float* dcb = nullptr;         // (dcb_splits, batch, nchunks, group, chunk, chunk): d(C_t . B_s), summed over
                                 // each split's heads of the group (the splits are added in order when read)
