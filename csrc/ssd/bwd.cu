@@ -956,39 +956,6 @@ struct DxMmaAgent : DxTile {
     return keep(s, t) ? cb[int64_t(t) * p.f.chunk + s] * __expf(sm.st.cs[t] - sm.st.cs[s]) * sm.st.dt[s] : 0.0f;
   }
 
-  // The thread's C_t . B_s entries of the A fragment for the 16 steps from t16: [row i][t, t + 1,
-  // t + 8, t + 9] (0 where not kept). Loaded one 16-step block ahead of their use (intra): the
-  // workspace reads' latency otherwise stood between each fragment and its products.
-  struct MtFrag {
-    float v[2][4];
-  };
-  __device__ __forceinline__ void mt_load(MtFrag& m, const float* cb, int t16) const {
-    const int t = t16 + lane % 4 * 2;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int tq = t + (q & 1) + (q >> 1) * 8;
-        m.v[i][q] = keep(row[i], tq) ? cb[int64_t(tq) * p.f.chunk + row[i]] : 0.0f;
-      }
-    }
-  }
-  __device__ __forceinline__ void mt_fragment(uint32_t (&a)[4], const MtFrag& m, int t16) const {
-    const int t = t16 + lane % 4 * 2;
-    float e[2][4];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int s = row[i];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int tq = t + (q & 1) + (q >> 1) * 8;  // a select, never 0 * exp(): exp may be Inf where not kept
-        e[i][q] = keep(s, tq) ? m.v[i][q] * __expf(sm.st.cs[tq] - sm.st.cs[s]) * sm.st.dt[s] : 0.0f;
-      }
-      a[i] = mma::pack2(e[i][0], e[i][1], T());
-      a[i + 2] = mma::pack2(e[i][2], e[i][3], T());
-    }
-  }
-
   // Whether dy's rows [r0, r0 + 16) of the t-block are all finite (warp-uniform).
   __device__ __forceinline__ bool dy_rows_finite(int r0) const {
     bool ok = true;
@@ -1006,11 +973,6 @@ struct DxMmaAgent : DxTile {
     const int64_t L = f.chunk;
     const float* cb = f.cb + ((at.b * f.nchunks + at.c) * f.ngroups + g) * L * L;
     const int last = (at.Lc + BT - 1) / BT - 1;
-    // the 16-step blocks in order: t-blocks from the last down to si, each from kk = 0 (the
-    // diagonal one from the warp's strip) to BT / 16 - 1
-    auto first_kk = [&](int tb) { return tb == si ? warp : 0; };
-    MtFrag m_next;
-    if (last >= si) mt_load(m_next, cb, last * BT + 16 * first_kk(last));
     for (int tb = last; tb >= si; --tb) {
       const int t0 = tb * BT;
       mma::stage_async<BT, BP, NT>(sm.dy, LDX, [&](int t) { return dy_at<T>(p, at.b, at.c0 + t0 + t, h, p0); },
@@ -1021,15 +983,17 @@ struct DxMmaAgent : DxTile {
       const bool diag = tb == si;
       for (int kk = diag ? warp : 0; kk < BT / 16; ++kk) {  // the diagonal block: from the warp's strip on
         const int t16 = t0 + 16 * kk;
-        const MtFrag m = m_next;
-        const int t16n = kk + 1 < BT / 16 ? t16 + 16 : (tb - 1) * BT + 16 * first_kk(tb - 1);
-        if (tb > si || kk + 1 < BT / 16) mt_load(m_next, cb, t16n);
         if (diag && kk == warp && !dy_rows_finite(16 * kk)) {
           diagonal_exact(cb, t0, t16);
           continue;
         }
+        const int t = t16 + lane % 4 * 2;
         uint32_t a[4];
-        mt_fragment(a, m, t16);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          a[i] = mma::pack2(mt_entry(cb, row[i], t), mt_entry(cb, row[i], t + 1), T());
+          a[i + 2] = mma::pack2(mt_entry(cb, row[i], t + 8), mt_entry(cb, row[i], t + 9), T());
+        }
 #pragma unroll
         for (int jp = 0; jp < kNT / 2; ++jp) {
           uint32_t b[4];
