@@ -861,14 +861,8 @@ struct ChunkScanMmaAgent {
     return keep ? g * __expf(cs_t - sm.cs[s]) * sm.dt[s] : 0.0f;
   }
 
-  // The thread's G entries of the A fragment for the 16 steps from s16: [row i][steps s, s + 8].
-  struct GFrag {
-    float2 v[2][2];
-  };
-
-  // Loaded one step ahead of their use (intra_chunk): the workspace reads' latency, once per
-  // 16 steps, otherwise stood between each fragment and its products.
-  __device__ __forceinline__ void g_load(GFrag& g, const float* cb, int s16) const {
+  // The A fragment of M for the warp's rows and the 16 steps from s16.
+  __device__ __forceinline__ void m_fragment(uint32_t (&a)[4], const float* cb, int s16) const {
     const int s = s16 + lane % 4 * 2;
     const bool even_L = p.chunk % 2 == 0;
 #pragma unroll
@@ -876,19 +870,9 @@ struct ChunkScanMmaAgent {
       const int t = row[i];
       const bool live = t < at.Lc;
       const float* g_row = cb + int64_t(t) * p.chunk;
-      g.v[i][0] = live ? g_pair(g_row, s, t, even_L) : make_float2(0.0f, 0.0f);
-      g.v[i][1] = live ? g_pair(g_row, s + 8, t, even_L) : make_float2(0.0f, 0.0f);
-    }
-  }
-
-  // The A fragment of M for the warp's rows and the 16 steps from s16, from their G entries.
-  __device__ __forceinline__ void m_fragment(uint32_t (&a)[4], const GFrag& g, int s16) const {
-    const int s = s16 + lane % 4 * 2;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int t = row[i];
-      const float cs_t = t < at.Lc ? sm.cs[t] : 0.0f;
-      const float2 lo = g.v[i][0], hi = g.v[i][1];
+      const float cs_t = live ? sm.cs[t] : 0.0f;
+      const float2 lo = live ? g_pair(g_row, s, t, even_L) : make_float2(0.0f, 0.0f);
+      const float2 hi = live ? g_pair(g_row, s + 8, t, even_L) : make_float2(0.0f, 0.0f);
       a[i] = mma::pack2(m_entry(lo.x, t, cs_t, s), m_entry(lo.y, t, cs_t, s + 1), T());
       a[i + 2] = mma::pack2(m_entry(hi.x, t, cs_t, s + 8), m_entry(hi.y, t, cs_t, s + 9), T());
     }
@@ -931,8 +915,6 @@ struct ChunkScanMmaAgent {
   __device__ __forceinline__ int intra_chunk() {
     const float* cb = p.cb + ((at.b * p.nchunks + at.c) * p.ngroups + at.g) * p.chunk * p.chunk;
     const int nblk = t0 / BS + 1;
-    GFrag g_next;
-    g_load(g_next, cb, 0);
     for (int i = 0; i < nblk; ++i) {
       const int s0 = i * BS, buf = i % 2;
       mma::cp_async_wait<0>();
@@ -942,14 +924,12 @@ struct ChunkScanMmaAgent {
       const bool diag = s0 == t0;
       const int ksteps = diag ? warp + 1 : BS / 16;  // the diagonal block: up to the warp's strip
       for (int kk = 0; kk < ksteps; ++kk) {
-        const GFrag g = g_next;
-        g_load(g_next, cb, s0 + 16 * kk + 16);  // (past the warp's last step: s > t, nothing read)
         if (diag && kk == warp && !x_rows_finite(xs, 16 * kk)) {
           diagonal_exact(cb, xs, s0, s0 + 16 * kk);
           continue;
         }
         uint32_t a[4];
-        m_fragment(a, g, s0 + 16 * kk);
+        m_fragment(a, cb, s0 + 16 * kk);
 #pragma unroll
         for (int jp = 0; jp < kNT / 2; ++jp) {
           uint32_t b[4];
