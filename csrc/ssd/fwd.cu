@@ -762,8 +762,7 @@ template <typename T>
 struct ChunkScanMmaAgent {
   using Pol = SsdPolicy<true>;
   static constexpr int NT = Pol::kThreads, BT = Pol::kScanT, BP = Pol::kScanP, BK = Pol::kScanK, BS = BT;
-  static constexpr int LDK = BK + Pol::kPadS;  // C rows (16-byte multiples: ldmatrix rows)
-  static constexpr int LDH = BK + 8;           // H rows in fp32: 8 (mod 32) floats, conflict-free 8-byte reads
+  static constexpr int LDK = BK + Pol::kPadS;  // C and H rows (16-byte multiples: ldmatrix rows)
   static constexpr int LDX = BP + Pol::kPadS;  // x rows
   static constexpr int kNT = BP / 8;           // 8-channel accumulator tiles of a warp's 16 rows
   static constexpr int V = 8;                  // 16-bit elements a 16-byte piece
@@ -774,7 +773,7 @@ struct ChunkScanMmaAgent {
     alignas(16) float dt[kMaxChunk];
     alignas(16) int32_t seq[kMaxChunk];
     alignas(16) T c[BT * LDK];
-    alignas(16) float h[BP * LDH];  // the state's rows, fp32 as stored (rounded to T in the product)
+    alignas(16) T h[BP * LDK];
     alignas(16) T x[2][BS * LDX];
   };
 
@@ -822,14 +821,13 @@ struct ChunkScanMmaAgent {
       auto c_row = [&](int t) {
         return tptr<T>(p.C) + at.b * p.C.s0 + (at.c0 + t0 + t) * p.C.s1 + at.g * p.C.s2 + k0 * p.C.s3;
       };
-      // C and the state slice both by cp.async, in flight together (and with the first x tile)
       mma::stage_async<BT, BK, NT>(sm.c, LDK, c_row, at.Lc - t0, int(p.dstate - k0), p.C.s3, p.C.vec16);
-      mma::stage_f32_async<BP, BK, NT>(sm.h, LDH, [&](int pp) { return H + (p0 + pp) * p.dstate + k0; },
-                                       int(p.headdim - p0), int(p.dstate - k0), h_vec);
       mma::cp_async_commit();
+      mma::stage_f32_as<BP, BK, NT>(sm.h, LDK, [&](int pp) { return H + (p0 + pp) * p.dstate + k0; },
+                                    int(p.headdim - p0), int(p.dstate - k0), h_vec);
       mma::cp_async_wait<0>();
       __syncthreads();
-      mma::rows_times_f32_rows<T, kNT, BK>(acc, sm.c + 16 * warp * LDK, LDK, sm.h, LDH);
+      mma::rows_times_rows<T, kNT, BK>(acc, sm.c + 16 * warp * LDK, LDK, sm.h, LDK);
       __syncthreads();
     }
 #pragma unroll

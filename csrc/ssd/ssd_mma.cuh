@@ -163,46 +163,6 @@ __device__ __forceinline__ void stage_f32_as(T* dst, int ld, const Row& row_at, 
   }
 }
 
-// An (R x Cols) fp32 tile into shared memory as fp32 (rows of `ld` floats): rows row_at(r) for
-// r < rows, columns < cols, zeros elsewhere; 16-byte pieces by cp.async when vec (the caller
-// commits and waits). The operand rows_times_f32_rows reads without a conversion pass.
-template <int R, int Cols, int NT, typename Row>
-__device__ __forceinline__ void stage_f32_async(float* dst, int ld, const Row& row_at, int rows, int cols, bool vec) {
-  constexpr int V = 4;
-  static_assert(Cols % V == 0, "whole 16-byte pieces");
-  for (int i = threadIdx.x; i < R * (Cols / V); i += NT) {
-    const int r = i / (Cols / V), c = (i % (Cols / V)) * V;
-    float* d = dst + r * ld + c;
-    if (r < rows && vec && c + V <= cols) {
-      cp_async16(d, row_at(r) + c);
-    } else {
-#pragma unroll
-      for (int j = 0; j < V; ++j) d[j] = r < rows && c + j < cols ? row_at(r)[c + j] : 0.0f;
-    }
-  }
-}
-
-// acc += A B^T over K for a warp, as rows_times_rows, with B's kNT * 8 rows (n, k along a row)
-// in fp32: each B register is two consecutive floats of one row, read as 8 bytes and rounded to
-// T. With ldb = 8 (mod 32) floats a half-warp's 8-byte reads fall in distinct banks.
-template <typename T, int kNT, int K>
-__device__ __forceinline__ void rows_times_f32_rows(float (&acc)[kNT][4], const T* a, int lda, const float* b,
-                                                    int ldb) {
-  static_assert(K % 16 == 0, "16-step k");
-  const int lane = int(threadIdx.x) % 32;
-#pragma unroll
-  for (int kk = 0; kk < K; kk += 16) {
-    uint32_t fa[4];
-    ldsm_x4(fa, a + (lane % 16) * lda + kk + lane / 16 * 8);
-#pragma unroll
-    for (int j = 0; j < kNT; ++j) {
-      const float* r = b + (8 * j + lane / 4) * ldb + kk + lane % 4 * 2;
-      const float2 lo = *reinterpret_cast<const float2*>(r), hi = *reinterpret_cast<const float2*>(r + 8);
-      mma16816<T>(acc[j], fa, pack2(lo.x, lo.y, T()), pack2(hi.x, hi.y, T()));
-    }
-  }
-}
-
 // A register of two 16-bit values, each times its weight in fp32 and rounded once; a weight of
 // exactly 0 gives 0 whatever the value (a masked step's NaN stays out).
 template <typename T>
