@@ -15,46 +15,6 @@ namespace {
 
 using Policy = BwdPolicy;
 
-// The channel-last backwards' grid, one place for the launcher, the kernels and the partial-row
-// count: a block is (batch b, a run tb of kWarps segments, 32 lanes x kN channels from cg);
-// warp w takes segment tb * kWarps + w. I: the index type (int for the lean kernel's 32-bit
-// positions).
-template <typename I, int kN>
-struct ClGrid {
-  static constexpr int kWarps = Policy::kWarps;
-  I ncg, nseg, ntb;  // channel groups, segments, runs of kWarps segments
-  int64_t blocks;
-  __host__ __device__ ClGrid(int64_t batch, int64_t dim, int64_t seqlen, int64_t seg_len)
-      : ncg(I((dim + 32 * kN - 1) / (32 * kN))),
-        nseg(I((seqlen + seg_len - 1) / seg_len)),
-        ntb(I((nseg + kWarps - 1) / kWarps)),
-        blocks(batch * ntb * ncg) {}
-  struct Cell {
-    I cg, tb;
-    int64_t b;
-    I seg, c0;  // the warp's segment, the lane's first channel
-  };
-  __device__ __forceinline__ Cell cell(int64_t blk, int warp, int lane) const {
-    Cell c;
-    c.cg = I(blk % ncg);
-    c.tb = I((blk / ncg) % ntb);
-    c.b = blk / ncg / ntb;
-    c.seg = c.tb * kWarps + warp;
-    c.c0 = c.cg * 32 * kN + I(lane) * kN;
-    return c;
-  }
-};
-
-template <int W, int kN>
-__device__ __forceinline__ void zero_partials(float (&dw)[W][kN], float (&db)[kN]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) {
-    db[i] = 0.0f;
-#pragma unroll
-    for (int k = 0; k < W; ++k) dw[k][i] = 0.0f;
-  }
-}
-
 // Channel-first (stride(2) == 1): the tile scheme of fwd_channel_first with kTilesCF tiles per
 // warp. Pass 1 computes dpre and the dweight / dbias partials, pass 2 dx, whose right halo
 // (dpre of the next W-1 positions) comes from the right neighbour, the next tile, or past the
@@ -602,13 +562,25 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCL)
   __shared__ float red[kWarps][W + 1][32 * kN];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const ClGrid<int64_t, kN> grid(p.batch, p.dim, p.seqlen, seg_len);
-  for (int64_t blk = blockIdx.x; blk < grid.blocks; blk += gridDim.x) {
-    const auto c = grid.cell(blk, warp, lane);
+  const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
+  const int64_t nseg = (p.seqlen + seg_len - 1) / seg_len;
+  const int64_t ntb = (nseg + kWarps - 1) / kWarps;
+  const int64_t nblocks = p.batch * ntb * ncg;
+  for (int64_t blk = blockIdx.x; blk < nblocks; blk += gridDim.x) {
+    const int64_t cg = blk % ncg;
+    const int64_t tb = (blk / ncg) % ntb;
+    const int64_t b = blk / ncg / ntb;
+    const int64_t seg = tb * kWarps + warp;
+    const int64_t c0 = cg * 32 * kN + int64_t(lane) * kN;
     float dw[W][kN], db[kN];
-    zero_partials(dw, db);
-    if (c.seg < grid.nseg && c.c0 < p.dim) {
-      Agent a(p, c.b, c.c0, c.seg * seg_len, seg_len);
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      db[i] = 0.0f;
+#pragma unroll
+      for (int k = 0; k < W; ++k) dw[k][i] = 0.0f;
+    }
+    if (seg < nseg && c0 < p.dim) {
+      Agent a(p, b, c0, seg * seg_len, seg_len);
       a.setup();
       for (int64_t sb = a.t0; sb < a.s_end; sb += Agent::kU) {
         a.load(sb);
@@ -619,7 +591,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCL)
         }
       }
     }
-    block_flush_dweight<W, kN, kWarps, kThreads>(p, red, dw, db, warp, lane, c.cg * 32 * kN, p.dim, c.b, grid.ntb, c.tb);
+    block_flush_dweight<W, kN, kWarps, kThreads>(p, red, dw, db, warp, lane, cg * 32 * kN, p.dim, b, ntb, tb);
   }
 }
 
@@ -816,21 +788,34 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCLLean)
   __shared__ float red[kWarps][W + 1][32 * kN];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
+  const int L = int(p.seqlen);
   const int dim = int(p.dim);
-  const ClGrid<int, kN> grid(p.batch, dim, p.seqlen, seg_len);
-  for (int64_t blk = blockIdx.x; blk < grid.blocks; blk += gridDim.x) {
-    const auto c = grid.cell(blk, warp, lane);
+  const int ncg = (dim + 32 * kN - 1) / (32 * kN);
+  const int nseg = (L + seg_len - 1) / seg_len;
+  const int ntb = (nseg + kWarps - 1) / kWarps;
+  const int64_t nblocks = p.batch * ntb * ncg;
+  for (int64_t blk = blockIdx.x; blk < nblocks; blk += gridDim.x) {
+    const int cg = int(blk % ncg);
+    const int tb = int((blk / ncg) % ntb);
+    const int64_t b = blk / ncg / ntb;
+    const int seg = tb * kWarps + warp;
+    const int c0 = cg * 32 * kN + lane * kN;
     float dw[W][kN], db[kN];
-    zero_partials(dw, db);
-    if (c.seg < grid.nseg && c.c0 < dim) {  // dim % kN == 0: the lane's channels all exist
-      Agent a(p, c.b, c.c0, c.seg * seg_len, seg_len);
-      a.setup(c.c0);
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      db[i] = 0.0f;
+#pragma unroll
+      for (int k = 0; k < W; ++k) dw[k][i] = 0.0f;
+    }
+    if (seg < nseg && c0 < dim) {  // dim % kN == 0: the lane's channels all exist
+      Agent a(p, b, c0, seg * seg_len, seg_len);
+      a.setup(c0);
 #pragma unroll 1
       while (a.s + Agent::kU <= a.t1) a.block(dw, db);
 #pragma unroll 1
       while (a.s < a.t1 + W - 1) a.tail_step(dw, db);
     }
-    block_flush_dweight<W, kN, kWarps, kThreads>(p, red, dw, db, warp, lane, c.cg * 32 * kN, dim, c.b, grid.ntb, c.tb);
+    block_flush_dweight<W, kN, kWarps, kThreads>(p, red, dw, db, warp, lane, cg * 32 * kN, dim, b, ntb, tb);
   }
 }
 
@@ -906,7 +891,9 @@ cudaError_t bwd_launch(const ConvParams& p, cudaStream_t stream) {
   if (cl_lean_ok(p)) {
     constexpr int kN = Policy::kVecCLLean;
     const int64_t seg_len = cl_seg_len(p, Policy::kVecCL);  // bwd_channel_last's: the same partial rows
-    const int64_t blocks = ClGrid<int64_t, kN>(p.batch, p.dim, p.seqlen, seg_len).blocks;
+    const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
+    const int64_t nseg = (p.seqlen + seg_len - 1) / seg_len;
+    const int64_t blocks = p.batch * ((nseg + kWarps - 1) / kWarps) * ncg;
     if (p.silu) {
       bwd_channel_last_lean<T, W, true><<<grid_size(blocks), kThreads, 0, stream>>>(p, int(seg_len));
     } else {
@@ -926,7 +913,9 @@ cudaError_t bwd_launch(const ConvParams& p, cudaStream_t stream) {
   } else if (p.channel_last) {
     constexpr int kN = Policy::kVecCL;
     const int64_t seg_len = cl_seg_len(p, kN);
-    const int64_t blocks = ClGrid<int64_t, kN>(p.batch, p.dim, p.seqlen, seg_len).blocks;
+    const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
+    const int64_t nseg = (p.seqlen + seg_len - 1) / seg_len;
+    const int64_t blocks = p.batch * ((nseg + kWarps - 1) / kWarps) * ncg;
     if (p.seq_idx != nullptr) {
       bwd_channel_last<T, W, true><<<grid_size(blocks), kThreads, 0, stream>>>(p, seg_len);
     } else {
@@ -954,8 +943,8 @@ cudaError_t bwd_launch(const ConvParams& p, cudaStream_t stream) {
 
 int64_t bwd_num_partials(const ConvParams& p) {
   if (!p.channel_last) return p.batch * cf_segments(p);
-  // a partial row per (batch, run of segments), whatever the channel-last kernel
-  return p.batch * ClGrid<int64_t, Policy::kVecCL>(p.batch, p.dim, p.seqlen, cl_seg_len(p, Policy::kVecCL)).ntb;
+  const int64_t nseg = (p.seqlen + cl_seg_len(p, Policy::kVecCL) - 1) / cl_seg_len(p, Policy::kVecCL);
+  return p.batch * ((nseg + Policy::kWarps - 1) / Policy::kWarps);
 }
 
 cudaError_t launch_bwd(const ConvParams& p, cudaStream_t stream) {
