@@ -286,14 +286,7 @@ def test_the_length_check_fails_on_an_injected_long_function(tmp_path):
 MAX_KERNEL_LINES = 150
 
 # Kernels kept whole, each with the measurement that keeps it so (docs/notes/bench-passes.md).
-LONG_KERNELS_KEPT = {
-    "selective_scan/fwd_lanes.cu fwd_lanes_kernel":
-        "its agent form (same phases, same PTX but for order) ran the 16-bit forward at 4 states a lane "
-        "4-9 % slower on an H100 (ptxas scheduled the reduce-scatter into the scan and spilled), "
-        "interleaved A/B, 2026-12-07; a second form (__grid_constant__ parameters, separate __shared__ "
-        "arrays: the whole kernel's registers and no spill) still ran it 1.3 % slower in graph time "
-        "(0.324 against 0.319-0.320 ms at (8, 2048, 2048, 16) bf16, two rounds) and level elsewhere",
-}
+LONG_KERNELS_KEPT: dict = {}
 
 
 def _strip_comments(text: str) -> str:
