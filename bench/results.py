@@ -144,22 +144,49 @@ INTRO = """\
 # Results against the originals
 
 Our kernels against the packages they replace (causal-conv1d 1.7.0; mamba_ssm 2.3.2.post1's CUDA
-scan, Triton kernels and models), both built for sm_90 and timed in one process; each row with
-its date, commit and command (`[n]`, under its table). Written by `python3 bench/results.py
-render` from bench/results/*.json (tests/test_results_page.py fails when it differs); refresh a
-table by running its benchmark with `--json PATH`, then `python3 bench/results.py update PATH`.
-The dated passes behind the figures: [docs/notes/bench-passes.md](../docs/notes/bench-passes.md);
-compute-sanitizer's results per tool and family: [docs/KERNELS.md](../docs/KERNELS.md#sanitizer-checks).
+scan, Triton kernels and models), both built for sm_90 and timed in one process, each row with its
+date, commit and command (`[n]`, under its table). `1.81x` is a speedup (the original's time over
+ours); `ours/orig 0.893` our time or size over the original's; `*` a ratio computed from the row's
+two figures; brackets a 95 % interval of paired rounds. Written by `python3 bench/results.py
+render` from bench/results/*.json (refresh a table: its benchmark with `--json PATH`, then
+`python3 bench/results.py update PATH`); the dated passes behind the figures are in
+[docs/notes/bench-passes.md](../docs/notes/bench-passes.md), the sanitizer's results in
+[docs/KERNELS.md](../docs/KERNELS.md#sanitizer-checks)."""
 
-Ratios: `1.81x` is a speedup (the original's time over ours: above 1, ours is faster);
-`ours/orig 0.893` is our time or size over the original's (below 1, ours is better); `*` marks a
-ratio computed from the row's two figures; brackets hold a 95 % interval of paired rounds."""
+
+def _float(v: object) -> Optional[float]:
+    try:
+        return float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def glance(tables: Sequence[Tuple[str, dict]]) -> List[str]:
+    """The page's first table: per table, the lowest and highest speedup over its rows (rows that
+    give ours/orig instead, memory and size, are counted but not ranged)."""
+    out = ["\n## At a glance", "| table | speedup, lowest - highest | rows | latest |", "|---|---|---|---|"]
+    for _, t in tables:
+        recs = t["records"]
+        if not recs:
+            out.append(f"| {t['title']} | not measured yet | 0 | - |")
+            continue
+        sp = [x for x in (_float(r["ratio"]) for r in recs if r["ratio_kind"] == "speedup") if x is not None]
+        span = "-" if not sp else (f"{min(sp):g}x" if min(sp) == max(sp) else f"{min(sp):g}x - {max(sp):g}x")
+        out.append(f"| [{t['title']}](#{_anchor(t['title'])}) | {span} | {len(recs)} | "
+                   f"{max(r['date'][:10] for r in recs)} |")
+    return out
+
+
+def _anchor(title: str) -> str:
+    """GitHub's heading anchor: lower case, punctuation dropped, spaces to hyphens."""
+    kept = "".join(c for c in title.lower() if c.isalnum() or c in " -_")
+    return kept.replace(" ", "-")
 
 
 def render(tables: Sequence[Tuple[str, dict]]) -> str:
-    out = [INTRO]
+    out = [INTRO] + glance(tables)
     for _, t in tables:
-        out.append(f"\n## {t['title']}\n")
+        out.append(f"\n## {t['title']}")
         if not t["records"]:
             out.append(f"Not measured yet (against {t['against']}): {t['pending']}")
             continue

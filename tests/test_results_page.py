@@ -282,3 +282,15 @@ def test_transcribed_figures_are_in_the_notes():
             if transcribed and commit not in notes and named.get(commit, "\0") not in notes:
                 missing.append(f"{os.path.basename(path)}: record {i}: commit {rec['commit']}")
     assert missing == []
+
+
+def test_glance_ranges_each_tables_speedups():
+    table = {"title": "An op, forward + backward", "records": [
+        {"ratio": "0.5", "ratio_kind": "speedup", "date": "2026-12-01 10:00 UTC"},
+        {"ratio": 1.25, "ratio_kind": "speedup", "date": "2026-12-03"},
+        {"ratio": "0.9", "ratio_kind": "ours/original", "date": "2026-12-02"},
+    ]}
+    empty = {"title": "Later", "records": []}
+    rows = results.glance([("a.json", table), ("b.json", empty)])
+    assert "| [An op, forward + backward](#an-op-forward--backward) | 0.5x - 1.25x | 3 | 2026-12-03 |" in rows
+    assert "| Later | not measured yet | 0 | - |" in rows
