@@ -360,8 +360,31 @@ __global__ void __launch_bounds__(SsdPassPolicy::kThreads) state_pass_bwd_kernel
 
 // ------------------------------------------------------------------------- d(C B^T) tiles
 
+// chunk_dcb's block: a (t-tile, s-tile) pair of the chunk, a group and a split of its heads
+// (both forms of the kernel).
+struct DcbTile {
+  ChunkAt at;
+  int64_t g, split, h_lo, h_hi;  // the split's heads [h_lo, h_hi)
+  int ntl, ti, si, t0, s0;
+
+  __device__ __forceinline__ DcbTile(const SsdBwdParams& p, int tile) : at(p.f) {
+    ntl = int((p.f.chunk + tile - 1) / tile);
+    ti = int(blockIdx.x) / ntl;
+    si = int(blockIdx.x) % ntl;
+    t0 = ti * tile;
+    s0 = si * tile;
+    g = int64_t(blockIdx.y) / p.dcb_splits;
+    split = int64_t(blockIdx.y) % p.dcb_splits;
+    const int64_t hpg = p.f.heads_per_group, per = (hpg + p.dcb_splits - 1) / p.dcb_splits;
+    h_lo = g * hpg + split * per;
+    h_hi = g * hpg + ((split + 1) * per < hpg ? (split + 1) * per : hpg);
+  }
+
+  __device__ __forceinline__ bool active() const { return si <= ti && t0 < at.Lc; }
+};
+
 template <typename T>
-struct DcbAgent {
+struct DcbAgent : DcbTile {
   using Pol = SsdBwdPolicy<Is16Bit<T>::value>;
   static constexpr int NT = Pol::kThreads, BT = Pol::kTile, BS = BT, BK = Pol::kK;
   static constexpr int LDK = BK + Pol::kPadS, LDS = BS + Pol::kPadF;
@@ -384,24 +407,9 @@ struct DcbAgent {
 
   const SsdBwdParams& p;
   Smem& sm;
-  ChunkAt at;
-  int64_t g, split, h_lo, h_hi;  // the split's heads [h_lo, h_hi)
-  int ntl, ti, si, t0, s0;
 
-  __device__ __forceinline__ DcbAgent(const SsdBwdParams& params, Smem& smem) : p(params), sm(smem), at(params.f) {
-    ntl = int((p.f.chunk + BT - 1) / BT);
-    ti = int(blockIdx.x) / ntl;
-    si = int(blockIdx.x) % ntl;
-    t0 = ti * BT;
-    s0 = si * BS;
-    g = int64_t(blockIdx.y) / p.dcb_splits;
-    split = int64_t(blockIdx.y) % p.dcb_splits;
-    const int64_t hpg = p.f.heads_per_group, per = (hpg + p.dcb_splits - 1) / p.dcb_splits;
-    h_lo = g * hpg + split * per;
-    h_hi = g * hpg + ((split + 1) * per < hpg ? (split + 1) * per : hpg);
-  }
-
-  __device__ __forceinline__ bool active() const { return si <= ti && t0 < at.Lc; }
+  __device__ __forceinline__ DcbAgent(const SsdBwdParams& params, Smem& smem)
+      : DcbTile(params, BT), p(params), sm(smem) {}
 
   __device__ __forceinline__ void head(Acc& acc, int64_t h) {
     const SsdFwdParams& f = p.f;
@@ -472,7 +480,7 @@ struct DcbAgent {
 // sums by shuffles over the warp's 8 row groups, then the warps in order through shared memory.
 // The tile of C B^T is read once per block. Masked entries are selects, as DcbAgent's.
 template <typename T>
-struct DcbMmaAgent {
+struct DcbMmaAgent : DcbTile {
   using Pol = SsdBwdPolicy<true>;
   static constexpr int NT = Pol::kThreads, BT = Pol::kTile, BS = BT, BK = Pol::kK;
   static constexpr int LDK = BK + Pol::kPadS;  // dy and x rows (channels)
@@ -489,32 +497,18 @@ struct DcbMmaAgent {
 
   const SsdBwdParams& p;
   Smem& sm;
-  ChunkAt at;
-  int64_t g, split, h_lo, h_hi;  // the split's heads [h_lo, h_hi)
-  int ntl, ti, si, t0, s0, lane, warp;
+  int lane, warp;
   int row[2];          // the thread's accumulator steps t: t0 + 16 warp + lane / 4, and 8 below
   float acc[kNT][4];   // dM of the current head
   float dcb[kNT][4];   // d(C B^T), the split's heads summed in order
 
   __device__ __forceinline__ DcbMmaAgent(const SsdBwdParams& params, Smem& smem)
-      : p(params), sm(smem), at(params.f) {
-    ntl = int((p.f.chunk + BT - 1) / BT);
-    ti = int(blockIdx.x) / ntl;
-    si = int(blockIdx.x) % ntl;
-    t0 = ti * BT;
-    s0 = si * BS;
-    g = int64_t(blockIdx.y) / p.dcb_splits;
-    split = int64_t(blockIdx.y) % p.dcb_splits;
-    const int64_t hpg = p.f.heads_per_group, per = (hpg + p.dcb_splits - 1) / p.dcb_splits;
-    h_lo = g * hpg + split * per;
-    h_hi = g * hpg + ((split + 1) * per < hpg ? (split + 1) * per : hpg);
+      : DcbTile(params, BT), p(params), sm(smem) {
     lane = int(threadIdx.x) % 32;
     warp = int(threadIdx.x) / 32;
     row[0] = t0 + 16 * warp + lane / 4;
     row[1] = row[0] + 8;
   }
-
-  __device__ __forceinline__ bool active() const { return si <= ti && t0 < at.Lc; }
 
   // The accumulator column (j, e)'s step s.
   __device__ __forceinline__ int col_step(int j, int e) const { return s0 + 8 * j + lane % 4 * 2 + e; }
