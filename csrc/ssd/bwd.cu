@@ -360,6 +360,16 @@ __global__ void __launch_bounds__(SsdPassPolicy::kThreads) state_pass_bwd_kernel
 
 // ------------------------------------------------------------------------- d(C B^T) tiles
 
+// The body of a kernel whose agent works a whole tile or nothing: its shared memory, the agent,
+// the exit of a block without a tile (uniform across the block), the run.
+template <typename Agent>
+__device__ __forceinline__ void run_tile(const SsdBwdParams& p) {
+  __shared__ typename Agent::Smem sm;
+  Agent agent(p, sm);
+  if (!agent.active()) return;
+  agent.run();
+}
+
 // chunk_dcb's block: a (t-tile, s-tile) pair of the chunk, a group and a split of its heads
 // (both forms of the kernel).
 struct DcbTile {
@@ -632,19 +642,11 @@ template <typename T>
 __global__ void __launch_bounds__(SsdBwdPolicy<Is16Bit<T>::value>::kThreads) chunk_dcb_kernel(const SsdBwdParams p) {
 #if MK_SSD_MMA
   if constexpr (Is16Bit<T>::value) {
-    using Agent = DcbMmaAgent<T>;
-    __shared__ typename Agent::Smem sm;
-    Agent agent(p, sm);
-    if (!agent.active()) return;  // above the diagonal or past the chunk's end (uniform)
-    agent.run();
+    run_tile<DcbMmaAgent<T>>(p);  // (a tile above the diagonal or past the chunk's end: none)
   } else
 #endif
   {
-    using Agent = DcbAgent<T>;
-    __shared__ typename Agent::Smem sm;
-    Agent agent(p, sm);
-    if (!agent.active()) return;  // above the diagonal or past the chunk's end (uniform)
-    agent.run();
+    run_tile<DcbAgent<T>>(p);
   }
 }
 
@@ -1305,11 +1307,7 @@ struct DbcAgent {
 
 template <typename T>
 __global__ void __launch_bounds__(SsdBwdPolicy<Is16Bit<T>::value>::kThreads) chunk_dbc_kernel(const SsdBwdParams p) {
-  using Agent = DbcAgent<T>;
-  __shared__ typename Agent::Smem sm;
-  Agent agent(p, sm);
-  if (!agent.active()) return;  // past the end of the last chunk (uniform)
-  agent.run();
+  run_tile<DbcAgent<T>>(p);  // (a tile past the end of the last chunk: none)
 }
 
 // dC and dB: chunk_dbc's head-split slabs added in split order (deterministic), in x's dtype.
