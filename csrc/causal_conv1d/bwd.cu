@@ -562,16 +562,11 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCL)
   __shared__ float red[kWarps][W + 1][32 * kN];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
-  const int64_t nseg = (p.seqlen + seg_len - 1) / seg_len;
-  const int64_t ntb = (nseg + kWarps - 1) / kWarps;
-  const int64_t nblocks = p.batch * ntb * ncg;
-  for (int64_t blk = blockIdx.x; blk < nblocks; blk += gridDim.x) {
-    const int64_t cg = blk % ncg;
-    const int64_t tb = (blk / ncg) % ntb;
-    const int64_t b = blk / ncg / ntb;
-    const int64_t seg = tb * kWarps + warp;
-    const int64_t c0 = cg * 32 * kN + int64_t(lane) * kN;
+  const ClGrid<kN, kWarps> grid(p.batch, p.dim, p.seqlen, seg_len);
+  for (int64_t blk = blockIdx.x; blk < grid.blocks; blk += gridDim.x) {
+    const auto cell = grid.cell(blk, warp, lane);
+    const int64_t cg = cell.cg, tb = cell.tb, b = cell.b, seg = cell.seg, c0 = cell.c0;
+    const int64_t nseg = grid.nseg, ntb = grid.ntb;
     float dw[W][kN], db[kN];
 #pragma unroll
     for (int i = 0; i < kN; ++i) {
@@ -891,9 +886,7 @@ cudaError_t bwd_launch(const ConvParams& p, cudaStream_t stream) {
   if (cl_lean_ok(p)) {
     constexpr int kN = Policy::kVecCLLean;
     const int64_t seg_len = cl_seg_len(p, Policy::kVecCL);  // bwd_channel_last's: the same partial rows
-    const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
-    const int64_t nseg = (p.seqlen + seg_len - 1) / seg_len;
-    const int64_t blocks = p.batch * ((nseg + kWarps - 1) / kWarps) * ncg;
+    const int64_t blocks = ClGrid<kN, kWarps>(p.batch, p.dim, p.seqlen, seg_len).blocks;
     if (p.silu) {
       bwd_channel_last_lean<T, W, true><<<grid_size(blocks), kThreads, 0, stream>>>(p, int(seg_len));
     } else {
@@ -913,9 +906,7 @@ cudaError_t bwd_launch(const ConvParams& p, cudaStream_t stream) {
   } else if (p.channel_last) {
     constexpr int kN = Policy::kVecCL;
     const int64_t seg_len = cl_seg_len(p, kN);
-    const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
-    const int64_t nseg = (p.seqlen + seg_len - 1) / seg_len;
-    const int64_t blocks = p.batch * ((nseg + kWarps - 1) / kWarps) * ncg;
+    const int64_t blocks = ClGrid<kN, kWarps>(p.batch, p.dim, p.seqlen, seg_len).blocks;
     if (p.seq_idx != nullptr) {
       bwd_channel_last<T, W, true><<<grid_size(blocks), kThreads, 0, stream>>>(p, seg_len);
     } else {
@@ -943,8 +934,9 @@ cudaError_t bwd_launch(const ConvParams& p, cudaStream_t stream) {
 
 int64_t bwd_num_partials(const ConvParams& p) {
   if (!p.channel_last) return p.batch * cf_segments(p);
-  const int64_t nseg = (p.seqlen + cl_seg_len(p, Policy::kVecCL) - 1) / cl_seg_len(p, Policy::kVecCL);
-  return p.batch * ((nseg + Policy::kWarps - 1) / Policy::kWarps);
+  // a partial row per (batch, run of segments), whichever channel-last kernel runs
+  const int64_t seg_len = cl_seg_len(p, Policy::kVecCL);
+  return p.batch * ClGrid<Policy::kVecCL, Policy::kWarps>(p.batch, p.dim, p.seqlen, seg_len).ntb;
 }
 
 cudaError_t launch_bwd(const ConvParams& p, cudaStream_t stream) {

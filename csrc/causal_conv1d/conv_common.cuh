@@ -215,5 +215,32 @@ __device__ __forceinline__ void block_flush_dweight(const ConvParams& p, float (
 // down to kSegMinCL (FwdPolicy) that still yields enough warps to fill the GPU a few times over.
 int64_t cl_seg_len(const ConvParams& p, int vec);
 
+// The channel-last grid, one place for the forward's and the backward's kernels, their launchers
+// and the backward's partial-row count: a block is (batch b, a run tb of kWarps segments, 32 lanes
+// x kN channels from cg); warp w takes segment tb * kWarps + w. (The lean backward keeps its own
+// 32-bit copy: this 64-bit form made it 9 % slower at bf16 W 4, 24th bench pass.)
+template <int kN, int kWarps>
+struct ClGrid {
+  int64_t ncg, nseg, ntb;  // channel groups, segments, runs of kWarps segments
+  int64_t blocks;
+  __host__ __device__ ClGrid(int64_t batch, int64_t dim, int64_t seqlen, int64_t seg_len)
+      : ncg((dim + 32 * kN - 1) / (32 * kN)),
+        nseg((seqlen + seg_len - 1) / seg_len),
+        ntb((nseg + kWarps - 1) / kWarps),
+        blocks(batch * ntb * ncg) {}
+  struct Cell {
+    int64_t cg, tb, b, seg, c0;  // c0: the lane's first channel
+  };
+  __device__ __forceinline__ Cell cell(int64_t blk, int warp, int lane) const {
+    Cell c;
+    c.cg = blk % ncg;
+    c.tb = (blk / ncg) % ntb;
+    c.b = blk / ncg / ntb;
+    c.seg = c.tb * kWarps + warp;
+    c.c0 = c.cg * 32 * kN + int64_t(lane) * kN;
+    return c;
+  }
+};
+
 }  // namespace causal_conv1d
 }  // namespace mamba_kernels

@@ -113,16 +113,10 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksCL)
   constexpr int kWarps = Policy::kWarps;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
-  const int64_t nseg = (p.seqlen + seg_len - 1) / seg_len;
-  const int64_t ntb = (nseg + kWarps - 1) / kWarps;
-  const int64_t nblocks = p.batch * ntb * ncg;
-  for (int64_t blk = blockIdx.x; blk < nblocks; blk += gridDim.x) {
-    const int64_t cg = blk % ncg;
-    const int64_t tb = (blk / ncg) % ntb;
-    const int64_t b = blk / ncg / ntb;
-    const int64_t seg = tb * kWarps + warp;
-    const int64_t c0 = cg * 32 * kN + int64_t(lane) * kN;
+  const ClGrid<kN, kWarps> grid(p.batch, p.dim, p.seqlen, seg_len);
+  for (int64_t blk = blockIdx.x; blk < grid.blocks; blk += gridDim.x) {
+    const auto cell = grid.cell(blk, warp, lane);
+    const int64_t b = cell.b, seg = cell.seg, c0 = cell.c0, nseg = grid.nseg;
     if (seg >= nseg || c0 >= p.dim) continue;  // lanes are independent here: no shuffles
     const int64_t t0 = seg * seg_len;
     const int64_t t1 = t0 + seg_len < p.seqlen ? t0 + seg_len : p.seqlen;
@@ -430,9 +424,7 @@ cudaError_t fwd_launch(const ConvParams& p, cudaStream_t stream) {
     fwd_channel_last_tile<T, W><<<grid, kThreads, 0, stream>>>(p);
   } else if (p.channel_last) {
     const int64_t seg_len = cl_seg_len(p, kN);
-    const int64_t ncg = (p.dim + 32 * kN - 1) / (32 * kN);
-    const int64_t nseg = (p.seqlen + seg_len - 1) / seg_len;
-    const int64_t blocks = p.batch * ((nseg + kWarps - 1) / kWarps) * ncg;
+    const int64_t blocks = ClGrid<kN, kWarps>(p.batch, p.dim, p.seqlen, seg_len).blocks;
     if (p.seq_idx != nullptr) {
       fwd_channel_last<T, W, true><<<grid_size(blocks), kThreads, 0, stream>>>(p, seg_len);
     } else {
