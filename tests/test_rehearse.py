@@ -212,3 +212,25 @@ def test_the_rehearsal_installs_the_readme_lines_the_install_test_runs():
 
     lines = rehearse.readme_install_lines(ROOT)
     assert lines and lines == README_COMMANDS["torch installed"]
+
+
+def test_the_release_rehearsal_refuses_a_filesystem_without_room_but_the_plan_job_alone_does_not(
+    tmp_path, monkeypatch, capsys
+):
+    """The disk check: a whole release rehearsal (a torch per environment) asks for DISK_GB free;
+    the plan job alone installs no torch and goes on (here it stops at the next step, the tools)."""
+    monkeypatch.setattr(rehearse.signal, "signal", lambda *a: None)  # keep pytest's SIGTERM handler
+    real = rehearse.shutil.disk_usage
+    monkeypatch.setattr(
+        rehearse.shutil, "disk_usage", lambda p: real(p)._replace(free=int((rehearse.DISK_GB - 2) * 1e9))
+    )
+    assert rehearse.main(["--work", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert f"needs about {rehearse.DISK_GB} GB" in out and str(tmp_path) in out
+
+    def no_tools(work):
+        raise rehearse.RehearsalError("past the disk check")
+
+    monkeypatch.setattr(rehearse, "install_tools", no_tools)
+    assert rehearse.main(["--work", str(tmp_path), "--job", "plan"]) == 1
+    assert "past the disk check" in capsys.readouterr().out
