@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from terminal import sigint_default
 from test_index import make_wheel
 
 from mamba_kernels.build import toolchain as build_toolchain
@@ -313,7 +314,7 @@ def test_junk_interpreters_are_one_line(prints, tmp_path, capsys):
 
 def _spawn(argv, cwd):
     return subprocess.Popen([sys.executable, "-m", "mamba_kernels"] + argv, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=cwd)
+                            stderr=subprocess.PIPE, text=True, cwd=cwd, preexec_fn=sigint_default)
 
 
 def test_ctrl_c_in_resolve_is_one_line(served, tmp_path):

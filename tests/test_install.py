@@ -33,6 +33,7 @@ from urllib.parse import quote
 
 import pytest
 import torch
+from terminal import sigint_default
 from test_index import make_wheel
 
 from mamba_kernels.cli import main as cli
@@ -327,7 +328,7 @@ def test_interrupted_download_leaves_nothing(base, site, tmp_path):
     p = subprocess.Popen([sys.executable, "-m", "mamba_kernels", "download", "--dest", str(house), "--index",
                           base + "/slowdl/manifest.json", "--timeout", "30", "--torch", torch.__version__,
                           "--python", f"{sys.version_info[0]}.{sys.version_info[1]}"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default)
     deadline = time.monotonic() + 60
     while not (house.is_dir() and any(house.iterdir())) and time.monotonic() < deadline and p.poll() is None:
         time.sleep(0.05)

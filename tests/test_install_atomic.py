@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
+from terminal import sigint_default
 from test_install import LABEL, MACHINE, PY, TORCH_MM, _venv, scratch, torch_env  # noqa: F401 (fixtures)
 from wheel_files import write_wheel
 
@@ -74,7 +75,8 @@ def _install(python: Path, wheels: Path, tmpdir: Optional[Path] = None) -> subpr
     env = dict(os.environ, **({"TMPDIR": str(tmpdir)} if tmpdir else {}))
     return subprocess.Popen([sys.executable, "-m", "mamba_kernels", "install", "--index", str(wheels),
                              "--python-exe", str(python)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True, env=env)  # its own group, as a terminal's job
+                            text=True, start_new_session=True, env=env,  # its own group, as a terminal's job
+                            preexec_fn=sigint_default)
 
 
 @pytest.fixture(scope="module")
